@@ -1,0 +1,170 @@
+//! Functions: what the user declares (spec) and what sless reports (status).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The language runtime a function runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+pub enum Runtime {
+    #[serde(rename = "python3.11")]
+    Python311,
+    #[serde(rename = "nodejs20")]
+    Nodejs20,
+}
+
+impl Runtime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Python311 => "python3.11",
+            Runtime::Nodejs20 => "nodejs20",
+        }
+    }
+}
+
+impl std::fmt::Display for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the user declares about a function. Every field but `runtime` has a
+/// default; unknown fields are refused.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionSpec {
+    pub runtime: Runtime,
+    /// `module.func` (Python) or `file.export` (Node).
+    #[serde(default = "default_entrypoint")]
+    pub entrypoint: String,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u32,
+    #[serde(default = "default_timeout_sec")]
+    pub timeout_sec: u32,
+    /// Invocations one instance serves at the same time.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u32,
+    #[serde(default)]
+    pub min_instances: u32,
+    #[serde(default = "default_max_instances")]
+    pub max_instances: u32,
+    /// Fixed instance count: 0 = autoscale, N = pinned to N.
+    #[serde(default)]
+    pub replicas: u32,
+    #[serde(default = "default_build_timeout_sec")]
+    pub build_timeout_sec: u32,
+}
+
+fn default_entrypoint() -> String {
+    "handler.handle".to_string()
+}
+fn default_memory_mb() -> u32 {
+    256
+}
+fn default_timeout_sec() -> u32 {
+    30
+}
+fn default_concurrency() -> u32 {
+    8
+}
+fn default_max_instances() -> u32 {
+    4
+}
+fn default_build_timeout_sec() -> u32 {
+    300
+}
+
+impl FunctionSpec {
+    /// Limits that the JSON types alone cannot express.
+    pub fn check(&self) -> Result<(), String> {
+        let in_range = |field: &str, v: u32, lo: u32, hi: u32| {
+            if v < lo || v > hi {
+                Err(format!("{field} must be between {lo} and {hi}, got {v}"))
+            } else {
+                Ok(())
+            }
+        };
+        in_range("memory_mb", self.memory_mb, 16, 16384)?;
+        in_range("timeout_sec", self.timeout_sec, 1, 3600)?;
+        in_range("concurrency", self.concurrency, 1, 1000)?;
+        in_range("max_instances", self.max_instances, 1, 1000)?;
+        in_range("build_timeout_sec", self.build_timeout_sec, 1, 7200)?;
+        if self.min_instances > self.max_instances {
+            return Err(format!(
+                "min_instances ({}) must not exceed max_instances ({})",
+                self.min_instances, self.max_instances
+            ));
+        }
+        let (module, func) = self.entrypoint.rsplit_once('.').ok_or_else(|| {
+            format!(
+                "entrypoint {:?} must look like module.function",
+                self.entrypoint
+            )
+        })?;
+        if module.is_empty() || func.is_empty() {
+            return Err(format!(
+                "entrypoint {:?} must look like module.function",
+                self.entrypoint
+            ));
+        }
+        for key in self.env.keys() {
+            let valid = !key.is_empty()
+                && !key.starts_with(|c: char| c.is_ascii_digit())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!("env key {key:?} is not a valid variable name"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a function is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, utoipa::ToSchema)]
+pub enum Phase {
+    #[default]
+    Pending,
+    Building,
+    Ready,
+    Failed,
+}
+
+/// What sless reports about a function.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(default)]
+pub struct FunctionStatus {
+    pub phase: Phase,
+    pub message: String,
+    /// sha256 of the last uploaded zip.
+    pub code_hash: Option<String>,
+    /// Increments on each successful build; 0 before the first.
+    pub version: u64,
+    /// Public invoke URL.
+    pub url: Option<String>,
+    pub last_built_at: Option<DateTime<Utc>>,
+    /// The code-safety gate's decision on the last upload.
+    pub validation: Option<String>,
+}
+
+/// `POST /v1/namespaces/{ns}/functions` body: a name and the spec.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct FunctionCreate {
+    pub name: String,
+    #[serde(flatten)]
+    pub spec: FunctionSpec,
+}
+
+/// A function as the API returns it.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Function {
+    pub name: String,
+    pub namespace: String,
+    #[serde(flatten)]
+    pub spec: FunctionSpec,
+    pub status: FunctionStatus,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}

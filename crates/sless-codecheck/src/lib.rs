@@ -1,0 +1,1 @@
+//! Code-safety gate: static rules and an optional LLM reviewer (in progress).

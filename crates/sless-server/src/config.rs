@@ -1,0 +1,122 @@
+//! The server's configuration: every field a flag with a `SLESS_*` variable
+//! behind it, checked once at start with messages that name the bad value.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+/// Which execution backend runs functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DriverKind {
+    Local,
+    Kubernetes,
+}
+
+/// `sless server` options.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Address the API and the gateway listen on.
+    #[arg(long, env = "SLESS_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+
+    /// Directory for the embedded default's state (SQLite file, code archives, admin token).
+    #[arg(long, env = "SLESS_DATA_DIR", default_value = "./sless-data")]
+    pub data_dir: PathBuf,
+
+    /// `sqlite://PATH` or `postgres://...`; default: `sqlite://{data_dir}/sless.db`.
+    #[arg(long, env = "SLESS_DATABASE_URL")]
+    pub database_url: Option<String>,
+
+    /// Where code archives go: `file://DIR`; default: `file://{data_dir}/blobs`.
+    #[arg(long, env = "SLESS_BLOB_URL")]
+    pub blob_url: Option<String>,
+
+    /// Execution backend.
+    #[arg(long, env = "SLESS_DRIVER", value_enum, default_value = "local")]
+    pub driver: DriverKind,
+
+    /// Base URL users reach the gateway at; default: `http://{listen}`.
+    #[arg(long, env = "SLESS_EXTERNAL_URL")]
+    pub external_url: Option<String>,
+
+    /// Admin bearer token; when unset, one is generated on first start and kept in the data dir.
+    #[arg(long, env = "SLESS_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+
+    /// Largest accepted code upload (zip) in bytes.
+    #[arg(long, env = "SLESS_MAX_UPLOAD_BYTES", default_value_t = 50 * 1024 * 1024)]
+    pub max_upload_bytes: usize,
+
+    /// Largest unpacked size of a code archive in bytes.
+    #[arg(long, env = "SLESS_MAX_UNPACKED_BYTES", default_value_t = 250 * 1024 * 1024)]
+    pub max_unpacked_bytes: u64,
+
+    /// Most entries a code archive may hold.
+    #[arg(long, env = "SLESS_MAX_ARCHIVE_ENTRIES", default_value_t = 10_000)]
+    pub max_archive_entries: usize,
+
+    /// Largest JSON request body under /v1 in bytes.
+    #[arg(long, env = "SLESS_MAX_JSON_BYTES", default_value_t = 1024 * 1024)]
+    pub max_json_bytes: usize,
+
+    /// Seconds to let in-flight requests finish after SIGTERM.
+    #[arg(long, env = "SLESS_SHUTDOWN_GRACE_SEC", default_value_t = 30)]
+    pub shutdown_grace_sec: u64,
+}
+
+impl Config {
+    /// The database URL in force.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("sless.db").display()))
+    }
+
+    /// The blob store URL in force.
+    pub fn blob_url(&self) -> String {
+        self.blob_url
+            .clone()
+            .unwrap_or_else(|| format!("file://{}", self.data_dir.join("blobs").display()))
+    }
+
+    /// External base URL without a trailing slash.
+    pub fn external_url(&self) -> String {
+        match &self.external_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => format!("http://{}", self.listen),
+        }
+    }
+
+    /// Refuses settings that cannot work, naming the setting and its value.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let db = self.database_url();
+        if !(db.starts_with("sqlite:")
+            || db.starts_with("postgres://")
+            || db.starts_with("postgresql://"))
+        {
+            anyhow::bail!("SLESS_DATABASE_URL {db:?}: expected sqlite://PATH or postgres://...");
+        }
+        let blob = self.blob_url();
+        if blob.starts_with("s3://") {
+            anyhow::bail!("SLESS_BLOB_URL {blob:?}: the S3 code store is not available in this build yet; use file://DIR");
+        }
+        if !blob.starts_with("file://") {
+            anyhow::bail!("SLESS_BLOB_URL {blob:?}: expected file://DIR");
+        }
+        if self.driver == DriverKind::Kubernetes {
+            anyhow::bail!("SLESS_DRIVER=kubernetes: the Kubernetes driver is not available in this build yet; use local");
+        }
+        if let Some(url) = &self.external_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                anyhow::bail!("SLESS_EXTERNAL_URL {url:?}: expected an http:// or https:// URL");
+            }
+        }
+        if let Some(token) = &self.admin_token {
+            if token.len() < 16 {
+                anyhow::bail!("SLESS_ADMIN_TOKEN is too short: use at least 16 characters");
+            }
+        }
+        Ok(())
+    }
+}

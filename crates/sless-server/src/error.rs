@@ -1,0 +1,110 @@
+//! The server's error type and its one mapping to an HTTP response.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sless_api::ErrorBody;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a request can fail with. Handlers return it; `IntoResponse`
+/// turns it into `{"error": ...}` with the fitting status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    BadRequest(String),
+    /// An archive entry broke an upload rule.
+    #[error("{message}")]
+    Archive {
+        message: String,
+        entry: Option<String>,
+        rule: &'static str,
+    },
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after: Option<u64>,
+    },
+    #[error("database error: {0}")]
+    Store(#[from] sqlx::Error),
+    #[error("code store error: {0}")]
+    Blob(#[from] object_store::Error),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        Error::Internal(e.to_string())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Error::BadRequest(_) | Error::Archive { .. } => StatusCode::BAD_REQUEST,
+            Error::Unauthorized => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Error::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Store(_) | Error::Blob(_) | Error::Internal(_) => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
+        }
+    }
+}
+
+impl From<sless_api::NameError> for Error {
+    fn from(e: sless_api::NameError) -> Self {
+        Error::BadRequest(e.to_string())
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        let (entry, rule) = match &self {
+            Error::Archive { entry, rule, .. } => (entry.clone(), Some(rule.to_string())),
+            _ => (None, None),
+        };
+        let body = ErrorBody {
+            error: self.to_string(),
+            entry,
+            rule,
+            request_id: None,
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        match &self {
+            Error::Unauthorized => {
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Error::Unavailable {
+                retry_after: Some(secs),
+                ..
+            } => {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+            }
+            _ => {}
+        }
+        response
+    }
+}

@@ -1,0 +1,85 @@
+//! Request-body extraction that answers in the API's JSON error shape (axum's
+//! own rejections are plain text) and refuses unknown fields.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::error::Error;
+
+/// The raw body, with a too-large body mapped to 413 and read errors to 400.
+pub struct RawBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RawBody {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Bytes::from_request(req, state).await {
+            Ok(bytes) => Ok(RawBody(bytes)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::PayloadTooLarge(
+                "request body is larger than the limit for this endpoint".into(),
+            )),
+            Err(e) => Err(Error::BadRequest(format!("cannot read request body: {e}"))),
+        }
+    }
+}
+
+/// A JSON object body.
+pub struct JsonObject(pub Map<String, Value>);
+
+impl<S: Send + Sync> FromRequest<S> for JsonObject {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+        if bytes.is_empty() {
+            return Err(Error::BadRequest(
+                "request body is empty: expected a JSON object".into(),
+            ));
+        }
+        match serde_json::from_slice::<Value>(&bytes) {
+            Ok(Value::Object(map)) => Ok(JsonObject(map)),
+            Ok(_) => Err(Error::BadRequest(
+                "request body must be a JSON object".into(),
+            )),
+            Err(e) => Err(Error::BadRequest(format!(
+                "request body is not valid JSON: {e}"
+            ))),
+        }
+    }
+}
+
+/// Deserializes `value` as `T`, turning serde's message (which names unknown
+/// or mistyped fields) into a 400.
+pub fn from_value<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, Error> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            Error::BadRequest(format!("invalid {what}: {}", e.inner()))
+        } else {
+            Error::BadRequest(format!("invalid {what}: {path}: {}", e.inner()))
+        }
+    })
+}
+
+/// Applies a JSON merge patch (RFC 7396) to `target`.
+pub fn merge_patch(target: &mut Value, patch: Value) {
+    match patch {
+        Value::Object(patch) => {
+            if !target.is_object() {
+                *target = Value::Object(Map::new());
+            }
+            let map = target.as_object_mut().expect("just made an object");
+            for (key, value) in patch {
+                if value.is_null() {
+                    map.remove(&key);
+                } else {
+                    merge_patch(map.entry(key).or_insert(Value::Null), value);
+                }
+            }
+        }
+        other => *target = other,
+    }
+}

@@ -1,0 +1,262 @@
+//! `/v1/namespaces/{ns}/functions`: create, read, update, delete and code upload.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List, Phase};
+
+use super::body::{from_value, merge_patch, JsonObject, RawBody};
+use crate::blobs;
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::{Kind, Record};
+use object_store::ObjectStoreExt as _;
+
+fn not_found(ns: &str, name: &str) -> Error {
+    Error::NotFound(format!("function {name:?} not found in namespace {ns:?}"))
+}
+
+pub(crate) fn to_function(record: Record) -> Result<Function> {
+    Ok(Function {
+        spec: serde_json::from_value(record.spec).map_err(Error::internal)?,
+        status: serde_json::from_value(record.status).map_err(Error::internal)?,
+        name: record.name,
+        namespace: record.namespace,
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+    })
+}
+
+/// Takes `name`/`namespace`/`status` out of a request object: the name must
+/// be a string, the namespace (if given) must match the path, status is
+/// read-only.
+fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<String>> {
+    if body.remove("status").is_some() {
+        return Err(Error::BadRequest(
+            "status is read-only and cannot be set".into(),
+        ));
+    }
+    for field in ["created_at", "updated_at"] {
+        if body.remove(field).is_some() {
+            return Err(Error::BadRequest(format!(
+                "{field} is read-only and cannot be set"
+            )));
+        }
+    }
+    match body.remove("namespace") {
+        None => {}
+        Some(Value::String(given)) if given == ns => {}
+        Some(other) => {
+            return Err(Error::BadRequest(format!(
+                "namespace in the body ({other}) does not match the namespace in the path ({ns:?})"
+            )))
+        }
+    }
+    match body.remove("name") {
+        None => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name)),
+        Some(other) => Err(Error::BadRequest(format!(
+            "name must be a string, got {other}"
+        ))),
+    }
+}
+
+fn checked_spec(value: Value) -> Result<FunctionSpec> {
+    let spec: FunctionSpec = from_value("function", value)?;
+    spec.check().map_err(Error::BadRequest)?;
+    Ok(spec)
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value> {
+    serde_json::to_value(value).map_err(Error::internal)
+}
+
+/// List the functions of a namespace.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace")),
+    responses((status = 200, body = List<Function>), (status = 401, body = sless_api::ErrorBody), (status = 403, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Path(ns): Path<String>,
+) -> Result<Json<List<Function>>> {
+    validate_name("namespace", &ns)?;
+    let records = state.store.list(Kind::Function, &ns).await?;
+    let items = records
+        .into_iter()
+        .map(to_function)
+        .collect::<Result<_>>()?;
+    Ok(Json(List { items }))
+}
+
+/// Create a function. It has no code until `PUT .../code`.
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/functions", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace")),
+    request_body = sless_api::FunctionCreate,
+    responses((status = 201, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    Path(ns): Path<String>,
+    JsonObject(mut body): JsonObject,
+) -> Result<(StatusCode, Json<Function>)> {
+    validate_name("namespace", &ns)?;
+    let name = take_identity(&mut body, &ns)?
+        .ok_or_else(|| Error::BadRequest("name is required".into()))?;
+    validate_name("function", &name)?;
+    let spec = checked_spec(Value::Object(body))?;
+    let status = FunctionStatus {
+        message: "waiting for code: upload a zip with PUT .../code".into(),
+        url: Some(format!("{}/fn/{ns}/{name}", state.config.external_url())),
+        ..FunctionStatus::default()
+    };
+    let now = crate::store::now();
+    let record = Record {
+        namespace: ns,
+        name,
+        spec: to_value(&spec)?,
+        status: to_value(&status)?,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.create(Kind::Function, &record).await?;
+    tracing::info!(namespace = %record.namespace, function = %record.name, "function created");
+    Ok((StatusCode::CREATED, Json(to_function(record)?)))
+}
+
+async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
+    validate_name("namespace", ns)?;
+    validate_name("function", name)?;
+    state
+        .store
+        .get(Kind::Function, ns, name)
+        .await?
+        .ok_or_else(|| not_found(ns, name))
+}
+
+/// Get one function with its status.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
+    responses((status = 200, body = Function), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<Function>> {
+    Ok(Json(to_function(load(&state, &ns, &name).await?)?))
+}
+
+/// Partially update a function (JSON merge patch of its spec; `null` resets a field to its default).
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/functions/{name}", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
+    request_body(content = Object, description = "Any subset of the function's spec fields"),
+    responses((status = 200, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn patch(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+    JsonObject(mut body): JsonObject,
+) -> Result<Json<Function>> {
+    let mut record = load(&state, &ns, &name).await?;
+    if let Some(given) = take_identity(&mut body, &ns)? {
+        if given != name {
+            return Err(Error::BadRequest(format!(
+                "name cannot be changed (path says {name:?}, body says {given:?}); create a new function instead"
+            )));
+        }
+    }
+    let old_runtime = record.spec.get("runtime").cloned();
+    merge_patch(&mut record.spec, Value::Object(body));
+    let spec = checked_spec(record.spec.clone())?;
+    if record.spec.get("runtime") != old_runtime.as_ref() {
+        return Err(Error::BadRequest(
+            "runtime cannot be changed in place; delete and re-create the function".into(),
+        ));
+    }
+    record.spec = to_value(&spec)?;
+    record.updated_at = crate::store::now();
+    state.store.update(Kind::Function, &record).await?;
+    Ok(Json(to_function(record)?))
+}
+
+/// Delete a function and its code archives.
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/functions/{name}", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
+    responses((status = 204), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    validate_name("namespace", &ns)?;
+    validate_name("function", &name)?;
+    if !state.store.delete(Kind::Function, &ns, &name).await? {
+        return Err(not_found(&ns, &name));
+    }
+    remove_archives(&state, &ns, &name).await;
+    tracing::info!(namespace = %ns, function = %name, "function deleted");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Best effort: a leftover archive wastes space but breaks nothing.
+async fn remove_archives(state: &AppState, ns: &str, name: &str) {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let prefix = blobs::function_prefix(ns, name);
+    let listed: Vec<_> = match state.blobs.list(Some(&prefix)).try_collect().await {
+        Ok(listed) => listed,
+        Err(e) => {
+            tracing::warn!(error = %e, namespace = %ns, function = %name, "listing archives to delete failed");
+            return;
+        }
+    };
+    for meta in listed {
+        if let Err(e) = state.blobs.delete(&meta.location).await {
+            tracing::warn!(error = %e, path = %meta.location, "deleting archive failed");
+        }
+    }
+}
+
+/// Upload the function's code as a zip. The archive is checked against the
+/// upload rules, stored under its sha256, and the function goes to `Building`.
+#[utoipa::path(put, path = "/v1/namespaces/{ns}/functions/{name}/code", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
+    request_body(content = Vec<u8>, content_type = "application/zip"),
+    responses((status = 202, body = Function), (status = 400, body = sless_api::ErrorBody, description = "An upload rule was broken; `entry` and `rule` say which"),
+        (status = 404, body = sless_api::ErrorBody), (status = 413, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn upload_code(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+    RawBody(zip): RawBody,
+) -> Result<(StatusCode, Json<Function>)> {
+    let mut record = load(&state, &ns, &name).await?;
+    let rules = state.archive_rules.clone();
+    let checked_zip = zip.clone();
+    let unpacked = tokio::task::spawn_blocking(move || rules.check(&checked_zip))
+        .await
+        .map_err(Error::internal)??;
+    let code_hash = hex::encode(Sha256::digest(&zip));
+    state
+        .blobs
+        .put(&blobs::archive_key(&ns, &name, &code_hash), zip.into())
+        .await?;
+    let mut status: FunctionStatus =
+        serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
+    status.code_hash = Some(code_hash.clone());
+    status.phase = Phase::Building;
+    status.message = format!(
+        "archive accepted ({} files, {} bytes unpacked); waiting for the build",
+        unpacked.files.len(),
+        unpacked.total_bytes
+    );
+    record.status = to_value(&status)?;
+    record.updated_at = crate::store::now();
+    state.store.update(Kind::Function, &record).await?;
+    tracing::info!(namespace = %ns, function = %name, code_hash = %code_hash, "code archive stored");
+    Ok((StatusCode::ACCEPTED, Json(to_function(record)?)))
+}

@@ -1,0 +1,92 @@
+//! The HTTP surface: the `/v1` REST API behind bearer auth, the public
+//! `/healthz` and `/fn` gateway, and the layers every request passes.
+
+mod body;
+mod functions;
+mod gateway;
+mod openapi;
+mod system;
+mod tokens;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{any, get, post, put};
+use axum::Router;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
+use tracing::Level;
+
+pub use openapi::ApiDoc;
+
+use crate::state::AppState;
+
+/// The whole application router.
+pub fn router(state: Arc<AppState>) -> Router {
+    let upload_limit = DefaultBodyLimit::max(state.config.max_upload_bytes);
+    let json_limit = DefaultBodyLimit::max(state.config.max_json_bytes);
+
+    // Everything under /v1: bearer auth wraps the routes and the 404 fallback,
+    // so an unknown /v1 path without a token is a 401, not a hint.
+    let api = Router::new()
+        .route("/v1/openapi.json", get(system::openapi_json))
+        .route("/v1/tokens", post(tokens::create).get(tokens::list))
+        .route("/v1/tokens/{id}", axum::routing::delete(tokens::delete))
+        .route(
+            "/v1/namespaces/{ns}/functions",
+            get(functions::list).post(functions::create),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}",
+            get(functions::get)
+                .patch(functions::patch)
+                .delete(functions::delete),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/code",
+            put(functions::upload_code).layer(upload_limit),
+        )
+        .method_not_allowed_fallback(system::method_not_allowed)
+        .fallback(system::not_found)
+        .layer(json_limit)
+        .layer(middleware::from_fn_with_state(state.clone(), auth_under_v1))
+        .with_state(state.clone());
+
+    Router::new()
+        .route("/healthz", get(system::healthz))
+        .route("/fn/{ns}/{name}", any(gateway::invoke))
+        .route("/fn/{ns}/{name}/", any(gateway::invoke))
+        .route("/fn/{ns}/{name}/{*rest}", any(gateway::invoke))
+        .method_not_allowed_fallback(system::method_not_allowed)
+        .fallback_service(api)
+        .with_state(state)
+        // One log line per request with method, path, status and latency.
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request| {
+                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path())
+                })
+                .on_request(())
+                .on_response(|res: &Response, latency: Duration, _span: &tracing::Span| {
+                    tracing::info!(status = res.status().as_u16(), latency_ms = latency.as_secs_f64() * 1000.0, "request");
+                })
+                .on_failure(DefaultOnFailure::new().level(Level::WARN)),
+        )
+}
+
+/// Paths under `/v1` need a token; anything else falling through to the API
+/// router is a plain 404.
+async fn auth_under_v1(state: State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    use axum::response::IntoResponse;
+    let path = request.uri().path();
+    if path == "/v1" || path.starts_with("/v1/") {
+        match crate::auth::require_token(state, request, next).await {
+            Ok(response) => response,
+            Err(e) => e.into_response(),
+        }
+    } else {
+        next.run(request).await
+    }
+}

@@ -1,0 +1,51 @@
+//! The OpenAPI document, generated from the handlers' annotations.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use super::{functions, system, tokens};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "sless", description = "Self-hosted Function-as-a-Service: REST API"),
+    paths(
+        system::healthz,
+        system::openapi_json,
+        tokens::create,
+        tokens::list,
+        tokens::delete,
+        functions::list,
+        functions::create,
+        functions::get,
+        functions::patch,
+        functions::delete,
+        functions::upload_code,
+        super::gateway::invoke,
+    ),
+    components(schemas(
+        sless_api::Function,
+        sless_api::FunctionCreate,
+        sless_api::FunctionSpec,
+        sless_api::FunctionStatus,
+        sless_api::Phase,
+        sless_api::Runtime,
+        sless_api::Token,
+        sless_api::TokenCreate,
+        sless_api::TokenCreated,
+        sless_api::ErrorBody,
+    )),
+    modifiers(&BearerAuth),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}

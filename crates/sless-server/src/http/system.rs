@@ -1,0 +1,29 @@
+//! Health, the OpenAPI document and the JSON answers for unknown routes.
+
+use axum::http::{Method, Uri};
+use axum::Json;
+use serde_json::{json, Value};
+use utoipa::OpenApi;
+
+use crate::error::Error;
+
+/// Liveness: answers while the server runs.
+#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "The server is up")))]
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// This API's OpenAPI 3.1 document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI document")),
+    security(("bearer" = [])))]
+pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(super::openapi::ApiDoc::openapi())
+}
+
+pub async fn not_found(uri: Uri) -> Error {
+    Error::NotFound(format!("no route for {}", uri.path()))
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> Error {
+    Error::MethodNotAllowed(format!("method {method} is not allowed on {}", uri.path()))
+}

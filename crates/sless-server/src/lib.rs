@@ -1,0 +1,15 @@
+//! The sless server: configuration, durable store, code archives, auth, the
+//! REST API and the invoke gateway. `server::run` is the entry point.
+
+pub mod archive;
+pub mod auth;
+pub mod blobs;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod server;
+pub mod state;
+pub mod store;
+
+pub use config::Config;
+pub use error::{Error, Result};

@@ -1,0 +1,97 @@
+//! Start-up and shutdown: open the store and code store, bind, serve until
+//! SIGTERM or Ctrl-C, then drain in-flight requests.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::archive::ArchiveRules;
+use crate::config::Config;
+use crate::state::AppState;
+use crate::{auth, blobs, http, store};
+
+/// Runs the server until a shutdown signal; returns once in-flight requests
+/// have finished (or the grace period ran out).
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    config.validate()?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| anyhow::anyhow!("creating data dir {}: {e}", config.data_dir.display()))?;
+    let store = store::open(&config.database_url()).await?;
+    let blobs = blobs::open(&config.blob_url())?;
+    let admin_hash = auth::admin_token_hash(config.admin_token.as_deref(), &config.data_dir)?;
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .map_err(|e| anyhow::anyhow!("listening on {} (SLESS_LISTEN): {e}", config.listen))?;
+    let addr = listener.local_addr()?;
+    let mut config = config;
+    config.listen = addr;
+    let grace = Duration::from_secs(config.shutdown_grace_sec);
+    let archive_rules = ArchiveRules {
+        max_unpacked_bytes: config.max_unpacked_bytes,
+        max_entries: config.max_archive_entries,
+        ..ArchiveRules::default()
+    };
+    let state = Arc::new(AppState {
+        config,
+        store,
+        blobs,
+        archive_rules,
+        admin_hash,
+    });
+    tracing::info!(%addr, database = %redact(&state.config.database_url()), "sless server started");
+    println!("sless: listening on http://{addr}");
+
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let serve = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = stop_tx.send(true);
+    });
+    let serve = tokio::spawn(async move { serve.await });
+    let _ = stop_rx.changed().await;
+    tokio::select! {
+        result = serve => result??,
+        _ = async { tokio::time::sleep(grace).await } => {
+            tracing::warn!(grace_sec = grace.as_secs(), "grace period over; exiting with requests still in flight");
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+/// A database URL with its password hidden, for logs.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,9 @@
+//! Schema migrations: one ordered list per backend, embedded in the binary and
+//! applied at start.
+
+/// `(version, sql)` pairs in the order they apply.
+pub type Migrations = &'static [(i64, &'static str)];
+
+pub const SQLITE: Migrations = &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))];
+
+pub const POSTGRES: Migrations = &[(1, include_str!("../../migrations/postgres/0001_init.sql"))];

@@ -1,0 +1,96 @@
+//! Durable state behind one small trait, with a SQLite and a PostgreSQL
+//! implementation chosen once at start from the database URL.
+
+mod migrations;
+mod postgres;
+mod sql;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::error::Result;
+
+pub use postgres::PostgresStore;
+pub use sqlite::SqliteStore;
+
+/// The kinds of namespaced resources the store holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Function,
+    Trigger,
+    Job,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Function => "function",
+            Kind::Trigger => "trigger",
+            Kind::Job => "job",
+        }
+    }
+}
+
+/// One stored resource: its spec and status as JSON documents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub namespace: String,
+    pub name: String,
+    pub spec: Value,
+    pub status: Value,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A stored bearer token: only the sha256 of the secret is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub name: String,
+    pub hash: String,
+    pub namespaces: Vec<String>,
+    pub admin: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Durable state. Every method is one transaction; nothing above this trait
+/// knows which database is running.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Inserts a new resource; `Error::Conflict` when the name is taken.
+    async fn create(&self, kind: Kind, record: &Record) -> Result<()>;
+    async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Record>>;
+    /// Resources of one namespace, ordered by name.
+    async fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Record>>;
+    /// Resources of every namespace, ordered by namespace and name.
+    async fn list_all(&self, kind: Kind) -> Result<Vec<Record>>;
+    /// Replaces spec and status; `Error::NotFound` when it is gone.
+    async fn update(&self, kind: Kind, record: &Record) -> Result<()>;
+    /// Returns whether a resource was deleted.
+    async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
+
+    async fn create_token(&self, token: &TokenRecord) -> Result<()>;
+    async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
+    async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
+    async fn delete_token(&self, id: &str) -> Result<bool>;
+}
+
+/// Now, at the precision the store keeps (microseconds), so a record reads
+/// back exactly as it was written.
+pub fn now() -> DateTime<Utc> {
+    use chrono::SubsecRound;
+    Utc::now().trunc_subsecs(6)
+}
+
+/// Opens (creating where needed) and migrates the store named by `url`.
+pub async fn open(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::connect(url).await?))
+    } else {
+        Ok(Arc::new(SqliteStore::connect(url).await?))
+    }
+}

@@ -1,0 +1,234 @@
+//! The SQL both stores share. The statements are portable (`$n` parameters in
+//! order, TEXT columns), so one macro body implements [`super::Store`] for each
+//! pool type instead of writing every query twice.
+
+/// Implements `Store` and `migrate` for a struct with a `pool` field.
+macro_rules! sql_store {
+    ($store:ident) => {
+        use async_trait::async_trait;
+        use chrono::{DateTime, Utc};
+        use sqlx::Row;
+
+        use $crate::error::{Error, Result};
+        use $crate::store::{Kind, Record, Store, TokenRecord};
+
+        fn parse_time(s: &str) -> Result<DateTime<Utc>> {
+            DateTime::parse_from_rfc3339(s)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|e| Error::internal(format!("bad timestamp {s:?} in store: {e}")))
+        }
+
+        fn time_text(t: &DateTime<Utc>) -> String {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        }
+
+        fn json_text(v: &serde_json::Value) -> String {
+            v.to_string()
+        }
+
+        fn parse_json(s: &str) -> Result<serde_json::Value> {
+            serde_json::from_str(s).map_err(|e| Error::internal(format!("bad JSON in store: {e}")))
+        }
+
+        impl $store {
+            /// Applies every migration newer than the recorded version.
+            async fn migrate(&self, migrations: super::migrations::Migrations) -> anyhow::Result<()> {
+                sqlx::raw_sql(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at TEXT NOT NULL)",
+                )
+                .execute(&self.pool)
+                .await?;
+                for (version, sql) in migrations {
+                    let mut tx = self.pool.begin().await?;
+                    let done: Option<i64> =
+                        sqlx::query_scalar("SELECT version FROM schema_migrations WHERE version = $1")
+                            .bind(*version)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if done.is_some() {
+                        continue;
+                    }
+                    sqlx::raw_sql(sql).execute(&mut *tx).await?;
+                    sqlx::query("INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)")
+                        .bind(*version)
+                        .bind(time_text(&Utc::now()))
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    tracing::info!(version, "applied database migration");
+                }
+                Ok(())
+            }
+
+            fn record(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<Record> {
+                Ok(Record {
+                    namespace: row.try_get("namespace")?,
+                    name: row.try_get("name")?,
+                    spec: parse_json(row.try_get::<&str, _>("spec")?)?,
+                    status: parse_json(row.try_get::<&str, _>("status")?)?,
+                    created_at: parse_time(row.try_get::<&str, _>("created_at")?)?,
+                    updated_at: parse_time(row.try_get::<&str, _>("updated_at")?)?,
+                })
+            }
+
+            fn token(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<TokenRecord> {
+                let namespaces: String = row.try_get("namespaces")?;
+                Ok(TokenRecord {
+                    id: row.try_get("id")?,
+                    name: row.try_get("name")?,
+                    hash: row.try_get("hash")?,
+                    namespaces: serde_json::from_str(&namespaces)
+                        .map_err(|e| Error::internal(format!("bad token namespaces in store: {e}")))?,
+                    admin: row.try_get("admin")?,
+                    created_at: parse_time(row.try_get::<&str, _>("created_at")?)?,
+                })
+            }
+        }
+
+        const RESOURCE_COLUMNS: &str = "namespace, name, spec, status, created_at, updated_at";
+
+        #[async_trait]
+        impl Store for $store {
+            async fn create(&self, kind: Kind, r: &Record) -> Result<()> {
+                let result = sqlx::query(
+                    "INSERT INTO resources (kind, namespace, name, spec, status, created_at, updated_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(kind.as_str())
+                .bind(&r.namespace)
+                .bind(&r.name)
+                .bind(json_text(&r.spec))
+                .bind(json_text(&r.status))
+                .bind(time_text(&r.created_at))
+                .bind(time_text(&r.updated_at))
+                .execute(&self.pool)
+                .await;
+                match result {
+                    Ok(_) => Ok(()),
+                    Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(Error::Conflict(format!(
+                        "{} {:?} already exists in namespace {:?}",
+                        kind.as_str(),
+                        r.name,
+                        r.namespace
+                    ))),
+                    Err(e) => Err(e.into()),
+                }
+            }
+
+            async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Record>> {
+                let sql = format!(
+                    "SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 AND namespace = $2 AND name = $3"
+                );
+                let row = sqlx::query(&sql)
+                    .bind(kind.as_str())
+                    .bind(namespace)
+                    .bind(name)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(Self::record).transpose()
+            }
+
+            async fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Record>> {
+                let sql = format!(
+                    "SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 AND namespace = $2 ORDER BY name"
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(kind.as_str())
+                    .bind(namespace)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(Self::record).collect()
+            }
+
+            async fn list_all(&self, kind: Kind) -> Result<Vec<Record>> {
+                let sql = format!(
+                    "SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY namespace, name"
+                );
+                let rows = sqlx::query(&sql).bind(kind.as_str()).fetch_all(&self.pool).await?;
+                rows.iter().map(Self::record).collect()
+            }
+
+            async fn update(&self, kind: Kind, r: &Record) -> Result<()> {
+                let done = sqlx::query(
+                    "UPDATE resources SET spec = $1, status = $2, updated_at = $3 \
+                     WHERE kind = $4 AND namespace = $5 AND name = $6",
+                )
+                .bind(json_text(&r.spec))
+                .bind(json_text(&r.status))
+                .bind(time_text(&r.updated_at))
+                .bind(kind.as_str())
+                .bind(&r.namespace)
+                .bind(&r.name)
+                .execute(&self.pool)
+                .await?;
+                if done.rows_affected() == 0 {
+                    return Err(Error::NotFound(format!(
+                        "{} {:?} not found in namespace {:?}",
+                        kind.as_str(),
+                        r.name,
+                        r.namespace
+                    )));
+                }
+                Ok(())
+            }
+
+            async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool> {
+                let done = sqlx::query("DELETE FROM resources WHERE kind = $1 AND namespace = $2 AND name = $3")
+                    .bind(kind.as_str())
+                    .bind(namespace)
+                    .bind(name)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() > 0)
+            }
+
+            async fn create_token(&self, t: &TokenRecord) -> Result<()> {
+                let namespaces = serde_json::to_string(&t.namespaces).map_err(Error::internal)?;
+                sqlx::query(
+                    "INSERT INTO tokens (id, name, hash, namespaces, admin, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(&t.id)
+                .bind(&t.name)
+                .bind(&t.hash)
+                .bind(namespaces)
+                .bind(t.admin)
+                .bind(time_text(&t.created_at))
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>> {
+                let row = sqlx::query("SELECT id, name, hash, namespaces, admin, created_at FROM tokens WHERE hash = $1")
+                    .bind(hash)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(Self::token).transpose()
+            }
+
+            async fn list_tokens(&self) -> Result<Vec<TokenRecord>> {
+                let rows = sqlx::query("SELECT id, name, hash, namespaces, admin, created_at FROM tokens ORDER BY created_at, id")
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(Self::token).collect()
+            }
+
+            async fn delete_token(&self, id: &str) -> Result<bool> {
+                let done = sqlx::query("DELETE FROM tokens WHERE id = $1").bind(id).execute(&self.pool).await?;
+                Ok(done.rows_affected() > 0)
+            }
+        }
+    };
+}
+
+/// The sqlx database type behind each store.
+macro_rules! sqlx_db {
+    (SqliteStore) => {
+        sqlx::Sqlite
+    };
+    (PostgresStore) => {
+        sqlx::Postgres
+    };
+}
+
+pub(crate) use {sql_store, sqlx_db};

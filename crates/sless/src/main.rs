@@ -1,0 +1,33 @@
+//! The `sless` binary: `sless server` runs the platform.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "sless", version, about = "Self-hosted Function-as-a-Service")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the server (embedded default: SQLite and a local code directory under ./sless-data).
+    Server(sless_server::Config),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Server(config) => runtime.block_on(sless_server::server::run(config)),
+    }
+}

@@ -1,0 +1,10 @@
+//! End-to-end tests of the sless server over real HTTP, each run against both
+//! stores (SQLite and the PostgreSQL on 127.0.0.1:5432).
+
+mod api {
+    mod archive_rules;
+    mod auth;
+    mod functions;
+    pub mod harness;
+    mod lifecycle;
+}

@@ -1,0 +1,153 @@
+//! Each upload rule refused with a crafted zip: a 400 naming the entry and
+//! the rule, and nothing stored.
+
+use std::io::Write;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{zip_of, Backend, Server};
+
+crate::both_stores!(archive_rules_refuse_bad_zips, upload_size_limit_is_413);
+
+fn zip_with(build: impl FnOnce(&mut zip::ZipWriter<std::io::Cursor<Vec<u8>>>)) -> Vec<u8> {
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    build(&mut writer);
+    writer.finish().unwrap().into_inner()
+}
+
+fn deflated() -> zip::write::SimpleFileOptions {
+    zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated)
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|_| rand::random::<u8>()).collect()
+}
+
+async fn expect_refused(server: &Server, zip: Vec<u8>, rule: &str, entry: Option<&str>) -> Value {
+    let (status, body) = server.upload("ns", "fn1", zip).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "rule {rule}: {body}");
+    assert_eq!(body["rule"], rule, "{body}");
+    if let Some(entry) = entry {
+        assert_eq!(body["entry"], entry, "{body}");
+        assert!(
+            body["error"].as_str().unwrap().contains(entry),
+            "message names the entry: {body}"
+        );
+    }
+    body
+}
+
+async fn archive_rules_refuse_bad_zips(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_MAX_UNPACKED_BYTES", "1048576")]).await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "fn1", "runtime": "python3.11"})),
+        )
+        .await;
+    let ok = b"def handle(e, c):\n    return 1\n";
+
+    // Zip slip.
+    let zip = zip_of(&[("handler.py", ok), ("../evil.py", b"x")]);
+    expect_refused(&server, zip, "no-parent-dirs", Some("../evil.py")).await;
+    let zip = zip_of(&[("lib/../../evil.py", b"x")]);
+    expect_refused(&server, zip, "no-parent-dirs", Some("lib/../../evil.py")).await;
+    // Absolute path.
+    let zip = zip_of(&[("/etc/cron.d/evil", b"x")]);
+    expect_refused(&server, zip, "no-absolute-paths", Some("/etc/cron.d/evil")).await;
+    // Symlink entry.
+    let zip = zip_with(|w| {
+        w.start_file("handler.py", deflated()).unwrap();
+        w.write_all(ok).unwrap();
+        w.add_symlink("link", "/etc/shadow", deflated()).unwrap();
+    });
+    expect_refused(&server, zip, "no-symlinks", Some("link")).await;
+    // Bomb by ratio: 900 KiB of zeros deflate to about 1 KiB.
+    let zip = zip_of(&[("zeros.bin", &vec![0u8; 900 * 1024])]);
+    let body = expect_refused(&server, zip, "compression-ratio", Some("zeros.bin")).await;
+    assert!(
+        body["error"].as_str().unwrap().contains("zip bomb"),
+        "{body}"
+    );
+    // Too many entries (the default limit, 10,000).
+    let zip = zip_with(|w| {
+        for i in 0..10_001 {
+            w.start_file(
+                format!("f{i}.txt"),
+                zip::write::SimpleFileOptions::default()
+                    .compression_method(zip::CompressionMethod::Stored),
+            )
+            .unwrap();
+        }
+    });
+    let body = expect_refused(&server, zip, "max-entries", None).await;
+    assert!(body["error"].as_str().unwrap().contains("10001"), "{body}");
+    // Over the unpacked size (1 MiB here), with incompressible data.
+    let zip = zip_of(&[
+        ("a.bin", &random_bytes(700 * 1024)),
+        ("b.bin", &random_bytes(700 * 1024)),
+    ]);
+    expect_refused(&server, zip, "max-unpacked-size", Some("b.bin")).await;
+    // Not a zip, and empty.
+    expect_refused(
+        &server,
+        b"def handle(e, c): pass".to_vec(),
+        "zip-format",
+        None,
+    )
+    .await;
+    let body = expect_refused(&server, Vec::new(), "not-empty", None).await;
+    assert!(body["error"].as_str().unwrap().contains("empty"), "{body}");
+    expect_refused(&server, zip_with(|_| {}), "not-empty", None).await;
+
+    // Nothing refused was stored, and the function never left Pending.
+    let (_, got) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/fn1", None)
+        .await;
+    assert_eq!(got["status"]["phase"], "Pending", "{got}");
+    assert_eq!(got["status"]["code_hash"], Value::Null);
+    assert!(!server
+        .data_dir
+        .path()
+        .join("blobs/archives/ns/fn1")
+        .exists());
+
+    // A good archive with folders still passes.
+    let zip = zip_of(&[
+        ("handler.py", ok),
+        ("lib/util.py", b"X = 1\n"),
+        ("./data/x.json", b"{}"),
+    ]);
+    let (status, body) = server.upload("ns", "fn1", zip).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+}
+
+async fn upload_size_limit_is_413(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_MAX_UPLOAD_BYTES", "65536")]).await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "fn1", "runtime": "python3.11"})),
+        )
+        .await;
+    let zip = zip_of(&[("big.bin", &random_bytes(100 * 1024))]);
+    let (status, body) = server.upload("ns", "fn1", zip).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("larger than the limit"),
+        "{body}"
+    );
+    // JSON endpoints have their own (1 MiB) limit.
+    let huge =
+        json!({"name": "x", "runtime": "python3.11", "env": {"A": "x".repeat(2 * 1024 * 1024)}});
+    let (status, _) = server
+        .call(Method::POST, "/v1/namespaces/ns/functions", Some(huge))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}

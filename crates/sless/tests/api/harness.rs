@@ -1,0 +1,325 @@
+//! Starts the real `sless` binary on a free port with a private data dir and,
+//! for PostgreSQL, a private database; cleans both up afterwards.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::Value;
+
+pub const ADMIN: &str = "test-admin-token-0123456789";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// `postgres://` URL of the server that holds the test databases.
+fn pg_admin_url() -> String {
+    std::env::var("SLESS_TEST_PG").unwrap_or_else(|_| "postgres://root@127.0.0.1:5432/test".into())
+}
+
+/// A private PostgreSQL database, dropped when the test ends.
+pub struct PgDb {
+    pub name: String,
+}
+
+impl PgDb {
+    pub async fn create() -> PgDb {
+        use sqlx::Connection;
+        let name = format!("sless_t_{}", hex_id());
+        let mut conn = sqlx::PgConnection::connect(&pg_admin_url())
+            .await
+            .expect("PostgreSQL on 127.0.0.1:5432 is required for these tests (set SLESS_TEST_PG to point elsewhere)");
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .expect("create test database");
+        PgDb { name }
+    }
+
+    pub fn url(&self) -> String {
+        let base = pg_admin_url();
+        let (prefix, _) = base.rsplit_once('/').expect("database URL has a path");
+        format!("{prefix}/{}", self.name)
+    }
+}
+
+impl Drop for PgDb {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                &pg_admin_url(),
+                "-q",
+                "-c",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+pub fn hex_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+/// A running server and what it needs to be restarted on the same state.
+pub struct Server {
+    pub url: String,
+    pub admin: String,
+    pub data_dir: tempfile::TempDir,
+    pub db: Option<PgDb>,
+    pub extra_env: Vec<(String, String)>,
+    child: Option<Child>,
+    /// Lines the server printed on stdout (the listen line, a generated token).
+    pub stdout_lines: Vec<String>,
+    client: reqwest::Client,
+}
+
+impl Server {
+    pub async fn start(backend: Backend) -> Server {
+        Server::start_with(backend, &[]).await
+    }
+
+    pub async fn start_with(backend: Backend, env: &[(&str, &str)]) -> Server {
+        let db = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(PgDb::create().await),
+        };
+        let mut server = Server {
+            url: String::new(),
+            admin: ADMIN.into(),
+            data_dir: tempfile::tempdir().expect("temp dir"),
+            db,
+            extra_env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            child: None,
+            stdout_lines: Vec::new(),
+            client: reqwest::Client::new(),
+        };
+        server
+            .extra_env
+            .push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
+        server.spawn();
+        server
+    }
+
+    /// Starts the binary on the same data dir / database.
+    pub fn spawn(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
+        cmd.arg("server")
+            .env("SLESS_LISTEN", "127.0.0.1:0")
+            .env("SLESS_DATA_DIR", self.data_dir.path())
+            .env("SLESS_LOG", "info")
+            .env_remove("SLESS_ADMIN_TOKEN")
+            .env_remove("SLESS_DATABASE_URL")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        if let Some(db) = &self.db {
+            cmd.env("SLESS_DATABASE_URL", db.url());
+        }
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn sless server");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        self.stdout_lines.clear();
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("server printed its listen address within 60 s");
+            self.stdout_lines.push(line.clone());
+            if let Some(addr) = line.strip_prefix("sless: listening on ") {
+                self.url = addr.trim().to_string();
+                break;
+            }
+        }
+        // Keep draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || while rx.recv().is_ok() {});
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL: no chance to flush or clean up.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait for the exit status.
+    pub fn terminate_wait(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill -TERM");
+        for _ in 0..300 {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = child.kill();
+        panic!("server did not exit within 30 s of SIGTERM");
+    }
+
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn request(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let mut req = self.client.request(method, format!("{}{path}", self.url));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        req
+    }
+
+    /// Sends JSON (or nothing) as admin and returns status and JSON body.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.call_as(Some(&self.admin.clone()), method, path, body)
+            .await
+    }
+
+    pub async fn call_as(
+        &self,
+        token: Option<&str>,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        let mut req = self.request(method, path, token);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        read(req.send().await.expect("request sent")).await
+    }
+
+    pub async fn upload(&self, ns: &str, name: &str, zip: Vec<u8>) -> (StatusCode, Value) {
+        let req = self
+            .request(
+                Method::PUT,
+                &format!("/v1/namespaces/{ns}/functions/{name}/code"),
+                Some(&self.admin),
+            )
+            .header("content-type", "application/zip")
+            .body(zip);
+        read(req.send().await.expect("request sent")).await
+    }
+
+    /// Creates a scoped token and returns its secret.
+    pub async fn token_for(&self, namespaces: &[&str]) -> String {
+        let (status, body) = self
+            .call(
+                Method::POST,
+                "/v1/tokens",
+                Some(serde_json::json!({"name": format!("t-{}", hex_id()), "namespaces": namespaces})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        body["token"].as_str().expect("token").to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Status and JSON body (Null when the body is empty); panics on a non-JSON body.
+pub async fn read(response: reqwest::Response) -> (StatusCode, Value) {
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let text = response.text().await.expect("body");
+    if text.is_empty() {
+        return (status, Value::Null);
+    }
+    assert!(
+        content_type.starts_with("application/json"),
+        "{status}: non-JSON body ({content_type}): {text}"
+    );
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{status}: bad JSON {e}: {text}")),
+    )
+}
+
+/// A zip built from `(name, contents)` pairs, deflated.
+pub fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    use std::io::Write;
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for (name, contents) in files {
+        writer.start_file(*name, options).expect("start file");
+        writer.write_all(contents).expect("write file");
+    }
+    writer.finish().expect("finish zip").into_inner()
+}
+
+pub fn hello_zip() -> Vec<u8> {
+    zip_of(&[(
+        "handler.py",
+        b"def handle(event, context):\n    return {'hello': 'world'}\n",
+    )])
+}
+
+/// Runs each listed async test fn against both stores.
+#[macro_export]
+macro_rules! both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($crate::api::harness::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name($crate::api::harness::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}

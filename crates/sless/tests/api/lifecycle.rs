@@ -1,0 +1,226 @@
+//! Start-up, restart persistence, graceful shutdown and the API description.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use super::harness::{hello_zip, Backend, Server};
+
+crate::both_stores!(kill9_loses_nothing, sigterm_drains_in_flight_requests);
+
+async fn kill9_loses_nothing(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "keep", "runtime": "nodejs20", "memory_mb": 128})),
+        )
+        .await;
+    let zip = hello_zip();
+    let (status, uploaded) = server.upload("ns", "keep", zip.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let token = server.token_for(&["ns"]).await;
+    let (_, before) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/keep", None)
+        .await;
+
+    server.restart();
+
+    let (status, after) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/keep", None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(after, before, "function unchanged across kill -9");
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap();
+    let archive = server
+        .data_dir
+        .path()
+        .join(format!("blobs/archives/ns/keep/{hash}.zip"));
+    assert_eq!(std::fs::read(archive).unwrap(), zip, "archive kept");
+    let (status, _) = server
+        .call_as(
+            Some(&token),
+            Method::GET,
+            "/v1/namespaces/ns/functions",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "scoped token still valid");
+}
+
+async fn sigterm_drains_in_flight_requests(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "slow", "runtime": "python3.11"})),
+        )
+        .await;
+    // Start an upload, send half its body, then SIGTERM the server.
+    let zip = hello_zip();
+    let addr = server.url.trim_start_matches("http://").to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "PUT /v1/namespaces/ns/functions/slow/code HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/zip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        server.admin,
+        zip.len()
+    )
+    .unwrap();
+    let half = zip.len() / 2;
+    stream.write_all(&zip[..half]).unwrap();
+    stream.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = server.pid();
+    std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // New connections are refused while the old request is still served.
+    assert!(
+        std::net::TcpStream::connect(&addr).is_err(),
+        "listener closed after SIGTERM"
+    );
+    stream.write_all(&zip[half..]).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 202"),
+        "in-flight upload completed: {answer}"
+    );
+    let status = server.terminate_wait();
+    assert!(
+        status.success(),
+        "exit code 0 after SIGTERM, got {status:?}"
+    );
+}
+
+#[tokio::test]
+async fn first_start_generates_admin_token_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |dir: &std::path::Path| {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
+            .arg("server")
+            .env("SLESS_LISTEN", "127.0.0.1:0")
+            .env("SLESS_DATA_DIR", dir)
+            .env_remove("SLESS_ADMIN_TOKEN")
+            .env_remove("SLESS_DATABASE_URL")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut printed = String::new();
+        let url = loop {
+            let mut line = String::new();
+            assert!(
+                std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+                "server exited: {printed}"
+            );
+            printed.push_str(&line);
+            if let Some(u) = line.strip_prefix("sless: listening on ") {
+                break u.trim().to_string();
+            }
+        };
+        (child, printed, url)
+    };
+    let (mut child, printed, url) = run(dir.path());
+    let token = printed
+        .lines()
+        .find(|l| l.starts_with("sless_"))
+        .unwrap_or_else(|| panic!("token printed on first start: {printed}"))
+        .to_string();
+    let stored = std::fs::read_to_string(dir.path().join("admin-token")).unwrap();
+    assert_eq!(stored.trim(), token);
+    let client = reqwest::Client::new();
+    let ok = client
+        .get(format!("{url}/v1/tokens"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let (mut child, printed, url) = run(dir.path());
+    assert!(
+        !printed.contains(&token),
+        "token printed only once: {printed}"
+    );
+    let ok = client
+        .get(format!("{url}/v1/tokens"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::OK, "same token after restart");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[tokio::test]
+async fn openapi_describes_every_endpoint() {
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, doc) = server.call(Method::GET, "/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = doc["paths"].as_object().unwrap();
+    for (path, method) in [
+        ("/healthz", "get"),
+        ("/v1/tokens", "post"),
+        ("/v1/tokens", "get"),
+        ("/v1/tokens/{id}", "delete"),
+        ("/v1/namespaces/{ns}/functions", "get"),
+        ("/v1/namespaces/{ns}/functions", "post"),
+        ("/v1/namespaces/{ns}/functions/{name}", "get"),
+        ("/v1/namespaces/{ns}/functions/{name}", "patch"),
+        ("/v1/namespaces/{ns}/functions/{name}", "delete"),
+        ("/v1/namespaces/{ns}/functions/{name}/code", "put"),
+        ("/fn/{ns}/{name}", "post"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path} missing"
+        );
+    }
+    assert!(doc["components"]["schemas"]["FunctionSpec"]["properties"]["runtime"].is_object());
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+}
+
+#[tokio::test]
+async fn errors_are_json_never_html() {
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, body) = server.call(Method::GET, "/nope", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"].is_string());
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions", None)
+        .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(body["error"].as_str().unwrap().contains("DELETE"), "{body}");
+}
+
+#[tokio::test]
+async fn bad_config_is_refused_with_its_name() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["server"])
+        .env("SLESS_DATABASE_URL", "mysql://nope")
+        .env("SLESS_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("SLESS_DATABASE_URL") && err.contains("mysql://nope"),
+        "{err}"
+    );
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what sless needs from Debian's packages and makes sure the local
+# services its tests use are running. Idempotent; safe to run on every start.
+set -euo pipefail
+
+need_apt=()
+for pkg in bubblewrap psmisc; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  echo "setup: installing ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
+  echo "setup: installing cargo-nextest"
+  cargo install --locked cargo-nextest
+fi
+
+if [[ "${1:-}" == "--services" ]]; then
+  # PostgreSQL (127.0.0.1:5432, trust auth, database test): the machine starts
+  # it before a session; start it again if it has stopped.
+  if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+    echo "setup: starting PostgreSQL"
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+    for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
+  fi
+fi
