@@ -60,6 +60,38 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_JSON_BYTES", default_value_t = 1024 * 1024)]
     pub max_json_bytes: usize,
 
+    /// Code-safety gate on uploads: off, static (rules), or llm (rules, then an LLM reviewer).
+    #[arg(long, env = "SLESS_CODE_CHECK", default_value = "off")]
+    pub code_check: sless_codecheck::Mode,
+
+    /// OpenAI-compatible endpoint for the LLM reviewer (base URL or .../v1/chat/completions).
+    #[arg(long, env = "SLESS_LLM_ENDPOINT")]
+    pub llm_endpoint: Option<String>,
+
+    /// Bearer key for the LLM endpoint.
+    #[arg(long, env = "SLESS_LLM_API_KEY", hide_env_values = true)]
+    pub llm_api_key: Option<String>,
+
+    /// Model name sent to the LLM endpoint.
+    #[arg(long, env = "SLESS_LLM_MODEL", default_value = "gpt-4o-mini")]
+    pub llm_model: String,
+
+    /// Seconds to wait for the LLM reviewer.
+    #[arg(long, env = "SLESS_LLM_TIMEOUT", default_value_t = 15)]
+    pub llm_timeout: u64,
+
+    /// File whose text replaces the reviewer's system prompt.
+    #[arg(long, env = "SLESS_LLM_PROMPT_FILE")]
+    pub llm_prompt_file: Option<PathBuf>,
+
+    /// What an LLM failure does: open (warn, continue, status "unchecked") or closed (refuse with 503).
+    #[arg(long, env = "SLESS_LLM_FAIL_MODE", default_value = "open")]
+    pub llm_fail_mode: sless_codecheck::FailMode,
+
+    /// Most bytes of text sent to the LLM reviewer; above it the review is skipped.
+    #[arg(long, env = "SLESS_LLM_SIZE_BUDGET", default_value_t = 100 * 1024)]
+    pub llm_size_budget: usize,
+
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, env = "SLESS_SHUTDOWN_GRACE_SEC", default_value_t = 30)]
     pub shutdown_grace_sec: u64,
@@ -85,6 +117,20 @@ impl Config {
         match &self.external_url {
             Some(url) => url.trim_end_matches('/').to_string(),
             None => format!("http://{}", self.listen),
+        }
+    }
+
+    /// The code-safety gate's settings.
+    pub fn code_check(&self) -> sless_codecheck::CheckConfig {
+        sless_codecheck::CheckConfig {
+            mode: self.code_check,
+            llm_endpoint: self.llm_endpoint.clone(),
+            llm_api_key: self.llm_api_key.clone(),
+            llm_model: self.llm_model.clone(),
+            llm_timeout: std::time::Duration::from_secs(self.llm_timeout),
+            llm_prompt_file: self.llm_prompt_file.clone(),
+            fail_mode: self.llm_fail_mode,
+            size_budget_bytes: self.llm_size_budget,
         }
     }
 

@@ -42,6 +42,8 @@ pub enum Error {
     Blob(#[from] object_store::Error),
     #[error("{0}")]
     Internal(String),
+    #[error(transparent)]
+    CodeCheck(#[from] sless_codecheck::CheckError),
 }
 
 impl Error {
@@ -59,6 +61,12 @@ impl Error {
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::CodeCheck(sless_codecheck::CheckError::Rejected { .. }) => {
+                StatusCode::BAD_REQUEST
+            }
+            Error::CodeCheck(sless_codecheck::CheckError::Unavailable { .. }) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Error::Store(_) | Error::Blob(_) | Error::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

@@ -19,6 +19,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("creating data dir {}: {e}", config.data_dir.display()))?;
     let store = store::open(&config.database_url()).await?;
     let blobs = blobs::open(&config.blob_url())?;
+    let check_metrics = Arc::new(sless_codecheck::CheckMetrics::new());
+    let code_check = sless_codecheck::build(&config.code_check(), check_metrics.clone())
+        .map_err(|e| anyhow::anyhow!("code check settings: {e}"))?;
     let admin_hash = auth::admin_token_hash(config.admin_token.as_deref(), &config.data_dir)?;
     let listener = TcpListener::bind(config.listen)
         .await
@@ -37,6 +40,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store,
         blobs,
         archive_rules,
+        code_check,
+        check_metrics,
         admin_hash,
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()), "sless server started");

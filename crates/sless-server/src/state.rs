@@ -7,6 +7,7 @@ use object_store::ObjectStore;
 use crate::archive::ArchiveRules;
 use crate::config::Config;
 use crate::store::Store;
+use sless_codecheck::{CheckMetrics, CodeValidator};
 
 /// Shared by every handler through axum's router state.
 pub struct AppState {
@@ -14,6 +15,9 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub blobs: Arc<dyn ObjectStore>,
     pub archive_rules: ArchiveRules,
+    /// The code-safety gate run on every upload.
+    pub code_check: Arc<dyn CodeValidator>,
+    pub check_metrics: Arc<CheckMetrics>,
     /// sha256 of the admin token.
     pub admin_hash: String,
 }

@@ -4,6 +4,7 @@
 mod api {
     mod archive_rules;
     mod auth;
+    mod code_check;
     mod functions;
     pub mod harness;
     mod lifecycle;

@@ -240,6 +240,14 @@ pub async fn upload_code(
     let unpacked = tokio::task::spawn_blocking(move || rules.check(&checked_zip))
         .await
         .map_err(Error::internal)??;
+    let files: Vec<_> = unpacked
+        .files
+        .iter()
+        .map(|f| sless_codecheck::SourceFile::new(f.path.clone(), f.contents.clone()))
+        .collect();
+    let verdict = state.code_check.check(&files).await.inspect_err(|e| {
+        tracing::warn!(namespace = %ns, function = %name, error = %e, "upload refused by the code check");
+    })?;
     let code_hash = hex::encode(Sha256::digest(&zip));
     state
         .blobs
@@ -249,6 +257,7 @@ pub async fn upload_code(
         serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
     status.code_hash = Some(code_hash.clone());
     status.phase = Phase::Building;
+    status.validation = Some(verdict.summary().to_string());
     status.message = format!(
         "archive accepted ({} files, {} bytes unpacked); waiting for the build",
         unpacked.files.len(),

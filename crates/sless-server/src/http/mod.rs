@@ -56,6 +56,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 
     Router::new()
         .route("/healthz", get(system::healthz))
+        .route("/metrics", get(system::metrics))
         .route("/fn/{ns}/{name}", any(gateway::invoke))
         .route("/fn/{ns}/{name}/", any(gateway::invoke))
         .route("/fn/{ns}/{name}/{*rest}", any(gateway::invoke))

@@ -11,6 +11,7 @@ use super::{functions, system, tokens};
     paths(
         system::healthz,
         system::openapi_json,
+        system::metrics,
         tokens::create,
         tokens::list,
         tokens::delete,

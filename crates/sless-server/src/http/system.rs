@@ -27,3 +27,17 @@ pub async fn not_found(uri: Uri) -> Error {
 pub async fn method_not_allowed(method: Method, uri: Uri) -> Error {
     Error::MethodNotAllowed(format!("method {method} is not allowed on {}", uri.path()))
 }
+
+/// Prometheus text exposition of the server's counters.
+#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(
+    axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::state::AppState>>,
+) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.check_metrics.render_prometheus(),
+    )
+}
