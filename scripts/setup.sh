@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in bubblewrap psmisc; do
+for pkg in bubblewrap python3-pip psmisc; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -51,9 +51,10 @@ pub struct FunctionSpec {
     pub min_instances: u32,
     #[serde(default = "default_max_instances")]
     pub max_instances: u32,
-    /// Fixed instance count: 0 = autoscale, N = pinned to N.
+    /// Fixed instance count: absent/null = autoscale between min and max,
+    /// 0 = off (the gateway answers 503), N = pinned to N instances.
     #[serde(default)]
-    pub replicas: u32,
+    pub replicas: Option<u32>,
     #[serde(default = "default_build_timeout_sec")]
     pub build_timeout_sec: u32,
 }
@@ -147,6 +148,10 @@ pub struct FunctionStatus {
     pub last_built_at: Option<DateTime<Utc>>,
     /// The code-safety gate's decision on the last upload.
     pub validation: Option<String>,
+    /// The built artifact serving `version` (driver-specific id).
+    pub artifact: Option<String>,
+    /// The code_hash `artifact` was built from.
+    pub built_hash: Option<String>,
 }
 
 /// `POST /v1/namespaces/{ns}/functions` body: a name and the spec.

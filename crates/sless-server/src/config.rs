@@ -92,6 +92,34 @@ pub struct Config {
     #[arg(long, env = "SLESS_LLM_SIZE_BUDGET", default_value_t = 100 * 1024)]
     pub llm_size_budget: usize,
 
+    /// Largest request body the /fn gateway passes to a handler.
+    #[arg(long, env = "SLESS_MAX_INVOKE_BYTES", default_value_t = 6 * 1024 * 1024)]
+    pub max_invoke_bytes: usize,
+
+    /// Seconds an instance may sit idle before it is stopped (scale to zero).
+    #[arg(long, env = "SLESS_IDLE_TIMEOUT_SEC", default_value_t = 300)]
+    pub idle_timeout_sec: u64,
+
+    /// Requests that may wait for an instance per function; beyond it callers get 429.
+    #[arg(long, env = "SLESS_MAX_QUEUE", default_value_t = 100)]
+    pub max_queue: usize,
+
+    /// Pre-started generic interpreters kept per runtime for fast cold starts.
+    #[arg(long, env = "SLESS_WARM_INSTANCES", default_value_t = 2)]
+    pub warm_instances: usize,
+
+    /// Python 3.11 interpreter that runs handlers and pip (must live under /usr for the sandbox).
+    #[arg(long, env = "SLESS_PYTHON", default_value = "/usr/bin/python3.11")]
+    pub python: String,
+
+    /// Node.js 20 binary that runs handlers.
+    #[arg(long, env = "SLESS_NODE", default_value = "/usr/bin/node")]
+    pub node: String,
+
+    /// npm used for Node builds.
+    #[arg(long, env = "SLESS_NPM", default_value = "/usr/bin/npm")]
+    pub npm: String,
+
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, env = "SLESS_SHUTDOWN_GRACE_SEC", default_value_t = 30)]
     pub shutdown_grace_sec: u64,
@@ -156,6 +184,17 @@ impl Config {
         if let Some(url) = &self.external_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 anyhow::bail!("SLESS_EXTERNAL_URL {url:?}: expected an http:// or https:// URL");
+            }
+        }
+        for (name, path) in [
+            ("SLESS_PYTHON", &self.python),
+            ("SLESS_NODE", &self.node),
+            ("SLESS_NPM", &self.npm),
+        ] {
+            if !std::path::Path::new(path).exists() {
+                anyhow::bail!(
+                    "{name} {path:?}: no such file; install it or point {name} at the binary"
+                );
             }
         }
         if let Some(token) = &self.admin_token {

@@ -32,18 +32,24 @@ pub enum Error {
     #[error("{0}")]
     MethodNotAllowed(String),
     #[error("{message}")]
+    TooManyRequests { message: String, retry_after: u64 },
+    #[error("{message}")]
     Unavailable {
         message: String,
         retry_after: Option<u64>,
     },
+    #[error("{0}")]
+    BadGateway(String),
+    #[error("{0}")]
+    GatewayTimeout(String),
+    #[error(transparent)]
+    CodeCheck(#[from] sless_codecheck::CheckError),
     #[error("database error: {0}")]
     Store(#[from] sqlx::Error),
     #[error("code store error: {0}")]
     Blob(#[from] object_store::Error),
     #[error("{0}")]
     Internal(String),
-    #[error(transparent)]
-    CodeCheck(#[from] sless_codecheck::CheckError),
 }
 
 impl Error {
@@ -52,25 +58,69 @@ impl Error {
     }
 
     pub fn status(&self) -> StatusCode {
+        use sless_codecheck::CheckError;
         match self {
             Error::BadRequest(_) | Error::Archive { .. } => StatusCode::BAD_REQUEST,
+            Error::CodeCheck(CheckError::Rejected { .. }) => StatusCode::BAD_REQUEST,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Error::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            Error::TooManyRequests { .. } => StatusCode::TOO_MANY_REQUESTS,
             Error::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Error::CodeCheck(sless_codecheck::CheckError::Rejected { .. }) => {
-                StatusCode::BAD_REQUEST
-            }
-            Error::CodeCheck(sless_codecheck::CheckError::Unavailable { .. }) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Error::CodeCheck(CheckError::Unavailable { .. }) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Error::Store(_) | Error::Blob(_) | Error::Internal(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         }
+    }
+
+    /// The response with the request id in the body and the `x-request-id` header.
+    pub fn into_response_for(self, request_id: &str) -> Response {
+        let mut response = self.response(Some(request_id.to_string()));
+        if let Ok(value) = HeaderValue::from_str(request_id) {
+            response.headers_mut().insert("x-request-id", value);
+        }
+        response
+    }
+
+    fn response(self, request_id: Option<String>) -> Response {
+        let status = self.status();
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %self, "request failed");
+        }
+        let (entry, rule) = match &self {
+            Error::Archive { entry, rule, .. } => (entry.clone(), Some(rule.to_string())),
+            _ => (None, None),
+        };
+        let body = ErrorBody {
+            error: self.to_string(),
+            entry,
+            rule,
+            request_id,
+        };
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        match &self {
+            Error::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Error::Unavailable {
+                retry_after: Some(secs),
+                ..
+            }
+            | Error::TooManyRequests {
+                retry_after: secs, ..
+            } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*secs));
+            }
+            _ => {}
+        }
+        response
     }
 }
 
@@ -82,37 +132,6 @@ impl From<sless_api::NameError> for Error {
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
-        let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
-        }
-        let (entry, rule) = match &self {
-            Error::Archive { entry, rule, .. } => (entry.clone(), Some(rule.to_string())),
-            _ => (None, None),
-        };
-        let body = ErrorBody {
-            error: self.to_string(),
-            entry,
-            rule,
-            request_id: None,
-        };
-        let mut response = (status, axum::Json(body)).into_response();
-        match &self {
-            Error::Unauthorized => {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            Error::Unavailable {
-                retry_after: Some(secs),
-                ..
-            } => {
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(*secs));
-            }
-            _ => {}
-        }
-        response
+        self.response(None)
     }
 }

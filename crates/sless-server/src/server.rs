@@ -35,6 +35,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_entries: config.max_archive_entries,
         ..ArchiveRules::default()
     };
+    let driver: Arc<dyn crate::driver::Driver> = Arc::new(crate::local::LocalDriver::start(
+        &config.data_dir,
+        crate::local::LocalSettings {
+            python: config.python.clone(),
+            node: config.node.clone(),
+            npm: config.npm.clone(),
+            warm_per_runtime: config.warm_instances,
+            pool: crate::local::PoolSettings {
+                idle_timeout: Duration::from_secs(config.idle_timeout_sec),
+                max_queue: config.max_queue,
+                load_timeout: Duration::from_secs(30),
+            },
+        },
+    )?);
+    let deployer = crate::deploy::Deployer::new(store.clone(), blobs.clone(), driver.clone());
+    deployer.restore_all().await?;
     let state = Arc::new(AppState {
         config,
         store,
@@ -42,6 +58,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         archive_rules,
         code_check,
         check_metrics,
+        driver: driver.clone(),
+        deployer,
         admin_hash,
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()), "sless server started");
@@ -61,6 +79,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             tracing::warn!(grace_sec = grace.as_secs(), "grace period over; exiting with requests still in flight");
         }
     }
+    driver.shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -6,6 +6,8 @@ use object_store::ObjectStore;
 
 use crate::archive::ArchiveRules;
 use crate::config::Config;
+use crate::deploy::Deployer;
+use crate::driver::Driver;
 use crate::store::Store;
 use sless_codecheck::{CheckMetrics, CodeValidator};
 
@@ -18,6 +20,8 @@ pub struct AppState {
     /// The code-safety gate run on every upload.
     pub code_check: Arc<dyn CodeValidator>,
     pub check_metrics: Arc<CheckMetrics>,
+    pub driver: Arc<dyn Driver>,
+    pub deployer: Arc<Deployer>,
     /// sha256 of the admin token.
     pub admin_hash: String,
 }

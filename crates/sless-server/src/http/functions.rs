@@ -11,6 +11,7 @@ use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List, Pha
 
 use super::body::{from_value, merge_patch, JsonObject, RawBody};
 use crate::blobs;
+use crate::driver::FunctionKey;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
@@ -178,9 +179,26 @@ pub async fn patch(
         ));
     }
     record.spec = to_value(&spec)?;
-    record.updated_at = crate::store::now();
-    state.store.update(Kind::Function, &record).await?;
-    Ok(Json(to_function(record)?))
+    state
+        .store
+        .update_spec(Kind::Function, &ns, &name, &record.spec)
+        .await?;
+    let function = to_function(
+        state
+            .store
+            .get(Kind::Function, &ns, &name)
+            .await?
+            .ok_or_else(|| not_found(&ns, &name))?,
+    )?;
+    state
+        .deployer
+        .apply_spec(
+            &FunctionKey::new(&ns, &name),
+            function.spec.clone(),
+            &function.status,
+        )
+        .await;
+    Ok(Json(function))
 }
 
 /// Delete a function and its code archives.
@@ -197,6 +215,7 @@ pub async fn delete(
     if !state.store.delete(Kind::Function, &ns, &name).await? {
         return Err(not_found(&ns, &name));
     }
+    state.driver.remove(&FunctionKey::new(&ns, &name)).await;
     remove_archives(&state, &ns, &name).await;
     tracing::info!(namespace = %ns, function = %name, "function deleted");
     Ok(StatusCode::NO_CONTENT)
@@ -264,8 +283,18 @@ pub async fn upload_code(
         unpacked.total_bytes
     );
     record.status = to_value(&status)?;
-    record.updated_at = crate::store::now();
-    state.store.update(Kind::Function, &record).await?;
+    state
+        .store
+        .update_status(Kind::Function, &ns, &name, &record.status)
+        .await?;
     tracing::info!(namespace = %ns, function = %name, code_hash = %code_hash, "code archive stored");
+    state
+        .deployer
+        .start_build(FunctionKey::new(&ns, &name), code_hash);
+    let record = state
+        .store
+        .get(Kind::Function, &ns, &name)
+        .await?
+        .ok_or_else(|| not_found(&ns, &name))?;
     Ok((StatusCode::ACCEPTED, Json(to_function(record)?)))
 }

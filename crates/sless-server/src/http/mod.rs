@@ -27,6 +27,7 @@ use crate::state::AppState;
 pub fn router(state: Arc<AppState>) -> Router {
     let upload_limit = DefaultBodyLimit::max(state.config.max_upload_bytes);
     let json_limit = DefaultBodyLimit::max(state.config.max_json_bytes);
+    let invoke_limit = DefaultBodyLimit::max(state.config.max_invoke_bytes);
 
     // Everything under /v1: bearer auth wraps the routes and the 404 fallback,
     // so an unknown /v1 path without a token is a 401, not a hint.
@@ -57,9 +58,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(system::healthz))
         .route("/metrics", get(system::metrics))
-        .route("/fn/{ns}/{name}", any(gateway::invoke))
-        .route("/fn/{ns}/{name}/", any(gateway::invoke))
-        .route("/fn/{ns}/{name}/{*rest}", any(gateway::invoke))
+        .route("/fn/{ns}/{name}", any(gateway::invoke).layer(invoke_limit.clone()))
+        .route("/fn/{ns}/{name}/", any(gateway::invoke).layer(invoke_limit.clone()))
+        .route("/fn/{ns}/{name}/{*rest}", any(gateway::invoke).layer(invoke_limit))
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)

@@ -70,6 +70,22 @@ pub trait Store: Send + Sync + 'static {
     async fn list_all(&self, kind: Kind) -> Result<Vec<Record>>;
     /// Replaces spec and status; `Error::NotFound` when it is gone.
     async fn update(&self, kind: Kind, record: &Record) -> Result<()>;
+    /// Replaces only the status (spec edits and status updates never overwrite each other).
+    async fn update_status(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        status: &Value,
+    ) -> Result<()>;
+    /// Replaces only the spec.
+    async fn update_spec(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        spec: &Value,
+    ) -> Result<()>;
     /// Returns whether a resource was deleted.
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
 

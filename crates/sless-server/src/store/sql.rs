@@ -71,6 +71,37 @@ macro_rules! sql_store {
                 })
             }
 
+            /// Sets one JSON column (`spec` or `status`) and `updated_at`.
+            async fn update_column(
+                &self,
+                column: &'static str,
+                kind: Kind,
+                namespace: &str,
+                name: &str,
+                value: &serde_json::Value,
+            ) -> Result<()> {
+                let sql = format!(
+                    "UPDATE resources SET {column} = $1, updated_at = $2 WHERE kind = $3 AND namespace = $4 AND name = $5"
+                );
+                let done = sqlx::query(&sql)
+                    .bind(json_text(value))
+                    .bind(time_text(&$crate::store::now()))
+                    .bind(kind.as_str())
+                    .bind(namespace)
+                    .bind(name)
+                    .execute(&self.pool)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(Error::NotFound(format!(
+                        "{} {:?} not found in namespace {:?}",
+                        kind.as_str(),
+                        name,
+                        namespace
+                    )));
+                }
+                Ok(())
+            }
+
             fn token(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<TokenRecord> {
                 let namespaces: String = row.try_get("namespaces")?;
                 Ok(TokenRecord {
@@ -170,6 +201,14 @@ macro_rules! sql_store {
                     )));
                 }
                 Ok(())
+            }
+
+            async fn update_status(&self, kind: Kind, namespace: &str, name: &str, status: &serde_json::Value) -> Result<()> {
+                self.update_column("status", kind, namespace, name, status).await
+            }
+
+            async fn update_spec(&self, kind: Kind, namespace: &str, name: &str, spec: &serde_json::Value) -> Result<()> {
+                self.update_column("spec", kind, namespace, name, spec).await
             }
 
             async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool> {

@@ -1,0 +1,245 @@
+//! Builds an uploaded archive into an artifact directory: unpack, then install
+//! dependencies (`pip install --target .deps` for Python, `npm install
+//! --omit=dev` for Node) inside the sandbox as an unprivileged user, within
+//! the function's build timeout. Artifacts are content-addressed by code and
+//! shim version, so a rebuild of the same code is free.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sless_api::Runtime;
+use tokio::io::AsyncReadExt;
+
+use super::launcher::Launcher;
+use super::sandbox::{make_owned_dir, Limits, Spec};
+use crate::driver::{BuildError, BuildJob, Built};
+
+/// Lines of the build log kept for `status.message`.
+const LOG_TAIL_LINES: usize = 20;
+
+const BUILD_LIMITS: Limits = Limits {
+    memory_bytes: 4 << 30,
+    processes: 512,
+    cpu_seconds: 3600,
+    open_files: 4096,
+};
+
+pub struct Builder {
+    pub artifacts_dir: PathBuf,
+    launcher: Arc<Launcher>,
+    python: String,
+    npm: String,
+}
+
+impl Builder {
+    pub fn new(
+        artifacts_dir: PathBuf,
+        launcher: Arc<Launcher>,
+        python: String,
+        npm: String,
+    ) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&artifacts_dir)?;
+        // Leftovers of builds interrupted by a crash.
+        for entry in std::fs::read_dir(&artifacts_dir)?.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(".build-") {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        Ok(Builder {
+            artifacts_dir,
+            launcher,
+            python,
+            npm,
+        })
+    }
+
+    pub fn artifact_dir(&self, artifact: &str) -> PathBuf {
+        self.artifacts_dir.join(artifact)
+    }
+
+    pub async fn build(&self, job: BuildJob, artifact: String) -> Result<Built, BuildError> {
+        let dir = self.artifact_dir(&artifact);
+        if dir.is_dir() {
+            return Ok(Built {
+                artifact,
+                log_tail: "same code built before; reusing the artifact".into(),
+            });
+        }
+        let uid = self.launcher.sandbox.allocate_uid();
+        let work = self
+            .artifacts_dir
+            .join(format!(".build-{artifact}-{:08x}", rand::random::<u32>()));
+        make_owned_dir(&work, uid)
+            .map_err(|e| BuildError::Internal(format!("creating build dir: {e}")))?;
+        let result = self.build_in(&job, &work, uid).await;
+        match result {
+            Ok(log) => {
+                std::fs::rename(&work, &dir)
+                    .map_err(|e| BuildError::Internal(format!("saving artifact: {e}")))?;
+                Ok(Built {
+                    artifact,
+                    log_tail: tail(&log),
+                })
+            }
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&work);
+                Err(e)
+            }
+        }
+    }
+
+    async fn build_in(
+        &self,
+        job: &BuildJob,
+        work: &Path,
+        uid: Option<u32>,
+    ) -> Result<String, BuildError> {
+        let archive = job.archive.clone();
+        let target = work.to_path_buf();
+        let files = tokio::task::spawn_blocking(move || unpack(&archive, &target, uid))
+            .await
+            .map_err(|e| BuildError::Internal(e.to_string()))?
+            .map_err(|e| BuildError::Failed {
+                log_tail: format!("unpacking the archive: {e}"),
+            })?;
+        let mut log = format!("unpacked {files} files\n");
+        let step = match job.runtime {
+            Runtime::Python311 if work.join("requirements.txt").is_file() => Some((
+                self.python.as_str(),
+                vec![
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-input",
+                    "--disable-pip-version-check",
+                    "--no-cache-dir",
+                    "--break-system-packages",
+                    "--target",
+                    ".deps",
+                    "-r",
+                    "requirements.txt",
+                ],
+            )),
+            Runtime::Nodejs20 if work.join("package.json").is_file() => Some((
+                self.npm.as_str(),
+                vec![
+                    "install",
+                    "--omit=dev",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-update-notifier",
+                ],
+            )),
+            _ => None,
+        };
+        let Some((program, args)) = step else {
+            log.push_str("no dependencies to install\n");
+            return Ok(log);
+        };
+        let seen = self.launcher.sandbox.seen_path(work, "/build");
+        let spec = Spec {
+            program,
+            args: args.into_iter().map(String::from).collect(),
+            ro: vec![],
+            rw: vec![(work.to_path_buf(), "/build".into())],
+            chdir: seen,
+            env: vec![("npm_config_cache".into(), "/tmp/.npm".into())],
+            share_net: true,
+        };
+        let mut child = self
+            .launcher
+            .sandbox
+            .command(&spec, uid, BUILD_LIMITS)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;
+        let mut stdout = child.stdout.take().expect("piped");
+        let mut stderr = child.stderr.take().expect("piped");
+        let collect = async {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let _ = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+            let status = child.wait().await;
+            (out, err, status)
+        };
+        match tokio::time::timeout(job.timeout, collect).await {
+            Ok((out, err, status)) => {
+                log.push_str(&String::from_utf8_lossy(&out));
+                log.push_str(&String::from_utf8_lossy(&err));
+                match status {
+                    Ok(s) if s.success() => Ok(log),
+                    Ok(s) => Err(BuildError::Failed {
+                        log_tail: format!("{program} {}: {}", exit_text(s), tail(&log)),
+                    }),
+                    Err(e) => Err(BuildError::Internal(format!("waiting for {program}: {e}"))),
+                }
+            }
+            Err(_) => Err(BuildError::TimedOut {
+                after: job.timeout,
+                log_tail: tail(&log),
+            }),
+        }
+    }
+}
+
+fn exit_text(status: std::process::ExitStatus) -> String {
+    match status.code() {
+        Some(code) => format!("exited with {code}"),
+        None => "was killed".to_string(),
+    }
+}
+
+/// The last lines of a log.
+pub fn tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+}
+
+/// Unpacks a checked archive (the upload rules ran already) into `dir`.
+fn unpack(zip_bytes: &[u8], dir: &Path, owner: Option<u32>) -> std::io::Result<usize> {
+    let own = |path: &Path| match owner {
+        Some(uid) => std::os::unix::fs::chown(path, Some(uid), Some(uid)),
+        None => Ok(()),
+    };
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(zip_bytes))?;
+    let mut files = 0;
+    for index in 0..archive.len() {
+        let mut entry = archive.by_index(index)?;
+        let Some(relative) = entry.enclosed_name() else {
+            return Err(std::io::Error::other(format!(
+                "entry {:?} escapes the directory",
+                entry.name()
+            )));
+        };
+        let path = dir.join(relative);
+        if entry.is_dir() {
+            make_dirs(dir, &path, &own)?;
+            continue;
+        }
+        if let Some(parent) = path.parent() {
+            make_dirs(dir, parent, &own)?;
+        }
+        let mut contents = Vec::with_capacity(entry.size() as usize);
+        entry.read_to_end(&mut contents)?;
+        std::fs::write(&path, contents)?;
+        own(&path)?;
+        files += 1;
+    }
+    Ok(files)
+}
+
+/// Creates `path` and its missing parents below `root`, each owned as `own` says.
+fn make_dirs(
+    root: &Path,
+    path: &Path,
+    own: &dyn Fn(&Path) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    if path == root || path.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = path.parent() {
+        make_dirs(root, parent, own)?;
+    }
+    std::fs::create_dir(path)?;
+    own(path)
+}

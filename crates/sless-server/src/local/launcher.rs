@@ -1,0 +1,133 @@
+//! Starts shim processes in the sandbox and links a function's artifact into
+//! an instance's slot (the directory it sees as /code).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sless_api::Runtime;
+
+use super::process::ShimProcess;
+use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
+
+/// The shims, embedded in the binary and written out at start.
+const PYTHON_SHIM: &str = include_str!("../../../../runtimes/python/sless_shim.py");
+const NODE_SHIM: &str = include_str!("../../../../runtimes/node/sless_shim.js");
+
+/// Version of the embedded shims: a digest of their text, so any change
+/// rebuilds and rolls every function.
+pub fn shim_version() -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(PYTHON_SHIM)
+        .chain_update(NODE_SHIM)
+        .finalize();
+    hex::encode(&digest[..6])
+}
+
+/// Limits of a warm shim before it knows its function.
+const WARM_LIMITS: Limits = Limits {
+    memory_bytes: 1 << 30,
+    processes: 128,
+    cpu_seconds: 3600,
+    open_files: 1024,
+};
+
+/// Knows where runtimes, shims and slots are, and how to start a shim.
+pub struct Launcher {
+    pub sandbox: Sandbox,
+    shim_dir: PathBuf,
+    slots_dir: PathBuf,
+    python: String,
+    node: String,
+}
+
+impl Launcher {
+    pub fn new(data_dir: &Path, python: String, node: String) -> anyhow::Result<Launcher> {
+        let shim_dir = data_dir.join("shims").join(shim_version());
+        std::fs::create_dir_all(&shim_dir)?;
+        std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
+        std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
+        let slots_dir = data_dir.join("slots");
+        let _ = std::fs::remove_dir_all(&slots_dir);
+        std::fs::create_dir_all(&slots_dir)?;
+        set_mode(&slots_dir, 0o711)?;
+        Ok(Launcher {
+            sandbox: Sandbox::detect(),
+            shim_dir,
+            slots_dir,
+            python,
+            node,
+        })
+    }
+
+    /// Starts a generic shim that waits for LOAD.
+    pub async fn spawn_generic(&self, runtime: Runtime) -> Result<Arc<ShimProcess>, String> {
+        let uid = self.sandbox.allocate_uid();
+        let slot = self
+            .slots_dir
+            .join(format!("{:016x}", rand::random::<u64>()));
+        make_owned_dir(&slot, uid).map_err(|e| format!("creating instance slot: {e}"))?;
+        set_mode(&slot, 0o700).map_err(|e| format!("creating instance slot: {e}"))?;
+        let shim = self.sandbox.seen_path(&self.shim_dir, "/sless/shim");
+        let code = self.sandbox.seen_path(&slot, "/code");
+        let (program, args) = match runtime {
+            Runtime::Python311 => (
+                self.python.as_str(),
+                vec![
+                    "-u".to_string(),
+                    "-B".to_string(),
+                    format!("{shim}/sless_shim.py"),
+                ],
+            ),
+            Runtime::Nodejs20 => (self.node.as_str(), vec![format!("{shim}/sless_shim.js")]),
+        };
+        let spec = Spec {
+            program,
+            args,
+            ro: vec![
+                (self.shim_dir.clone(), "/sless/shim".into()),
+                (slot.clone(), "/code".into()),
+            ],
+            rw: vec![],
+            chdir: code,
+            env: vec![],
+            share_net: true,
+        };
+        let child = self
+            .sandbox
+            .command(&spec, uid, WARM_LIMITS)
+            .spawn()
+            .map_err(|e| format!("starting {program}: {e}"))?;
+        ShimProcess::start(child, slot, runtime.to_string()).await
+    }
+
+    /// Where the process sees its code.
+    pub fn code_path(&self, process: &ShimProcess) -> String {
+        self.sandbox.seen_path(&process.slot, "/code")
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+}
+
+/// Mirrors `from` into `to` with hard links (directories made, symlinks
+/// copied): fast, and the instance cannot change the artifact through it
+/// because its slot is bound read-only.
+pub fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let target = to.join(entry.file_name());
+        if kind.is_dir() {
+            std::fs::create_dir(&target)?;
+            link_tree(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &target)?;
+        } else {
+            std::fs::hard_link(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}

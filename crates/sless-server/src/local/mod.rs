@@ -1,0 +1,203 @@
+//! The local driver, the embedded default: builds in a sandboxed directory,
+//! instances as sandboxed runtime processes on this machine, each loaded
+//! from a warm generic interpreter.
+
+mod builder;
+mod frame;
+mod launcher;
+mod pool;
+mod process;
+mod sandbox;
+mod warm;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use sless_api::Runtime;
+
+pub use launcher::shim_version;
+pub use pool::PoolSettings;
+
+use self::builder::Builder;
+use self::launcher::Launcher;
+use self::pool::{FunctionPool, Generation};
+use self::warm::WarmPool;
+use crate::driver::{
+    BuildError, BuildJob, Built, Deployment, Driver, FunctionKey, Invocation, InvocationResult,
+    InvokeError,
+};
+
+/// Settings of the local driver.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    pub python: String,
+    pub node: String,
+    pub npm: String,
+    pub warm_per_runtime: usize,
+    pub pool: PoolSettings,
+}
+
+pub struct LocalDriver {
+    launcher: Arc<Launcher>,
+    builder: Builder,
+    warm: HashMap<Runtime, Arc<WarmPool>>,
+    pools: RwLock<HashMap<FunctionKey, Arc<FunctionPool>>>,
+    settings: LocalSettings,
+}
+
+impl LocalDriver {
+    pub fn start(data_dir: &Path, settings: LocalSettings) -> anyhow::Result<LocalDriver> {
+        let launcher = Arc::new(Launcher::new(
+            data_dir,
+            settings.python.clone(),
+            settings.node.clone(),
+        )?);
+        let builder = Builder::new(
+            data_dir.join("artifacts"),
+            launcher.clone(),
+            settings.python.clone(),
+            settings.npm.clone(),
+        )?;
+        let warm = [Runtime::Python311, Runtime::Nodejs20]
+            .into_iter()
+            .map(|rt| {
+                (
+                    rt,
+                    WarmPool::start(rt, settings.warm_per_runtime, launcher.clone()),
+                )
+            })
+            .collect();
+        tracing::info!(
+            sandbox = if launcher.sandbox.isolated() { "bubblewrap" } else { "rlimits only" },
+            shim_version = %shim_version(),
+            "local driver started"
+        );
+        Ok(LocalDriver {
+            launcher,
+            builder,
+            warm,
+            pools: RwLock::new(HashMap::new()),
+            settings,
+        })
+    }
+
+    fn pool(&self, key: &FunctionKey) -> Option<Arc<FunctionPool>> {
+        self.pools.read().unwrap().get(key).cloned()
+    }
+}
+
+#[async_trait]
+impl Driver for LocalDriver {
+    async fn build(&self, job: BuildJob) -> Result<Built, BuildError> {
+        let artifact = self.artifact_id(job.runtime, &job.code_hash);
+        self.builder.build(job, artifact).await
+    }
+
+    async fn has_artifact(&self, artifact: &str) -> bool {
+        self.builder.artifact_dir(artifact).is_dir()
+    }
+
+    fn artifact_id(&self, runtime: Runtime, code_hash: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::new()
+            .chain_update(runtime.as_str())
+            .chain_update(code_hash)
+            .chain_update(shim_version())
+            .finalize();
+        hex::encode(&digest[..16])
+    }
+
+    async fn deploy(&self, deployment: Deployment) {
+        let pool = {
+            let mut pools = self.pools.write().unwrap();
+            pools
+                .entry(deployment.key.clone())
+                .or_insert_with(|| {
+                    FunctionPool::new(
+                        deployment.key.clone(),
+                        self.launcher.clone(),
+                        self.warm[&deployment.spec.runtime].clone(),
+                        self.settings.pool.clone(),
+                    )
+                })
+                .clone()
+        };
+        pool.set_generation(Generation {
+            version: deployment.version,
+            artifact_dir: self.builder.artifact_dir(&deployment.artifact),
+            spec: deployment.spec,
+        });
+    }
+
+    async fn set_enabled(&self, key: &FunctionKey, enabled: bool) {
+        if let Some(pool) = self.pool(key) {
+            pool.set_enabled(enabled);
+        }
+    }
+
+    async fn invoke(
+        &self,
+        key: &FunctionKey,
+        invocation: Invocation,
+    ) -> Result<InvocationResult, InvokeError> {
+        let pool = self
+            .pool(key)
+            .ok_or_else(|| InvokeError::NotReady(key.clone()))?;
+        let (lease, cold_start) = pool.acquire().await?;
+        let deadline_ms = chrono::Utc::now().timestamp_millis()
+            + i64::from(lease.instance.generation.spec.timeout_sec) * 1000;
+        let headers: serde_json::Map<String, serde_json::Value> = invocation
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let head = json!({
+            "kind": invocation.kind.as_str(),
+            "request_id": invocation.request_id,
+            "deadline_ms": deadline_ms,
+            "method": invocation.method,
+            "path": invocation.path,
+            "query": invocation.query,
+            "headers": headers,
+            "event": invocation.event,
+        });
+        let head = serde_json::to_vec(&head).expect("JSON of plain values");
+        let version = lease.instance.generation.version;
+        let output = pool::run(&lease, &head, &invocation.body, key).await?;
+        Ok(InvocationResult {
+            status: output.status,
+            headers: output.headers,
+            body: output.body,
+            logs: output.logs,
+            cold_start,
+            version,
+        })
+    }
+
+    async fn remove(&self, key: &FunctionKey) {
+        if let Some(pool) = self.pools.write().unwrap().remove(key) {
+            pool.remove();
+        }
+    }
+
+    async fn shutdown(&self) {
+        for warm in self.warm.values() {
+            warm.stop();
+        }
+        let pools: Vec<_> = self
+            .pools
+            .write()
+            .unwrap()
+            .drain()
+            .map(|(_, p)| p)
+            .collect();
+        for pool in pools {
+            pool.remove();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,448 @@
+//! The instances of one function: scale from zero on demand, per-instance
+//! concurrency, more instances while requests wait (up to the maximum), a
+//! bounded wait queue (429 beyond it), idle scale-down, pinned replicas, and
+//! rollouts where a new version's instances replace the old ones, which
+//! drain.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sless_api::FunctionSpec;
+use tokio::sync::Notify;
+
+use super::launcher::{link_tree, Launcher};
+use super::process::{Output, ShimProcess};
+use super::sandbox::limit_memory_tree;
+use super::warm::WarmPool;
+use crate::driver::{FunctionKey, InvokeError};
+
+/// Scaling settings shared by every function of this server.
+#[derive(Debug, Clone)]
+pub struct PoolSettings {
+    pub idle_timeout: Duration,
+    pub max_queue: usize,
+    pub load_timeout: Duration,
+}
+
+/// One deployed version with its spec.
+pub struct Generation {
+    pub version: u64,
+    pub artifact_dir: PathBuf,
+    pub spec: FunctionSpec,
+}
+
+/// A loaded shim serving one generation.
+pub struct Instance {
+    pub process: Arc<ShimProcess>,
+    pub generation: Arc<Generation>,
+    inflight: AtomicUsize,
+    last_used: Mutex<Instant>,
+}
+
+struct PoolState {
+    generation: Option<Arc<Generation>>,
+    enabled: bool,
+    removed: bool,
+    instances: Vec<Arc<Instance>>,
+    starting: usize,
+    waiting: usize,
+    last_start_error: Option<(Instant, String)>,
+}
+
+/// The instances of one function.
+pub struct FunctionPool {
+    key: FunctionKey,
+    launcher: Arc<Launcher>,
+    warm: Arc<WarmPool>,
+    settings: PoolSettings,
+    state: Mutex<PoolState>,
+    changed: Notify,
+}
+
+/// A claim on one slot of an instance's concurrency; released on drop.
+pub struct Lease {
+    pub instance: Arc<Instance>,
+    pool: Arc<FunctionPool>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        *self.instance.last_used.lock().unwrap() = Instant::now();
+        self.instance.inflight.fetch_sub(1, Ordering::AcqRel);
+        self.pool.changed.notify_waiters();
+    }
+}
+
+/// Counts a request in the wait queue until it leaves it.
+struct Queued<'a>(&'a FunctionPool);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().waiting -= 1;
+    }
+}
+
+impl FunctionPool {
+    pub fn new(
+        key: FunctionKey,
+        launcher: Arc<Launcher>,
+        warm: Arc<WarmPool>,
+        settings: PoolSettings,
+    ) -> Arc<Self> {
+        let pool = Arc::new(FunctionPool {
+            key,
+            launcher,
+            warm,
+            settings,
+            state: Mutex::new(PoolState {
+                generation: None,
+                enabled: true,
+                removed: false,
+                instances: Vec::new(),
+                starting: 0,
+                waiting: 0,
+                last_start_error: None,
+            }),
+            changed: Notify::new(),
+        });
+        tokio::spawn(supervise(Arc::downgrade(&pool)));
+        pool
+    }
+
+    /// Makes `generation` the serving one; the old instances drain and stop.
+    pub fn set_generation(&self, generation: Generation) {
+        let old = {
+            let mut st = self.state.lock().unwrap();
+            st.generation = Some(Arc::new(generation));
+            st.last_start_error = None;
+            std::mem::take(&mut st.instances)
+        };
+        for instance in old {
+            tokio::spawn(drain(instance));
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub fn set_enabled(&self, enabled: bool) {
+        let old = {
+            let mut st = self.state.lock().unwrap();
+            st.enabled = enabled;
+            if enabled {
+                Vec::new()
+            } else {
+                std::mem::take(&mut st.instances)
+            }
+        };
+        for instance in old {
+            tokio::spawn(drain(instance));
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub fn remove(&self) {
+        let old = {
+            let mut st = self.state.lock().unwrap();
+            st.removed = true;
+            std::mem::take(&mut st.instances)
+        };
+        for instance in old {
+            instance.process.kill();
+        }
+        self.changed.notify_waiters();
+    }
+
+    pub fn instance_count(&self) -> usize {
+        self.state.lock().unwrap().instances.len()
+    }
+
+    /// Waits for a free slot on an instance, starting instances as needed.
+    /// Returns the lease and whether this request waited for a new instance.
+    pub async fn acquire(self: &Arc<Self>) -> Result<(Lease, bool), InvokeError> {
+        let mut queued: Option<Queued<'_>> = None;
+        let mut cold = false;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut st = self.state.lock().unwrap();
+                let generation = match (&st.generation, st.removed) {
+                    (_, true) | (None, _) => return Err(InvokeError::NotReady(self.key.clone())),
+                    (Some(g), false) => g.clone(),
+                };
+                if !st.enabled || generation.spec.replicas == Some(0) {
+                    return Err(InvokeError::Disabled(self.key.clone()));
+                }
+                let concurrency = generation.spec.concurrency.max(1) as usize;
+                let best = st
+                    .instances
+                    .iter()
+                    .filter(|i| i.process.is_alive())
+                    .min_by_key(|i| i.inflight.load(Ordering::Acquire))
+                    .filter(|i| i.inflight.load(Ordering::Acquire) < concurrency)
+                    .cloned();
+                if let Some(instance) = best {
+                    instance.inflight.fetch_add(1, Ordering::AcqRel);
+                    drop(st);
+                    drop(queued);
+                    return Ok((
+                        Lease {
+                            instance,
+                            pool: self.clone(),
+                        },
+                        cold,
+                    ));
+                }
+                cold = true;
+                if st.instances.is_empty() && st.starting == 0 {
+                    if let Some((at, error)) = &st.last_start_error {
+                        if at.elapsed() < Duration::from_secs(2) {
+                            return Err(InvokeError::StartFailed {
+                                key: self.key.clone(),
+                                reason: error.clone(),
+                            });
+                        }
+                    }
+                }
+                let max = generation
+                    .spec
+                    .replicas
+                    .unwrap_or(generation.spec.max_instances) as usize;
+                let live = st.instances.len() + st.starting;
+                let demand = st.waiting + usize::from(queued.is_none());
+                if live < max && st.starting * concurrency < demand {
+                    st.starting += 1;
+                    tokio::spawn(start_instance(self.clone(), generation.clone()));
+                }
+                if queued.is_none() {
+                    if st.waiting >= self.settings.max_queue {
+                        return Err(InvokeError::QueueFull(self.key.clone()));
+                    }
+                    st.waiting += 1;
+                    queued = Some(Queued(self));
+                    let wait = Duration::from_secs(u64::from(generation.spec.timeout_sec));
+                    deadline = Some(tokio::time::Instant::now() + wait);
+                }
+            }
+            if tokio::time::timeout_at(deadline.expect("set when queued"), notified)
+                .await
+                .is_err()
+            {
+                let spec_timeout = self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .generation
+                    .as_ref()
+                    .map(|g| g.spec.timeout_sec);
+                return Err(InvokeError::Timeout {
+                    key: self.key.clone(),
+                    after: Duration::from_secs(u64::from(spec_timeout.unwrap_or(0))),
+                });
+            }
+        }
+    }
+
+    /// Removes a dead or stopped instance.
+    fn forget(&self, process_id: u64) {
+        self.state
+            .lock()
+            .unwrap()
+            .instances
+            .retain(|i| i.process.id != process_id);
+        self.changed.notify_waiters();
+    }
+}
+
+/// Runs one invocation on a leased instance with the function's timeout;
+/// past it the instance is recycled.
+pub async fn run(
+    lease: &Lease,
+    head: &[u8],
+    body: &[u8],
+    key: &FunctionKey,
+) -> Result<Output, InvokeError> {
+    let timeout = Duration::from_secs(u64::from(lease.instance.generation.spec.timeout_sec));
+    match tokio::time::timeout(timeout, lease.instance.process.invoke(head, body)).await {
+        Ok(Ok(output)) => Ok(output),
+        Ok(Err(reason)) => Err(InvokeError::Crashed {
+            key: key.clone(),
+            reason,
+        }),
+        Err(_) => {
+            tracing::warn!(function = %key, instance = lease.instance.process.id, "invocation timed out; recycling the instance");
+            lease.instance.process.kill();
+            lease.pool.forget(lease.instance.process.id);
+            Err(InvokeError::Timeout {
+                key: key.clone(),
+                after: timeout,
+            })
+        }
+    }
+}
+
+async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
+    let started = Instant::now();
+    let result = load_instance(&pool, &generation).await;
+    let mut st = pool.state.lock().unwrap();
+    st.starting -= 1;
+    match result {
+        Ok(process) => {
+            let current = st
+                .generation
+                .as_ref()
+                .is_some_and(|g| Arc::ptr_eq(g, &generation));
+            if current && st.enabled && !st.removed {
+                tracing::info!(function = %pool.key, version = generation.version, instance = process.id,
+                    ms = started.elapsed().as_secs_f64() * 1000.0, "instance started");
+                let instance = Arc::new(Instance {
+                    process: process.clone(),
+                    generation,
+                    inflight: AtomicUsize::new(0),
+                    last_used: Mutex::new(Instant::now()),
+                });
+                st.instances.push(instance);
+                st.last_start_error = None;
+                tokio::spawn(watch_death(Arc::downgrade(&pool), process));
+            } else {
+                process.kill();
+            }
+        }
+        Err(error) => {
+            tracing::warn!(function = %pool.key, %error, "instance failed to start");
+            st.last_start_error = Some((Instant::now(), error));
+        }
+    }
+    drop(st);
+    pool.changed.notify_waiters();
+}
+
+async fn load_instance(
+    pool: &FunctionPool,
+    generation: &Generation,
+) -> Result<Arc<ShimProcess>, String> {
+    let runtime = generation.spec.runtime;
+    let process = match pool.warm.take() {
+        Some(p) => p,
+        None => pool.launcher.spawn_generic(runtime).await?,
+    };
+    let from = generation.artifact_dir.clone();
+    let slot = process.slot.clone();
+    tokio::task::spawn_blocking(move || link_tree(&from, &slot))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("linking code into the instance: {e}"))?;
+    let memory = (u64::from(generation.spec.memory_mb) + 64) << 20;
+    limit_memory_tree(process.pid, memory);
+    let code = pool.launcher.code_path(&process);
+    let path = match runtime {
+        sless_api::Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],
+        sless_api::Runtime::Nodejs20 => vec![format!("{code}/node_modules")],
+    };
+    let load = json!({
+        "code_dir": code,
+        "path": path,
+        "entrypoint": generation.spec.entrypoint,
+        "env": generation.spec.env,
+        "function": pool.key.name,
+        "namespace": pool.key.namespace,
+        "version": generation.version,
+        "concurrency": generation.spec.concurrency,
+    });
+    if let Err(e) = process.load(&load, pool.settings.load_timeout).await {
+        process.kill();
+        return Err(format!(
+            "loading handler {:?}: {e}",
+            generation.spec.entrypoint
+        ));
+    }
+    Ok(process)
+}
+
+async fn watch_death(pool: Weak<FunctionPool>, process: Arc<ShimProcess>) {
+    let mut died = process.died();
+    let reason = loop {
+        if let Some(reason) = died.borrow().clone() {
+            break reason;
+        }
+        if died.changed().await.is_err() {
+            break "instance gone".to_string();
+        }
+    };
+    if let Some(pool) = pool.upgrade() {
+        if reason != "instance stopped" {
+            tracing::warn!(function = %pool.key, instance = process.id, %reason, "instance died; it will be replaced");
+        }
+        pool.forget(process.id);
+    }
+}
+
+/// Lets in-flight invocations of an old instance finish, then stops it.
+async fn drain(instance: Arc<Instance>) {
+    let limit =
+        Instant::now() + Duration::from_secs(u64::from(instance.generation.spec.timeout_sec) + 5);
+    while instance.inflight.load(Ordering::Acquire) > 0 && Instant::now() < limit {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    instance.process.kill();
+}
+
+/// Every 200 ms: scale idle instances down, keep pinned and minimum counts.
+async fn supervise(pool: Weak<FunctionPool>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tick.tick().await;
+        let Some(pool) = pool.upgrade() else { return };
+        let mut st = pool.state.lock().unwrap();
+        if st.removed {
+            return;
+        }
+        let Some(generation) = st.generation.clone() else {
+            continue;
+        };
+        st.instances.retain(|i| i.process.is_alive());
+        let spec = &generation.spec;
+        let keep_min = match spec.replicas {
+            Some(n) => n as usize,
+            None => spec.min_instances as usize,
+        };
+        let keep_min = if st.enabled { keep_min } else { 0 };
+        let idle_timeout = pool.settings.idle_timeout;
+        let mut count = st.instances.len();
+        let mut stop = Vec::new();
+        st.instances.retain(|i| {
+            let idle = i.inflight.load(Ordering::Acquire) == 0;
+            let surplus = match spec.replicas {
+                Some(n) => count > n as usize,
+                None => count > keep_min && i.last_used.lock().unwrap().elapsed() >= idle_timeout,
+            };
+            if idle && surplus {
+                count -= 1;
+                stop.push(i.clone());
+                false
+            } else {
+                true
+            }
+        });
+        let recent_failure = st
+            .last_start_error
+            .as_ref()
+            .is_some_and(|(at, _)| at.elapsed() < Duration::from_secs(2));
+        let missing = keep_min.saturating_sub(st.instances.len() + st.starting);
+        if st.enabled && !recent_failure {
+            for _ in 0..missing {
+                st.starting += 1;
+                tokio::spawn(start_instance(pool.clone(), generation.clone()));
+            }
+        }
+        drop(st);
+        for instance in stop {
+            tracing::info!(function = %pool.key, instance = instance.process.id, "stopping idle instance");
+            instance.process.kill();
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! One running shim process: started warm and generic, then loaded with one
+//! function's code, then serving many invocations multiplexed by id over its
+//! stdin/stdout frames.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::oneshot;
+
+use super::frame::{self, kind};
+use crate::driver::LogChunk;
+
+static NEXT_PROCESS: AtomicU64 = AtomicU64::new(1);
+
+/// The shim's answer to one invocation.
+#[derive(Debug)]
+pub struct Output {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub logs: Vec<LogChunk>,
+}
+
+#[derive(Deserialize)]
+struct OutputHead {
+    status: u16,
+    #[serde(default)]
+    headers: HashMap<String, String>,
+}
+
+#[derive(Deserialize)]
+struct ReadyMsg {
+    ok: bool,
+    #[serde(default)]
+    error: String,
+}
+
+struct Pending {
+    reply: oneshot::Sender<Result<Output, String>>,
+    logs: Vec<LogChunk>,
+    log_bytes: usize,
+}
+
+/// Most bytes of handler output kept per invocation; the rest is dropped and noted.
+pub const LOG_CAP_BYTES: usize = 64 * 1024;
+
+type ReadySlot = Mutex<Option<oneshot::Sender<Result<(), String>>>>;
+
+/// A running shim.
+pub struct ShimProcess {
+    pub id: u64,
+    /// Host pid of the outermost process (prlimit, then bwrap).
+    pub pid: u32,
+    /// The slot directory its code is linked into.
+    pub slot: PathBuf,
+    stdin: tokio::sync::Mutex<ChildStdin>,
+    pending: Mutex<HashMap<u32, Pending>>,
+    ready: ReadySlot,
+    next_id: AtomicU32,
+    alive: AtomicBool,
+    child: Mutex<Option<Child>>,
+    death: tokio::sync::watch::Sender<Option<String>>,
+}
+
+impl ShimProcess {
+    /// Takes over a spawned child and waits for its HELLO frame.
+    pub async fn start(
+        mut child: Child,
+        slot: PathBuf,
+        label: String,
+    ) -> Result<Arc<ShimProcess>, String> {
+        let pid = child.id().ok_or("process exited at once")?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let mut stdout = child.stdout.take().ok_or("no stdout")?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let (death, _) = tokio::sync::watch::channel(None);
+        let process = Arc::new(ShimProcess {
+            id: NEXT_PROCESS.fetch_add(1, Ordering::Relaxed),
+            pid,
+            slot,
+            stdin: tokio::sync::Mutex::new(stdin),
+            pending: Mutex::new(HashMap::new()),
+            ready: Mutex::new(None),
+            next_id: AtomicU32::new(1),
+            alive: AtomicBool::new(true),
+            child: Mutex::new(Some(child)),
+            death,
+        });
+        let instance = process.id;
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "sless::function", instance, function = %label, "{line}");
+            }
+        });
+        let hello =
+            match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
+                Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
+                Ok(Ok(Some(f))) => {
+                    return Err(format!("shim sent frame {:?} before hello", f.kind as char))
+                }
+                Ok(Ok(None)) => return Err(process.exit_reason("shim exited before saying hello")),
+                Ok(Err(e)) => return Err(format!("reading shim hello: {e}")),
+                Err(_) => {
+                    process.kill();
+                    return Err("shim did not say hello within 20 s".into());
+                }
+            };
+        tracing::debug!(instance, hello = %String::from_utf8_lossy(&hello.payload), "shim started");
+        let reader = process.clone();
+        tokio::spawn(async move { reader.read_loop(stdout).await });
+        Ok(process)
+    }
+
+    fn exit_reason(&self, what: &str) -> String {
+        let status = self
+            .child
+            .lock()
+            .unwrap()
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten());
+        match status {
+            Some(status) => format!("{what} ({status})"),
+            None => what.to_string(),
+        }
+    }
+
+    async fn read_loop(self: Arc<Self>, mut stdout: tokio::process::ChildStdout) {
+        let reason = loop {
+            match frame::read(&mut stdout).await {
+                Ok(Some(f)) => self.dispatch(f),
+                Ok(None) => break "instance exited".to_string(),
+                Err(e) => break format!("instance protocol error: {e}"),
+            }
+        };
+        // Give the exit status a moment to be known for the message.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let reason = self.exit_reason(&reason);
+        self.mark_dead(reason);
+    }
+
+    fn dispatch(&self, f: frame::Frame) {
+        match f.kind {
+            kind::OUTPUT => {
+                let Some(pending) = self.pending.lock().unwrap().remove(&f.id) else {
+                    return;
+                };
+                let result = parse_output(f.payload).map(|(head, body)| Output {
+                    status: head.status,
+                    headers: head.headers.into_iter().collect(),
+                    body,
+                    logs: pending.logs,
+                });
+                let _ = pending
+                    .reply
+                    .send(result.map_err(|e| format!("bad output frame: {e}")));
+            }
+            kind::LOG => {
+                let (stream, text) = match f.payload.split_first() {
+                    Some((stream, text)) => (*stream, String::from_utf8_lossy(text).into_owned()),
+                    None => return,
+                };
+                let mut pending = self.pending.lock().unwrap();
+                match pending.get_mut(&f.id) {
+                    Some(p) if p.log_bytes < LOG_CAP_BYTES => {
+                        p.log_bytes += text.len();
+                        p.logs.push(LogChunk { stream, text });
+                        if p.log_bytes >= LOG_CAP_BYTES {
+                            p.logs.push(LogChunk {
+                                stream: 2,
+                                text: format!("[sless: output capped at {LOG_CAP_BYTES} bytes]\n"),
+                            });
+                        }
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::info!(target: "sless::function", instance = self.id, "{}", text.trim_end())
+                    }
+                }
+            }
+            kind::READY => {
+                let result = serde_json::from_slice::<ReadyMsg>(&f.payload)
+                    .map_err(|e| format!("bad ready frame: {e}"))
+                    .and_then(|m| if m.ok { Ok(()) } else { Err(m.error) });
+                if let Some(tx) = self.ready.lock().unwrap().take() {
+                    let _ = tx.send(result);
+                }
+            }
+            other => {
+                tracing::warn!(instance = self.id, kind = %(other as char), "unexpected frame from shim")
+            }
+        }
+    }
+
+    fn mark_dead(&self, reason: String) {
+        if !self.alive.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let pending: Vec<_> = self.pending.lock().unwrap().drain().collect();
+        for (_, p) in pending {
+            let _ = p.reply.send(Err(reason.clone()));
+        }
+        if let Some(tx) = self.ready.lock().unwrap().take() {
+            let _ = tx.send(Err(reason.clone()));
+        }
+        let _ = self.death.send(Some(reason));
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the process has died, with the reason.
+    pub fn died(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.death.subscribe()
+    }
+
+    async fn send(&self, bytes: &[u8]) -> Result<(), String> {
+        let mut stdin = self.stdin.lock().await;
+        stdin
+            .write_all(bytes)
+            .await
+            .map_err(|e| format!("writing to instance: {e}"))?;
+        stdin
+            .flush()
+            .await
+            .map_err(|e| format!("writing to instance: {e}"))
+    }
+
+    /// Sends LOAD and waits for READY.
+    pub async fn load(&self, load: &serde_json::Value, timeout: Duration) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        *self.ready.lock().unwrap() = Some(tx);
+        let payload = serde_json::to_vec(load).map_err(|e| e.to_string())?;
+        self.send(&frame::encode(kind::LOAD, 0, &payload)).await?;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err("instance went away while loading".into()),
+            Err(_) => Err(format!(
+                "loading the handler took longer than {}s",
+                timeout.as_secs()
+            )),
+        }
+    }
+
+    /// Sends one invocation and waits for its output (no timeout here: the
+    /// caller owns the deadline and kills the process when it passes).
+    pub async fn invoke(&self, head: &[u8], body: &[u8]) -> Result<Output, String> {
+        if !self.is_alive() {
+            return Err("instance is not running".into());
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.pending.lock().unwrap().insert(
+            id,
+            Pending {
+                reply: tx,
+                logs: Vec::new(),
+                log_bytes: 0,
+            },
+        );
+        if let Err(e) = self
+            .send(&frame::encode_with_head(kind::INVOKE, id, head, body))
+            .await
+        {
+            self.pending.lock().unwrap().remove(&id);
+            return Err(e);
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("instance went away".into()))
+    }
+
+    /// Kills the process tree; in-flight invocations fail.
+    pub fn kill(&self) {
+        if let Some(child) = self.child.lock().unwrap().as_mut() {
+            let _ = child.start_kill();
+        }
+        self.mark_dead("instance stopped".into());
+    }
+}
+
+impl Drop for ShimProcess {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.get_mut().unwrap().as_mut() {
+            let _ = child.start_kill();
+        }
+        let _ = std::fs::remove_dir_all(&self.slot);
+    }
+}
+
+fn parse_output(payload: Bytes) -> std::io::Result<(OutputHead, Bytes)> {
+    let (head, body) = frame::split_head(payload)?;
+    let head: OutputHead = serde_json::from_slice(&head)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    Ok((head, body))
+}

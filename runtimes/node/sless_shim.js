@@ -1,0 +1,351 @@
+// sless Node.js runtime shim: a warm, generic Node 20 process that the sless
+// server starts before it knows the function, then loads one handler into and
+// serves invocations over length-prefixed frames on stdin/stdout.
+// The wire protocol is runtimes/PROTOCOL.md. Built-in modules only.
+'use strict';
+
+const path = require('path');
+const util = require('util');
+const Module = require('module');
+const { AsyncLocalStorage } = require('async_hooks');
+
+const RUNTIME = 'nodejs20';
+const SHIM_VERSION = '1';
+const STDOUT = 1;
+const STDERR = 2;
+const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47 };
+
+const JSON_TYPE = 'application/json';
+const TEXT_TYPE = 'text/plain; charset=utf-8';
+const BYTES_TYPE = 'application/octet-stream';
+const NOT_SERIALIZABLE = 'handler returned a value that is not JSON-serializable: ';
+
+// The invocation id that output written in the current async context belongs to.
+const invocation = new AsyncLocalStorage();
+// Invocations without an OUTPUT yet: id -> request_id.
+const inflight = new Map();
+// Frames go through the original stdout write; the handler's writes are captured.
+const writeFrameBytes = process.stdout.write.bind(process.stdout);
+const writeDiagnostic = process.stderr.write.bind(process.stderr);
+let loaded = null;
+
+class LoadError extends Error {}
+class BadReturn extends Error {}
+
+function sendFrame(type, id, ...parts) {
+  let size = 0;
+  for (const part of parts) size += part.length;
+  const frame = Buffer.allocUnsafe(9 + size);
+  frame.writeUInt32BE(size + 5, 0);
+  frame[4] = type;
+  frame.writeUInt32BE(id, 5);
+  let offset = 9;
+  for (const part of parts) offset += part.copy(frame, offset);
+  writeFrameBytes(frame);
+}
+
+function sendJson(type, value) {
+  sendFrame(type, 0, Buffer.from(JSON.stringify(value)));
+}
+
+function sendLog(id, stream, bytes) {
+  sendFrame(FRAME.LOG, id, Buffer.of(stream), bytes);
+}
+
+function currentId() {
+  return invocation.getStore() || 0;
+}
+
+// Replaces stream.write so every write becomes a LOG frame for the current invocation.
+function captureWrites(stream, streamNo) {
+  stream.write = function write(chunk, encoding, callback) {
+    if (typeof encoding === 'function') {
+      callback = encoding;
+      encoding = undefined;
+    }
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, encoding) : Buffer.from(chunk);
+    if (bytes.length > 0) sendLog(currentId(), streamNo, bytes);
+    if (callback) process.nextTick(callback);
+    return true;
+  };
+}
+
+// Cuts the byte stream from the server into frames, however it is chunked.
+class FrameReader {
+  constructor(onFrame) {
+    this.onFrame = onFrame;
+    this.chunks = [];
+    this.size = 0;
+    this.needed = 9;
+  }
+
+  push(chunk) {
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+    if (this.size < this.needed) return;
+    const buffer = this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size);
+    let offset = 0;
+    this.needed = 9;
+    while (buffer.length - offset >= 9) {
+      const frameSize = 4 + buffer.readUInt32BE(offset);
+      if (buffer.length - offset < frameSize) {
+        this.needed = frameSize;
+        break;
+      }
+      const type = buffer[offset + 4];
+      const id = buffer.readUInt32BE(offset + 5);
+      this.onFrame(type, id, buffer.subarray(offset + 9, offset + frameSize));
+      offset += frameSize;
+    }
+    const rest = buffer.subarray(offset);
+    this.chunks = rest.length > 0 ? [rest] : [];
+    this.size = rest.length;
+  }
+}
+
+// Lets bare require() of the handler find packages in the LOAD `path` entries.
+function addModulePaths(entries) {
+  const existing = process.env.NODE_PATH ? [process.env.NODE_PATH] : [];
+  process.env.NODE_PATH = entries.concat(existing).join(path.delimiter);
+  Module._initPaths();
+}
+
+// The stack without the shim's and Node's own frames (and an emptied "Require stack:").
+function userStack(err) {
+  return String(err.stack)
+    .split('\n')
+    .filter((line) => !line.includes(__filename) && !/\(node:|at node:/.test(line))
+    .join('\n')
+    .replace(/\nRequire stack:(?=\n\s+at |\s*$)/, '');
+}
+
+function loadFunction(spec) {
+  for (const [name, value] of Object.entries(spec.env || {})) process.env[name] = String(value);
+  process.chdir(spec.code_dir);
+  addModulePaths(spec.path || []);
+  const entrypoint = spec.entrypoint || '';
+  const dot = entrypoint.lastIndexOf('.');
+  if (dot <= 0 || dot === entrypoint.length - 1) {
+    throw new LoadError(`entrypoint '${entrypoint}' must look like 'file.export'`);
+  }
+  const file = entrypoint.slice(0, dot);
+  const exportName = entrypoint.slice(dot + 1);
+  let mod;
+  try {
+    mod = require(path.join(spec.code_dir, file));
+  } catch (err) {
+    throw new LoadError(`cannot load module '${file}':\n${isError(err) ? userStack(err) : util.inspect(err)}`);
+  }
+  const handler = mod == null ? undefined : mod[exportName];
+  if (handler === undefined) throw new LoadError(`module '${file}' has no export '${exportName}'`);
+  if (typeof handler !== 'function') {
+    throw new LoadError(`'${entrypoint}' is not a function (it is ${typeof handler})`);
+  }
+  return { handler, name: spec.function || '', namespace: spec.namespace || '', version: spec.version };
+}
+
+function parseHttpEvent(text) {
+  if (text === '') return {};
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function makeContext(header, kind, text) {
+  const deadline = header.deadline_ms == null ? Infinity : header.deadline_ms;
+  const remaining = () => Math.max(0, deadline - Date.now());
+  const rawQuery = header.query || '';
+  return {
+    trigger: kind,
+    request_id: header.request_id || '',
+    function: loaded.name,
+    namespace: loaded.namespace,
+    version: loaded.version,
+    method: header.method || '',
+    path: header.path || '',
+    query: rawQuery ? Object.fromEntries(new URLSearchParams(rawQuery)) : {},
+    raw_query: rawQuery,
+    headers: header.headers || {},
+    body: text,
+    getRemainingTimeInMillis: remaining,
+    remaining_time_ms: remaining,
+  };
+}
+
+// The OUTPUT payload up to the body: u32 length and header JSON.
+function outputHead(status, headers) {
+  const head = Buffer.from(JSON.stringify({ status, headers }));
+  const length = Buffer.allocUnsafe(4);
+  length.writeUInt32BE(head.length, 0);
+  return Buffer.concat([length, head]);
+}
+
+const JSON_200_HEAD = outputHead(200, { 'content-type': JSON_TYPE });
+
+function toJson(value) {
+  let text;
+  try {
+    text = JSON.stringify(value);
+  } catch (err) {
+    throw new BadReturn(NOT_SERIALIZABLE + err.message);
+  }
+  if (text === undefined) throw new BadReturn(NOT_SERIALIZABLE + typeof value);
+  return Buffer.from(text);
+}
+
+function isFullResponse(value) {
+  return value !== null && typeof value === 'object' && Number.isInteger(value.statusCode);
+}
+
+function bodyAndType(body) {
+  if (body === undefined || body === null) return [Buffer.alloc(0), null];
+  if (typeof body === 'string') return [Buffer.from(body), TEXT_TYPE];
+  if (body instanceof Uint8Array) return [Buffer.from(body), BYTES_TYPE];
+  return [toJson(body), JSON_TYPE];
+}
+
+function fullResponse(result) {
+  const status = result.statusCode;
+  if (status < 100 || status > 599) throw new BadReturn(`handler returned an invalid statusCode: ${status}`);
+  const given = result.headers || {};
+  if (typeof given !== 'object' || Array.isArray(given)) {
+    throw new BadReturn("handler returned 'headers' that is not an object");
+  }
+  const headers = {};
+  for (const [name, value] of Object.entries(given)) headers[name] = String(value);
+  const [body, contentType] = bodyAndType(result.body);
+  if (contentType && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) {
+    headers['content-type'] = contentType;
+  }
+  return [outputHead(status, headers), body];
+}
+
+function toResponse(result) {
+  if (isFullResponse(result)) return fullResponse(result);
+  return [JSON_200_HEAD, toJson(result === undefined ? null : result)];
+}
+
+function errorResponse(requestId, message) {
+  return [outputHead(500, { 'content-type': JSON_TYPE }), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
+}
+
+function isError(value) {
+  return value instanceof Error || util.types.isNativeError(value);
+}
+
+function describeError(err) {
+  if (!isError(err)) return `Error: ${typeof err === 'string' ? err : util.inspect(err)}`;
+  const type = err.name && err.name !== 'Error' ? err.name : (err.constructor && err.constructor.name) || 'Error';
+  return err.message ? `${type}: ${err.message}` : type;
+}
+
+// What goes to the invocation's log (stream 2) for a thrown value.
+function errorReport(err) {
+  return Buffer.from(isError(err) ? userStack(err) : `Uncaught ${util.inspect(err)}`);
+}
+
+function sendOutput(id, [head, body]) {
+  sendFrame(FRAME.OUTPUT, id, head, body);
+}
+
+function reply(id, result) {
+  const requestId = inflight.get(id);
+  if (!inflight.delete(id)) return;
+  let response;
+  try {
+    response = toResponse(result);
+  } catch (err) {
+    response = errorResponse(requestId, err instanceof BadReturn ? err.message : NOT_SERIALIZABLE + err.message);
+  }
+  sendOutput(id, response);
+}
+
+function replyError(id, err) {
+  const requestId = inflight.get(id);
+  if (!inflight.delete(id)) return;
+  sendLog(id, STDERR, errorReport(err));
+  sendOutput(id, errorResponse(requestId, describeError(err)));
+}
+
+function callHandler(id, event, context) {
+  let result;
+  try {
+    result = loaded.handler(event, context);
+  } catch (err) {
+    replyError(id, err);
+    return;
+  }
+  if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+    result.then((value) => reply(id, value), (err) => replyError(id, err));
+  } else {
+    reply(id, result);
+  }
+}
+
+function invoke(id, payload) {
+  let requestId = '';
+  let event;
+  let context;
+  try {
+    const headerLength = payload.readUInt32BE(0);
+    const header = JSON.parse(payload.toString('utf8', 4, 4 + headerLength));
+    requestId = header.request_id || '';
+    if (loaded === null) throw new Error('no function loaded');
+    const kind = header.kind || 'http';
+    const text = payload.toString('utf8', 4 + headerLength);
+    event = kind === 'http' ? parseHttpEvent(text) : header.event ?? null;
+    context = makeContext(header, kind, text);
+  } catch (err) {
+    sendOutput(id, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`));
+    return;
+  }
+  inflight.set(id, requestId);
+  invocation.run(id, callHandler, id, event, context);
+}
+
+function load(payload) {
+  if (loaded !== null) {
+    sendJson(FRAME.READY, { ok: false, error: 'a function is already loaded' });
+    return;
+  }
+  try {
+    loaded = loadFunction(JSON.parse(payload.toString('utf8')));
+  } catch (err) {
+    const error = err instanceof LoadError ? err.message : `bad LOAD: ${describeError(err)}`;
+    sendJson(FRAME.READY, { ok: false, error });
+    return;
+  }
+  sendJson(FRAME.READY, { ok: true });
+}
+
+function onFrame(type, id, payload) {
+  if (type === FRAME.INVOKE) invoke(id, payload);
+  else if (type === FRAME.LOAD) load(payload);
+  else writeDiagnostic(`sless shim: ignoring frame of type ${String.fromCharCode(type)}\n`);
+}
+
+// An error thrown from a handler's callback or a promise nobody awaited: it
+// fails its invocation if that is still running, else it goes to the log.
+function onUncaught(err) {
+  const id = currentId();
+  if (inflight.has(id)) {
+    replyError(id, err);
+  } else {
+    sendLog(id, STDERR, errorReport(err));
+  }
+}
+
+function main() {
+  captureWrites(process.stdout, STDOUT);
+  captureWrites(process.stderr, STDERR);
+  process.on('uncaughtException', onUncaught);
+  process.on('unhandledRejection', onUncaught);
+  const reader = new FrameReader(onFrame);
+  process.stdin.on('data', (chunk) => reader.push(chunk));
+  process.stdin.on('end', () => process.exit(0));
+  sendJson(FRAME.HELLO, { runtime: RUNTIME, shim_version: SHIM_VERSION, pid: process.pid });
+}
+
+main();

@@ -1,0 +1,466 @@
+# sless Python runtime shim: a warm, generic Python 3.11 interpreter that the
+# sless server starts before it knows the function, then loads one handler into
+# and serves invocations over length-prefixed frames on stdin/stdout.
+# The wire protocol is runtimes/PROTOCOL.md. Standard library only.
+
+# Everything the hot path needs is imported here, before HELLO, so LOAD only
+# has to import the user's module.
+import asyncio
+import contextvars
+import importlib
+import inspect
+import io
+import json
+import os
+import queue
+import struct
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+
+RUNTIME = "python3.11"
+SHIM_VERSION = "1"
+STDOUT, STDERR = 1, 2
+
+FRAME_HEAD = struct.Struct(">IcI")  # length of the rest, type, invocation id
+U32 = struct.Struct(">I")
+JSON_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+JSON_TYPE = "application/json"
+TEXT_TYPE = "text/plain; charset=utf-8"
+BYTES_TYPE = "application/octet-stream"
+NOT_SERIALIZABLE = "handler returned a value that is not JSON-serializable: "
+
+# The invocation id that output written in the current context belongs to.
+current_invocation = contextvars.ContextVar("sless_invocation", default=0)
+
+
+class FrameWriter:
+    """Writes whole frames to the private copy of fd 1, one at a time."""
+
+    def __init__(self, fd):
+        self._out = open(fd, "wb")
+        self._lock = threading.Lock()
+
+    def send(self, kind, inv_id, payload):
+        head = FRAME_HEAD.pack(len(payload) + 5, kind, inv_id)
+        with self._lock:
+            self._out.write(head)
+            self._out.write(payload)
+            self._out.flush()
+
+    def send_json(self, kind, value):
+        self.send(kind, 0, JSON_ENCODER.encode(value).encode())
+
+    def send_log(self, inv_id, stream, text):
+        self.send(b"G", inv_id, bytes((stream,)) + text.encode("utf-8", "replace"))
+
+    def send_output(self, inv_id, head, body):
+        self.send(b"O", inv_id, head + body)
+
+
+class CaptureStream(io.TextIOBase):
+    """Stands in for sys.stdout / sys.stderr: what is written becomes LOG
+    frames attributed to the invocation of the current context (0 outside
+    one), sent line by line (a partial line waits for its end, a flush, the
+    end of the invocation or PARTIAL_LINE_LIMIT characters)."""
+
+    PARTIAL_LINE_LIMIT = 8192
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, frames, stream, fd):
+        self._frames = frames
+        self._stream = stream
+        self._fd = fd
+        self._partial = {}  # invocation id -> text after its last newline
+        self._lock = threading.Lock()
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        inv_id = current_invocation.get()
+        with self._lock:
+            pending = self._partial.pop(inv_id, "") + text
+            cut = len(pending) if len(pending) >= self.PARTIAL_LINE_LIMIT else pending.rfind("\n") + 1
+            if cut < len(pending):
+                self._partial[inv_id] = pending[cut:]
+            if cut:
+                self._frames.send_log(inv_id, self._stream, pending[:cut])
+        return len(text)
+
+    def flush(self):
+        self.flush_invocation(current_invocation.get())
+
+    def flush_invocation(self, inv_id):
+        with self._lock:
+            pending = self._partial.pop(inv_id, "")
+            if pending:
+                self._frames.send_log(inv_id, self._stream, pending)
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._fd
+
+
+class Context(dict):
+    """The handler's `context`: fields readable as attributes or as keys."""
+
+    __slots__ = ("_deadline_ms",)
+
+    def __init__(self, deadline_ms, **fields):
+        super().__init__(fields)
+        self._deadline_ms = deadline_ms
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def remaining_time_ms(self):
+        if self._deadline_ms is None:
+            return float("inf")
+        return max(0, int(self._deadline_ms - time.time() * 1000))
+
+
+class HandlerThreads:
+    """A fixed pool of threads for sync handlers: lighter than
+    concurrent.futures.ThreadPoolExecutor, as it makes no Future per call."""
+
+    def __init__(self, count):
+        self._jobs = queue.SimpleQueue()
+        for number in range(count):
+            threading.Thread(target=self._work, name=f"sless-handler-{number}", daemon=True).start()
+
+    def _work(self):
+        take = self._jobs.get
+        while True:
+            job, args = take()
+            try:
+                job(*args)
+            except Exception:
+                traceback.print_exc(file=sys.__stderr__)
+
+    def submit(self, job, *args):
+        self._jobs.put((job, args))
+
+
+class LoadError(Exception):
+    """LOAD failed; the message is what READY reports."""
+
+
+class BadReturn(Exception):
+    """The handler's return value cannot be turned into a response."""
+
+
+class Function:
+    """The loaded handler and what every invocation of it needs."""
+
+    def __init__(self, spec, handler):
+        self.handler = handler
+        self.is_async = inspect.iscoroutinefunction(handler)
+        self.arg_count = positional_arity(handler)
+        self.name = spec.get("function", "")
+        self.namespace = spec.get("namespace", "")
+        self.version = spec.get("version")
+        workers = max(1, int(spec.get("concurrency") or 1))
+        self.threads = HandlerThreads(workers)
+
+
+def positional_arity(handler):
+    """How many of (event, context) the handler takes: 0, 1 or 2."""
+    try:
+        params = inspect.signature(handler).parameters.values()
+    except (TypeError, ValueError):
+        return 2
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 2
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return min(2, sum(p.kind in positional for p in params))
+
+
+IMPORTLIB_DIR = os.path.join(os.path.dirname(importlib.__file__), "")
+
+
+def is_user_frame(frame):
+    name = frame.filename
+    return name != __file__ and not name.startswith(("<frozen importlib", IMPORTLIB_DIR))
+
+
+def format_user_exception(exc):
+    """The traceback of exc without the shim's and importlib's own frames."""
+    report = traceback.TracebackException.from_exception(exc)
+    user_frames = [frame for frame in report.stack if is_user_frame(frame)]
+    report.stack = traceback.StackSummary.from_list(user_frames)
+    return "".join(report.format())
+
+
+def describe_exception(exc):
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def load_function(spec):
+    """Applies LOAD (env, cwd, module path) and resolves the entrypoint."""
+    os.environ.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+    code_dir = spec["code_dir"]
+    os.chdir(code_dir)
+    sys.path[:0] = spec.get("path") or [code_dir]
+    entrypoint = spec.get("entrypoint", "")
+    module_name, _, attr = entrypoint.rpartition(".")
+    if not module_name or not attr:
+        raise LoadError(f"entrypoint {entrypoint!r} must look like 'module.function'")
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException as exc:
+        raise LoadError(f"cannot import module {module_name!r}:\n{format_user_exception(exc)}")
+    try:
+        handler = getattr(module, attr)
+    except AttributeError:
+        raise LoadError(f"module {module_name!r} has no function {attr!r}") from None
+    if not callable(handler):
+        raise LoadError(f"{entrypoint!r} is not callable (it is {type(handler).__name__})")
+    return Function(spec, handler)
+
+
+def parse_http_event(text):
+    if not text:
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def build_call(function, header, body):
+    """The (event, context) arguments for one INVOKE, cut to the handler's arity."""
+    kind = header.get("kind") or "http"
+    text = body.decode("utf-8", "replace")
+    event = parse_http_event(text) if kind == "http" else header.get("event")
+    raw_query = header.get("query") or ""
+    context = Context(
+        header.get("deadline_ms"),
+        trigger=kind,
+        request_id=header.get("request_id", ""),
+        function=function.name,
+        namespace=function.namespace,
+        version=function.version,
+        method=header.get("method") or "",
+        path=header.get("path") or "",
+        query=dict(urllib.parse.parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {},
+        raw_query=raw_query,
+        headers=header.get("headers") or {},
+        body=text,
+    )
+    return (event, context)[: function.arg_count]
+
+
+def output_head(status, headers):
+    """The OUTPUT payload up to the body: u32 length and header JSON."""
+    head = JSON_ENCODER.encode({"status": status, "headers": headers}).encode()
+    return U32.pack(len(head)) + head
+
+
+JSON_200_HEAD = output_head(200, {"content-type": JSON_TYPE})
+
+
+def to_json(value):
+    try:
+        return JSON_ENCODER.encode(value).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise BadReturn(NOT_SERIALIZABLE + str(exc)) from None
+
+
+def header_value(value):
+    return value if isinstance(value, str) else to_json(value).decode()
+
+
+def full_response(result):
+    """(head, body) for a return value with an integer statusCode."""
+    status = result["statusCode"]
+    if not 100 <= status <= 599:
+        raise BadReturn(f"handler returned an invalid statusCode: {status}")
+    headers = result.get("headers") or {}
+    if not isinstance(headers, dict):
+        raise BadReturn("handler returned 'headers' that is not an object")
+    headers = {str(name): header_value(value) for name, value in headers.items()}
+    body = result.get("body")
+    if body is None:
+        payload, content_type = b"", None
+    elif isinstance(body, str):
+        payload, content_type = body.encode("utf-8", "replace"), TEXT_TYPE
+    elif isinstance(body, (bytes, bytearray, memoryview)):
+        payload, content_type = bytes(body), BYTES_TYPE
+    else:
+        payload, content_type = to_json(body), JSON_TYPE
+    if content_type and not any(name.lower() == "content-type" for name in headers):
+        headers["content-type"] = content_type
+    return output_head(status, headers), payload
+
+
+def to_response(result):
+    if isinstance(result, dict) and type(result.get("statusCode")) is int:
+        return full_response(result)
+    return JSON_200_HEAD, to_json(result)
+
+
+def error_response(request_id, message):
+    body = JSON_ENCODER.encode({"error": message, "request_id": request_id}).encode()
+    return output_head(500, {"content-type": JSON_TYPE}), body
+
+
+class Shim:
+    """Handles the frames from the server: one LOAD, then INVOKEs."""
+
+    def __init__(self, frames, streams, loop):
+        self.frames = frames
+        self.streams = streams
+        self.loop = loop
+        self.function = None
+        self.tasks = set()
+
+    def on_frame(self, kind, inv_id, payload):
+        if kind == b"I":
+            self.invoke(inv_id, payload)
+        elif kind == b"L":
+            self.load(payload)
+        else:
+            sys.__stderr__.write(f"sless shim: ignoring frame of type {kind!r}\n")
+
+    def load(self, payload):
+        self.frames.send_json(b"R", self.try_load(payload))
+
+    def try_load(self, payload):
+        """The READY answer to LOAD; output of the module's import is sent first."""
+        if self.function is not None:
+            return {"ok": False, "error": "a function is already loaded"}
+        try:
+            self.function = load_function(json.loads(payload))
+        except LoadError as exc:
+            return {"ok": False, "error": str(exc)}
+        except Exception as exc:
+            return {"ok": False, "error": f"bad LOAD: {describe_exception(exc)}"}
+        finally:
+            self.flush_output(0)
+        return {"ok": True}
+
+    def invoke(self, inv_id, payload):
+        request_id = ""
+        try:
+            header_len = U32.unpack_from(payload)[0]
+            header = json.loads(payload[4 : 4 + header_len])
+            request_id = header.get("request_id", "")
+            args = build_call(self.function, header, payload[4 + header_len :])
+        except Exception as exc:
+            message = "no function loaded" if self.function is None else f"bad INVOKE: {exc}"
+            self.frames.send_output(inv_id, *error_response(request_id, message))
+            return
+        context = contextvars.copy_context()
+        context.run(current_invocation.set, inv_id)
+        if self.function.is_async:
+            task = self.loop.create_task(self.serve_async(inv_id, request_id, args), context=context)
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        else:
+            self.function.threads.submit(context.run, self.serve_sync, inv_id, request_id, args)
+
+    async def serve_async(self, inv_id, request_id, args):
+        try:
+            result = await self.function.handler(*args)
+        except BaseException as exc:
+            self.reply_error(inv_id, request_id, exc)
+            return
+        self.reply(inv_id, request_id, result)
+
+    def serve_sync(self, inv_id, request_id, args):
+        """Runs in a pool thread; a returned coroutine is awaited on the loop."""
+        try:
+            result = self.function.handler(*args)
+            if asyncio.iscoroutine(result):
+                result = asyncio.run_coroutine_threadsafe(result, self.loop).result()
+        except BaseException as exc:
+            self.reply_error(inv_id, request_id, exc)
+            return
+        self.reply(inv_id, request_id, result)
+
+    def flush_output(self, inv_id):
+        for stream in self.streams:
+            stream.flush_invocation(inv_id)
+
+    def reply(self, inv_id, request_id, result):
+        try:
+            response = to_response(result)
+        except BadReturn as exc:
+            response = error_response(request_id, str(exc))
+        self.flush_output(inv_id)
+        self.frames.send_output(inv_id, *response)
+
+    def reply_error(self, inv_id, request_id, exc):
+        self.flush_output(inv_id)
+        self.frames.send_log(inv_id, STDERR, format_user_exception(exc))
+        self.frames.send_output(inv_id, *error_response(request_id, describe_exception(exc)))
+
+
+class FrameReader(asyncio.Protocol):
+    """Cuts the byte stream from the server into frames; exits at EOF."""
+
+    def __init__(self, on_frame):
+        self.on_frame = on_frame
+        self.buffer = bytearray()
+
+    def data_received(self, data):
+        buffer = self.buffer
+        buffer += data
+        offset, end = 0, len(buffer)
+        while end - offset >= 9:
+            size, kind, inv_id = FRAME_HEAD.unpack_from(buffer, offset)
+            if end - offset - 4 < size:
+                break
+            payload = bytes(buffer[offset + 9 : offset + 4 + size])
+            offset += 4 + size
+            self.on_frame(kind, inv_id, payload)
+        del buffer[:offset]
+
+    def eof_received(self):
+        os._exit(0)
+
+    def connection_lost(self, exc):
+        os._exit(0)
+
+
+def take_over_stdio():
+    """Moves the frame pipes to private fds; the handler's fd 0 becomes
+    /dev/null and its fd 1 goes to stderr, so stray writes cannot corrupt
+    the frame stream."""
+    frames_in, frames_out = os.dup(0), os.dup(1)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(2, 1)
+    return frames_in, frames_out
+
+
+def main():
+    frames_in, frames_out = take_over_stdio()
+    frames = FrameWriter(frames_out)
+    sys.stdout = CaptureStream(frames, STDOUT, 1)
+    sys.stderr = CaptureStream(frames, STDERR, 2)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    shim = Shim(frames, (sys.stdout, sys.stderr), loop)
+    pipe = open(frames_in, "rb", buffering=0)
+    loop.run_until_complete(loop.connect_read_pipe(lambda: FrameReader(shim.on_frame), pipe))
+    frames.send_json(b"H", {"runtime": RUNTIME, "shim_version": SHIM_VERSION, "pid": os.getpid()})
+    loop.run_forever()
+
+
+if __name__ == "__main__":
+    main()
