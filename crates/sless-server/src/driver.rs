@@ -160,6 +160,8 @@ pub trait Driver: Send + Sync + 'static {
         key: &FunctionKey,
         invocation: Invocation,
     ) -> Result<InvocationResult, InvokeError>;
+    /// Running instances per deployed function.
+    fn instances(&self) -> Vec<(FunctionKey, usize)>;
     /// Stops everything of a deleted function.
     async fn remove(&self, key: &FunctionKey);
     /// Stops every instance (server shutdown).

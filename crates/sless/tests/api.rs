@@ -6,6 +6,7 @@ mod api {
     mod auth;
     mod code_check;
     mod functions;
+    mod handlers;
     pub mod harness;
     mod lifecycle;
 }

@@ -38,6 +38,23 @@ pub async fn metrics(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.check_metrics.render_prometheus(),
+        render_metrics(&state),
     )
+}
+
+fn render_metrics(state: &crate::state::AppState) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    out.push_str(
+        "# HELP sless_instances Running instances per function.\n# TYPE sless_instances gauge\n",
+    );
+    for (key, count) in state.driver.instances() {
+        let _ = writeln!(
+            out,
+            "sless_instances{{namespace=\"{}\",function=\"{}\"}} {count}",
+            key.namespace, key.name
+        );
+    }
+    out.push_str(&state.check_metrics.render_prometheus());
+    out
 }

@@ -178,6 +178,16 @@ impl Driver for LocalDriver {
         })
     }
 
+    fn instances(&self) -> Vec<(FunctionKey, usize)> {
+        let pools = self.pools.read().unwrap();
+        let mut counts: Vec<_> = pools
+            .iter()
+            .map(|(k, p)| (k.clone(), p.instance_count()))
+            .collect();
+        counts.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
+        counts
+    }
+
     async fn remove(&self, key: &FunctionKey) {
         if let Some(pool) = self.pools.write().unwrap().remove(key) {
             pool.remove();

@@ -323,3 +323,133 @@ macro_rules! both_stores {
         }
     };
 }
+
+impl Server {
+    /// Creates (or updates) a function, uploads `files` and waits until the
+    /// uploaded code is Ready; returns the function.
+    pub async fn deploy(
+        &self,
+        ns: &str,
+        name: &str,
+        spec: Value,
+        files: &[(&str, &[u8])],
+    ) -> Value {
+        let mut body = spec.clone();
+        body["name"] = Value::String(name.into());
+        let (status, created) = self
+            .call(
+                Method::POST,
+                &format!("/v1/namespaces/{ns}/functions"),
+                Some(body),
+            )
+            .await;
+        if status == StatusCode::CONFLICT {
+            let (status, patched) = self
+                .call(
+                    Method::PATCH,
+                    &format!("/v1/namespaces/{ns}/functions/{name}"),
+                    Some(spec),
+                )
+                .await;
+            assert_eq!(status, StatusCode::OK, "{patched}");
+        } else {
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+        }
+        let (status, uploaded) = self.upload(ns, name, zip_of(files)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+        let hash = uploaded["status"]["code_hash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        self.wait_built(ns, name, &hash).await
+    }
+
+    /// Waits until the build of `code_hash` has finished; panics unless it is Ready.
+    pub async fn wait_built(&self, ns: &str, name: &str, code_hash: &str) -> Value {
+        let function = self.wait_build_end(ns, name, code_hash).await;
+        assert_eq!(
+            function["status"]["phase"], "Ready",
+            "build failed: {}",
+            function["status"]
+        );
+        function
+    }
+
+    /// Waits until the build of `code_hash` has finished, Ready or Failed.
+    pub async fn wait_build_end(&self, ns: &str, name: &str, code_hash: &str) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let (_, function) = self
+                .call(
+                    Method::GET,
+                    &format!("/v1/namespaces/{ns}/functions/{name}"),
+                    None,
+                )
+                .await;
+            let status = &function["status"];
+            let done = match status["phase"].as_str() {
+                Some("Ready") => status["built_hash"] == code_hash,
+                Some("Failed") => status["code_hash"] == code_hash,
+                _ => false,
+            };
+            if done {
+                return function;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "build did not finish: {function}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Calls the public gateway; returns status, headers and body text.
+    pub async fn invoke(
+        &self,
+        method: Method,
+        path: &str,
+        body: &str,
+    ) -> (StatusCode, reqwest::header::HeaderMap, String) {
+        let response = self
+            .request(method, path, None)
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status();
+        let headers = response.headers().clone();
+        (status, headers, response.text().await.expect("body"))
+    }
+
+    /// One sample of a Prometheus metric, e.g. `sless_instances{namespace="a",function="b"}`.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let text = self
+            .request(Method::GET, "/metrics", None)
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines().find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.trim().parse().ok())
+        })
+    }
+
+    /// Polls `series` until it equals `value` (within `secs`).
+    pub async fn wait_metric(&self, series: &str, value: f64, secs: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let got = self.metric(series).await;
+            if got == Some(value) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{series} stayed at {got:?}, expected {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! The handler contract over real HTTP, with real python3 and node
+//! processes: every row of it, for both runtimes.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server};
+
+const PY_CONTRACT: &str = r#"
+import asyncio, os, sys
+
+def handle(event, context):
+    what = event.get("what") if isinstance(event, dict) else None
+    if what == "raise":
+        raise ValueError("boom")
+    if what == "full":
+        return {"statusCode": 201, "headers": {"X-Custom": "yes", "Content-Type": "text/plain"}, "body": "created"}
+    if what == "full-json":
+        return {"statusCode": 202, "body": {"nested": [1, 2]}}
+    if what == "none":
+        return None
+    if what == "env":
+        return os.environ.get("GREETING")
+    print("printed to stdout")
+    print("printed to stderr", file=sys.stderr)
+    return {
+        "event": event,
+        "method": context.method,
+        "path": context.path,
+        "query": context.query,
+        "raw_query": context.raw_query,
+        "header": context.headers.get("x-test"),
+        "body": context.body,
+        "function": context.function,
+        "namespace": context.namespace,
+        "version": context.version,
+        "request_id": context.request_id,
+        "trigger": context.trigger,
+        "remaining_positive": context.remaining_time_ms() > 0,
+    }
+"#;
+
+const PY_ASYNC_ONE_ARG: &str = "import asyncio\n\nasync def handle(event):\n    await asyncio.sleep(0.01)\n    return {'async': True, 'event': event}\n";
+
+const JS_CONTRACT: &str = r#"
+exports.handle = async (event, context) => {
+  const what = event && event.what;
+  if (what === "raise") throw new Error("boom");
+  if (what === "full") return { statusCode: 201, headers: { "X-Custom": "yes", "Content-Type": "text/plain" }, body: "created" };
+  if (what === "full-json") return { statusCode: 202, body: { nested: [1, 2] } };
+  if (what === "none") return undefined;
+  if (what === "env") return process.env.GREETING;
+  console.log("printed to stdout");
+  console.error("printed to stderr");
+  return {
+    event, method: context.method, path: context.path, query: context.query, raw_query: context.raw_query,
+    header: context.headers["x-test"], body: context.body, function: context.function, namespace: context.namespace,
+    version: context.version, request_id: context.request_id, trigger: context.trigger,
+    remaining_positive: context.getRemainingTimeInMillis() > 0,
+  };
+};
+"#;
+
+const JS_SYNC_ONE_ARG: &str = "exports.handle = (event) => ({ sync: true, event });\n";
+
+async fn check_contract(server: &Server, name: &str) {
+    let path = format!("/fn/ns/{name}/some/path?a=1&b=two");
+    let response = server
+        .request(Method::POST, &path, None)
+        .header("x-test", "header-value")
+        .header("x-request-id", "my-request-1")
+        .body(r#"{"hello": "world"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(response.headers()["x-request-id"], "my-request-1");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["event"], json!({"hello": "world"}), "{body}");
+    assert_eq!(body["method"], "POST");
+    assert_eq!(body["path"], "/some/path");
+    assert_eq!(body["query"], json!({"a": "1", "b": "two"}));
+    assert_eq!(body["raw_query"], "a=1&b=two");
+    assert_eq!(body["header"], "header-value");
+    assert_eq!(body["body"], r#"{"hello": "world"}"#);
+    assert_eq!(body["function"], name);
+    assert_eq!(body["namespace"], "ns");
+    assert_eq!(body["version"], 1);
+    assert_eq!(body["request_id"], "my-request-1");
+    assert_eq!(body["trigger"], "http");
+    assert_eq!(body["remaining_positive"], true);
+
+    // Empty body -> {}; non-JSON body -> text.
+    let (_, _, text) = server
+        .invoke(Method::GET, &format!("/fn/ns/{name}"), "")
+        .await;
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["event"], json!({}));
+    assert_eq!(body["path"], "");
+    let (_, _, text) = server
+        .invoke(Method::PUT, &format!("/fn/ns/{name}/"), "plain words")
+        .await;
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["event"], "plain words");
+    assert_eq!(body["method"], "PUT");
+
+    // A statusCode object is a full response.
+    let (status, headers, text) = server
+        .invoke(
+            Method::POST,
+            &format!("/fn/ns/{name}"),
+            r#"{"what": "full"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(headers["x-custom"], "yes");
+    assert_eq!(headers["content-type"], "text/plain");
+    assert_eq!(text, "created");
+    let (status, _, text) = server
+        .invoke(
+            Method::POST,
+            &format!("/fn/ns/{name}"),
+            r#"{"what": "full-json"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"nested": [1, 2]})
+    );
+    let (status, _, text) = server
+        .invoke(
+            Method::POST,
+            &format!("/fn/ns/{name}"),
+            r#"{"what": "none"}"#,
+        )
+        .await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, "null"));
+    let (_, _, text) = server
+        .invoke(
+            Method::POST,
+            &format!("/fn/ns/{name}"),
+            r#"{"what": "env"}"#,
+        )
+        .await;
+    assert_eq!(
+        text, r#""hi there""#,
+        "env from the spec reaches the handler"
+    );
+
+    // An exception: 500 with the request id, no traceback to the caller.
+    let (status, headers, text) = server
+        .invoke(
+            Method::POST,
+            &format!("/fn/ns/{name}"),
+            r#"{"what": "raise"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert!(body["error"].as_str().unwrap().contains("boom"), "{body}");
+    assert_eq!(
+        body["request_id"],
+        headers["x-request-id"].to_str().unwrap()
+    );
+    assert!(
+        !text.contains("Traceback") && !text.contains("    at "),
+        "no stack to the caller: {text}"
+    );
+}
+
+#[tokio::test]
+async fn python_handler_contract() {
+    let server = Server::start(Backend::Sqlite).await;
+    let spec = json!({"runtime": "python3.11", "env": {"GREETING": "hi there"}});
+    server
+        .deploy("ns", "py", spec, &[("handler.py", PY_CONTRACT.as_bytes())])
+        .await;
+    check_contract(&server, "py").await;
+
+    let spec = json!({"runtime": "python3.11", "entrypoint": "app.main.handle"});
+    server
+        .deploy(
+            "ns",
+            "py-async",
+            spec,
+            &[
+                ("app/__init__.py", b""),
+                ("app/main.py", PY_ASYNC_ONE_ARG.as_bytes()),
+            ],
+        )
+        .await;
+    let (status, _, text) = server
+        .invoke(Method::POST, "/fn/ns/py-async", "[1, 2]")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"async": true, "event": [1, 2]})
+    );
+}
+
+#[tokio::test]
+async fn node_handler_contract() {
+    let server = Server::start(Backend::Sqlite).await;
+    let spec = json!({"runtime": "nodejs20", "env": {"GREETING": "hi there"}});
+    server
+        .deploy("ns", "js", spec, &[("handler.js", JS_CONTRACT.as_bytes())])
+        .await;
+    check_contract(&server, "js").await;
+
+    let spec = json!({"runtime": "nodejs20", "entrypoint": "lib/sync.handle"});
+    server
+        .deploy(
+            "ns",
+            "js-sync",
+            spec,
+            &[("lib/sync.js", JS_SYNC_ONE_ARG.as_bytes())],
+        )
+        .await;
+    let (status, _, text) = server
+        .invoke(Method::POST, "/fn/ns/js-sync", r#""x""#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"sync": true, "event": "x"})
+    );
+}
+
+#[tokio::test]
+async fn gateway_errors() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_MAX_INVOKE_BYTES", "1024")]).await;
+    let (status, headers, text) = server.invoke(Method::GET, "/fn/ns/missing", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    assert!(headers.contains_key("x-request-id"));
+    server
+        .deploy(
+            "ns",
+            "small",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", b"def handle(e, c):\n    return 'ok'\n")],
+        )
+        .await;
+    let (status, _, text) = server
+        .invoke(Method::POST, "/fn/ns/small", &"x".repeat(2048))
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
+    let (status, _, _) = server.invoke(Method::POST, "/fn/ns/small", "fits").await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A handler that cannot load: the build is Ready (code is data), the call is a 502 naming the problem.
+    server
+        .deploy(
+            "ns",
+            "broken",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", b"def handle(e, c) oops\n")],
+        )
+        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/broken", "").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{text}");
+    assert!(text.contains("SyntaxError"), "{text}");
+}
+
+#[tokio::test]
+async fn dependencies_are_installed_at_build_time() {
+    let server = Server::start(Backend::Sqlite).await;
+    // Python: a local wheel named in requirements.txt (no network needed).
+    let wheel = super::harness::zip_of(&[
+        ("greetlib/__init__.py", b"def greet(name):\n    return 'hello ' + name\n"),
+        ("greetlib-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: greetlib\nVersion: 1.0\n"),
+        ("greetlib-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+        ("greetlib-1.0.dist-info/RECORD", b"greetlib/__init__.py,,\ngreetlib-1.0.dist-info/METADATA,,\ngreetlib-1.0.dist-info/WHEEL,,\ngreetlib-1.0.dist-info/RECORD,,\n"),
+    ]);
+    let handler =
+        b"import greetlib\n\ndef handle(event, context):\n    return greetlib.greet('py')\n";
+    let function = server
+        .deploy(
+            "ns",
+            "py-deps",
+            json!({"runtime": "python3.11"}),
+            &[
+                ("handler.py", handler),
+                (
+                    "requirements.txt",
+                    b"./vendor/greetlib-1.0-py3-none-any.whl\n",
+                ),
+                ("vendor/greetlib-1.0-py3-none-any.whl", &wheel),
+            ],
+        )
+        .await;
+    assert_eq!(function["status"]["version"], 1);
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/py-deps", "").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#""hello py""#));
+
+    // Node: a file: dependency in package.json.
+    server
+        .deploy(
+            "ns",
+            "js-deps",
+            json!({"runtime": "nodejs20"}),
+            &[
+                ("handler.js", b"const greet = require('greetlib');\nexports.handle = () => greet('js');\n"),
+                ("package.json", br#"{"name": "fn", "version": "1.0.0", "dependencies": {"greetlib": "file:./vendor/greetlib"}}"#),
+                ("vendor/greetlib/package.json", br#"{"name": "greetlib", "version": "1.0.0", "main": "index.js"}"#),
+                ("vendor/greetlib/index.js", b"module.exports = (name) => 'hello ' + name;\n"),
+            ],
+        )
+        .await;
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/js-deps", "").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#""hello js""#));
+
+    // A failing install: Failed with pip's message in status.message.
+    let (_, uploaded) = server
+        .upload(
+            "ns",
+            "py-deps",
+            super::harness::zip_of(&[
+                ("handler.py", handler),
+                ("requirements.txt", b"./vendor/does-not-exist.whl\n"),
+            ]),
+        )
+        .await;
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap();
+    let failed = server.wait_build_end("ns", "py-deps", hash).await;
+    assert_eq!(failed["status"]["phase"], "Failed");
+    let message = failed["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("does-not-exist"),
+        "build log tail in the message: {message}"
+    );
+    assert!(message.contains("version 1 keeps serving"), "{message}");
+    // The previous version keeps serving.
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/py-deps", "").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#""hello py""#));
+}
