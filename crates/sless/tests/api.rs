@@ -9,4 +9,5 @@ mod api {
     mod handlers;
     pub mod harness;
     mod lifecycle;
+    mod scaling;
 }

@@ -1,0 +1,289 @@
+//! Instances over real HTTP: crash -> 502 then recovery, timeout -> 504,
+//! queue full -> 429, scale to zero and back, pinned replicas, and a rollout
+//! under concurrent load with no stale answers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use super::harness::{Backend, Server};
+
+const PY_TOOLS: &[u8] = br#"
+import os, time
+
+# Instances run in their own pid namespace, so os.getpid() is the same in
+# each; a random token names the process instead.
+INSTANCE = os.urandom(8).hex()
+
+def handle(event, context):
+    what = event.get("what") if isinstance(event, dict) else None
+    if what == "crash":
+        os._exit(3)
+    if what == "sleep":
+        time.sleep(event["secs"])
+    return {"pid": INSTANCE, "uid": os.getuid()}
+"#;
+
+fn instances(name: &str) -> String {
+    format!("sless_instances{{namespace=\"ns\",function=\"{name}\"}}")
+}
+
+async fn pid(server: &Server, name: &str) -> String {
+    let (status, _, text) = server
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), "{}")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["pid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn crash_is_502_then_replaced() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "tools",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PY_TOOLS)],
+        )
+        .await;
+    let before = pid(&server, "tools").await;
+    let (status, _, text) = server
+        .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "crash"}"#)
+        .await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{text}");
+    assert!(text.contains("crashed"), "{text}");
+    let after = pid(&server, "tools").await;
+    assert_ne!(before, after, "a new instance serves after the crash");
+}
+
+#[tokio::test]
+async fn timeout_is_504_and_recycles_the_instance() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "tools",
+            json!({"runtime": "python3.11", "timeout_sec": 1}),
+            &[("handler.py", PY_TOOLS)],
+        )
+        .await;
+    let before = pid(&server, "tools").await;
+    let started = Instant::now();
+    let (status, _, text) = server
+        .invoke(
+            Method::POST,
+            "/fn/ns/tools",
+            r#"{"what": "sleep", "secs": 5}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "answered at the timeout, not when the handler finished"
+    );
+    assert_ne!(
+        pid(&server, "tools").await,
+        before,
+        "the timed-out instance was recycled"
+    );
+}
+
+#[tokio::test]
+async fn full_queue_is_429_with_retry_after() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_MAX_QUEUE", "1")]).await;
+    let spec = json!({"runtime": "python3.11", "concurrency": 1, "max_instances": 1});
+    server
+        .deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)])
+        .await;
+    pid(&server, "tools").await; // the instance is up: what follows measures the queue alone
+    let server = Arc::new(server);
+    let mut calls = Vec::new();
+    for _ in 0..5 {
+        let server = server.clone();
+        calls.push(tokio::spawn(async move {
+            server
+                .invoke(
+                    Method::POST,
+                    "/fn/ns/tools",
+                    r#"{"what": "sleep", "secs": 1}"#,
+                )
+                .await
+        }));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut ok = 0;
+    let mut limited = 0;
+    for call in calls {
+        let (status, headers, text) = call.await.unwrap();
+        match status {
+            StatusCode::OK => ok += 1,
+            StatusCode::TOO_MANY_REQUESTS => {
+                limited += 1;
+                assert!(headers.contains_key("retry-after"), "{text}");
+                assert!(text.contains("too many requests waiting"), "{text}");
+            }
+            other => panic!("unexpected {other}: {text}"),
+        }
+    }
+    // One runs, one waits, the other three are turned away.
+    assert_eq!((ok, limited), (2, 3));
+}
+
+#[tokio::test]
+async fn scales_out_under_load_then_to_zero_and_back() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
+    let spec = json!({"runtime": "python3.11", "concurrency": 1, "max_instances": 3});
+    server
+        .deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)])
+        .await;
+    assert_eq!(
+        server.metric(&instances("tools")).await,
+        Some(0.0),
+        "no instance before the first request"
+    );
+    let server = Arc::new(server);
+    let calls: Vec<_> = (0..6)
+        .map(|_| {
+            let server = server.clone();
+            tokio::spawn(async move {
+                server
+                    .invoke(
+                        Method::POST,
+                        "/fn/ns/tools",
+                        r#"{"what": "sleep", "secs": 0.5}"#,
+                    )
+                    .await
+            })
+        })
+        .collect();
+    let mut pids = std::collections::HashSet::new();
+    for call in calls {
+        let (status, _, text) = call.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{text}");
+        pids.insert(
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()["pid"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert!(
+        pids.len() > 1 && pids.len() <= 3,
+        "scaled out to at most max_instances: {pids:?}"
+    );
+    server.wait_metric(&instances("tools"), 0.0, 10).await;
+    pid(&server, "tools").await;
+    assert_eq!(
+        server.metric(&instances("tools")).await,
+        Some(1.0),
+        "scaled from zero on demand"
+    );
+}
+
+#[tokio::test]
+async fn replicas_pin_the_count_and_zero_turns_it_off() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
+    let spec = json!({"runtime": "python3.11", "replicas": 2});
+    server
+        .deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)])
+        .await;
+    server.wait_metric(&instances("tools"), 2.0, 10).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        server.metric(&instances("tools")).await,
+        Some(2.0),
+        "pinned replicas are not scaled down when idle"
+    );
+
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/tools",
+            Some(json!({"replicas": 0})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/tools", "{}").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+    server.wait_metric(&instances("tools"), 0.0, 10).await;
+
+    server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/tools",
+            Some(json!({"replicas": null})),
+        )
+        .await;
+    pid(&server, "tools").await;
+}
+
+#[tokio::test]
+async fn rollout_under_load_never_answers_with_old_code_after_ready() {
+    let server = Arc::new(Server::start(Backend::Sqlite).await);
+    let v1 = b"def handle(event, context):\n    return 'v1'\n";
+    let v2 = b"def handle(event, context):\n    return 'v2'\n";
+    server
+        .deploy(
+            "ns",
+            "roll",
+            json!({"runtime": "python3.11", "concurrency": 4}),
+            &[("handler.py", v1)],
+        )
+        .await;
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let (server, stop) = (server.clone(), stop.clone());
+        workers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let sent = Instant::now();
+                let (status, _, text) = server.invoke(Method::GET, "/fn/ns/roll", "").await;
+                seen.push((sent, status, text));
+            }
+            seen
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, uploaded) = server
+        .upload("ns", "roll", super::harness::zip_of(&[("handler.py", v2)]))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let hash = uploaded["status"]["code_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    server.wait_built("ns", "roll", &hash).await;
+    let ready_seen = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+
+    let mut total = 0;
+    for worker in workers {
+        for (sent, status, text) in worker.await.unwrap() {
+            total += 1;
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "no failed request during the rollout: {text}"
+            );
+            if sent > ready_seen {
+                assert_eq!(
+                    text, r#""v2""#,
+                    "request sent after Ready answered by old code"
+                );
+            }
+        }
+    }
+    assert!(
+        total > 20,
+        "load ran through the rollout ({total} requests)"
+    );
+}
