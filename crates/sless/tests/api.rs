@@ -9,5 +9,6 @@ mod api {
     mod handlers;
     pub mod harness;
     mod lifecycle;
+    mod sandbox;
     mod scaling;
 }
