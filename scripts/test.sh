@@ -6,5 +6,10 @@ cd "$(dirname "$0")/.."
 # Reuse a build cache outside the clone when there is one; an empty cache works too.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sless-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --all-targets --locked
+# The runtime shims' own protocol tests (Python's unittest, both runtimes).
+python3 -m unittest discover -s runtimes/tests -p 'test_*.py'
+# Every crate's tests; nextest's summary closes the run.
 cargo nextest run --workspace --locked --no-fail-fast "$@"

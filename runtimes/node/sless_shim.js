@@ -214,7 +214,9 @@ function fullResponse(result) {
     throw new BadReturn("handler returned 'headers' that is not an object");
   }
   const headers = {};
-  for (const [name, value] of Object.entries(given)) headers[name] = String(value);
+  for (const [name, value] of Object.entries(given)) {
+    if (value !== undefined && value !== null) headers[name] = String(value);
+  }
   const [body, contentType] = bodyAndType(result.body);
   if (contentType && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) {
     headers['content-type'] = contentType;

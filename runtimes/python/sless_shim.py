@@ -132,13 +132,28 @@ class Context(dict):
 
 
 class HandlerThreads:
-    """A fixed pool of threads for sync handlers: lighter than
-    concurrent.futures.ThreadPoolExecutor, as it makes no Future per call."""
+    """Up to `limit` threads for sync handlers, started when no thread is
+    idle: concurrent.futures.ThreadPoolExecutor without a Future per call."""
 
-    def __init__(self, count):
+    def __init__(self, limit):
         self._jobs = queue.SimpleQueue()
-        for number in range(count):
-            threading.Thread(target=self._work, name=f"sless-handler-{number}", daemon=True).start()
+        self._idle = threading.Semaphore(0)
+        self._limit = limit
+        self._started = 0
+
+    def submit(self, job, *args):
+        self._jobs.put((job, args))
+        if not self._idle.acquire(blocking=False) and self._started < self._limit:
+            self._start_thread()
+
+    def _start_thread(self):
+        thread = threading.Thread(target=self._work, name=f"sless-handler-{self._started}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # e.g. the process limit: queued jobs wait for a running thread
+            sys.__stderr__.write(f"sless shim: cannot start a handler thread: {exc}\n")
+            return
+        self._started += 1
 
     def _work(self):
         take = self._jobs.get
@@ -148,9 +163,7 @@ class HandlerThreads:
                 job(*args)
             except Exception:
                 traceback.print_exc(file=sys.__stderr__)
-
-    def submit(self, job, *args):
-        self._jobs.put((job, args))
+            self._idle.release()
 
 
 class LoadError(Exception):
@@ -172,7 +185,7 @@ class Function:
         self.namespace = spec.get("namespace", "")
         self.version = spec.get("version")
         workers = max(1, int(spec.get("concurrency") or 1))
-        self.threads = HandlerThreads(workers)
+        self.threads = None if self.is_async else HandlerThreads(workers)
 
 
 def positional_arity(handler):
@@ -291,7 +304,7 @@ def full_response(result):
     headers = result.get("headers") or {}
     if not isinstance(headers, dict):
         raise BadReturn("handler returned 'headers' that is not an object")
-    headers = {str(name): header_value(value) for name, value in headers.items()}
+    headers = {str(name): header_value(value) for name, value in headers.items() if value is not None}
     body = result.get("body")
     if body is None:
         payload, content_type = b"", None

@@ -19,6 +19,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("creating data dir {}: {e}", config.data_dir.display()))?;
     let store = store::open(&config.database_url()).await?;
     let blobs = blobs::open(&config.blob_url())?;
+    make_private(&config);
     let check_metrics = Arc::new(sless_codecheck::CheckMetrics::new());
     let code_check = sless_codecheck::build(&config.code_check(), check_metrics.clone())
         .map_err(|e| anyhow::anyhow!("code check settings: {e}"))?;
@@ -117,5 +118,24 @@ fn redact(url: &str) -> String {
             }
         }
         _ => url.to_string(),
+    }
+}
+
+/// The data dir is traversable by sandboxed users (0711); what is inside and
+/// private is readable by the server alone.
+fn make_private(config: &Config) {
+    use std::os::unix::fs::PermissionsExt;
+    let data = &config.data_dir;
+    let mut private = vec![data.join("blobs"), data.join("admin-token")];
+    for suffix in ["", "-wal", "-shm"] {
+        private.push(data.join(format!("sless.db{suffix}")));
+    }
+    for path in private {
+        let mode = if path.is_dir() { 0o700 } else { 0o600 };
+        if path.exists() {
+            if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)) {
+                tracing::warn!(path = %path.display(), error = %e, "could not make a data file private");
+            }
+        }
     }
 }

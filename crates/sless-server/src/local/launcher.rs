@@ -43,8 +43,14 @@ pub struct Launcher {
 
 impl Launcher {
     pub fn new(data_dir: &Path, python: String, node: String) -> anyhow::Result<Launcher> {
+        let sandbox = Sandbox::detect();
+        if sandbox.allocate_uid().is_some() {
+            reachable_by_others(data_dir)?;
+        }
         let shim_dir = data_dir.join("shims").join(shim_version());
         std::fs::create_dir_all(&shim_dir)?;
+        set_mode(&data_dir.join("shims"), 0o755)?;
+        set_mode(&shim_dir, 0o755)?;
         std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
         std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
         let slots_dir = data_dir.join("slots");
@@ -52,7 +58,7 @@ impl Launcher {
         std::fs::create_dir_all(&slots_dir)?;
         set_mode(&slots_dir, 0o711)?;
         Ok(Launcher {
-            sandbox: Sandbox::detect(),
+            sandbox,
             shim_dir,
             slots_dir,
             python,
@@ -105,6 +111,29 @@ impl Launcher {
     pub fn code_path(&self, process: &ShimProcess) -> String {
         self.sandbox.seen_path(&process.slot, "/code")
     }
+}
+
+/// Sandboxed processes run as other users: they must be able to walk down to
+/// the data dir (they can list nothing in it: it is 0711 and holds private
+/// files 0600).
+fn reachable_by_others(data_dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = data_dir.canonicalize()?;
+    set_mode(&dir, 0o711)?;
+    for ancestor in dir.ancestors().skip(1) {
+        let mode = std::fs::metadata(ancestor)?.permissions().mode();
+        if mode & 0o001 == 0 {
+            anyhow::bail!(
+                "SLESS_DATA_DIR {}: sandboxed functions run as unprivileged users and cannot reach it because {} has mode {:o}; \
+                 allow others to traverse it (chmod o+x {}) or choose a data dir elsewhere",
+                data_dir.display(),
+                ancestor.display(),
+                mode & 0o777,
+                ancestor.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {

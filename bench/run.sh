@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# One command for every figure of the local driver's targets, measured side by
+# side in one run: warm throughput and latency through the sless gateway vs.
+# the same handler behind a plain server of its language (direct, and behind
+# nginx), cold start p50/p99 per runtime, and deploy time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+for pkg in wrk nginx-light; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null; }
+done
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sless-target}"
+cargo build --release --locked -p sless
+exec python3 bench/bench.py --sless "$CARGO_TARGET_DIR/release/sless" "$@"

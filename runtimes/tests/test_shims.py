@@ -1,0 +1,612 @@
+# Contract tests for the sless runtime shims (runtimes/PROTOCOL.md): each test
+# starts a shim as a subprocess with pipes, speaks the frame protocol to it and
+# checks one row of the handler contract, for Python and for Node alike.
+# Run from the repo root: python3 -m unittest discover -s runtimes/tests -v
+
+import json
+import os
+import queue
+import shutil
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+from collections import defaultdict
+from pathlib import Path
+
+RUNTIMES_DIR = Path(__file__).resolve().parent.parent
+PYTHON_COMMAND = ["/usr/bin/python3.11", "-u", "-B", str(RUNTIMES_DIR / "python" / "sless_shim.py")]
+NODE_COMMAND = ["node", str(RUNTIMES_DIR / "node" / "sless_shim.js")]
+
+FRAME_HEAD = struct.Struct(">IcI")
+U32 = struct.Struct(">I")
+STDOUT, STDERR = 1, 2
+NOT_SERIALIZABLE = "handler returned a value that is not JSON-serializable: "
+
+
+def encode_frame(kind, inv_id, payload):
+    return FRAME_HEAD.pack(len(payload) + 5, kind, inv_id) + payload
+
+
+def invoke_header(inv_id, **fields):
+    header = {
+        "kind": "http",
+        "request_id": f"req-{inv_id}",
+        "deadline_ms": int(time.time() * 1000) + 30_000,
+        "method": "POST",
+        "path": "",
+        "query": "",
+        "headers": {},
+        "event": None,
+    }
+    header.update(fields)
+    return header
+
+
+def encode_invoke(inv_id, body=b"", **fields):
+    head = json.dumps(invoke_header(inv_id, **fields)).encode()
+    return encode_frame(b"I", inv_id, U32.pack(len(head)) + head + body)
+
+
+class Output:
+    """One OUTPUT frame, decoded."""
+
+    def __init__(self, payload):
+        head_len = U32.unpack_from(payload)[0]
+        head = json.loads(payload[4 : 4 + head_len])
+        self.status = head["status"]
+        self.headers = head["headers"]
+        self.body = payload[4 + head_len :]
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class ShimClient:
+    """A shim subprocess and the frames it has sent, sorted by invocation."""
+
+    def __init__(self, command):
+        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.stderr_chunks = []
+        self.control = []  # (type, JSON payload) of HELLO and READY frames
+        self.logs = defaultdict(list)  # invocation id -> [(stream, text)]
+        self.outputs = {}  # invocation id -> Output
+        self.arrival = []  # invocation ids in the order their OUTPUT came
+        self._frames = queue.Queue()
+        threading.Thread(target=self._read_frames, daemon=True).start()
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+
+    def _read_frames(self):
+        out = self.proc.stdout
+        while (head := out.read(4)) and len(head) == 4:
+            rest = out.read(U32.unpack(head)[0])
+            self._frames.put((rest[:1], U32.unpack_from(rest, 1)[0], rest[5:]))
+        self._frames.put(None)
+
+    def _read_stderr(self):
+        while chunk := self.proc.stderr.read1(65536):
+            self.stderr_chunks.append(chunk)
+
+    def stderr_text(self):
+        return b"".join(self.stderr_chunks).decode("utf-8", "replace")
+
+    def send(self, data):
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def _record(self, frame):
+        if frame is None:
+            raise AssertionError(f"shim closed its stdout; stderr:\n{self.stderr_text()}")
+        kind, inv_id, payload = frame
+        if kind == b"G":
+            self.logs[inv_id].append((payload[0], payload[1:].decode()))
+        elif kind == b"O":
+            self.outputs[inv_id] = Output(payload)
+            self.arrival.append(inv_id)
+        else:
+            self.control.append((kind, json.loads(payload)))
+
+    def pump_until(self, done, timeout=5.0):
+        deadline = time.monotonic() + timeout
+        while not done():
+            try:
+                self._record(self._frames.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(f"no answer from the shim in {timeout}s; stderr:\n{self.stderr_text()}")
+
+    def next_control(self):
+        count = len(self.control)
+        self.pump_until(lambda: len(self.control) > count)
+        return self.control[-1]
+
+    def hello(self):
+        kind, hello = self.next_control()
+        assert kind == b"H", kind
+        return hello
+
+    def load(self, code_dir, entrypoint, path, env=None, concurrency=8):
+        spec = {
+            "code_dir": code_dir,
+            "path": path,
+            "entrypoint": entrypoint,
+            "env": env or {},
+            "function": "hello",
+            "namespace": "demo",
+            "version": 3,
+            "concurrency": concurrency,
+        }
+        self.send(encode_frame(b"L", 0, json.dumps(spec).encode()))
+        kind, ready = self.next_control()
+        assert kind == b"R", kind
+        return ready
+
+    def wait_outputs(self, ids, timeout=5.0):
+        self.pump_until(lambda: all(i in self.outputs for i in ids), timeout)
+        return [self.outputs[i] for i in ids]
+
+    def invoke(self, inv_id, body=b"", **fields):
+        self.send(encode_invoke(inv_id, body, **fields))
+        return self.wait_outputs([inv_id])[0]
+
+    def log_text(self, inv_id, stream):
+        return "".join(text for s, text in self.logs[inv_id] if s == stream)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            pipe.close()
+
+
+class ShimContract:
+    """The contract tests shared by both runtimes. A subclass sets `command`,
+    `runtime`, `handler_file`, `sources` (fixture name -> handler source),
+    what the "raise" fixture throws (`error_type`, `failing_function`) and
+    the dependency layout (`dep_files`, `dep_path`)."""
+
+    def spawn(self):
+        client = ShimClient(self.command)
+        self.addCleanup(client.close)
+        client.hello()
+        return client
+
+    def make_code_dir(self, files):
+        code_dir = tempfile.mkdtemp(prefix="sless-shim-test-")
+        self.addCleanup(shutil.rmtree, code_dir)
+        for name, text in files.items():
+            target = Path(code_dir, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        return code_dir
+
+    def load(self, fixture, entrypoint="handler.handle", files=None, path=(".",), env=None, concurrency=8):
+        """A fresh shim with `fixture` as the handler module; returns (client, READY)."""
+        code_dir = self.make_code_dir({self.handler_file: self.sources[fixture], **(files or {})})
+        client = self.spawn()
+        paths = [os.path.normpath(os.path.join(code_dir, p)) for p in path]
+        return client, client.load(code_dir, entrypoint, paths, env, concurrency)
+
+    def start(self, fixture, **load_args):
+        client, ready = self.load(fixture, **load_args)
+        self.assertEqual(ready, {"ok": True})
+        return client
+
+    # HELLO and LOAD
+
+    def test_hello(self):
+        client = ShimClient(self.command)
+        self.addCleanup(client.close)
+        self.assertEqual(client.hello(), {"runtime": self.runtime, "shim_version": "1", "pid": client.proc.pid})
+
+    def test_load_missing_module(self):
+        _, ready = self.load("echo", entrypoint="nope.handle")
+        self.assertFalse(ready["ok"])
+        self.assertIn("nope", ready["error"])
+
+    def test_load_syntax_error(self):
+        _, ready = self.load("syntax_error")
+        self.assertFalse(ready["ok"])
+        self.assertIn("SyntaxError", ready["error"])
+        self.assertIn(self.handler_file, ready["error"])
+
+    def test_load_missing_function(self):
+        _, ready = self.load("echo", entrypoint="handler.missing")
+        self.assertFalse(ready["ok"])
+        self.assertIn("'missing'", ready["error"])
+
+    def test_load_not_callable(self):
+        _, ready = self.load("not_callable", entrypoint="handler.answer")
+        self.assertFalse(ready["ok"])
+        self.assertIn("not callable" if self.runtime.startswith("python") else "not a function", ready["error"])
+
+    def test_second_load_is_refused(self):
+        client = self.start("echo")
+        self.assertEqual(client.load("/", "handler.handle", ["/"])["ok"], False)
+
+    def test_invoke_before_load_is_500(self):
+        client = self.spawn()
+        output = client.invoke(1, request_id="req-early")
+        self.assertEqual((output.status, output.json()), (500, {"error": "no function loaded", "request_id": "req-early"}))
+
+    def test_import_output_is_attributed_to_id_0(self):
+        client = self.start("import_print")
+        self.assertEqual(client.log_text(0, STDOUT), "loading\n")
+
+    # Return values
+
+    def test_json_value(self):
+        output = self.start("value").invoke(1)
+        self.assertEqual(output.status, 200)
+        self.assertEqual(output.headers, {"content-type": "application/json"})
+        self.assertEqual(output.json(), {"items": [1, 2.5, "three", None, True], "n": 7})
+
+    def test_none_is_null(self):
+        output = self.start("none").invoke(1)
+        self.assertEqual((output.status, output.headers["content-type"], output.body), (200, "application/json", b"null"))
+
+    def test_full_response_with_string_body(self):
+        output = self.start("full_text").invoke(1)
+        self.assertEqual(output.status, 201)
+        self.assertEqual(
+            output.headers,
+            {"X-Custom": "yes", "x-count": "5", "content-type": "text/plain; charset=utf-8"},
+        )
+        self.assertEqual(output.body, "plain ü".encode())
+
+    def test_full_response_with_json_body(self):
+        output = self.start("full_json").invoke(1)
+        self.assertEqual((output.status, output.headers), (202, {"content-type": "application/json"}))
+        self.assertEqual(output.json(), {"k": [1, 2]})
+
+    def test_full_response_without_body(self):
+        output = self.start("full_empty").invoke(1)
+        self.assertEqual((output.status, output.headers, output.body), (204, {}, b""))
+
+    def test_full_response_keeps_its_content_type(self):
+        output = self.start("full_html").invoke(1)
+        self.assertEqual((output.headers, output.body), ({"Content-Type": "text/html"}, b"<p>hi</p>"))
+
+    def test_full_response_with_bytes_body(self):
+        output = self.start("full_bytes").invoke(1)
+        self.assertEqual((output.headers, output.body), ({"content-type": "application/octet-stream"}, b"\x00\xffraw"))
+
+    def test_invalid_status_code_is_500(self):
+        output = self.start("bad_status").invoke(1)
+        self.assertEqual(output.status, 500)
+        self.assertEqual(output.json()["error"], "handler returned an invalid statusCode: 1000")
+
+    def test_exception_is_500_with_traceback_only_in_the_log(self):
+        client = self.start("raise")
+        output = client.invoke(7, b'{"what": "x"}', request_id="req-seven")
+        self.assertEqual((output.status, output.headers), (500, {"content-type": "application/json"}))
+        self.assertEqual(output.json(), {"error": f"{self.error_type}: boom x", "request_id": "req-seven"})
+        traceback_text = client.log_text(7, STDERR)
+        self.assertIn(self.failing_function, traceback_text)
+        self.assertIn("boom x", traceback_text)
+        self.assertNotIn(self.failing_function, output.body.decode())
+        self.assertNotIn("sless_shim", traceback_text)
+
+    def test_value_that_is_not_serializable_is_500(self):
+        output = self.start("unserializable").invoke(1, request_id="req-bad")
+        self.assertEqual(output.status, 500)
+        self.assertTrue(output.json()["error"].startswith(NOT_SERIALIZABLE), output.json())
+        self.assertEqual(output.json()["request_id"], "req-bad")
+
+    # Event and context
+
+    def test_http_event_parsing(self):
+        client = self.start("echo")
+        self.assertEqual(client.invoke(1, b'{"a": [1, {"b": null}]}').json(), {"a": [1, {"b": None}]})
+        self.assertEqual(client.invoke(2, b"").json(), {})
+        self.assertEqual(client.invoke(3, b"hello there").json(), "hello there")
+        self.assertEqual(client.invoke(4, b"\xff{").json(), "\ufffd{")
+
+    def test_context_fields(self):
+        client = self.start("context")
+        deadline = int(time.time() * 1000) + 10_000
+        output = client.invoke(
+            5,
+            b'{"p": 1}',
+            request_id="req-ctx",
+            deadline_ms=deadline,
+            method="PUT",
+            path="/rest/of/path",
+            query="a=1&b=x%20y&a=3&flag",
+            headers={"x-h": "v", "content-type": "application/json"},
+        )
+        result = output.json()
+        self.assertEqual(
+            result["fields"],
+            {
+                "trigger": "http",
+                "request_id": "req-ctx",
+                "function": "hello",
+                "namespace": "demo",
+                "version": 3,
+                "method": "PUT",
+                "path": "/rest/of/path",
+                "query": {"a": "3", "b": "x y", "flag": ""},
+                "raw_query": "a=1&b=x%20y&a=3&flag",
+                "headers": {"x-h": "v", "content-type": "application/json"},
+                "body": '{"p": 1}',
+            },
+        )
+        self.assertTrue(result["same_by_key"])
+        for remaining in result["remaining"]:
+            self.assertTrue(8_000 < remaining <= 10_000, remaining)
+
+    def test_cron_and_job_events_come_from_the_header(self):
+        client = self.start("event_and_trigger")
+        cron = client.invoke(1, kind="cron", event={"tick": 1}, method="", headers={})
+        self.assertEqual(cron.json(), {"event": {"tick": 1}, "trigger": "cron"})
+        job = client.invoke(2, kind="job", event=[1, "two"])
+        self.assertEqual(job.json(), {"event": [1, "two"], "trigger": "job"})
+
+    # Handler forms
+
+    def test_sync_handler(self):
+        self.assertEqual(self.start("echo").invoke(1, b"[1]").json(), [1])
+
+    def test_async_handler(self):
+        self.assertEqual(self.start("async").invoke(1, b"[1]").json(), {"async": [1]})
+
+    def test_one_argument_handler(self):
+        self.assertEqual(self.start("one_arg").invoke(1, b'"x"').json(), {"one": "x"})
+
+    # Output capture and concurrency
+
+    def test_output_is_captured_per_invocation(self):
+        client = self.start("print")
+        output = client.invoke(9, b'{"msg": "hi"}')
+        self.assertEqual(output.json(), "ok")
+        self.assertEqual(client.log_text(9, STDOUT), "out hi\n")
+        self.assertEqual(client.log_text(9, STDERR), "err hi\n")
+        self.assertEqual(client.logs[0], [])
+
+    def test_concurrent_async_invocations_are_attributed(self):
+        client = self.start("slow_async")
+        self.check_concurrent_invocations(client)
+
+    def check_concurrent_invocations(self, client):
+        """Four slow invocations at once: the shortest finishes first, and each
+        one's output carries its own id."""
+        delays = {1: 0.4, 2: 0.3, 3: 0.2, 4: 0.1}
+        started = time.monotonic()
+        client.send(b"".join(encode_invoke(i, json.dumps({"n": i, "delay": d}).encode()) for i, d in delays.items()))
+        outputs = client.wait_outputs(list(delays))
+        self.assertLess(time.monotonic() - started, 0.9)
+        self.assertEqual(client.arrival, [4, 3, 2, 1])
+        for inv_id, output in zip(delays, outputs):
+            self.assertEqual(output.json(), inv_id)
+            self.assertEqual(client.log_text(inv_id, STDOUT), f"start {inv_id}\ndone {inv_id}\n")
+
+    # LOAD environment
+
+    def test_dependency_from_path(self):
+        client = self.start("dep", files=self.dep_files, path=self.dep_path)
+        self.assertEqual(client.invoke(1, b'{"name": "sless"}').json(), "hello sless")
+
+    def test_env_from_load(self):
+        client = self.start("env", env={"GREETING": "bonjour"})
+        self.assertEqual(client.invoke(1).json(), "bonjour")
+
+    # Framing and lifetime
+
+    def test_frame_split_across_writes(self):
+        client = self.start("echo")
+        frame = encode_invoke(3, b'{"split": true}')
+        for piece in (frame[:2], frame[2:7], frame[7:20], frame[20:-1], frame[-1:]):
+            client.send(piece)
+            time.sleep(0.02)
+        self.assertEqual(client.wait_outputs([3])[0].json(), {"split": True})
+
+    def test_large_frame_over_many_reads(self):
+        client = self.start("echo")
+        text = "x" * 1_000_000
+        self.assertEqual(client.invoke(1, json.dumps(text).encode()).json(), text)
+
+    def test_frames_coalesced_in_one_write(self):
+        client = self.start("echo")
+        client.send(b"".join(encode_invoke(i, str(i).encode()) for i in (1, 2, 3)))
+        self.assertEqual([o.json() for o in client.wait_outputs([1, 2, 3])], [1, 2, 3])
+
+    def test_eof_exits_0_without_finishing(self):
+        client = self.start("slow_async")
+        client.send(encode_invoke(1, b'{"n": 1, "delay": 10}'))
+        client.proc.stdin.close()
+        self.assertEqual(client.proc.wait(timeout=5), 0)
+
+
+class PythonShimTest(ShimContract, unittest.TestCase):
+    command = PYTHON_COMMAND
+    runtime = "python3.11"
+    handler_file = "handler.py"
+    error_type = "ValueError"
+    failing_function = "fail_deeply"
+    dep_files = {".deps/depmod.py": 'def greet(name):\n    return f"hello {name}"\n'}
+    dep_path = (".deps", ".")
+    sources = {
+        "echo": "def handle(event, context):\n    return event\n",
+        "syntax_error": "def handle(event, context)\n    return 1\n",
+        "not_callable": "answer = 42\n",
+        "import_print": 'print("loading")\n\ndef handle(event, context):\n    return 1\n',
+        "value": 'def handle(event, context):\n    return {"items": [1, 2.5, "three", None, True], "n": 7}\n',
+        "none": "def handle(event, context):\n    return None\n",
+        "full_text": (
+            "def handle(event, context):\n"
+            '    headers = {"X-Custom": "yes", "x-count": 5, "x-none": None}\n'
+            '    return {"statusCode": 201, "headers": headers, "body": "plain ü"}\n'
+        ),
+        "full_json": 'def handle(event, context):\n    return {"statusCode": 202, "body": {"k": [1, 2]}}\n',
+        "full_empty": 'def handle(event, context):\n    return {"statusCode": 204, "body": None}\n',
+        "full_html": (
+            "def handle(event, context):\n"
+            '    return {"statusCode": 200, "headers": {"Content-Type": "text/html"}, "body": "<p>hi</p>"}\n'
+        ),
+        "full_bytes": 'def handle(event, context):\n    return {"statusCode": 200, "body": b"\\x00\\xffraw"}\n',
+        "bad_status": 'def handle(event, context):\n    return {"statusCode": 1000, "body": "x"}\n',
+        "raise": (
+            "def fail_deeply(what):\n"
+            '    raise ValueError(f"boom {what}")\n\n'
+            "def handle(event, context):\n"
+            '    fail_deeply(event["what"])\n'
+        ),
+        "unserializable": "def handle(event, context):\n    return {1, 2}\n",
+        "context": (
+            'FIELDS = ["trigger", "request_id", "function", "namespace", "version", "method",\n'
+            '          "path", "query", "raw_query", "headers", "body"]\n\n'
+            "def handle(event, context):\n"
+            "    return {\n"
+            '        "fields": {name: getattr(context, name) for name in FIELDS},\n'
+            '        "same_by_key": all(context[name] == getattr(context, name) for name in FIELDS),\n'
+            '        "remaining": [context.remaining_time_ms()],\n'
+            "    }\n"
+        ),
+        "event_and_trigger": 'def handle(event, context):\n    return {"event": event, "trigger": context.trigger}\n',
+        "async": 'async def handle(event, context):\n    return {"async": event}\n',
+        "one_arg": 'async def handle(event):\n    return {"one": event}\n',
+        "zero_arg": 'def handle():\n    return "zero"\n',
+        "print": (
+            "import sys\n\n"
+            "def handle(event, context):\n"
+            '    print("out", event["msg"])\n'
+            '    print("err", event["msg"], file=sys.stderr)\n'
+            '    return "ok"\n'
+        ),
+        "slow_async": (
+            "import asyncio\n\n"
+            "async def handle(event, context):\n"
+            '    print("start", event["n"])\n'
+            '    await asyncio.sleep(event["delay"])\n'
+            '    print("done", event["n"])\n'
+            '    return event["n"]\n'
+        ),
+        "slow_sync": (
+            "import time\n\n"
+            "def handle(event, context):\n"
+            '    print("start", event["n"])\n'
+            '    time.sleep(event["delay"])\n'
+            '    print("done", event["n"])\n'
+            '    return event["n"]\n'
+        ),
+        "sync_returning_coroutine": (
+            "import asyncio\n\n"
+            "async def work(event):\n"
+            "    await asyncio.sleep(0)\n"
+            '    return {"awaited": event}\n\n'
+            "def handle(event, context):\n"
+            "    return work(event)\n"
+        ),
+        "stray_fd_write": 'import os\n\ndef handle(event, context):\n    os.write(1, b"stray\\n")\n    return "clean"\n',
+        "dep": 'import depmod\n\ndef handle(event, context):\n    return depmod.greet(event["name"])\n',
+        "env": 'import os\n\ndef handle(event, context):\n    return os.environ["GREETING"]\n',
+    }
+
+    def test_sync_handlers_run_concurrently_in_the_pool(self):
+        client = self.start("slow_sync", concurrency=4)
+        self.check_concurrent_invocations(client)
+
+    def test_zero_argument_handler(self):
+        self.assertEqual(self.start("zero_arg").invoke(1).json(), "zero")
+
+    def test_sync_handler_returning_a_coroutine_is_awaited(self):
+        self.assertEqual(self.start("sync_returning_coroutine").invoke(1, b"5").json(), {"awaited": 5})
+
+    def test_stray_write_to_fd_1_goes_to_stderr(self):
+        client = self.start("stray_fd_write")
+        self.assertEqual(client.invoke(1).json(), "clean")
+        deadline = time.monotonic() + 2
+        while "stray" not in client.stderr_text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertIn("stray", client.stderr_text())
+
+
+class NodeShimTest(ShimContract, unittest.TestCase):
+    command = NODE_COMMAND
+    runtime = "nodejs20"
+    handler_file = "handler.js"
+    error_type = "TypeError"
+    failing_function = "failDeeply"
+    dep_files = {"node_modules/depmod/index.js": "exports.greet = (name) => `hello ${name}`;\n"}
+    dep_path = ("node_modules",)
+    sources = {
+        "echo": "exports.handle = (event, context) => event;\n",
+        "syntax_error": "exports.handle = (event) => {\n  return event +;\n};\n",
+        "not_callable": "exports.answer = 42;\n",
+        "import_print": 'console.log("loading");\nexports.handle = () => 1;\n',
+        "value": 'exports.handle = async () => ({ items: [1, 2.5, "three", null, true], n: 7 });\n',
+        "none": "exports.handle = async () => undefined;\n",
+        "full_text": (
+            "exports.handle = async () => ({\n"
+            '  statusCode: 201, headers: { "X-Custom": "yes", "x-count": 5, "x-none": null }, body: "plain ü",\n'
+            "});\n"
+        ),
+        "full_json": "exports.handle = async () => ({ statusCode: 202, body: { k: [1, 2] } });\n",
+        "full_empty": "exports.handle = () => ({ statusCode: 204 });\n",
+        "full_html": (
+            'exports.handle = () => ({ statusCode: 200, headers: { "Content-Type": "text/html" }, body: "<p>hi</p>" });\n'
+        ),
+        "full_bytes": "exports.handle = () => ({ statusCode: 200, body: Buffer.from([0, 255, 114, 97, 119]) });\n",
+        "bad_status": 'exports.handle = () => ({ statusCode: 1000, body: "x" });\n',
+        "raise": (
+            "function failDeeply(what) {\n"
+            "  throw new TypeError(`boom ${what}`);\n"
+            "}\n"
+            "exports.handle = async (event) => failDeeply(event.what);\n"
+        ),
+        "unserializable": "exports.handle = async () => ({ big: 10n });\n",
+        "context": (
+            'const FIELDS = ["trigger", "request_id", "function", "namespace", "version", "method",\n'
+            '  "path", "query", "raw_query", "headers", "body"];\n'
+            "exports.handle = async (event, context) => ({\n"
+            "  fields: Object.fromEntries(FIELDS.map((name) => [name, context[name]])),\n"
+            "  same_by_key: true,\n"
+            "  remaining: [context.remaining_time_ms(), context.getRemainingTimeInMillis()],\n"
+            "});\n"
+        ),
+        "event_and_trigger": "exports.handle = (event, context) => ({ event, trigger: context.trigger });\n",
+        "async": "exports.handle = async (event, context) => ({ async: event });\n",
+        "one_arg": "exports.handle = (event) => ({ one: event });\n",
+        "print": (
+            "exports.handle = async (event) => {\n"
+            '  console.log("out", event.msg);\n'
+            '  console.error("err", event.msg);\n'
+            '  return "ok";\n'
+            "};\n"
+        ),
+        "slow_async": (
+            "const sleep = (seconds) => new Promise((resolve) => setTimeout(resolve, seconds * 1000));\n"
+            "exports.handle = async (event) => {\n"
+            '  console.log("start", event.n);\n'
+            "  await sleep(event.delay);\n"
+            '  process.stdout.write(`done ${event.n}\\n`);\n'
+            "  return event.n;\n"
+            "};\n"
+        ),
+        "uncaught_in_callback": (
+            "exports.handle = () => new Promise(() => {\n"
+            '  setTimeout(() => { throw new RangeError("late"); }, 10);\n'
+            "});\n"
+        ),
+        "dep": 'const depmod = require("depmod");\nexports.handle = (event) => depmod.greet(event.name);\n',
+        "dep_on_path": 'const extra = require("extramod");\nexports.handle = () => extra.name;\n',
+        "env": "exports.handle = () => process.env.GREETING;\n",
+    }
+
+    def test_dependency_from_a_path_entry(self):
+        files = {"vendor/extramod/index.js": 'exports.name = "extra";\n'}
+        client = self.start("dep_on_path", files=files, path=("vendor", "."))
+        self.assertEqual(client.invoke(1).json(), "extra")
+
+    def test_uncaught_error_in_a_callback_fails_its_invocation(self):
+        client = self.start("uncaught_in_callback")
+        output = client.invoke(4, request_id="req-late")
+        self.assertEqual((output.status, output.json()), (500, {"error": "RangeError: late", "request_id": "req-late"}))
+        self.assertIn("late", client.log_text(4, STDERR))
+
+
+if __name__ == "__main__":
+    unittest.main()
