@@ -165,15 +165,18 @@ def main():
         procs.append(subprocess.Popen([args.sless, "server"], env=env, stdout=subprocess.DEVNULL))
         wait_port(port)
         api = Api(port)
+        # An instance per core, each taking several invocations at once.
         scaling = {"concurrency": 16, "max_instances": 2}
         deploy(api, "hello-py", "python3.11", "handler.py", PY_HELLO, scaling)
         deploy(api, "hello-js", "nodejs20", "handler.js", JS_HELLO, scaling)
 
-        py_port, js_port = free_port(), free_port()
+        py_port, js_port, pyhttp_port = free_port(), free_port(), free_port()
         procs.append(subprocess.Popen([sys.executable, f"{HERE}/plain_server.py", str(py_port)], stdout=subprocess.DEVNULL))
+        procs.append(subprocess.Popen([sys.executable, f"{HERE}/plain_http_server.py", str(pyhttp_port)], stdout=subprocess.DEVNULL))
         procs.append(subprocess.Popen(["node", f"{HERE}/plain_server.js", str(js_port)], stdout=subprocess.DEVNULL))
         wait_port(py_port)
         wait_port(js_port)
+        wait_port(pyhttp_port)
         ngx_py, ngx_js = free_port(), free_port()
         prefix = f"{work}/nginx"
         os.makedirs(prefix)
@@ -184,7 +187,8 @@ def main():
         wait_port(ngx_py)
         wait_port(ngx_js)
 
-        print(f"# sless bench: {os.cpu_count()} cores, wrk -t1 -c{args.connections} -d{args.duration}s, hello handler\n")
+        print(f"# sless bench: {os.cpu_count()} cores, wrk -t1 -c{args.connections} -d{args.duration}s, hello handler")
+        print("# plain server: Python = raw asyncio HTTP/1.1, Node = http module; sless and nginx without access logs\n")
         print(f"{'target':<34} {'req/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
         results = {}
         for runtime, name, direct, proxied in [
@@ -196,6 +200,8 @@ def main():
                 "plain server, direct": f"http://127.0.0.1:{direct}/",
                 "nginx -> plain server": f"http://127.0.0.1:{proxied}/",
             }
+            if runtime == "python":
+                targets["http.server, direct"] = f"http://127.0.0.1:{pyhttp_port}/"
             for label, url in targets.items():
                 wrk(url, 2, args.connections)  # warm-up
                 results[(runtime, label)] = wrk(url, args.duration, args.connections)
@@ -208,6 +214,9 @@ def main():
             proxied = results[(runtime, "nginx -> plain server")][0]
             print(f"{runtime}: gateway / direct = {gw / direct:.2f}x (target >= 0.9x); "
                   f"gateway / nginx = {gw / proxied:.2f}x (target >= 1.0x)")
+            if runtime == "python":
+                stdlib = results[(runtime, "http.server, direct")][0]
+                print(f"python: gateway / http.server direct = {gw / stdlib:.2f}x")
 
         print()
         for runtime, name, target in [("python", "hello-py", 10.0), ("node", "hello-js", 15.0)]:

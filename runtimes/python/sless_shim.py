@@ -185,7 +185,10 @@ class Function:
         self.namespace = spec.get("namespace", "")
         self.version = spec.get("version")
         workers = max(1, int(spec.get("concurrency") or 1))
-        self.threads = None if self.is_async else HandlerThreads(workers)
+        # With one invocation at a time nothing else can be in flight, so a
+        # sync handler runs on the loop thread: no hand-off to a pool thread.
+        self.inline = workers == 1 and not self.is_async
+        self.threads = None if self.is_async or self.inline else HandlerThreads(workers)
 
 
 def positional_arity(handler):
@@ -382,12 +385,37 @@ class Shim:
             task = self.loop.create_task(self.serve_async(inv_id, request_id, args), context=context)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
+        elif self.function.inline:
+            context.run(self.serve_inline, inv_id, request_id, args)
         else:
             self.function.threads.submit(context.run, self.serve_sync, inv_id, request_id, args)
 
     async def serve_async(self, inv_id, request_id, args):
         try:
             result = await self.function.handler(*args)
+        except BaseException as exc:
+            self.reply_error(inv_id, request_id, exc)
+            return
+        self.reply(inv_id, request_id, result)
+
+    def serve_inline(self, inv_id, request_id, args):
+        """Runs a sync handler on the loop thread (concurrency 1); a returned
+        coroutine becomes a task on the loop."""
+        try:
+            result = self.function.handler(*args)
+        except BaseException as exc:
+            self.reply_error(inv_id, request_id, exc)
+            return
+        if asyncio.iscoroutine(result):
+            task = self.loop.create_task(self.serve_awaitable(inv_id, request_id, result))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+            return
+        self.reply(inv_id, request_id, result)
+
+    async def serve_awaitable(self, inv_id, request_id, awaitable):
+        try:
+            result = await awaitable
         except BaseException as exc:
             self.reply_error(inv_id, request_id, exc)
             return
