@@ -99,12 +99,10 @@ impl FunctionSpec {
                 self.min_instances, self.max_instances
             ));
         }
-        let (module, func) = self.entrypoint.rsplit_once('.').ok_or_else(|| {
-            format!(
-                "entrypoint {:?} must look like module.function",
-                self.entrypoint
-            )
-        })?;
+        let (module, func) = self
+            .entrypoint
+            .rsplit_once('.')
+            .ok_or_else(|| format!("entrypoint {:?} must look like module.function", self.entrypoint))?;
         if module.is_empty() || func.is_empty() {
             return Err(format!(
                 "entrypoint {:?} must look like module.function",

@@ -3,13 +3,19 @@
 
 mod error;
 mod function;
+mod invocation;
+mod job;
 mod names;
 mod token;
+mod trigger;
 
 pub use error::ErrorBody;
 pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase, Runtime};
+pub use invocation::{InvocationPage, InvocationRecord, LogLine};
+pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};
 pub use token::{Token, TokenCreate, TokenCreated};
+pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};
 
 /// A list response: `{"items": [...]}`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]

@@ -122,10 +122,7 @@ impl fmt::Debug for CheckConfig {
         f.debug_struct("CheckConfig")
             .field("mode", &self.mode)
             .field("llm_endpoint", &self.llm_endpoint)
-            .field(
-                "llm_api_key",
-                &self.llm_api_key.as_ref().map(|_| "<redacted>"),
-            )
+            .field("llm_api_key", &self.llm_api_key.as_ref().map(|_| "<redacted>"))
             .field("llm_model", &self.llm_model)
             .field("llm_timeout", &self.llm_timeout)
             .field("llm_prompt_file", &self.llm_prompt_file)
@@ -145,9 +142,7 @@ pub enum ConfigError {
     InvalidFailMode { value: String },
     #[error("code check mode llm needs an LLM endpoint: set SLESS_LLM_ENDPOINT")]
     MissingEndpoint,
-    #[error(
-        "invalid LLM endpoint {value:?}: expected an http:// or https:// URL (SLESS_LLM_ENDPOINT)"
-    )]
+    #[error("invalid LLM endpoint {value:?}: expected an http:// or https:// URL (SLESS_LLM_ENDPOINT)")]
     InvalidEndpoint { value: String },
     #[error("cannot use LLM prompt file {}: {reason}", path.display())]
     PromptFile { path: PathBuf, reason: String },

@@ -84,10 +84,7 @@ use static_check::StaticCheck;
 /// Builds the validator for `config.mode`. Call once at start-up: mode `llm`
 /// without an endpoint, a bad endpoint URL, or an unreadable or empty prompt
 /// file is a [`ConfigError`] naming what to fix.
-pub fn build(
-    config: &CheckConfig,
-    metrics: Arc<CheckMetrics>,
-) -> Result<Arc<dyn CodeValidator>, ConfigError> {
+pub fn build(config: &CheckConfig, metrics: Arc<CheckMetrics>) -> Result<Arc<dyn CodeValidator>, ConfigError> {
     Ok(match config.mode {
         Mode::Off => Arc::new(OffCheck),
         Mode::Static => Arc::new(StaticCheck::new(metrics)),
@@ -126,9 +123,7 @@ fn llm_client(config: &CheckConfig) -> Result<LlmClient, ConfigError> {
     let http = reqwest::Client::builder()
         .timeout(config.llm_timeout)
         .build()
-        .map_err(|e| ConfigError::HttpClient {
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| ConfigError::HttpClient { reason: e.to_string() })?;
     Ok(LlmClient {
         http,
         url: chat_completions_url(endpoint)?,

@@ -112,8 +112,8 @@ fn strip_fence(content: &str) -> &str {
 
 /// `choices[0].message.content`, parsed as the verdict object.
 fn parse_reply(body: &[u8]) -> Result<Verdict, LlmFailure> {
-    let reply: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| LlmFailure::Malformed(format!("response body is not JSON: {e}")))?;
+    let reply: serde_json::Value =
+        serde_json::from_slice(body).map_err(|e| LlmFailure::Malformed(format!("response body is not JSON: {e}")))?;
     let content = reply
         .pointer("/choices/0/message/content")
         .and_then(|c| c.as_str())

@@ -4,9 +4,7 @@ use crate::static_check::is_binary;
 use crate::validator::SourceFile;
 
 /// Extensions of files sent to the LLM (compared case-insensitively).
-pub(crate) const REVIEWED_EXTENSIONS: &[&str] = &[
-    "py", "js", "ts", "json", "yaml", "yml", "txt", "sh", "sql", "go",
-];
+pub(crate) const REVIEWED_EXTENSIONS: &[&str] = &["py", "js", "ts", "json", "yaml", "yml", "txt", "sh", "sql", "go"];
 
 /// A file chosen for review, as text.
 pub(crate) struct ReviewFile<'a> {
@@ -23,9 +21,9 @@ pub(crate) struct ReviewSet<'a> {
 fn has_reviewed_extension(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     match name.rsplit_once('.') {
-        Some((stem, ext)) if !stem.is_empty() => REVIEWED_EXTENSIONS
-            .iter()
-            .any(|known| known.eq_ignore_ascii_case(ext)),
+        Some((stem, ext)) if !stem.is_empty() => {
+            REVIEWED_EXTENSIONS.iter().any(|known| known.eq_ignore_ascii_case(ext))
+        }
         _ => false,
     }
 }
@@ -43,10 +41,7 @@ fn reviewable(file: &SourceFile) -> Option<ReviewFile<'_>> {
         return None;
     }
     let text = std::str::from_utf8(&file.contents).ok()?;
-    Some(ReviewFile {
-        path: &file.path,
-        text,
-    })
+    Some(ReviewFile { path: &file.path, text })
 }
 
 impl<'a> ReviewSet<'a> {

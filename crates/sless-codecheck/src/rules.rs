@@ -33,8 +33,7 @@ macro_rules! decoder_call {
 }
 
 /// A long run of base64 or hex, `\x..` escapes, or a char-code list.
-const LONG_BLOB: &str =
-    r"[A-Za-z0-9+/]{200,}={0,2}|(?:\\x[0-9a-fA-F]{2}){50,}|(?:\d{2,3}\s*,\s*){60,}";
+const LONG_BLOB: &str = r"[A-Za-z0-9+/]{200,}={0,2}|(?:\\x[0-9a-fA-F]{2}){50,}|(?:\d{2,3}\s*,\s*){60,}";
 
 /// An eval-like call whose argument chain (on the same line) decodes something.
 const EXEC_OF_DECODED: &str = concat!(
@@ -177,9 +176,7 @@ pub(crate) const RULES: &[RuleSpec] = &[
     RuleSpec {
         id: "ddos-tool",
         reason: "names a denial-of-service flood tool or technique",
-        all_of: &[
-            r"(?i)\b(?:slowloris|hping3|torshammer|syn[_-]?flood|udp[_-]?flood|http[_-]?flood|icmp[_-]?flood)\b",
-        ],
+        all_of: &[r"(?i)\b(?:slowloris|hping3|torshammer|syn[_-]?flood|udp[_-]?flood|http[_-]?flood|icmp[_-]?flood)\b"],
         in_binaries: true,
     },
     RuleSpec {

@@ -22,11 +22,7 @@ pub(crate) struct RuleHit {
 impl fmt::Display for RuleHit {
     /// `<rule id>: <reason> (<file>:<line>)`
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} ({}:{})",
-            self.rule_id, self.reason, self.path, self.line
-        )
+        write!(f, "{}: {} ({}:{})", self.rule_id, self.reason, self.path, self.line)
     }
 }
 
@@ -59,8 +55,7 @@ static RULE_SET: LazyLock<RuleSet> = LazyLock::new(|| {
             rest: spec.all_of[1..].iter().map(|p| compile(p)).collect(),
         })
         .collect();
-    let anchors = RegexSet::new(RULES.iter().map(|spec| ascii(spec.all_of[0])))
-        .expect("static rule anchors compile");
+    let anchors = RegexSet::new(RULES.iter().map(|spec| ascii(spec.all_of[0]))).expect("static rule anchors compile");
     RuleSet { rules, anchors }
 });
 
@@ -102,9 +97,7 @@ impl RuleSet {
 pub(crate) fn scan(files: &[SourceFile]) -> Option<RuleHit> {
     let mut ordered: Vec<&SourceFile> = files.iter().collect();
     ordered.sort_by(|a, b| a.path.cmp(&b.path));
-    ordered
-        .into_iter()
-        .find_map(|file| RULE_SET.scan_file(file))
+    ordered.into_iter().find_map(|file| RULE_SET.scan_file(file))
 }
 
 /// Mode `static`: the rule table alone.

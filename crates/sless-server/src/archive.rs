@@ -64,13 +64,8 @@ impl ArchiveRules {
                 "code archive is empty: upload a zip file".into(),
             ));
         }
-        let mut archive = zip::ZipArchive::new(Cursor::new(zip_bytes)).map_err(|e| {
-            refuse(
-                None,
-                "zip-format",
-                format!("code archive is not a valid zip file: {e}"),
-            )
-        })?;
+        let mut archive = zip::ZipArchive::new(Cursor::new(zip_bytes))
+            .map_err(|e| refuse(None, "zip-format", format!("code archive is not a valid zip file: {e}")))?;
         if archive.len() > self.max_entries {
             return Err(refuse(
                 None,
@@ -84,13 +79,9 @@ impl ArchiveRules {
         }
         let mut unpacked = Unpacked::default();
         for index in 0..archive.len() {
-            let mut entry = archive.by_index(index).map_err(|e| {
-                refuse(
-                    None,
-                    "zip-format",
-                    format!("entry #{index} cannot be read: {e}"),
-                )
-            })?;
+            let mut entry = archive
+                .by_index(index)
+                .map_err(|e| refuse(None, "zip-format", format!("entry #{index} cannot be read: {e}")))?;
             let name = entry.name().to_string();
             check_path(&name)?;
             let is_symlink = entry.unix_mode().is_some_and(|m| m & S_IFMT == S_IFLNK);
@@ -124,16 +115,13 @@ impl ArchiveRules {
                 return Err(self.too_big(&name));
             }
             let mut contents = Vec::with_capacity(declared as usize);
-            (&mut entry)
-                .take(budget + 1)
-                .read_to_end(&mut contents)
-                .map_err(|e| {
-                    refuse(
-                        Some(&name),
-                        "zip-format",
-                        format!("entry {name:?} cannot be unpacked: {e}"),
-                    )
-                })?;
+            (&mut entry).take(budget + 1).read_to_end(&mut contents).map_err(|e| {
+                refuse(
+                    Some(&name),
+                    "zip-format",
+                    format!("entry {name:?} cannot be unpacked: {e}"),
+                )
+            })?;
             let actual = contents.len() as u64;
             if actual > budget {
                 return Err(self.too_big(&name));
@@ -142,21 +130,18 @@ impl ArchiveRules {
                 return Err(refuse(
                     Some(&name),
                     "compression-ratio",
-                    format!("entry {name:?} expands {}x, above the limit of {}x: refused as a likely zip bomb", actual / compressed, self.max_ratio),
+                    format!(
+                        "entry {name:?} expands {}x, above the limit of {}x: refused as a likely zip bomb",
+                        actual / compressed,
+                        self.max_ratio
+                    ),
                 ));
             }
             unpacked.total_bytes += actual;
-            unpacked.files.push(ArchiveFile {
-                path: name,
-                contents,
-            });
+            unpacked.files.push(ArchiveFile { path: name, contents });
         }
         if unpacked.files.is_empty() {
-            return Err(refuse(
-                None,
-                "not-empty",
-                "code archive holds no files".into(),
-            ));
+            return Err(refuse(None, "not-empty", "code archive holds no files".into()));
         }
         Ok(unpacked)
     }

@@ -39,10 +39,7 @@ impl Principal {
         if self.admin {
             Ok(())
         } else {
-            Err(Error::Forbidden(format!(
-                "token {:?} is not an admin token",
-                self.name
-            )))
+            Err(Error::Forbidden(format!("token {:?} is not an admin token", self.name)))
         }
     }
 }
@@ -62,11 +59,7 @@ pub fn hash_token(token: &str) -> String {
 
 /// Compares two equal-length hex digests without an early exit.
 fn same_digest(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// The admin token in force: the configured one, or the one kept in the data
@@ -93,10 +86,7 @@ pub fn admin_token_hash(configured: Option<&str>, data_dir: &Path) -> anyhow::Re
     let token = generate_token();
     write_secret(&path, &token)?;
     // Printed once, on stdout, so the person starting the server can copy it.
-    println!(
-        "sless: generated admin token (kept in {}):\n{token}",
-        path.display()
-    );
+    println!("sless: generated admin token (kept in {}):\n{token}", path.display());
     Ok(hash_token(&token))
 }
 
@@ -119,19 +109,12 @@ fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
 
 /// Resolves the bearer token to a [`Principal`] and enforces namespace scope
 /// for every `/v1/namespaces/{ns}/...` path, so no handler can forget it.
-pub async fn require_token(
-    State(state): State<Arc<AppState>>,
-    mut request: Request,
-    next: Next,
-) -> Result<Response> {
+pub async fn require_token(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Result<Response> {
     let token = request
         .headers()
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        })
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim)
         .filter(|t| !t.is_empty())
         .ok_or(Error::Unauthorized)?;
@@ -143,11 +126,7 @@ pub async fn require_token(
             namespaces: Vec::new(),
         }
     } else {
-        let record = state
-            .store
-            .token_by_hash(&hash)
-            .await?
-            .ok_or(Error::Unauthorized)?;
+        let record = state.store.token_by_hash(&hash).await?.ok_or(Error::Unauthorized)?;
         Principal {
             name: record.name,
             admin: record.admin,

@@ -12,8 +12,7 @@ pub fn open(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
     let dir = url
         .strip_prefix("file://")
         .ok_or_else(|| anyhow::anyhow!("SLESS_BLOB_URL {url:?}: expected file://DIR"))?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("creating code store directory {dir:?}: {e}"))?;
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating code store directory {dir:?}: {e}"))?;
     let store = LocalFileSystem::new_with_prefix(dir)
         .map_err(|e| anyhow::anyhow!("opening code store directory {dir:?}: {e}"))?;
     Ok(Arc::new(store))

@@ -120,6 +120,22 @@ pub struct Config {
     #[arg(long, env = "SLESS_NPM", default_value = "/usr/bin/npm")]
     pub npm: String,
 
+    /// Record every invocation (off only to measure the log pipeline's cost).
+    #[arg(long, env = "SLESS_INVOCATION_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub invocation_log: bool,
+
+    /// Invocation records waiting to be written at most; beyond it they are dropped and counted.
+    #[arg(long, env = "SLESS_INVOCATION_BUFFER", default_value_t = 100_000)]
+    pub invocation_buffer: usize,
+
+    /// Days invocation records are kept.
+    #[arg(long, env = "SLESS_INVOCATION_RETENTION_DAYS", default_value_t = 7)]
+    pub invocation_retention_days: u64,
+
+    /// Most invocation records kept in all.
+    #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 1_000_000)]
+    pub invocation_keep: i64,
+
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, env = "SLESS_SHUTDOWN_GRACE_SEC", default_value_t = 30)]
     pub shutdown_grace_sec: u64,
@@ -165,21 +181,22 @@ impl Config {
     /// Refuses settings that cannot work, naming the setting and its value.
     pub fn validate(&self) -> anyhow::Result<()> {
         let db = self.database_url();
-        if !(db.starts_with("sqlite:")
-            || db.starts_with("postgres://")
-            || db.starts_with("postgresql://"))
-        {
+        if !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://")) {
             anyhow::bail!("SLESS_DATABASE_URL {db:?}: expected sqlite://PATH or postgres://...");
         }
         let blob = self.blob_url();
         if blob.starts_with("s3://") {
-            anyhow::bail!("SLESS_BLOB_URL {blob:?}: the S3 code store is not available in this build yet; use file://DIR");
+            anyhow::bail!(
+                "SLESS_BLOB_URL {blob:?}: the S3 code store is not available in this build yet; use file://DIR"
+            );
         }
         if !blob.starts_with("file://") {
             anyhow::bail!("SLESS_BLOB_URL {blob:?}: expected file://DIR");
         }
         if self.driver == DriverKind::Kubernetes {
-            anyhow::bail!("SLESS_DRIVER=kubernetes: the Kubernetes driver is not available in this build yet; use local");
+            anyhow::bail!(
+                "SLESS_DRIVER=kubernetes: the Kubernetes driver is not available in this build yet; use local"
+            );
         }
         if let Some(url) = &self.external_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -192,9 +209,7 @@ impl Config {
             ("SLESS_NPM", &self.npm),
         ] {
             if !std::path::Path::new(path).exists() {
-                anyhow::bail!(
-                    "{name} {path:?}: no such file; install it or point {name} at the binary"
-                );
+                anyhow::bail!("{name} {path:?}: no such file; install it or point {name} at the binary");
             }
         }
         if let Some(token) = &self.admin_token {

@@ -19,6 +19,7 @@ pub struct Deployer {
     store: Arc<dyn Store>,
     blobs: Arc<dyn ObjectStore>,
     pub driver: Arc<dyn Driver>,
+    metrics: Arc<crate::metrics::Metrics>,
     builds: tokio::sync::Semaphore,
 }
 
@@ -27,21 +28,19 @@ impl Deployer {
         store: Arc<dyn Store>,
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
+        metrics: Arc<crate::metrics::Metrics>,
     ) -> Arc<Self> {
         Arc::new(Deployer {
             store,
             blobs,
             driver,
+            metrics,
             builds: tokio::sync::Semaphore::new(2),
         })
     }
 
     async fn load(&self, key: &FunctionKey) -> Result<Option<(FunctionSpec, FunctionStatus)>> {
-        let Some(record) = self
-            .store
-            .get(Kind::Function, &key.namespace, &key.name)
-            .await?
-        else {
+        let Some(record) = self.store.get(Kind::Function, &key.namespace, &key.name).await? else {
             return Ok(None);
         };
         let spec = serde_json::from_value(record.spec).map_err(Error::internal)?;
@@ -119,6 +118,9 @@ impl Deployer {
                     built.log_tail.lines().last().unwrap_or("")
                 );
                 tracing::info!(function = %key, version, ms = started.elapsed().as_millis() as u64, "build succeeded");
+                self.metrics
+                    .builds_succeeded
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             Err(e) => {
                 status.phase = Phase::Failed;
@@ -128,6 +130,9 @@ impl Deployer {
                     e.to_string()
                 };
                 tracing::warn!(function = %key, error = %e, "build failed");
+                self.metrics
+                    .builds_failed
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         self.save(key, &status).await
@@ -152,10 +157,8 @@ impl Deployer {
     pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
         for record in self.store.list_all(Kind::Function).await? {
             let key = FunctionKey::new(&record.namespace, &record.name);
-            let spec: FunctionSpec =
-                serde_json::from_value(record.spec).map_err(Error::internal)?;
-            let status: FunctionStatus =
-                serde_json::from_value(record.status).map_err(Error::internal)?;
+            let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
+            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
             if let (Some(artifact), Some(built_hash)) = (&status.artifact, &status.built_hash) {
                 if self.driver.has_artifact(artifact).await {
                     self.apply_spec(&key, spec.clone(), &status).await;

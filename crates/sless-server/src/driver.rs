@@ -60,6 +60,13 @@ pub enum BuildError {
     Internal(String),
 }
 
+/// Load figures of one function.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PoolStats {
+    pub instances: usize,
+    pub waiting: usize,
+}
+
 /// A version of a function to run.
 #[derive(Debug, Clone)]
 pub struct Deployment {
@@ -118,6 +125,8 @@ pub struct InvocationResult {
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
     pub logs: Vec<LogChunk>,
+    /// The handler printed more than the per-invocation cap.
+    pub logs_truncated: bool,
     /// Whether this call waited for a new instance.
     pub cold_start: bool,
     pub version: u64,
@@ -155,13 +164,12 @@ pub trait Driver: Send + Sync + 'static {
     /// Stops taking work (false) or resumes (true); false frees instances.
     async fn set_enabled(&self, key: &FunctionKey, enabled: bool);
     /// Runs one invocation on the serving version.
-    async fn invoke(
-        &self,
-        key: &FunctionKey,
-        invocation: Invocation,
-    ) -> Result<InvocationResult, InvokeError>;
-    /// Running instances per deployed function.
-    fn instances(&self) -> Vec<(FunctionKey, usize)>;
+    async fn invoke(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError>;
+    /// Runs one invocation in an instance of its own, stopped afterwards
+    /// (jobs). Dropping the future stops the instance.
+    async fn run_once(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError>;
+    /// Instances and waiting requests per deployed function.
+    fn stats(&self) -> Vec<(FunctionKey, PoolStats)>;
     /// Stops everything of a deleted function.
     async fn remove(&self, key: &FunctionKey);
     /// Stops every instance (server shutdown).

@@ -34,10 +34,7 @@ pub enum Error {
     #[error("{message}")]
     TooManyRequests { message: String, retry_after: u64 },
     #[error("{message}")]
-    Unavailable {
-        message: String,
-        retry_after: Option<u64>,
-    },
+    Unavailable { message: String, retry_after: Option<u64> },
     #[error("{0}")]
     BadGateway(String),
     #[error("{0}")]
@@ -73,9 +70,7 @@ impl Error {
             Error::CodeCheck(CheckError::Unavailable { .. }) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
-            Error::Store(_) | Error::Blob(_) | Error::Internal(_) => {
-                StatusCode::INTERNAL_SERVER_ERROR
-            }
+            Error::Store(_) | Error::Blob(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -113,9 +108,7 @@ impl Error {
                 retry_after: Some(secs),
                 ..
             }
-            | Error::TooManyRequests {
-                retry_after: secs, ..
-            } => {
+            | Error::TooManyRequests { retry_after: secs, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*secs));
             }
             _ => {}

@@ -50,7 +50,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             },
         },
     )?);
-    let deployer = crate::deploy::Deployer::new(store.clone(), blobs.clone(), driver.clone());
+    let metrics = Arc::new(crate::metrics::Metrics::default());
+    let log = crate::invocations::InvocationLog::start(
+        store.clone(),
+        crate::invocations::LogSettings {
+            buffer: config.invocation_buffer,
+            batch: 2000,
+            flush_interval: Duration::from_millis(50),
+            retention: Duration::from_secs(config.invocation_retention_days * 86_400),
+            keep: config.invocation_keep,
+            enabled: config.invocation_log,
+        },
+    );
+    let invoker = Arc::new(crate::invoker::Invoker {
+        driver: driver.clone(),
+        log,
+        metrics: metrics.clone(),
+    });
+    let deployer = crate::deploy::Deployer::new(store.clone(), blobs.clone(), driver.clone(), metrics.clone());
     deployer.restore_all().await?;
     let state = Arc::new(AppState {
         config,
@@ -60,6 +77,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         code_check,
         check_metrics,
         driver: driver.clone(),
+        invoker,
+        metrics,
         deployer,
         admin_hash,
     });

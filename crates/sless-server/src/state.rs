@@ -21,6 +21,8 @@ pub struct AppState {
     pub code_check: Arc<dyn CodeValidator>,
     pub check_metrics: Arc<CheckMetrics>,
     pub driver: Arc<dyn Driver>,
+    pub invoker: Arc<crate::invoker::Invoker>,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub deployer: Arc<Deployer>,
     /// sha256 of the admin token.
     pub admin_hash: String,

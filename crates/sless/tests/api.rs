@@ -9,6 +9,7 @@ mod api {
     mod handlers;
     pub mod harness;
     mod lifecycle;
+    mod observability;
     mod sandbox;
     mod scaling;
 }

@@ -4,9 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sless_codecheck::{
-    build, CheckConfig, CheckMetrics, Decision, FailMode, Mode, Outcome, SourceFile,
-};
+use sless_codecheck::{build, CheckConfig, CheckMetrics, Decision, FailMode, Mode, Outcome, SourceFile};
 
 use crate::support::{corpus, static_validator, validator};
 
@@ -117,18 +115,9 @@ async fn off_mode_lets_everything_through_uncounted() {
 #[tokio::test]
 async fn metrics_render_as_prometheus_text() {
     let (validator, metrics) = static_validator();
-    validator
-        .check(&[corpus("python/miner.py")])
-        .await
-        .unwrap_err();
-    validator
-        .check(&[corpus("node/reverse_shell.js")])
-        .await
-        .unwrap_err();
-    validator
-        .check(&[SourceFile::new("ok.py", "x = 1\n")])
-        .await
-        .unwrap();
+    validator.check(&[corpus("python/miner.py")]).await.unwrap_err();
+    validator.check(&[corpus("node/reverse_shell.js")]).await.unwrap_err();
+    validator.check(&[SourceFile::new("ok.py", "x = 1\n")]).await.unwrap();
     assert_eq!(
         metrics.render_prometheus(),
         "# HELP sless_code_checks_total Code-safety gate decisions on uploaded functions, by decision.\n\

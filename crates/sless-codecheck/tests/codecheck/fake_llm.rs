@@ -109,9 +109,7 @@ impl Drop for FakeLlm {
 async fn chat(State(script): State<Script>, headers: HeaderMap, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).expect("request body is JSON");
     script.received.lock().unwrap().push(Received {
-        authorization: headers
-            .get("authorization")
-            .map(|v| v.to_str().unwrap().to_owned()),
+        authorization: headers.get("authorization").map(|v| v.to_str().unwrap().to_owned()),
         body,
     });
     let completion = |content: &str| {
@@ -132,11 +130,7 @@ async fn chat(State(script): State<Script>, headers: HeaderMap, body: Bytes) -> 
             .into_response(),
         Reply::Sleep(pause) => {
             tokio::time::sleep(pause).await;
-            (
-                StatusCode::OK,
-                completion(r#"{"safe": true, "reason": "late"}"#),
-            )
-                .into_response()
+            (StatusCode::OK, completion(r#"{"safe": true, "reason": "late"}"#)).into_response()
         }
     }
 }

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use sless_codecheck::{
-    CheckConfig, CheckError, Decision, FailMode, Mode, Outcome, SourceFile, DEFAULT_SYSTEM_PROMPT,
-};
+use sless_codecheck::{CheckConfig, CheckError, Decision, FailMode, Mode, Outcome, SourceFile, DEFAULT_SYSTEM_PROMPT};
 
 use crate::fake_llm::{FakeLlm, Received, Reply};
 use crate::support::{corpus, validator, TempFile};
@@ -73,14 +71,8 @@ async fn safe_verdict_passes_and_the_request_is_well_formed() {
     assert_eq!(
         delimited_files(&request),
         vec![
-            (
-                "handler.py".to_owned(),
-                String::from_utf8(handler().contents).unwrap()
-            ),
-            (
-                "package.json".to_owned(),
-                "{\"name\": \"hello\"}\n".to_owned()
-            ),
+            ("handler.py".to_owned(), String::from_utf8(handler().contents).unwrap()),
+            ("package.json".to_owned(), "{\"name\": \"hello\"}\n".to_owned()),
         ]
     );
     assert_eq!(metrics.count(Decision::StaticPassed), 1);
@@ -144,11 +136,7 @@ async fn a_json_fence_around_the_answer_is_tolerated() {
 
 #[tokio::test]
 async fn prompt_injection_in_a_file_is_sent_as_data_and_the_model_decides() {
-    let llm = FakeLlm::start(Reply::verdict(
-        false,
-        "sends the whole environment to a remote host",
-    ))
-    .await;
+    let llm = FakeLlm::start(Reply::verdict(false, "sends the whole environment to a remote host")).await;
     let (validator, metrics) = validator(&llm_config(&llm.base_url));
     let file = corpus("python/prompt_injection.py");
     let original = String::from_utf8(file.contents.clone()).unwrap();
@@ -298,10 +286,7 @@ async fn the_endpoint_may_be_a_base_url_or_the_full_completions_url() {
     ] {
         let (validator, _) = validator(&llm_config(&endpoint));
         let outcome = validator.check(&[handler()]).await;
-        assert!(
-            matches!(outcome, Ok(Outcome::Passed { .. })),
-            "{endpoint}: {outcome:?}"
-        );
+        assert!(matches!(outcome, Ok(Outcome::Passed { .. })), "{endpoint}: {outcome:?}");
     }
     assert_eq!(llm.received().len(), 4);
 }
@@ -341,20 +326,14 @@ async fn assert_failure(reply: Option<Reply>, timeout: Duration, why_prefix: &st
 
         match (fail_mode, result) {
             (FailMode::Open, Ok(Outcome::Unchecked { summary })) => {
-                assert!(
-                    summary.starts_with(&format!("unchecked: {why_prefix}")),
-                    "{summary:?}"
-                );
+                assert!(summary.starts_with(&format!("unchecked: {why_prefix}")), "{summary:?}");
             }
             (FailMode::Closed, Err(err @ CheckError::Unavailable { .. })) => {
                 let CheckError::Unavailable { message } = &err else {
                     unreachable!()
                 };
                 assert!(message.starts_with(why_prefix), "{message:?}");
-                assert_eq!(
-                    err.to_string(),
-                    format!("code checker unavailable: {message}")
-                );
+                assert_eq!(err.to_string(), format!("code checker unavailable: {message}"));
             }
             (mode, other) => panic!("fail mode {mode}: unexpected {other:?}"),
         }
@@ -379,18 +358,8 @@ async fn unused_local_url() -> String {
 async fn malformed_content_is_an_error() {
     let timeout = Duration::from_secs(5);
     let why = "llm reply malformed";
-    assert_failure(
-        Some(Reply::Content("Looks safe to me!".into())),
-        timeout,
-        why,
-    )
-    .await;
-    assert_failure(
-        Some(Reply::Content(r#"{"safe": true}"#.into())),
-        timeout,
-        why,
-    )
-    .await;
+    assert_failure(Some(Reply::Content("Looks safe to me!".into())), timeout, why).await;
+    assert_failure(Some(Reply::Content(r#"{"safe": true}"#.into())), timeout, why).await;
     assert_failure(
         Some(Reply::Content(r#"{"safe": "yes", "reason": "ok"}"#.into())),
         timeout,
@@ -398,12 +367,7 @@ async fn malformed_content_is_an_error() {
     )
     .await;
     assert_failure(Some(Reply::RawBody("not json".into())), timeout, why).await;
-    assert_failure(
-        Some(Reply::RawBody(r#"{"choices": []}"#.into())),
-        timeout,
-        why,
-    )
-    .await;
+    assert_failure(Some(Reply::RawBody(r#"{"choices": []}"#.into())), timeout, why).await;
 }
 
 #[tokio::test]

@@ -8,18 +8,12 @@ use crate::support::{corpus, static_validator};
 /// Runs the static check on `files` and returns the rejection message.
 async fn rejection(files: &[SourceFile]) -> String {
     let (validator, metrics) = static_validator();
-    let err = validator
-        .check(files)
-        .await
-        .expect_err("static rules reject");
+    let err = validator.check(files).await.expect_err("static rules reject");
     assert_eq!(metrics.count(Decision::RuleHit), 1);
     assert_eq!(metrics.count(Decision::StaticPassed), 0);
     match &err {
         CheckError::Rejected { message } => {
-            assert_eq!(
-                err.to_string(),
-                format!("code validation failed: {message}")
-            );
+            assert_eq!(err.to_string(), format!("code validation failed: {message}"));
             message.clone()
         }
         other => panic!("expected a rejection, got {other:?}"),
@@ -195,20 +189,29 @@ async fn every_rule_has_a_matching_snippet() {
 async fn ordinary_code_passes() {
     let image = blob();
     let cases: Vec<(&str, String)> = vec![
-        ("train.py", "model.eval()\nwith torch.no_grad():\n    out = model(x)\n".into()),
+        (
+            "train.py",
+            "model.eval()\nwith torch.no_grad():\n    out = model(x)\n".into(),
+        ),
         (
             "db.py",
             "def valid_port(port):\n    return 0 < port <= 65535\n\nconn = db.connect(DSN)\n".into(),
         ),
         (
             "image.py",
-            format!("import base64\nLOGO = '{image}'\n\ndef handle(event, context):\n    return base64.b64decode(LOGO)\n"),
+            format!(
+                "import base64\nLOGO = '{image}'\n\ndef handle(event, context):\n    return base64.b64decode(LOGO)\n"
+            ),
         ),
         (
             "calc.js",
-            "// evaluates arithmetic from a trusted admin form\nexports.handle = (e) => ({ r: eval(e.expr) });\n".into(),
+            "// evaluates arithmetic from a trusted admin form\nexports.handle = (e) => ({ r: eval(e.expr) });\n"
+                .into(),
         ),
-        ("authors.txt", "Loic Dupont\nZoe Mining-Smith\nnc: see the networking chapter\n".into()),
+        (
+            "authors.txt",
+            "Loic Dupont\nZoe Mining-Smith\nnc: see the networking chapter\n".into(),
+        ),
         (
             "git.js",
             "const { exec } = require('child_process');\nexec('git status', (err, out) => console.log(out));\n".into(),
@@ -217,7 +220,10 @@ async fn ordinary_code_passes() {
             "shell.py",
             "import subprocess\nsubprocess.run(['sh', '-c', 'echo hello'], check=True)\n".into(),
         ),
-        ("proc.py", "open('/proc/self/status').read()\nopen('/proc/meminfo').read()\n".into()),
+        (
+            "proc.py",
+            "open('/proc/self/status').read()\nopen('/proc/meminfo').read()\n".into(),
+        ),
         (
             "sock.py",
             "import socket\ns = socket.create_connection(('example.org', 443))\ns.sendall(b'ping')\n".into(),
@@ -258,10 +264,5 @@ async fn node_modules_are_scanned_too() {
         ),
     ];
     let message = rejection(&files).await;
-    assert_hit(
-        &message,
-        "mining-pool-url",
-        "node_modules/helper/index.js",
-        1,
-    );
+    assert_hit(&message, "mining-pool-url", "node_modules/helper/index.js", 1);
 }

@@ -41,12 +41,8 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
         }
         match serde_json::from_slice::<Value>(&bytes) {
             Ok(Value::Object(map)) => Ok(JsonObject(map)),
-            Ok(_) => Err(Error::BadRequest(
-                "request body must be a JSON object".into(),
-            )),
-            Err(e) => Err(Error::BadRequest(format!(
-                "request body is not valid JSON: {e}"
-            ))),
+            Ok(_) => Err(Error::BadRequest("request body must be a JSON object".into())),
+            Err(e) => Err(Error::BadRequest(format!("request body is not valid JSON: {e}"))),
         }
     }
 }

@@ -37,15 +37,11 @@ pub(crate) fn to_function(record: Record) -> Result<Function> {
 /// read-only.
 fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<String>> {
     if body.remove("status").is_some() {
-        return Err(Error::BadRequest(
-            "status is read-only and cannot be set".into(),
-        ));
+        return Err(Error::BadRequest("status is read-only and cannot be set".into()));
     }
     for field in ["created_at", "updated_at"] {
         if body.remove(field).is_some() {
-            return Err(Error::BadRequest(format!(
-                "{field} is read-only and cannot be set"
-            )));
+            return Err(Error::BadRequest(format!("{field} is read-only and cannot be set")));
         }
     }
     match body.remove("namespace") {
@@ -60,9 +56,7 @@ fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<Strin
     match body.remove("name") {
         None => Ok(None),
         Some(Value::String(name)) => Ok(Some(name)),
-        Some(other) => Err(Error::BadRequest(format!(
-            "name must be a string, got {other}"
-        ))),
+        Some(other) => Err(Error::BadRequest(format!("name must be a string, got {other}"))),
     }
 }
 
@@ -81,16 +75,10 @@ fn to_value<T: serde::Serialize>(value: &T) -> Result<Value> {
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Function>), (status = 401, body = sless_api::ErrorBody), (status = 403, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn list(
-    State(state): State<Arc<AppState>>,
-    Path(ns): Path<String>,
-) -> Result<Json<List<Function>>> {
+pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Function>>> {
     validate_name("namespace", &ns)?;
     let records = state.store.list(Kind::Function, &ns).await?;
-    let items = records
-        .into_iter()
-        .map(to_function)
-        .collect::<Result<_>>()?;
+    let items = records.into_iter().map(to_function).collect::<Result<_>>()?;
     Ok(Json(List { items }))
 }
 
@@ -106,8 +94,7 @@ pub async fn create(
     JsonObject(mut body): JsonObject,
 ) -> Result<(StatusCode, Json<Function>)> {
     validate_name("namespace", &ns)?;
-    let name = take_identity(&mut body, &ns)?
-        .ok_or_else(|| Error::BadRequest("name is required".into()))?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
     validate_name("function", &name)?;
     let spec = checked_spec(Value::Object(body))?;
     let status = FunctionStatus {
@@ -192,11 +179,7 @@ pub async fn patch(
     )?;
     state
         .deployer
-        .apply_spec(
-            &FunctionKey::new(&ns, &name),
-            function.spec.clone(),
-            &function.status,
-        )
+        .apply_spec(&FunctionKey::new(&ns, &name), function.spec.clone(), &function.status)
         .await;
     Ok(Json(function))
 }
@@ -272,8 +255,7 @@ pub async fn upload_code(
         .blobs
         .put(&blobs::archive_key(&ns, &name, &code_hash), zip.into())
         .await?;
-    let mut status: FunctionStatus =
-        serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
+    let mut status: FunctionStatus = serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
     status.code_hash = Some(code_hash.clone());
     status.phase = Phase::Building;
     status.validation = Some(verdict.summary().to_string());
@@ -288,9 +270,7 @@ pub async fn upload_code(
         .update_status(Kind::Function, &ns, &name, &record.status)
         .await?;
     tracing::info!(namespace = %ns, function = %name, code_hash = %code_hash, "code archive stored");
-    state
-        .deployer
-        .start_build(FunctionKey::new(&ns, &name), code_hash);
+    state.deployer.start_build(FunctionKey::new(&ns, &name), code_hash);
     let record = state
         .store
         .get(Kind::Function, &ns, &name)

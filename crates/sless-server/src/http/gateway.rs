@@ -73,9 +73,7 @@ async fn serve(
         }
     }
     let key = FunctionKey::new(ns, name);
-    if validate_name("namespace", &key.namespace).is_err()
-        || validate_name("function", &key.name).is_err()
-    {
+    if validate_name("namespace", &key.namespace).is_err() || validate_name("function", &key.name).is_err() {
         return Err(not_found(&key));
     }
     let RawBody(body) = body?;
@@ -94,21 +92,17 @@ async fn serve(
         body,
         event: None,
     };
-    match state.driver.invoke(&key, invocation).await {
+    match state.invoker.invoke(&key, invocation, crate::invoker::Run::Pool).await {
         Ok(result) => {
             let mut response = Response::new(Body::from(result.body));
-            *response.status_mut() =
-                StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            *response.status_mut() = StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let out = response.headers_mut();
             for (k, v) in result.headers {
                 let lower = k.to_ascii_lowercase();
                 if HOP_BY_HOP.contains(&lower.as_str()) {
                     continue;
                 }
-                if let (Ok(k), Ok(v)) = (
-                    HeaderName::from_bytes(lower.as_bytes()),
-                    HeaderValue::from_str(&v),
-                ) {
+                if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(lower.as_bytes()), HeaderValue::from_str(&v)) {
                     out.insert(k, v);
                 }
             }
@@ -119,11 +113,7 @@ async fn serve(
         }
         Err(InvokeError::NotReady(_)) => {
             // Not deployed: either no such function or no ready version yet.
-            match state
-                .store
-                .get(Kind::Function, &key.namespace, &key.name)
-                .await?
-            {
+            match state.store.get(Kind::Function, &key.namespace, &key.name).await? {
                 None => Err(not_found(&key)),
                 Some(_) => Err(Error::Unavailable {
                     message: format!("function {key} has no ready version yet; retry shortly"),
@@ -159,10 +149,7 @@ fn request_id(headers: &HeaderMap) -> String {
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .filter(|v| {
-            !v.is_empty()
-                && v.len() <= 64
-                && v.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
         .map(str::to_string)
         .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()))

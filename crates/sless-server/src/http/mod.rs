@@ -4,6 +4,7 @@
 mod body;
 mod functions;
 mod gateway;
+mod invocations;
 mod openapi;
 mod system;
 mod tokens;
@@ -41,10 +42,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .route(
             "/v1/namespaces/{ns}/functions/{name}",
-            get(functions::get)
-                .patch(functions::patch)
-                .delete(functions::delete),
+            get(functions::get).patch(functions::patch).delete(functions::delete),
         )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/invocations",
+            get(invocations::list),
+        )
+        .route("/v1/namespaces/{ns}/functions/{name}/logs", get(invocations::logs))
         .route(
             "/v1/namespaces/{ns}/functions/{name}/code",
             put(functions::upload_code).layer(upload_limit),
@@ -67,12 +71,16 @@ pub fn router(state: Arc<AppState>) -> Router {
         // One log line per request with method, path, status and latency.
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(|req: &Request| {
-                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path())
-                })
+                .make_span_with(
+                    |req: &Request| tracing::info_span!("request", method = %req.method(), path = %req.uri().path()),
+                )
                 .on_request(())
                 .on_response(|res: &Response, latency: Duration, _span: &tracing::Span| {
-                    tracing::info!(status = res.status().as_u16(), latency_ms = latency.as_secs_f64() * 1000.0, "request");
+                    tracing::info!(
+                        status = res.status().as_u16(),
+                        latency_ms = latency.as_secs_f64() * 1000.0,
+                        "request"
+                    );
                 })
                 .on_failure(DefaultOnFailure::new().level(Level::WARN)),
         )

@@ -21,6 +21,8 @@ use super::{functions, system, tokens};
         functions::patch,
         functions::delete,
         functions::upload_code,
+        super::invocations::list,
+        super::invocations::logs,
         super::gateway::invoke,
     ),
     components(schemas(
@@ -34,6 +36,9 @@ use super::{functions, system, tokens};
         sless_api::TokenCreate,
         sless_api::TokenCreated,
         sless_api::ErrorBody,
+        sless_api::InvocationPage,
+        sless_api::InvocationRecord,
+        sless_api::LogLine,
     )),
     modifiers(&BearerAuth),
 )]

@@ -45,16 +45,46 @@ pub async fn metrics(
 fn render_metrics(state: &crate::state::AppState) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    out.push_str(
-        "# HELP sless_instances Running instances per function.\n# TYPE sless_instances gauge\n",
-    );
-    for (key, count) in state.driver.instances() {
+    out.push_str("# HELP sless_instances Running instances per function.\n# TYPE sless_instances gauge\n");
+    let stats = state.driver.stats();
+    for (key, s) in &stats {
         let _ = writeln!(
             out,
-            "sless_instances{{namespace=\"{}\",function=\"{}\"}} {count}",
-            key.namespace, key.name
+            "sless_instances{{namespace=\"{}\",function=\"{}\"}} {}",
+            key.namespace, key.name, s.instances
         );
     }
+    out.push_str(
+        "# HELP sless_queue_depth Requests waiting for an instance per function.\n# TYPE sless_queue_depth gauge\n",
+    );
+    for (key, s) in &stats {
+        let _ = writeln!(
+            out,
+            "sless_queue_depth{{namespace=\"{}\",function=\"{}\"}} {}",
+            key.namespace, key.name, s.waiting
+        );
+    }
+    state.metrics.render(&mut out);
+    let log = &state.invoker.log;
+    use std::sync::atomic::Ordering::Relaxed;
+    let _ = writeln!(
+        out,
+        "# HELP sless_invocation_records_dropped_total Records dropped because the write buffer was full.\n\
+         # TYPE sless_invocation_records_dropped_total counter\nsless_invocation_records_dropped_total {}",
+        log.dropped.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sless_invocation_records_written_total Records written to the store.\n\
+         # TYPE sless_invocation_records_written_total counter\nsless_invocation_records_written_total {}",
+        log.written.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
+        "# HELP sless_invocation_records_backlog Records waiting to be written.\n\
+         # TYPE sless_invocation_records_backlog gauge\nsless_invocation_records_backlog {}",
+        log.backlog()
+    );
     out.push_str(&state.check_metrics.render_prometheus());
     out
 }

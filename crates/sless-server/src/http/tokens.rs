@@ -70,13 +70,7 @@ pub async fn create(
     responses((status = 200, body = List<Token>), (status = 403, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<List<Token>>> {
-    let items = state
-        .store
-        .list_tokens()
-        .await?
-        .into_iter()
-        .map(to_token)
-        .collect();
+    let items = state.store.list_tokens().await?.into_iter().map(to_token).collect();
     Ok(Json(List { items }))
 }
 
@@ -85,10 +79,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<List<Token>
     params(("id" = String, Path, description = "Token id")),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
-pub async fn delete(
-    State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
-) -> Result<StatusCode> {
+pub async fn delete(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Result<StatusCode> {
     if state.store.delete_token(&id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -33,12 +33,7 @@ pub struct Builder {
 }
 
 impl Builder {
-    pub fn new(
-        artifacts_dir: PathBuf,
-        launcher: Arc<Launcher>,
-        python: String,
-        npm: String,
-    ) -> anyhow::Result<Self> {
+    pub fn new(artifacts_dir: PathBuf, launcher: Arc<Launcher>, python: String, npm: String) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&artifacts_dir)?;
         // Leftovers of builds interrupted by a crash.
         for entry in std::fs::read_dir(&artifacts_dir)?.flatten() {
@@ -70,13 +65,11 @@ impl Builder {
         let work = self
             .artifacts_dir
             .join(format!(".build-{artifact}-{:08x}", rand::random::<u32>()));
-        make_owned_dir(&work, uid)
-            .map_err(|e| BuildError::Internal(format!("creating build dir: {e}")))?;
+        make_owned_dir(&work, uid).map_err(|e| BuildError::Internal(format!("creating build dir: {e}")))?;
         let result = self.build_in(&job, &work, uid).await;
         match result {
             Ok(log) => {
-                std::fs::rename(&work, &dir)
-                    .map_err(|e| BuildError::Internal(format!("saving artifact: {e}")))?;
+                std::fs::rename(&work, &dir).map_err(|e| BuildError::Internal(format!("saving artifact: {e}")))?;
                 Ok(Built {
                     artifact,
                     log_tail: tail(&log),
@@ -89,12 +82,7 @@ impl Builder {
         }
     }
 
-    async fn build_in(
-        &self,
-        job: &BuildJob,
-        work: &Path,
-        uid: Option<u32>,
-    ) -> Result<String, BuildError> {
+    async fn build_in(&self, job: &BuildJob, work: &Path, uid: Option<u32>) -> Result<String, BuildError> {
         let archive = job.archive.clone();
         let target = work.to_path_buf();
         let files = tokio::task::spawn_blocking(move || unpack(&archive, &target, uid))
@@ -229,11 +217,7 @@ fn unpack(zip_bytes: &[u8], dir: &Path, owner: Option<u32>) -> std::io::Result<u
 }
 
 /// Creates `path` and its missing parents below `root`, each owned as `own` says.
-fn make_dirs(
-    root: &Path,
-    path: &Path,
-    own: &dyn Fn(&Path) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+fn make_dirs(root: &Path, path: &Path, own: &dyn Fn(&Path) -> std::io::Result<()>) -> std::io::Result<()> {
     if path == root || path.is_dir() {
         return Ok(());
     }

@@ -67,11 +67,7 @@ pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<Optio
     let mut buf = buf.freeze();
     let kind = buf.get_u8();
     let id = buf.get_u32();
-    Ok(Some(Frame {
-        kind,
-        id,
-        payload: buf,
-    }))
+    Ok(Some(Frame { kind, id, payload: buf }))
 }
 
 /// Splits a payload made by [`encode_with_head`] into head and body.

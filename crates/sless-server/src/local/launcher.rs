@@ -69,9 +69,7 @@ impl Launcher {
     /// Starts a generic shim that waits for LOAD.
     pub async fn spawn_generic(&self, runtime: Runtime) -> Result<Arc<ShimProcess>, String> {
         let uid = self.sandbox.allocate_uid();
-        let slot = self
-            .slots_dir
-            .join(format!("{:016x}", rand::random::<u64>()));
+        let slot = self.slots_dir.join(format!("{:016x}", rand::random::<u64>()));
         make_owned_dir(&slot, uid).map_err(|e| format!("creating instance slot: {e}"))?;
         set_mode(&slot, 0o700).map_err(|e| format!("creating instance slot: {e}"))?;
         let shim = self.sandbox.seen_path(&self.shim_dir, "/sless/shim");
@@ -79,11 +77,7 @@ impl Launcher {
         let (program, args) = match runtime {
             Runtime::Python311 => (
                 self.python.as_str(),
-                vec![
-                    "-u".to_string(),
-                    "-B".to_string(),
-                    format!("{shim}/sless_shim.py"),
-                ],
+                vec!["-u".to_string(), "-B".to_string(), format!("{shim}/sless_shim.py")],
             ),
             Runtime::Nodejs20 => (self.node.as_str(), vec![format!("{shim}/sless_shim.js")]),
         };

@@ -27,8 +27,7 @@ use self::launcher::Launcher;
 use self::pool::{FunctionPool, Generation};
 use self::warm::WarmPool;
 use crate::driver::{
-    BuildError, BuildJob, Built, Deployment, Driver, FunctionKey, Invocation, InvocationResult,
-    InvokeError,
+    BuildError, BuildJob, Built, Deployment, Driver, FunctionKey, Invocation, InvocationResult, InvokeError,
 };
 
 /// Settings of the local driver.
@@ -51,11 +50,7 @@ pub struct LocalDriver {
 
 impl LocalDriver {
     pub fn start(data_dir: &Path, settings: LocalSettings) -> anyhow::Result<LocalDriver> {
-        let launcher = Arc::new(Launcher::new(
-            data_dir,
-            settings.python.clone(),
-            settings.node.clone(),
-        )?);
+        let launcher = Arc::new(Launcher::new(data_dir, settings.python.clone(), settings.node.clone())?);
         let builder = Builder::new(
             data_dir.join("artifacts"),
             launcher.clone(),
@@ -64,12 +59,7 @@ impl LocalDriver {
         )?;
         let warm = [Runtime::Python311, Runtime::Nodejs20]
             .into_iter()
-            .map(|rt| {
-                (
-                    rt,
-                    WarmPool::start(rt, settings.warm_per_runtime, launcher.clone()),
-                )
-            })
+            .map(|rt| (rt, WarmPool::start(rt, settings.warm_per_runtime, launcher.clone())))
             .collect();
         tracing::info!(
             sandbox = if launcher.sandbox.isolated() { "bubblewrap" } else { "rlimits only" },
@@ -139,33 +129,10 @@ impl Driver for LocalDriver {
         }
     }
 
-    async fn invoke(
-        &self,
-        key: &FunctionKey,
-        invocation: Invocation,
-    ) -> Result<InvocationResult, InvokeError> {
-        let pool = self
-            .pool(key)
-            .ok_or_else(|| InvokeError::NotReady(key.clone()))?;
+    async fn invoke(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
+        let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
         let (lease, cold_start) = pool.acquire().await?;
-        let deadline_ms = chrono::Utc::now().timestamp_millis()
-            + i64::from(lease.instance.generation.spec.timeout_sec) * 1000;
-        let headers: serde_json::Map<String, serde_json::Value> = invocation
-            .headers
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-            .collect();
-        let head = json!({
-            "kind": invocation.kind.as_str(),
-            "request_id": invocation.request_id,
-            "deadline_ms": deadline_ms,
-            "method": invocation.method,
-            "path": invocation.path,
-            "query": invocation.query,
-            "headers": headers,
-            "event": invocation.event,
-        });
-        let head = serde_json::to_vec(&head).expect("JSON of plain values");
+        let head = invocation_head(&invocation, lease.instance.generation.spec.timeout_sec);
         let version = lease.instance.generation.version;
         let output = pool::run(&lease, &head, &invocation.body, key).await?;
         Ok(InvocationResult {
@@ -173,17 +140,30 @@ impl Driver for LocalDriver {
             headers: output.headers,
             body: output.body,
             logs: output.logs,
+            logs_truncated: output.logs_truncated,
             cold_start,
             version,
         })
     }
 
-    fn instances(&self) -> Vec<(FunctionKey, usize)> {
+    async fn run_once(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
+        let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
+        let head = invocation_head(&invocation, pool.timeout_sec());
+        let (output, version) = pool.run_once(&head, &invocation.body).await?;
+        Ok(InvocationResult {
+            status: output.status,
+            headers: output.headers,
+            body: output.body,
+            logs: output.logs,
+            logs_truncated: output.logs_truncated,
+            cold_start: true,
+            version,
+        })
+    }
+
+    fn stats(&self) -> Vec<(FunctionKey, crate::driver::PoolStats)> {
         let pools = self.pools.read().unwrap();
-        let mut counts: Vec<_> = pools
-            .iter()
-            .map(|(k, p)| (k.clone(), p.instance_count()))
-            .collect();
+        let mut counts: Vec<_> = pools.iter().map(|(k, p)| (k.clone(), p.stats())).collect();
         counts.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
         counts
     }
@@ -198,16 +178,33 @@ impl Driver for LocalDriver {
         for warm in self.warm.values() {
             warm.stop();
         }
-        let pools: Vec<_> = self
-            .pools
-            .write()
-            .unwrap()
-            .drain()
-            .map(|(_, p)| p)
-            .collect();
+        let pools: Vec<_> = self.pools.write().unwrap().drain().map(|(_, p)| p).collect();
         for pool in pools {
             pool.remove();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The INVOKE frame's header (runtimes/PROTOCOL.md); a zero timeout leaves
+/// the deadline to the pool's own timeout.
+fn invocation_head(invocation: &Invocation, timeout_sec: u32) -> Vec<u8> {
+    let headers: serde_json::Map<String, serde_json::Value> = invocation
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let mut head = json!({
+        "kind": invocation.kind.as_str(),
+        "request_id": invocation.request_id,
+        "method": invocation.method,
+        "path": invocation.path,
+        "query": invocation.query,
+        "headers": headers,
+        "event": invocation.event,
+    });
+    if timeout_sec > 0 {
+        head["deadline_ms"] = json!(chrono::Utc::now().timestamp_millis() + i64::from(timeout_sec) * 1000);
+    }
+    serde_json::to_vec(&head).expect("JSON of plain values")
 }

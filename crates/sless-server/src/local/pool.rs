@@ -86,12 +86,7 @@ impl Drop for Queued<'_> {
 }
 
 impl FunctionPool {
-    pub fn new(
-        key: FunctionKey,
-        launcher: Arc<Launcher>,
-        warm: Arc<WarmPool>,
-        settings: PoolSettings,
-    ) -> Arc<Self> {
+    pub fn new(key: FunctionKey, launcher: Arc<Launcher>, warm: Arc<WarmPool>, settings: PoolSettings) -> Arc<Self> {
         let pool = Arc::new(FunctionPool {
             key,
             launcher,
@@ -154,8 +149,54 @@ impl FunctionPool {
         self.changed.notify_waiters();
     }
 
-    pub fn instance_count(&self) -> usize {
-        self.state.lock().unwrap().instances.len()
+    /// The serving version's timeout (0 before any version).
+    pub fn timeout_sec(&self) -> u32 {
+        self.state
+            .lock()
+            .unwrap()
+            .generation
+            .as_ref()
+            .map_or(0, |g| g.spec.timeout_sec)
+    }
+
+    pub fn stats(&self) -> crate::driver::PoolStats {
+        let st = self.state.lock().unwrap();
+        crate::driver::PoolStats {
+            instances: st.instances.len(),
+            waiting: st.waiting,
+        }
+    }
+
+    /// Runs one invocation in a fresh instance of the serving version that
+    /// no other request shares; the instance stops afterwards.
+    pub async fn run_once(&self, head: &[u8], body: &[u8]) -> Result<(Output, u64), InvokeError> {
+        let generation = self
+            .state
+            .lock()
+            .unwrap()
+            .generation
+            .clone()
+            .ok_or_else(|| InvokeError::NotReady(self.key.clone()))?;
+        let process = load_instance(self, &generation)
+            .await
+            .map_err(|reason| InvokeError::StartFailed {
+                key: self.key.clone(),
+                reason,
+            })?;
+        let timeout = Duration::from_secs(u64::from(generation.spec.timeout_sec));
+        let result = tokio::time::timeout(timeout, process.invoke(head, body)).await;
+        process.kill();
+        match result {
+            Ok(Ok(output)) => Ok((output, generation.version)),
+            Ok(Err(reason)) => Err(InvokeError::Crashed {
+                key: self.key.clone(),
+                reason,
+            }),
+            Err(_) => Err(InvokeError::Timeout {
+                key: self.key.clone(),
+                after: timeout,
+            }),
+        }
     }
 
     /// Waits for a free slot on an instance, starting instances as needed.
@@ -208,10 +249,7 @@ impl FunctionPool {
                         }
                     }
                 }
-                let max = generation
-                    .spec
-                    .replicas
-                    .unwrap_or(generation.spec.max_instances) as usize;
+                let max = generation.spec.replicas.unwrap_or(generation.spec.max_instances) as usize;
                 let live = st.instances.len() + st.starting;
                 let demand = st.waiting + usize::from(queued.is_none());
                 if live < max && st.starting * concurrency < demand {
@@ -260,12 +298,7 @@ impl FunctionPool {
 
 /// Runs one invocation on a leased instance with the function's timeout;
 /// past it the instance is recycled.
-pub async fn run(
-    lease: &Lease,
-    head: &[u8],
-    body: &[u8],
-    key: &FunctionKey,
-) -> Result<Output, InvokeError> {
+pub async fn run(lease: &Lease, head: &[u8], body: &[u8], key: &FunctionKey) -> Result<Output, InvokeError> {
     let timeout = Duration::from_secs(u64::from(lease.instance.generation.spec.timeout_sec));
     match tokio::time::timeout(timeout, lease.instance.process.invoke(head, body)).await {
         Ok(Ok(output)) => Ok(output),
@@ -292,10 +325,7 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
     st.starting -= 1;
     match result {
         Ok(process) => {
-            let current = st
-                .generation
-                .as_ref()
-                .is_some_and(|g| Arc::ptr_eq(g, &generation));
+            let current = st.generation.as_ref().is_some_and(|g| Arc::ptr_eq(g, &generation));
             if current && st.enabled && !st.removed {
                 tracing::info!(function = %pool.key, version = generation.version, instance = process.id,
                     ms = started.elapsed().as_secs_f64() * 1000.0, "instance started");
@@ -321,10 +351,7 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
     pool.changed.notify_waiters();
 }
 
-async fn load_instance(
-    pool: &FunctionPool,
-    generation: &Generation,
-) -> Result<Arc<ShimProcess>, String> {
+async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, String> {
     let runtime = generation.spec.runtime;
     let process = match pool.warm.take() {
         Some(p) => p,
@@ -355,10 +382,7 @@ async fn load_instance(
     });
     if let Err(e) = process.load(&load, pool.settings.load_timeout).await {
         process.kill();
-        return Err(format!(
-            "loading handler {:?}: {e}",
-            generation.spec.entrypoint
-        ));
+        return Err(format!("loading handler {:?}: {e}", generation.spec.entrypoint));
     }
     Ok(process)
 }
@@ -383,8 +407,7 @@ async fn watch_death(pool: Weak<FunctionPool>, process: Arc<ShimProcess>) {
 
 /// Lets in-flight invocations of an old instance finish, then stops it.
 async fn drain(instance: Arc<Instance>) {
-    let limit =
-        Instant::now() + Duration::from_secs(u64::from(instance.generation.spec.timeout_sec) + 5);
+    let limit = Instant::now() + Duration::from_secs(u64::from(instance.generation.spec.timeout_sec) + 5);
     while instance.inflight.load(Ordering::Acquire) > 0 && Instant::now() < limit {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -26,6 +26,7 @@ pub struct Output {
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
     pub logs: Vec<LogChunk>,
+    pub logs_truncated: bool,
 }
 
 #[derive(Deserialize)]
@@ -71,11 +72,7 @@ pub struct ShimProcess {
 
 impl ShimProcess {
     /// Takes over a spawned child and waits for its HELLO frame.
-    pub async fn start(
-        mut child: Child,
-        slot: PathBuf,
-        label: String,
-    ) -> Result<Arc<ShimProcess>, String> {
+    pub async fn start(mut child: Child, slot: PathBuf, label: String) -> Result<Arc<ShimProcess>, String> {
         let pid = child.id().ok_or("process exited at once")?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let mut stdout = child.stdout.take().ok_or("no stdout")?;
@@ -100,19 +97,16 @@ impl ShimProcess {
                 tracing::info!(target: "sless::function", instance, function = %label, "{line}");
             }
         });
-        let hello =
-            match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
-                Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
-                Ok(Ok(Some(f))) => {
-                    return Err(format!("shim sent frame {:?} before hello", f.kind as char))
-                }
-                Ok(Ok(None)) => return Err(process.exit_reason("shim exited before saying hello")),
-                Ok(Err(e)) => return Err(format!("reading shim hello: {e}")),
-                Err(_) => {
-                    process.kill();
-                    return Err("shim did not say hello within 20 s".into());
-                }
-            };
+        let hello = match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
+            Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
+            Ok(Ok(Some(f))) => return Err(format!("shim sent frame {:?} before hello", f.kind as char)),
+            Ok(Ok(None)) => return Err(process.exit_reason("shim exited before saying hello")),
+            Ok(Err(e)) => return Err(format!("reading shim hello: {e}")),
+            Err(_) => {
+                process.kill();
+                return Err("shim did not say hello within 20 s".into());
+            }
+        };
         tracing::debug!(instance, hello = %String::from_utf8_lossy(&hello.payload), "shim started");
         let reader = process.clone();
         tokio::spawn(async move { reader.read_loop(stdout).await });
@@ -152,15 +146,15 @@ impl ShimProcess {
                 let Some(pending) = self.pending.lock().unwrap().remove(&f.id) else {
                     return;
                 };
+                let logs_truncated = pending.log_bytes >= LOG_CAP_BYTES;
                 let result = parse_output(f.payload).map(|(head, body)| Output {
                     status: head.status,
                     headers: head.headers.into_iter().collect(),
                     body,
                     logs: pending.logs,
+                    logs_truncated,
                 });
-                let _ = pending
-                    .reply
-                    .send(result.map_err(|e| format!("bad output frame: {e}")));
+                let _ = pending.reply.send(result.map_err(|e| format!("bad output frame: {e}")));
             }
             kind::LOG => {
                 let (stream, text) = match f.payload.split_first() {
@@ -170,7 +164,19 @@ impl ShimProcess {
                 let mut pending = self.pending.lock().unwrap();
                 match pending.get_mut(&f.id) {
                     Some(p) if p.log_bytes < LOG_CAP_BYTES => {
-                        p.log_bytes += text.len();
+                        let mut text = text;
+                        let room = LOG_CAP_BYTES - p.log_bytes;
+                        if text.len() > room {
+                            let mut cut = room;
+                            while !text.is_char_boundary(cut) {
+                                cut -= 1;
+                            }
+                            text.truncate(cut);
+                            text.push('\n');
+                            p.log_bytes = LOG_CAP_BYTES;
+                        } else {
+                            p.log_bytes += text.len();
+                        }
                         p.logs.push(LogChunk { stream, text });
                         if p.log_bytes >= LOG_CAP_BYTES {
                             p.logs.push(LogChunk {
@@ -228,10 +234,7 @@ impl ShimProcess {
             .write_all(bytes)
             .await
             .map_err(|e| format!("writing to instance: {e}"))?;
-        stdin
-            .flush()
-            .await
-            .map_err(|e| format!("writing to instance: {e}"))
+        stdin.flush().await.map_err(|e| format!("writing to instance: {e}"))
     }
 
     /// Sends LOAD and waits for READY.
@@ -243,10 +246,7 @@ impl ShimProcess {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err("instance went away while loading".into()),
-            Err(_) => Err(format!(
-                "loading the handler took longer than {}s",
-                timeout.as_secs()
-            )),
+            Err(_) => Err(format!("loading the handler took longer than {}s", timeout.as_secs())),
         }
     }
 
@@ -266,15 +266,11 @@ impl ShimProcess {
                 log_bytes: 0,
             },
         );
-        if let Err(e) = self
-            .send(&frame::encode_with_head(kind::INVOKE, id, head, body))
-            .await
-        {
+        if let Err(e) = self.send(&frame::encode_with_head(kind::INVOKE, id, head, body)).await {
             self.pending.lock().unwrap().remove(&id);
             return Err(e);
         }
-        rx.await
-            .unwrap_or_else(|_| Err("instance went away".into()))
+        rx.await.unwrap_or_else(|_| Err("instance went away".into()))
     }
 
     /// Kills the process tree; in-flight invocations fail.
@@ -297,7 +293,7 @@ impl Drop for ShimProcess {
 
 fn parse_output(payload: Bytes) -> std::io::Result<(OutputHead, Bytes)> {
     let (head, body) = frame::split_head(payload)?;
-    let head: OutputHead = serde_json::from_slice(&head)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let head: OutputHead =
+        serde_json::from_slice(&head).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     Ok((head, body))
 }

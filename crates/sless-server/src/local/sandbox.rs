@@ -144,12 +144,7 @@ impl Sandbox {
                     .args(&spec.args)
                     .current_dir(&spec.chdir)
                     .env_clear();
-                cmd.envs(
-                    base_env()
-                        .iter()
-                        .chain(spec.env.iter())
-                        .map(|(k, v)| (k, v)),
-                );
+                cmd.envs(base_env().iter().chain(spec.env.iter()).map(|(k, v)| (k, v)));
             }
         }
         if let Some(uid) = uid {
@@ -191,13 +186,8 @@ pub fn limit_memory_tree(root: u32, bytes: u64) {
             continue;
         };
         for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            stack.extend(
-                children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse::<u32>().ok()),
-            );
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
         }
     }
 }

@@ -82,8 +82,7 @@ impl WarmPool {
     }
 
     pub fn stop(&self) {
-        self.stopped
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
         self.refill.notify_one();
         for p in self.ready.lock().unwrap().drain(..) {
             p.kill();

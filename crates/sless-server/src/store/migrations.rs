@@ -4,6 +4,12 @@
 /// `(version, sql)` pairs in the order they apply.
 pub type Migrations = &'static [(i64, &'static str)];
 
-pub const SQLITE: Migrations = &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))];
+pub const SQLITE: Migrations = &[
+    (1, include_str!("../../migrations/sqlite/0001_init.sql")),
+    (2, include_str!("../../migrations/sqlite/0002_invocations.sql")),
+];
 
-pub const POSTGRES: Migrations = &[(1, include_str!("../../migrations/postgres/0001_init.sql"))];
+pub const POSTGRES: Migrations = &[
+    (1, include_str!("../../migrations/postgres/0001_init.sql")),
+    (2, include_str!("../../migrations/postgres/0002_invocations.sql")),
+];

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sless_api::InvocationRecord;
 
 use crate::error::Result;
 
@@ -71,23 +72,30 @@ pub trait Store: Send + Sync + 'static {
     /// Replaces spec and status; `Error::NotFound` when it is gone.
     async fn update(&self, kind: Kind, record: &Record) -> Result<()>;
     /// Replaces only the status (spec edits and status updates never overwrite each other).
-    async fn update_status(
-        &self,
-        kind: Kind,
-        namespace: &str,
-        name: &str,
-        status: &Value,
-    ) -> Result<()>;
+    async fn update_status(&self, kind: Kind, namespace: &str, name: &str, status: &Value) -> Result<()>;
     /// Replaces only the spec.
-    async fn update_spec(
-        &self,
-        kind: Kind,
-        namespace: &str,
-        name: &str,
-        spec: &Value,
-    ) -> Result<()>;
+    async fn update_spec(&self, kind: Kind, namespace: &str, name: &str, spec: &Value) -> Result<()>;
     /// Returns whether a resource was deleted.
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
+
+    /// Sets the status only if it still equals `expected` (compare-and-set):
+    /// how several servers agree on who fires a cron tick.
+    async fn swap_status(&self, kind: Kind, namespace: &str, name: &str, expected: &Value, new: &Value)
+        -> Result<bool>;
+
+    /// Appends invocation records in one transaction.
+    async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()>;
+    /// A function's invocations, newest first, older than `before` (an id).
+    async fn list_invocations(
+        &self,
+        namespace: &str,
+        function: &str,
+        before: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<InvocationRecord>>;
+    /// Deletes records started before `cutoff` and all but the newest
+    /// `keep` records; returns how many went.
+    async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<()>;
     async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;

@@ -11,6 +11,7 @@ macro_rules! sql_store {
 
         use $crate::error::{Error, Result};
         use $crate::store::{Kind, Record, Store, TokenRecord};
+        use sless_api::{InvocationRecord, LogLine};
 
         fn parse_time(s: &str) -> Result<DateTime<Utc>> {
             DateTime::parse_from_rfc3339(s)
@@ -100,6 +101,28 @@ macro_rules! sql_store {
                     )));
                 }
                 Ok(())
+            }
+
+            fn invocation(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<InvocationRecord> {
+                let logs: Vec<LogLine> = serde_json::from_str(row.try_get::<&str, _>("logs")?)
+                    .map_err(|e| Error::internal(format!("bad invocation logs in store: {e}")))?;
+                Ok(InvocationRecord {
+                    id: row.try_get("id")?,
+                    namespace: row.try_get("namespace")?,
+                    function: row.try_get("function")?,
+                    version: row.try_get::<i64, _>("version")? as u64,
+                    trigger: row.try_get("trigger")?,
+                    request_id: row.try_get("request_id")?,
+                    started_at: parse_time(row.try_get::<&str, _>("started_at")?)?,
+                    duration_ms: row.try_get("duration_ms")?,
+                    status: row.try_get("status")?,
+                    error: row.try_get("error")?,
+                    bytes_in: row.try_get::<i64, _>("bytes_in")? as u64,
+                    bytes_out: row.try_get::<i64, _>("bytes_out")? as u64,
+                    cold_start: row.try_get("cold_start")?,
+                    logs,
+                    logs_truncated: row.try_get("logs_truncated")?,
+                })
             }
 
             fn token(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<TokenRecord> {
@@ -219,6 +242,107 @@ macro_rules! sql_store {
                     .execute(&self.pool)
                     .await?;
                 Ok(done.rows_affected() > 0)
+            }
+
+            async fn swap_status(
+                &self,
+                kind: Kind,
+                namespace: &str,
+                name: &str,
+                expected: &serde_json::Value,
+                new: &serde_json::Value,
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "UPDATE resources SET status = $1, updated_at = $2 \
+                     WHERE kind = $3 AND namespace = $4 AND name = $5 AND status = $6",
+                )
+                .bind(json_text(new))
+                .bind(time_text(&$crate::store::now()))
+                .bind(kind.as_str())
+                .bind(namespace)
+                .bind(name)
+                .bind(json_text(expected))
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()> {
+                // Rows per statement: 16 parameters each stays under both
+                // databases' parameter limits.
+                const ROWS: usize = 1000;
+                let mut tx = self.pool.begin().await?;
+                for chunk in records.chunks(ROWS) {
+                    let mut query = sqlx::QueryBuilder::new(
+                        "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
+                         duration_ms, status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated) ",
+                    );
+                    query.push_values(chunk, |mut row, r| {
+                        row.push_bind(r.id.clone())
+                            .push_bind(r.namespace.clone())
+                            .push_bind(r.function.clone())
+                            .push_bind(r.version as i64)
+                            .push_bind(r.trigger.clone())
+                            .push_bind(r.request_id.clone())
+                            .push_bind(time_text(&r.started_at))
+                            .push_bind(r.duration_ms)
+                            .push_bind(r.status.clone())
+                            .push_bind(r.error.clone())
+                            .push_bind(r.bytes_in as i64)
+                            .push_bind(r.bytes_out as i64)
+                            .push_bind(r.cold_start)
+                            .push_bind(serde_json::to_string(&r.logs).unwrap_or_else(|_| "[]".into()))
+                            .push_bind(r.logs_truncated);
+                    });
+                    query.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn list_invocations(
+                &self,
+                namespace: &str,
+                function: &str,
+                before: Option<&str>,
+                limit: i64,
+            ) -> Result<Vec<InvocationRecord>> {
+                const COLUMNS: &str = "id, namespace, function, version, trigger, request_id, started_at, duration_ms, \
+                                       status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated";
+                let rows = match before {
+                    Some(before) => {
+                        let sql = format!(
+                            "SELECT {COLUMNS} FROM invocations WHERE namespace = $1 AND function = $2 \
+                             AND seq < (SELECT seq FROM invocations WHERE id = $3) ORDER BY seq DESC LIMIT $4"
+                        );
+                        sqlx::query(&sql).bind(namespace).bind(function).bind(before).bind(limit).fetch_all(&self.pool).await?
+                    }
+                    None => {
+                        let sql = format!(
+                            "SELECT {COLUMNS} FROM invocations WHERE namespace = $1 AND function = $2 \
+                             ORDER BY seq DESC LIMIT $3"
+                        );
+                        sqlx::query(&sql).bind(namespace).bind(function).bind(limit).fetch_all(&self.pool).await?
+                    }
+                };
+                rows.iter().map(Self::invocation).collect()
+            }
+
+            async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64> {
+                let old = sqlx::query("DELETE FROM invocations WHERE started_at < $1")
+                    .bind(time_text(&cutoff))
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                let surplus = sqlx::query(
+                    "DELETE FROM invocations WHERE seq <= \
+                     (SELECT seq FROM invocations ORDER BY seq DESC LIMIT 1 OFFSET $1)",
+                )
+                .bind(keep)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                Ok(old + surplus)
             }
 
             async fn create_token(&self, t: &TokenRecord) -> Result<()> {

@@ -67,17 +67,13 @@ async fn archive_rules_refuse_bad_zips(backend: Backend) {
     // Bomb by ratio: 900 KiB of zeros deflate to about 1 KiB.
     let zip = zip_of(&[("zeros.bin", &vec![0u8; 900 * 1024])]);
     let body = expect_refused(&server, zip, "compression-ratio", Some("zeros.bin")).await;
-    assert!(
-        body["error"].as_str().unwrap().contains("zip bomb"),
-        "{body}"
-    );
+    assert!(body["error"].as_str().unwrap().contains("zip bomb"), "{body}");
     // Too many entries (the default limit, 10,000).
     let zip = zip_with(|w| {
         for i in 0..10_001 {
             w.start_file(
                 format!("f{i}.txt"),
-                zip::write::SimpleFileOptions::default()
-                    .compression_method(zip::CompressionMethod::Stored),
+                zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored),
             )
             .unwrap();
         }
@@ -91,28 +87,16 @@ async fn archive_rules_refuse_bad_zips(backend: Backend) {
     ]);
     expect_refused(&server, zip, "max-unpacked-size", Some("b.bin")).await;
     // Not a zip, and empty.
-    expect_refused(
-        &server,
-        b"def handle(e, c): pass".to_vec(),
-        "zip-format",
-        None,
-    )
-    .await;
+    expect_refused(&server, b"def handle(e, c): pass".to_vec(), "zip-format", None).await;
     let body = expect_refused(&server, Vec::new(), "not-empty", None).await;
     assert!(body["error"].as_str().unwrap().contains("empty"), "{body}");
     expect_refused(&server, zip_with(|_| {}), "not-empty", None).await;
 
     // Nothing refused was stored, and the function never left Pending.
-    let (_, got) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/fn1", None)
-        .await;
+    let (_, got) = server.call(Method::GET, "/v1/namespaces/ns/functions/fn1", None).await;
     assert_eq!(got["status"]["phase"], "Pending", "{got}");
     assert_eq!(got["status"]["code_hash"], Value::Null);
-    assert!(!server
-        .data_dir
-        .path()
-        .join("blobs/archives/ns/fn1")
-        .exists());
+    assert!(!server.data_dir.path().join("blobs/archives/ns/fn1").exists());
 
     // A good archive with folders still passes.
     let zip = zip_of(&[
@@ -137,15 +121,11 @@ async fn upload_size_limit_is_413(backend: Backend) {
     let (status, body) = server.upload("ns", "fn1", zip).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("larger than the limit"),
+        body["error"].as_str().unwrap().contains("larger than the limit"),
         "{body}"
     );
     // JSON endpoints have their own (1 MiB) limit.
-    let huge =
-        json!({"name": "x", "runtime": "python3.11", "env": {"A": "x".repeat(2 * 1024 * 1024)}});
+    let huge = json!({"name": "x", "runtime": "python3.11", "env": {"A": "x".repeat(2 * 1024 * 1024)}});
     let (status, _) = server
         .call(Method::POST, "/v1/namespaces/ns/functions", Some(huge))
         .await;

@@ -5,11 +5,7 @@ use serde_json::json;
 
 use super::harness::{Backend, Server};
 
-crate::both_stores!(
-    every_endpoint_needs_a_token,
-    scoped_tokens,
-    token_management
-);
+crate::both_stores!(every_endpoint_needs_a_token, scoped_tokens, token_management);
 
 /// Every `/v1` endpoint with a namespace, as (method, path).
 fn namespaced_endpoints(ns: &str) -> Vec<(Method, String)> {
@@ -70,16 +66,12 @@ async fn scoped_tokens(backend: Backend) {
     let server = Server::start(backend).await;
     let token_a = server.token_for(&["team-a"]).await;
     for (method, path) in namespaced_endpoints("team-b") {
-        let (status, body) = server
-            .call_as(Some(&token_a), method.clone(), &path, None)
-            .await;
+        let (status, body) = server.call_as(Some(&token_a), method.clone(), &path, None).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {body}");
         assert!(body["error"].as_str().unwrap().contains("team-b"), "{body}");
     }
     for (method, path) in admin_endpoints() {
-        let (status, body) = server
-            .call_as(Some(&token_a), method.clone(), &path, None)
-            .await;
+        let (status, body) = server.call_as(Some(&token_a), method.clone(), &path, None).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {body}");
     }
     // Its own namespace works end to end.
@@ -93,9 +85,7 @@ async fn scoped_tokens(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     for (method, path) in namespaced_endpoints("team-a") {
-        let (status, body) = server
-            .call_as(Some(&token_a), method.clone(), &path, None)
-            .await;
+        let (status, body) = server.call_as(Some(&token_a), method.clone(), &path, None).await;
         assert!(
             status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN,
             "{method} {path} should pass auth: {status} {body}"
@@ -113,12 +103,7 @@ async fn scoped_tokens(backend: Backend) {
     // A token may cover several namespaces; any valid token reads the API description.
     let token_ab = server.token_for(&["team-a", "team-b"]).await;
     let (status, _) = server
-        .call_as(
-            Some(&token_ab),
-            Method::GET,
-            "/v1/namespaces/team-b/functions",
-            None,
-        )
+        .call_as(Some(&token_ab), Method::GET, "/v1/namespaces/team-b/functions", None)
         .await;
     assert_eq!(status, StatusCode::OK);
     let (status, _) = server
@@ -166,34 +151,20 @@ async fn token_management(backend: Backend) {
         json!({"name": "", "namespaces": ["a"]}),
         json!({"name": "x", "namespaces": ["a"], "extra": true}),
     ] {
-        let (status, body) = server
-            .call(Method::POST, "/v1/tokens", Some(bad.clone()))
-            .await;
+        let (status, body) = server.call(Method::POST, "/v1/tokens", Some(bad.clone())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad} -> {body}");
     }
 
     // Revoking takes effect at once.
     let id = created["id"].as_str().unwrap();
     let (status, _) = server
-        .call_as(
-            Some(&secret),
-            Method::GET,
-            "/v1/namespaces/a/functions",
-            None,
-        )
+        .call_as(Some(&secret), Method::GET, "/v1/namespaces/a/functions", None)
         .await;
     assert_eq!(status, StatusCode::OK);
-    let (status, _) = server
-        .call(Method::DELETE, &format!("/v1/tokens/{id}"), None)
-        .await;
+    let (status, _) = server.call(Method::DELETE, &format!("/v1/tokens/{id}"), None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, _) = server
-        .call_as(
-            Some(&secret),
-            Method::GET,
-            "/v1/namespaces/a/functions",
-            None,
-        )
+        .call_as(Some(&secret), Method::GET, "/v1/namespaces/a/functions", None)
         .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

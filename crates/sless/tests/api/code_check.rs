@@ -7,7 +7,8 @@ use serde_json::{json, Value};
 use super::harness::{zip_of, Backend, Server};
 
 const MINER: &[u8] = b"import subprocess\n\ndef handle(event, context):\n    subprocess.Popen(['./xmrig', '-o', 'stratum+tcp://pool.example.net:3333'])\n    return 'ok'\n";
-const INNOCENT: &[u8] = b"# Data mining helpers: count words.\ndef handle(event, context):\n    return len(str(event).split())\n";
+const INNOCENT: &[u8] =
+    b"# Data mining helpers: count words.\ndef handle(event, context):\n    return len(str(event).split())\n";
 
 async fn new_function(server: &Server) {
     let (status, body) = server
@@ -24,25 +25,16 @@ async fn new_function(server: &Server) {
 async fn static_rules_refuse_a_miner_and_pass_innocent_code() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_CODE_CHECK", "static")]).await;
     new_function(&server).await;
-    let (status, body) = server
-        .upload("ns", "f", zip_of(&[("handler.py", MINER)]))
-        .await;
+    let (status, body) = server.upload("ns", "f", zip_of(&[("handler.py", MINER)])).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let message = body["error"].as_str().unwrap();
     assert!(message.starts_with("code validation failed: "), "{message}");
-    assert!(
-        message.contains("(handler.py:4)"),
-        "names file and line: {message}"
-    );
-    let (_, got) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/f", None)
-        .await;
+    assert!(message.contains("(handler.py:4)"), "names file and line: {message}");
+    let (_, got) = server.call(Method::GET, "/v1/namespaces/ns/functions/f", None).await;
     assert_eq!(got["status"]["code_hash"], Value::Null, "nothing stored");
     assert!(!server.data_dir.path().join("blobs/archives/ns/f").exists());
 
-    let (status, body) = server
-        .upload("ns", "f", zip_of(&[("handler.py", INNOCENT)]))
-        .await;
+    let (status, body) = server.upload("ns", "f", zip_of(&[("handler.py", INNOCENT)])).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     assert_eq!(body["status"]["validation"], "passed: static");
 
@@ -76,28 +68,19 @@ async fn llm_outage_follows_the_fail_mode() {
     closed.push(("SLESS_LLM_FAIL_MODE", "closed"));
     let server = Server::start_with(Backend::Sqlite, &closed).await;
     new_function(&server).await;
-    let (status, body) = server
-        .upload("ns", "f", zip_of(&[("handler.py", INNOCENT)]))
-        .await;
+    let (status, body) = server.upload("ns", "f", zip_of(&[("handler.py", INNOCENT)])).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
     assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("code checker unavailable"),
+        body["error"].as_str().unwrap().contains("code checker unavailable"),
         "{body}"
     );
     // The static rules still run first and win.
-    let (status, body) = server
-        .upload("ns", "f", zip_of(&[("handler.py", MINER)]))
-        .await;
+    let (status, body) = server.upload("ns", "f", zip_of(&[("handler.py", MINER)])).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
 
     let server = Server::start_with(Backend::Sqlite, &llm).await;
     new_function(&server).await;
-    let (status, body) = server
-        .upload("ns", "f", zip_of(&[("handler.py", INNOCENT)]))
-        .await;
+    let (status, body) = server.upload("ns", "f", zip_of(&[("handler.py", INNOCENT)])).await;
     assert_eq!(status, StatusCode::ACCEPTED, "fail open: {body}");
     let validation = body["status"]["validation"].as_str().unwrap();
     assert!(validation.starts_with("unchecked: llm"), "{validation}");

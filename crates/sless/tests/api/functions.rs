@@ -26,10 +26,7 @@ async fn create_get_list_patch_delete(backend: Backend) {
     assert_eq!(created["name"], "hello");
     assert_eq!(created["namespace"], "team-a");
     assert_eq!(created["runtime"], "python3.11");
-    assert_eq!(
-        created["entrypoint"], "handler.handle",
-        "default entrypoint"
-    );
+    assert_eq!(created["entrypoint"], "handler.handle", "default entrypoint");
     assert_eq!(created["env"]["GREETING"], "hi");
     assert_eq!(created["status"]["phase"], "Pending");
     assert_eq!(created["status"]["version"], 0);
@@ -59,9 +56,7 @@ async fn create_get_list_patch_delete(backend: Backend) {
             Some(json!({"name": "other-ns", "runtime": "nodejs20"})),
         )
         .await;
-    let (status, list) = server
-        .call(Method::GET, "/v1/namespaces/team-a/functions", None)
-        .await;
+    let (status, list) = server.call(Method::GET, "/v1/namespaces/team-a/functions", None).await;
     assert_eq!(status, StatusCode::OK);
     let names: Vec<_> = list["items"]
         .as_array()
@@ -69,11 +64,7 @@ async fn create_get_list_patch_delete(backend: Backend) {
         .iter()
         .map(|f| f["name"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        names,
-        ["another", "hello"],
-        "listed by name, own namespace only"
-    );
+    assert_eq!(names, ["another", "hello"], "listed by name, own namespace only");
 
     let (status, patched) = server
         .call(
@@ -84,15 +75,8 @@ async fn create_get_list_patch_delete(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::OK, "{patched}");
     assert_eq!(patched["memory_mb"], 512);
-    assert_eq!(
-        patched["env"],
-        json!({"GREETING": "hi", "EXTRA": "1"}),
-        "env is merged"
-    );
-    assert_eq!(
-        patched["timeout_sec"], created["timeout_sec"],
-        "untouched fields kept"
-    );
+    assert_eq!(patched["env"], json!({"GREETING": "hi", "EXTRA": "1"}), "env is merged");
+    assert_eq!(patched["timeout_sec"], created["timeout_sec"], "untouched fields kept");
 
     let (status, reset) = server
         .call(
@@ -112,17 +96,10 @@ async fn create_get_list_patch_delete(backend: Backend) {
         )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(
-        body["error"].as_str().unwrap().contains("runtime"),
-        "{body}"
-    );
+    assert!(body["error"].as_str().unwrap().contains("runtime"), "{body}");
 
     let (status, _) = server
-        .call(
-            Method::DELETE,
-            "/v1/namespaces/team-a/functions/hello",
-            None,
-        )
+        .call(Method::DELETE, "/v1/namespaces/team-a/functions/hello", None)
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     let (status, body) = server
@@ -131,11 +108,7 @@ async fn create_get_list_patch_delete(backend: Backend) {
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body["error"].as_str().unwrap().contains("hello"), "{body}");
     let (status, _) = server
-        .call(
-            Method::DELETE,
-            "/v1/namespaces/team-a/functions/hello",
-            None,
-        )
+        .call(Method::DELETE, "/v1/namespaces/team-a/functions/hello", None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }
@@ -144,21 +117,14 @@ async fn duplicate_is_409(backend: Backend) {
     let server = Server::start(backend).await;
     let body = json!({"name": "dup", "runtime": "python3.11"});
     let (status, _) = server
-        .call(
-            Method::POST,
-            "/v1/namespaces/ns/functions",
-            Some(body.clone()),
-        )
+        .call(Method::POST, "/v1/namespaces/ns/functions", Some(body.clone()))
         .await;
     assert_eq!(status, StatusCode::CREATED);
     let (status, err) = server
         .call(Method::POST, "/v1/namespaces/ns/functions", Some(body))
         .await;
     assert_eq!(status, StatusCode::CONFLICT);
-    assert!(
-        err["error"].as_str().unwrap().contains("already exists"),
-        "{err}"
-    );
+    assert!(err["error"].as_str().unwrap().contains("already exists"), "{err}");
 }
 
 async fn bad_names_and_fields_are_400(backend: Backend) {
@@ -189,16 +155,8 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
             json!({"name": "ok", "runtime": "ruby"}),
             "ruby",
         ),
-        (
-            "/v1/namespaces/ns/functions",
-            json!({"name": "ok"}),
-            "runtime",
-        ),
-        (
-            "/v1/namespaces/ns/functions",
-            json!({"runtime": "python3.11"}),
-            "name",
-        ),
+        ("/v1/namespaces/ns/functions", json!({"name": "ok"}), "runtime"),
+        ("/v1/namespaces/ns/functions", json!({"runtime": "python3.11"}), "name"),
         (
             "/v1/namespaces/ns/functions",
             json!({"name": "ok", "runtime": "python3.11", "memory_mb": 1}),
@@ -241,11 +199,7 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
     }
     // Not JSON at all, and JSON that is not an object.
     let response = server
-        .request(
-            Method::POST,
-            "/v1/namespaces/ns/functions",
-            Some(&server.admin),
-        )
+        .request(Method::POST, "/v1/namespaces/ns/functions", Some(&server.admin))
         .header("content-type", "application/json")
         .body("{not json")
         .send()
@@ -253,22 +207,13 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
         .unwrap();
     let (status, err) = super::harness::read(response).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(
-        err["error"].as_str().unwrap().contains("not valid JSON"),
-        "{err}"
-    );
+    assert!(err["error"].as_str().unwrap().contains("not valid JSON"), "{err}");
     let (status, _) = server
-        .call(
-            Method::POST,
-            "/v1/namespaces/ns/functions",
-            Some(json!([1, 2])),
-        )
+        .call(Method::POST, "/v1/namespaces/ns/functions", Some(json!([1, 2])))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     // Nothing was created by any of those.
-    let (_, list) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions", None)
-        .await;
+    let (_, list) = server.call(Method::GET, "/v1/namespaces/ns/functions", None).await;
     assert_eq!(list["items"], json!([]));
 
     // A patch with an unknown field changes nothing.
@@ -288,9 +233,7 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(err["error"].as_str().unwrap().contains("bogus"), "{err}");
-    let (_, got) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/ok", None)
-        .await;
+    let (_, got) = server.call(Method::GET, "/v1/namespaces/ns/functions/ok", None).await;
     assert_eq!(got["memory_mb"], 256);
 }
 
@@ -323,9 +266,7 @@ async fn upload_stores_hash_and_builds(backend: Backend) {
 
 async fn unknown_function_is_404(backend: Backend) {
     let server = Server::start(backend).await;
-    let (status, body) = server
-        .call_as(None, Method::GET, "/fn/ns/nothing", None)
-        .await;
+    let (status, body) = server.call_as(None, Method::GET, "/fn/ns/nothing", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     server
         .call(

@@ -92,9 +92,7 @@ async fn check_contract(server: &Server, name: &str) {
     assert_eq!(body["remaining_positive"], true);
 
     // Empty body -> {}; non-JSON body -> text.
-    let (_, _, text) = server
-        .invoke(Method::GET, &format!("/fn/ns/{name}"), "")
-        .await;
+    let (_, _, text) = server.invoke(Method::GET, &format!("/fn/ns/{name}"), "").await;
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["event"], json!({}));
     assert_eq!(body["path"], "");
@@ -107,63 +105,34 @@ async fn check_contract(server: &Server, name: &str) {
 
     // A statusCode object is a full response.
     let (status, headers, text) = server
-        .invoke(
-            Method::POST,
-            &format!("/fn/ns/{name}"),
-            r#"{"what": "full"}"#,
-        )
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "full"}"#)
         .await;
     assert_eq!(status, StatusCode::CREATED);
     assert_eq!(headers["x-custom"], "yes");
     assert_eq!(headers["content-type"], "text/plain");
     assert_eq!(text, "created");
     let (status, _, text) = server
-        .invoke(
-            Method::POST,
-            &format!("/fn/ns/{name}"),
-            r#"{"what": "full-json"}"#,
-        )
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "full-json"}"#)
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    assert_eq!(
-        serde_json::from_str::<Value>(&text).unwrap(),
-        json!({"nested": [1, 2]})
-    );
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"nested": [1, 2]}));
     let (status, _, text) = server
-        .invoke(
-            Method::POST,
-            &format!("/fn/ns/{name}"),
-            r#"{"what": "none"}"#,
-        )
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "none"}"#)
         .await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, "null"));
     let (_, _, text) = server
-        .invoke(
-            Method::POST,
-            &format!("/fn/ns/{name}"),
-            r#"{"what": "env"}"#,
-        )
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "env"}"#)
         .await;
-    assert_eq!(
-        text, r#""hi there""#,
-        "env from the spec reaches the handler"
-    );
+    assert_eq!(text, r#""hi there""#, "env from the spec reaches the handler");
 
     // An exception: 500 with the request id, no traceback to the caller.
     let (status, headers, text) = server
-        .invoke(
-            Method::POST,
-            &format!("/fn/ns/{name}"),
-            r#"{"what": "raise"}"#,
-        )
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "raise"}"#)
         .await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     let body: Value = serde_json::from_str(&text).unwrap();
     assert!(body["error"].as_str().unwrap().contains("boom"), "{body}");
-    assert_eq!(
-        body["request_id"],
-        headers["x-request-id"].to_str().unwrap()
-    );
+    assert_eq!(body["request_id"], headers["x-request-id"].to_str().unwrap());
     assert!(
         !text.contains("Traceback") && !text.contains("    at "),
         "no stack to the caller: {text}"
@@ -185,15 +154,10 @@ async fn python_handler_contract() {
             "ns",
             "py-async",
             spec,
-            &[
-                ("app/__init__.py", b""),
-                ("app/main.py", PY_ASYNC_ONE_ARG.as_bytes()),
-            ],
+            &[("app/__init__.py", b""), ("app/main.py", PY_ASYNC_ONE_ARG.as_bytes())],
         )
         .await;
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/py-async", "[1, 2]")
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/py-async", "[1, 2]").await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap(),
@@ -212,16 +176,9 @@ async fn node_handler_contract() {
 
     let spec = json!({"runtime": "nodejs20", "entrypoint": "lib/sync.handle"});
     server
-        .deploy(
-            "ns",
-            "js-sync",
-            spec,
-            &[("lib/sync.js", JS_SYNC_ONE_ARG.as_bytes())],
-        )
+        .deploy("ns", "js-sync", spec, &[("lib/sync.js", JS_SYNC_ONE_ARG.as_bytes())])
         .await;
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/js-sync", r#""x""#)
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/js-sync", r#""x""#).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap(),
@@ -243,9 +200,7 @@ async fn gateway_errors() {
             &[("handler.py", b"def handle(e, c):\n    return 'ok'\n")],
         )
         .await;
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/small", &"x".repeat(2048))
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/small", &"x".repeat(2048)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
     let (status, _, _) = server.invoke(Method::POST, "/fn/ns/small", "fits").await;
     assert_eq!(status, StatusCode::OK);
@@ -274,8 +229,7 @@ async fn dependencies_are_installed_at_build_time() {
         ("greetlib-1.0.dist-info/WHEEL", b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
         ("greetlib-1.0.dist-info/RECORD", b"greetlib/__init__.py,,\ngreetlib-1.0.dist-info/METADATA,,\ngreetlib-1.0.dist-info/WHEEL,,\ngreetlib-1.0.dist-info/RECORD,,\n"),
     ]);
-    let handler =
-        b"import greetlib\n\ndef handle(event, context):\n    return greetlib.greet('py')\n";
+    let handler = b"import greetlib\n\ndef handle(event, context):\n    return greetlib.greet('py')\n";
     let function = server
         .deploy(
             "ns",
@@ -283,10 +237,7 @@ async fn dependencies_are_installed_at_build_time() {
             json!({"runtime": "python3.11"}),
             &[
                 ("handler.py", handler),
-                (
-                    "requirements.txt",
-                    b"./vendor/greetlib-1.0-py3-none-any.whl\n",
-                ),
+                ("requirements.txt", b"./vendor/greetlib-1.0-py3-none-any.whl\n"),
                 ("vendor/greetlib-1.0-py3-none-any.whl", &wheel),
             ],
         )
@@ -302,10 +253,22 @@ async fn dependencies_are_installed_at_build_time() {
             "js-deps",
             json!({"runtime": "nodejs20"}),
             &[
-                ("handler.js", b"const greet = require('greetlib');\nexports.handle = () => greet('js');\n"),
-                ("package.json", br#"{"name": "fn", "version": "1.0.0", "dependencies": {"greetlib": "file:./vendor/greetlib"}}"#),
-                ("vendor/greetlib/package.json", br#"{"name": "greetlib", "version": "1.0.0", "main": "index.js"}"#),
-                ("vendor/greetlib/index.js", b"module.exports = (name) => 'hello ' + name;\n"),
+                (
+                    "handler.js",
+                    b"const greet = require('greetlib');\nexports.handle = () => greet('js');\n",
+                ),
+                (
+                    "package.json",
+                    br#"{"name": "fn", "version": "1.0.0", "dependencies": {"greetlib": "file:./vendor/greetlib"}}"#,
+                ),
+                (
+                    "vendor/greetlib/package.json",
+                    br#"{"name": "greetlib", "version": "1.0.0", "main": "index.js"}"#,
+                ),
+                (
+                    "vendor/greetlib/index.js",
+                    b"module.exports = (name) => 'hello ' + name;\n",
+                ),
             ],
         )
         .await;

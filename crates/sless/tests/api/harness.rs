@@ -95,17 +95,12 @@ impl Server {
             admin: ADMIN.into(),
             data_dir: tempfile::tempdir().expect("temp dir"),
             db,
-            extra_env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             child: None,
             stdout_lines: Vec::new(),
             client: reqwest::Client::new(),
         };
-        server
-            .extra_env
-            .push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
+        server.extra_env.push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
         server.spawn();
         server
     }
@@ -188,12 +183,7 @@ impl Server {
         self.spawn();
     }
 
-    pub fn request(
-        &self,
-        method: Method,
-        path: &str,
-        token: Option<&str>,
-    ) -> reqwest::RequestBuilder {
+    pub fn request(&self, method: Method, path: &str, token: Option<&str>) -> reqwest::RequestBuilder {
         let mut req = self.client.request(method, format!("{}{path}", self.url));
         if let Some(token) = token {
             req = req.bearer_auth(token);
@@ -202,14 +192,8 @@ impl Server {
     }
 
     /// Sends JSON (or nothing) as admin and returns status and JSON body.
-    pub async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        self.call_as(Some(&self.admin.clone()), method, path, body)
-            .await
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+        self.call_as(Some(&self.admin.clone()), method, path, body).await
     }
 
     pub async fn call_as(
@@ -285,8 +269,7 @@ pub async fn read(response: reqwest::Response) -> (StatusCode, Value) {
 pub fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     use std::io::Write;
     let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated);
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
     for (name, contents) in files {
         writer.start_file(*name, options).expect("start file");
         writer.write_all(contents).expect("write file");
@@ -327,21 +310,11 @@ macro_rules! both_stores {
 impl Server {
     /// Creates (or updates) a function, uploads `files` and waits until the
     /// uploaded code is Ready; returns the function.
-    pub async fn deploy(
-        &self,
-        ns: &str,
-        name: &str,
-        spec: Value,
-        files: &[(&str, &[u8])],
-    ) -> Value {
+    pub async fn deploy(&self, ns: &str, name: &str, spec: Value, files: &[(&str, &[u8])]) -> Value {
         let mut body = spec.clone();
         body["name"] = Value::String(name.into());
         let (status, created) = self
-            .call(
-                Method::POST,
-                &format!("/v1/namespaces/{ns}/functions"),
-                Some(body),
-            )
+            .call(Method::POST, &format!("/v1/namespaces/{ns}/functions"), Some(body))
             .await;
         if status == StatusCode::CONFLICT {
             let (status, patched) = self
@@ -357,10 +330,7 @@ impl Server {
         }
         let (status, uploaded) = self.upload(ns, name, zip_of(files)).await;
         assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
-        let hash = uploaded["status"]["code_hash"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        let hash = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
         self.wait_built(ns, name, &hash).await
     }
 
@@ -380,11 +350,7 @@ impl Server {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             let (_, function) = self
-                .call(
-                    Method::GET,
-                    &format!("/v1/namespaces/{ns}/functions/{name}"),
-                    None,
-                )
+                .call(Method::GET, &format!("/v1/namespaces/{ns}/functions/{name}"), None)
                 .await;
             let status = &function["status"];
             let done = match status["phase"].as_str() {
@@ -395,10 +361,7 @@ impl Server {
             if done {
                 return function;
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "build did not finish: {function}"
-            );
+            assert!(std::time::Instant::now() < deadline, "build did not finish: {function}");
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
@@ -431,10 +394,8 @@ impl Server {
             .text()
             .await
             .ok()?;
-        text.lines().find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
     }
 
     /// Polls `series` until it equals `value` (within `secs`).

@@ -23,15 +23,11 @@ async fn kill9_loses_nothing(backend: Backend) {
     let (status, uploaded) = server.upload("ns", "keep", zip.clone()).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let token = server.token_for(&["ns"]).await;
-    let (_, before) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/keep", None)
-        .await;
+    let (_, before) = server.call(Method::GET, "/v1/namespaces/ns/functions/keep", None).await;
 
     server.restart();
 
-    let (status, after) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/keep", None)
-        .await;
+    let (status, after) = server.call(Method::GET, "/v1/namespaces/ns/functions/keep", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(after, before, "function unchanged across kill -9");
     let hash = uploaded["status"]["code_hash"].as_str().unwrap();
@@ -41,12 +37,7 @@ async fn kill9_loses_nothing(backend: Backend) {
         .join(format!("blobs/archives/ns/keep/{hash}.zip"));
     assert_eq!(std::fs::read(archive).unwrap(), zip, "archive kept");
     let (status, _) = server
-        .call_as(
-            Some(&token),
-            Method::GET,
-            "/v1/namespaces/ns/functions",
-            None,
-        )
+        .call_as(Some(&token), Method::GET, "/v1/namespaces/ns/functions", None)
         .await;
     assert_eq!(status, StatusCode::OK, "scoped token still valid");
 }
@@ -64,9 +55,7 @@ async fn sigterm_drains_in_flight_requests(backend: Backend) {
     let zip = hello_zip();
     let addr = server.url.trim_start_matches("http://").to_string();
     let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         stream,
         "PUT /v1/namespaces/ns/functions/slow/code HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/zip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -97,10 +86,7 @@ async fn sigterm_drains_in_flight_requests(backend: Backend) {
         "in-flight upload completed: {answer}"
     );
     let status = server.terminate_wait();
-    assert!(
-        status.success(),
-        "exit code 0 after SIGTERM, got {status:?}"
-    );
+    assert!(status.success(), "exit code 0 after SIGTERM, got {status:?}");
 }
 
 #[tokio::test]
@@ -152,10 +138,7 @@ async fn first_start_generates_admin_token_once() {
     child.wait().unwrap();
 
     let (mut child, printed, url) = run(dir.path());
-    assert!(
-        !printed.contains(&token),
-        "token printed only once: {printed}"
-    );
+    assert!(!printed.contains(&token), "token printed only once: {printed}");
     let ok = client
         .get(format!("{url}/v1/tokens"))
         .bearer_auth(&token)
@@ -202,9 +185,7 @@ async fn errors_are_json_never_html() {
     let (status, body) = server.call(Method::GET, "/nope", None).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body["error"].is_string());
-    let (status, body) = server
-        .call(Method::DELETE, "/v1/namespaces/ns/functions", None)
-        .await;
+    let (status, body) = server.call(Method::DELETE, "/v1/namespaces/ns/functions", None).await;
     assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     assert!(body["error"].as_str().unwrap().contains("DELETE"), "{body}");
 }

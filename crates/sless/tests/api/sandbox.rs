@@ -6,7 +6,8 @@ use serde_json::{json, Value};
 
 use super::harness::{Backend, Server};
 
-const SECRET_CODE: &[u8] = b"SECRET = 'the-other-functions-secret-7f3a'\n\ndef handle(event, context):\n    return 'private'\n";
+const SECRET_CODE: &[u8] =
+    b"SECRET = 'the-other-functions-secret-7f3a'\n\ndef handle(event, context):\n    return 'private'\n";
 
 /// Tries to read paths given in the event and reports what it found.
 const PROBE: &[u8] = br#"
@@ -101,9 +102,7 @@ async fn a_handler_cannot_read_other_code_the_data_dir_or_host_secrets() {
             "root_home": "/root/.bash_history",
         },
     });
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/probe", &event.to_string())
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/probe", &event.to_string()).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let out: Value = serde_json::from_str(&text).unwrap();
     for key in ["shadow", "database", "admin_token", "root_home"] {
@@ -112,11 +111,7 @@ async fn a_handler_cannot_read_other_code_the_data_dir_or_host_secrets() {
             "{key} was readable: {out}"
         );
     }
-    assert_eq!(
-        out["found"],
-        json!([]),
-        "another function's code was visible: {out}"
-    );
+    assert_eq!(out["found"], json!([]), "another function's code was visible: {out}");
     assert!(!text.contains("the-other-functions-secret-7f3a"));
     assert_ne!(out["uid"], 0, "handlers never run as root");
     assert!(
@@ -175,17 +170,13 @@ async fn a_memory_balloon_is_refused() {
             &[("handler.py", BALLOON)],
         )
         .await;
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 16}"#)
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 16}"#).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap()["allocated"],
         16 * 1024 * 1024
     );
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 1024}"#)
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 1024}"#).await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(
         serde_json::from_str::<Value>(&text).unwrap()["error"],

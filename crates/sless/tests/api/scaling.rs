@@ -31,9 +31,7 @@ fn instances(name: &str) -> String {
 }
 
 async fn pid(server: &Server, name: &str) -> String {
-    let (status, _, text) = server
-        .invoke(Method::POST, &format!("/fn/ns/{name}"), "{}")
-        .await;
+    let (status, _, text) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), "{}").await;
     assert_eq!(status, StatusCode::OK, "{text}");
     serde_json::from_str::<serde_json::Value>(&text).unwrap()["pid"]
         .as_str()
@@ -76,11 +74,7 @@ async fn timeout_is_504_and_recycles_the_instance() {
     let before = pid(&server, "tools").await;
     let started = Instant::now();
     let (status, _, text) = server
-        .invoke(
-            Method::POST,
-            "/fn/ns/tools",
-            r#"{"what": "sleep", "secs": 5}"#,
-        )
+        .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "sleep", "secs": 5}"#)
         .await;
     assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "{text}");
     assert!(
@@ -98,9 +92,7 @@ async fn timeout_is_504_and_recycles_the_instance() {
 async fn full_queue_is_429_with_retry_after() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_MAX_QUEUE", "1")]).await;
     let spec = json!({"runtime": "python3.11", "concurrency": 1, "max_instances": 1});
-    server
-        .deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)])
-        .await;
+    server.deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)]).await;
     pid(&server, "tools").await; // the instance is up: what follows measures the queue alone
     let server = Arc::new(server);
     let mut calls = Vec::new();
@@ -108,11 +100,7 @@ async fn full_queue_is_429_with_retry_after() {
         let server = server.clone();
         calls.push(tokio::spawn(async move {
             server
-                .invoke(
-                    Method::POST,
-                    "/fn/ns/tools",
-                    r#"{"what": "sleep", "secs": 1}"#,
-                )
+                .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "sleep", "secs": 1}"#)
                 .await
         }));
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -139,9 +127,7 @@ async fn full_queue_is_429_with_retry_after() {
 async fn scales_out_under_load_then_to_zero_and_back() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
     let spec = json!({"runtime": "python3.11", "concurrency": 1, "max_instances": 3});
-    server
-        .deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)])
-        .await;
+    server.deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)]).await;
     assert_eq!(
         server.metric(&instances("tools")).await,
         Some(0.0),
@@ -153,11 +139,7 @@ async fn scales_out_under_load_then_to_zero_and_back() {
             let server = server.clone();
             tokio::spawn(async move {
                 server
-                    .invoke(
-                        Method::POST,
-                        "/fn/ns/tools",
-                        r#"{"what": "sleep", "secs": 0.5}"#,
-                    )
+                    .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "sleep", "secs": 0.5}"#)
                     .await
             })
         })
@@ -190,9 +172,7 @@ async fn scales_out_under_load_then_to_zero_and_back() {
 async fn replicas_pin_the_count_and_zero_turns_it_off() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
     let spec = json!({"runtime": "python3.11", "replicas": 2});
-    server
-        .deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)])
-        .await;
+    server.deploy("ns", "tools", spec, &[("handler.py", PY_TOOLS)]).await;
     server.wait_metric(&instances("tools"), 2.0, 10).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(
@@ -256,10 +236,7 @@ async fn rollout_under_load_never_answers_with_old_code_after_ready() {
         .upload("ns", "roll", super::harness::zip_of(&[("handler.py", v2)]))
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    let hash = uploaded["status"]["code_hash"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
     server.wait_built("ns", "roll", &hash).await;
     let ready_seen = Instant::now();
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -269,21 +246,11 @@ async fn rollout_under_load_never_answers_with_old_code_after_ready() {
     for worker in workers {
         for (sent, status, text) in worker.await.unwrap() {
             total += 1;
-            assert_eq!(
-                status,
-                StatusCode::OK,
-                "no failed request during the rollout: {text}"
-            );
+            assert_eq!(status, StatusCode::OK, "no failed request during the rollout: {text}");
             if sent > ready_seen {
-                assert_eq!(
-                    text, r#""v2""#,
-                    "request sent after Ready answered by old code"
-                );
+                assert_eq!(text, r#""v2""#, "request sent after Ready answered by old code");
             }
         }
     }
-    assert!(
-        total > 20,
-        "load ran through the rollout ({total} requests)"
-    );
+    assert!(total > 20, "load ran through the rollout ({total} requests)");
 }

@@ -1,0 +1,43 @@
+//! Invocation records: one per call of a handler, whatever fired it.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// A line (or chunk) the handler printed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct LogLine {
+    /// `stdout` or `stderr`.
+    pub stream: String,
+    pub text: String,
+}
+
+/// One call of a handler.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InvocationRecord {
+    pub id: String,
+    pub namespace: String,
+    pub function: String,
+    pub version: u64,
+    /// `http`, `cron`, `amqp` or `job`.
+    pub trigger: String,
+    pub request_id: String,
+    pub started_at: DateTime<Utc>,
+    pub duration_ms: f64,
+    /// The HTTP status for calls through the gateway; `ok` or `error` otherwise.
+    pub status: String,
+    pub error: Option<String>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub cold_start: bool,
+    pub logs: Vec<LogLine>,
+    /// True when the handler printed more than the per-invocation cap.
+    pub logs_truncated: bool,
+}
+
+/// A page of invocations, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct InvocationPage {
+    pub items: Vec<InvocationRecord>,
+    /// Pass as `before` to get the next (older) page; absent on the last page.
+    pub next_before: Option<String>,
+}

@@ -1,0 +1,159 @@
+//! `/v1/namespaces/{ns}/functions/{name}/invocations` and `/logs`: what a
+//! function did, paged or followed as it happens.
+
+use std::collections::HashSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::Response;
+use axum::Json;
+use serde::Deserialize;
+use sless_api::{validate_name, InvocationPage, InvocationRecord};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::Kind;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// Records per page (1-1000, default 50).
+    limit: Option<i64>,
+    /// An invocation id: return older ones.
+    before: Option<String>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Keep the response open and stream new lines until the client leaves.
+    #[serde(default)]
+    follow: bool,
+    /// Lines of history first (default 100).
+    tail: Option<usize>,
+}
+
+async fn check_function(state: &AppState, ns: &str, name: &str) -> Result<()> {
+    validate_name("namespace", ns)?;
+    validate_name("function", name)?;
+    match state.store.get(Kind::Function, ns, name).await? {
+        Some(_) => Ok(()),
+        None => Err(Error::NotFound(format!(
+            "function {name:?} not found in namespace {ns:?}"
+        ))),
+    }
+}
+
+/// A function's invocations, newest first.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/invocations", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), PageQuery),
+    responses((status = 200, body = InvocationPage), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+    query: std::result::Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<InvocationPage>> {
+    let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    check_function(&state, &ns, &name).await?;
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=1000).contains(&limit) {
+        return Err(Error::BadRequest(format!(
+            "limit must be between 1 and 1000, got {limit}"
+        )));
+    }
+    let items = state
+        .store
+        .list_invocations(&ns, &name, query.before.as_deref(), limit)
+        .await?;
+    let next_before = (items.len() as i64 == limit)
+        .then(|| items.last().map(|r| r.id.clone()))
+        .flatten();
+    Ok(Json(InvocationPage { items, next_before }))
+}
+
+/// The lines a function's handler printed: `{time} {request_id} {stream} {text}`
+/// as text, or Server-Sent Events (one JSON object per line) when the client
+/// accepts `text/event-stream`. `follow=true` streams new lines as they happen.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/logs", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), LogsQuery),
+    responses((status = 200, description = "Log lines", content_type = "text/plain"), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn logs(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    query: std::result::Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response> {
+    let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    check_function(&state, &ns, &name).await?;
+    let sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    // Subscribe before reading history so nothing falls in between.
+    let live = query.follow.then(|| state.invoker.log.subscribe());
+    let mut history = state.store.list_invocations(&ns, &name, None, 200).await?;
+    history.reverse();
+    let mut lines: Vec<String> = history.iter().flat_map(|r| render(r, sse)).collect();
+    let tail = query.tail.unwrap_or(100);
+    lines.drain(..lines.len().saturating_sub(tail));
+    let seen: HashSet<String> = history.into_iter().map(|r| r.id).collect();
+    let head = futures::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(Bytes::from(l))));
+    let content_type = if sse {
+        "text/event-stream"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    let body = match live {
+        None => Body::from_stream(head),
+        Some(rx) => {
+            let follow = futures::stream::unfold((rx, seen), move |(mut rx, seen)| {
+                let (ns, name) = (ns.clone(), name.clone());
+                async move {
+                    loop {
+                        match rx.recv().await {
+                            Ok(r) if r.namespace == ns && r.function == name && !seen.contains(&r.id) => {
+                                let chunk = Bytes::from(render(&r, sse).concat());
+                                return Some((Ok::<_, Infallible>(chunk), (rx, seen)));
+                            }
+                            Ok(_) | Err(RecvError::Lagged(_)) => continue,
+                            Err(RecvError::Closed) => return None,
+                        }
+                    }
+                }
+            });
+            use futures::StreamExt;
+            Body::from_stream(head.chain(follow))
+        }
+    };
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .expect("static headers"))
+}
+
+/// One record's output as text lines or SSE events.
+fn render(record: &InvocationRecord, sse: bool) -> Vec<String> {
+    let time = record.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut out = Vec::new();
+    for chunk in &record.logs {
+        for line in chunk.text.lines() {
+            if sse {
+                let event = serde_json::json!({
+                    "time": time, "request_id": record.request_id, "invocation": record.id,
+                    "stream": chunk.stream, "text": line,
+                });
+                out.push(format!("data: {event}\n\n"));
+            } else {
+                out.push(format!("{time} {} {} {line}\n", record.request_id, chunk.stream));
+            }
+        }
+    }
+    out
+}

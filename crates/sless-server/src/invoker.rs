@@ -1,0 +1,121 @@
+//! Every call of a handler goes through here, whatever fired it (gateway,
+//! cron, queue, job): the driver runs it, and the call is measured, counted
+//! and recorded the same way.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use sless_api::{InvocationRecord, LogLine};
+
+use crate::driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError, TriggerKind};
+use crate::invocations::InvocationLog;
+use crate::metrics::Metrics;
+
+pub struct Invoker {
+    pub driver: Arc<dyn Driver>,
+    pub log: Arc<InvocationLog>,
+    pub metrics: Arc<Metrics>,
+}
+
+/// How an invocation ran, for the record.
+pub enum Run {
+    /// On the function's serving instances.
+    Pool,
+    /// In an instance of its own (jobs).
+    Dedicated,
+}
+
+impl Invoker {
+    /// Runs one invocation and records it.
+    pub async fn invoke(
+        &self,
+        key: &FunctionKey,
+        invocation: Invocation,
+        run: Run,
+    ) -> Result<InvocationResult, InvokeError> {
+        let kind = invocation.kind;
+        let request_id = invocation.request_id.clone();
+        let bytes_in =
+            invocation.body.len() as u64 + invocation.event.as_ref().map_or(0, |e| e.to_string().len() as u64);
+        let started_at = crate::store::now();
+        let clock = Instant::now();
+        let result = match run {
+            Run::Pool => self.driver.invoke(key, invocation).await,
+            Run::Dedicated => self.driver.run_once(key, invocation).await,
+        };
+        let duration = clock.elapsed();
+        let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
+            Ok(r) => (
+                status_text(kind, r.status),
+                (r.status >= 400).then(|| error_text(&r.body)),
+                r.version,
+                r.body.len() as u64,
+                r.cold_start,
+                r.logs
+                    .iter()
+                    .map(|l| LogLine {
+                        stream: if l.stream == 1 { "stdout" } else { "stderr" }.to_string(),
+                        text: l.text.clone(),
+                    })
+                    .collect(),
+                r.logs_truncated,
+            ),
+            // The handler was called but never answered.
+            Err(e @ (InvokeError::Timeout { .. } | InvokeError::Crashed { .. })) => {
+                let code = if matches!(e, InvokeError::Timeout { .. }) {
+                    504
+                } else {
+                    502
+                };
+                (
+                    status_text(kind, code),
+                    Some(e.to_string()),
+                    0,
+                    0,
+                    false,
+                    Vec::new(),
+                    false,
+                )
+            }
+            // Nothing ran: no record.
+            Err(_) => return result,
+        };
+        self.metrics
+            .invocation(&key.namespace, &key.name, kind.as_str(), &status, duration, cold);
+        self.log.record(InvocationRecord {
+            id: format!("{:016x}{:08x}", started_at.timestamp_micros(), rand::random::<u32>()),
+            namespace: key.namespace.clone(),
+            function: key.name.clone(),
+            version,
+            trigger: kind.as_str().to_string(),
+            request_id,
+            started_at,
+            duration_ms: duration.as_secs_f64() * 1000.0,
+            status,
+            error,
+            bytes_in,
+            bytes_out,
+            cold_start: cold,
+            logs,
+            logs_truncated: truncated,
+        });
+        result
+    }
+}
+
+/// The HTTP status for gateway calls; ok/error for the others.
+fn status_text(kind: TriggerKind, status: u16) -> String {
+    match kind {
+        TriggerKind::Http => status.to_string(),
+        _ if status < 400 => "ok".to_string(),
+        _ => "error".to_string(),
+    }
+}
+
+/// The `error` field of a JSON error body, else the body's start.
+pub fn error_text(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned())
+}

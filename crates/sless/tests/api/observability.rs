@@ -1,0 +1,303 @@
+//! Invocation records and logs: what each call left behind, output capture
+//! and its cap, following logs live, and a database outage that slows or
+//! fails no invocation.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use tokio::io::AsyncReadExt;
+
+use super::harness::{Backend, PgDb, Server};
+
+const PRINTER: &[u8] = br#"
+import sys
+
+def handle(event, context):
+    if event.get("flood"):
+        print("x" * 200_000)
+    print("out:", event.get("say", "nothing"))
+    print("err line", file=sys.stderr)
+    if event.get("fail"):
+        raise RuntimeError("asked to fail")
+    return {"ok": True}
+"#;
+
+/// Polls the invocation list until it holds `n` records.
+async fn invocations(server: &Server, name: &str, n: usize) -> Vec<Value> {
+    for _ in 0..200 {
+        let (status, page) = server
+            .call(
+                Method::GET,
+                &format!("/v1/namespaces/ns/functions/{name}/invocations?limit=100"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        let items = page["items"].as_array().unwrap().clone();
+        if items.len() >= n {
+            return items;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {n} invocation records appeared");
+}
+
+crate::both_stores!(records_capture_output_and_page);
+
+async fn records_capture_output_and_page(backend: Backend) {
+    let server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "printer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PRINTER)],
+        )
+        .await;
+    let (status, _, _) = server
+        .invoke(Method::POST, "/fn/ns/printer", r#"{"say": "first"}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _, _) = server
+        .invoke(Method::POST, "/fn/ns/printer", r#"{"say": "second", "fail": true}"#)
+        .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let (status, _, _) = server
+        .invoke(Method::POST, "/fn/ns/printer", r#"{"flood": true}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+
+    let items = invocations(&server, "printer", 3).await;
+    let (flood, failed, first) = (&items[0], &items[1], &items[2]);
+    assert_eq!(first["trigger"], "http");
+    assert_eq!(first["status"], "200");
+    assert_eq!(first["version"], 1);
+    assert_eq!(first["cold_start"], true, "the first call started the instance");
+    assert_eq!(failed["cold_start"], false);
+    assert!(first["duration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(first["bytes_in"], r#"{"say": "first"}"#.len());
+    assert_eq!(first["bytes_out"], r#"{"ok":true}"#.len());
+    let lines: Vec<(String, String)> = first["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["stream"].as_str().unwrap().to_string(),
+                l["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert!(lines.contains(&("stdout".into(), "out: first\n".into())), "{lines:?}");
+    assert!(lines.contains(&("stderr".into(), "err line\n".into())), "{lines:?}");
+    assert_eq!(failed["status"], "500");
+    assert!(failed["error"].as_str().unwrap().contains("asked to fail"), "{failed}");
+    let traceback: String = failed["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        traceback.contains("Traceback") && traceback.contains("RuntimeError"),
+        "{traceback}"
+    );
+    assert_eq!(flood["logs_truncated"], true);
+    let kept: usize = flood["logs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap().len())
+        .sum();
+    assert!(kept < 100_000, "output capped, {kept} bytes kept");
+
+    // Paging, newest first.
+    let (_, page) = server
+        .call(
+            Method::GET,
+            "/v1/namespaces/ns/functions/printer/invocations?limit=2",
+            None,
+        )
+        .await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 2);
+    let before = page["next_before"].as_str().unwrap();
+    let (_, older) = server
+        .call(
+            Method::GET,
+            &format!("/v1/namespaces/ns/functions/printer/invocations?limit=2&before={before}"),
+            None,
+        )
+        .await;
+    assert_eq!(older["items"][0]["id"], first["id"]);
+    assert_eq!(older["next_before"], Value::Null);
+    let (status, _) = server
+        .call(
+            Method::GET,
+            "/v1/namespaces/ns/functions/printer/invocations?limit=0",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+
+    // Text logs.
+    let text = server
+        .request(
+            Method::GET,
+            "/v1/namespaces/ns/functions/printer/logs?tail=1000",
+            Some(&server.admin),
+        )
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.lines().any(|l| l.ends_with(" stdout out: first")), "{text}");
+}
+
+#[tokio::test]
+async fn follow_receives_lines_as_they_happen() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "printer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PRINTER)],
+        )
+        .await;
+    let mut response = server
+        .request(
+            Method::GET,
+            "/v1/namespaces/ns/functions/printer/logs?follow=true",
+            Some(&server.admin),
+        )
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    server
+        .invoke(Method::POST, "/fn/ns/printer", r#"{"say": "live-line"}"#)
+        .await;
+    let mut received = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !received.contains("live-line") {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("a line within 10 s");
+        received.push_str(&String::from_utf8_lossy(&chunk.unwrap().expect("stream open")));
+    }
+    let event = received.lines().find(|l| l.contains("live-line")).unwrap();
+    let event: Value = serde_json::from_str(event.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(event["stream"], "stdout");
+    assert_eq!(event["text"], "out: live-line");
+}
+
+/// A TCP proxy to PostgreSQL that the test can cut and restore.
+struct Cuttable {
+    port: u16,
+    up: Arc<AtomicBool>,
+}
+
+impl Cuttable {
+    async fn start() -> Cuttable {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let flag = up.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                if !flag.load(Ordering::SeqCst) {
+                    continue; // dropped: the connection closes at once
+                }
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect("127.0.0.1:5432").await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.split();
+                    let (mut sr, mut sw) = server.split();
+                    let mut a = [0u8; 16384];
+                    let mut b = [0u8; 16384];
+                    loop {
+                        tokio::select! {
+                            n = cr.read(&mut a) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut sw, &a[..n]).await.is_err() { break } } },
+                            n = sr.read(&mut b) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut cw, &b[..n]).await.is_err() { break } } },
+                            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                        }
+                        if !flag.load(Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        Cuttable { port, up }
+    }
+}
+
+// Multi-threaded: the proxy must keep running while the harness blocks on
+// the server's start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_database_fails_no_invocation() {
+    let proxy = Cuttable::start().await;
+    let db = PgDb::create().await;
+    let url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_DATABASE_URL", &url), ("SLESS_INVOCATION_BUFFER", "20")],
+    )
+    .await;
+    server
+        .deploy(
+            "ns",
+            "printer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PRINTER)],
+        )
+        .await;
+    server.invoke(Method::POST, "/fn/ns/printer", "{}").await;
+    invocations(&server, "printer", 1).await;
+
+    proxy.up.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    for i in 0..60 {
+        let (status, _, text) = server
+            .invoke(Method::POST, "/fn/ns/printer", &format!(r#"{{"say": "{i}"}}"#))
+            .await;
+        assert_eq!(status, StatusCode::OK, "invocation {i} with the database down: {text}");
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the outage did not slow invocations down"
+    );
+    let dropped = server.metric("sless_invocation_records_dropped_total").await.unwrap();
+    // 60 calls: one batch held for retry, 20 buffered, the rest dropped.
+    assert!(
+        dropped >= 15.0,
+        "records beyond the buffer are dropped and counted: {dropped}"
+    );
+
+    proxy.up.store(true, Ordering::SeqCst);
+    let written_before = server.metric("sless_invocation_records_written_total").await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let written = server.metric("sless_invocation_records_written_total").await.unwrap();
+        if written >= written_before + 20.0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "writes did not resume: {written}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    invocations(&server, "printer", 21).await;
+    drop(db);
+}
