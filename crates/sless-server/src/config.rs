@@ -136,6 +136,10 @@ pub struct Config {
     #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 1_000_000)]
     pub invocation_keep: i64,
 
+    /// How often (milliseconds) the scheduler looks for due cron ticks.
+    #[arg(long, env = "SLESS_CRON_TICK_MS", default_value_t = 500)]
+    pub cron_tick_ms: u64,
+
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, env = "SLESS_SHUTDOWN_GRACE_SEC", default_value_t = 30)]
     pub shutdown_grace_sec: u64,

@@ -11,11 +11,13 @@ pub mod error;
 pub mod http;
 pub mod invocations;
 pub mod invoker;
+pub mod jobs;
 pub mod local;
 pub mod metrics;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod triggers;
 
 pub use config::Config;
 pub use error::{Error, Result};

@@ -69,6 +69,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     let deployer = crate::deploy::Deployer::new(store.clone(), blobs.clone(), driver.clone(), metrics.clone());
     deployer.restore_all().await?;
+    let triggers = crate::triggers::Triggers::start(
+        store.clone(),
+        invoker.clone(),
+        Duration::from_millis(config.cron_tick_ms),
+    )
+    .await?;
+    let jobs = crate::jobs::Jobs::start(store.clone(), invoker.clone()).await?;
     let state = Arc::new(AppState {
         config,
         store,
@@ -80,6 +87,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         invoker,
         metrics,
         deployer,
+        triggers: triggers.clone(),
+        jobs,
         admin_hash,
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()), "sless server started");
@@ -99,6 +108,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             tracing::warn!(grace_sec = grace.as_secs(), "grace period over; exiting with requests still in flight");
         }
     }
+    triggers.shutdown();
     driver.shutdown().await;
     tracing::info!("stopped");
     Ok(())

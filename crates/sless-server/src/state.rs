@@ -24,6 +24,8 @@ pub struct AppState {
     pub invoker: Arc<crate::invoker::Invoker>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub deployer: Arc<Deployer>,
+    pub triggers: Arc<crate::triggers::Triggers>,
+    pub jobs: Arc<crate::jobs::Jobs>,
     /// sha256 of the admin token.
     pub admin_hash: String,
 }

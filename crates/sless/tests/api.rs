@@ -12,4 +12,5 @@ mod api {
     mod observability;
     mod sandbox;
     mod scaling;
+    mod triggers;
 }

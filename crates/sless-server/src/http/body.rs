@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use crate::error::Error;
+use crate::error::{Error, Result};
 
 /// The raw body, with a too-large body mapped to 413 and read errors to 400.
 pub struct RawBody(pub Bytes);
@@ -78,4 +78,37 @@ pub fn merge_patch(target: &mut Value, patch: Value) {
         }
         other => *target = other,
     }
+}
+
+/// Takes `name`/`namespace`/`status` out of a request object: the name must
+/// be a string, the namespace (if given) must match the path, status is
+/// read-only.
+pub fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<String>> {
+    if body.remove("status").is_some() {
+        return Err(Error::BadRequest("status is read-only and cannot be set".into()));
+    }
+    for field in ["created_at", "updated_at"] {
+        if body.remove(field).is_some() {
+            return Err(Error::BadRequest(format!("{field} is read-only and cannot be set")));
+        }
+    }
+    match body.remove("namespace") {
+        None => {}
+        Some(Value::String(given)) if given == ns => {}
+        Some(other) => {
+            return Err(Error::BadRequest(format!(
+                "namespace in the body ({other}) does not match the namespace in the path ({ns:?})"
+            )))
+        }
+    }
+    match body.remove("name") {
+        None => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name)),
+        Some(other) => Err(Error::BadRequest(format!("name must be a string, got {other}"))),
+    }
+}
+
+/// Serializes an API value for the store.
+pub fn to_value<T: serde::Serialize>(value: &T) -> Result<Value> {
+    serde_json::to_value(value).map_err(Error::internal)
 }

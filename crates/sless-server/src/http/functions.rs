@@ -5,11 +5,11 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List, Phase};
 
-use super::body::{from_value, merge_patch, JsonObject, RawBody};
+use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
 use crate::blobs;
 use crate::driver::FunctionKey;
 use crate::error::{Error, Result};
@@ -32,42 +32,10 @@ pub(crate) fn to_function(record: Record) -> Result<Function> {
     })
 }
 
-/// Takes `name`/`namespace`/`status` out of a request object: the name must
-/// be a string, the namespace (if given) must match the path, status is
-/// read-only.
-fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<String>> {
-    if body.remove("status").is_some() {
-        return Err(Error::BadRequest("status is read-only and cannot be set".into()));
-    }
-    for field in ["created_at", "updated_at"] {
-        if body.remove(field).is_some() {
-            return Err(Error::BadRequest(format!("{field} is read-only and cannot be set")));
-        }
-    }
-    match body.remove("namespace") {
-        None => {}
-        Some(Value::String(given)) if given == ns => {}
-        Some(other) => {
-            return Err(Error::BadRequest(format!(
-                "namespace in the body ({other}) does not match the namespace in the path ({ns:?})"
-            )))
-        }
-    }
-    match body.remove("name") {
-        None => Ok(None),
-        Some(Value::String(name)) => Ok(Some(name)),
-        Some(other) => Err(Error::BadRequest(format!("name must be a string, got {other}"))),
-    }
-}
-
 fn checked_spec(value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
     spec.check().map_err(Error::BadRequest)?;
     Ok(spec)
-}
-
-fn to_value<T: serde::Serialize>(value: &T) -> Result<Value> {
-    serde_json::to_value(value).map_err(Error::internal)
 }
 
 /// List the functions of a namespace.

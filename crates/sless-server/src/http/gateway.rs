@@ -76,6 +76,12 @@ async fn serve(
     if validate_name("namespace", &key.namespace).is_err() || validate_name("function", &key.name).is_err() {
         return Err(not_found(&key));
     }
+    if state.triggers.http_blocked(&key) {
+        return Err(Error::Unavailable {
+            message: format!("function {key} is disabled: its http triggers are all disabled"),
+            retry_after: None,
+        });
+    }
     let RawBody(body) = body?;
     let path = match rest {
         Some(rest) => format!("/{rest}"),

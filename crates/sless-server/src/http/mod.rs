@@ -5,9 +5,11 @@ mod body;
 mod functions;
 mod gateway;
 mod invocations;
+mod jobs;
 mod openapi;
 mod system;
 mod tokens;
+mod triggers;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +45,19 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/namespaces/{ns}/functions/{name}",
             get(functions::get).patch(functions::patch).delete(functions::delete),
+        )
+        .route(
+            "/v1/namespaces/{ns}/triggers",
+            get(triggers::list).post(triggers::create),
+        )
+        .route(
+            "/v1/namespaces/{ns}/triggers/{name}",
+            get(triggers::get).patch(triggers::patch).delete(triggers::delete),
+        )
+        .route("/v1/namespaces/{ns}/jobs", get(jobs::list).post(jobs::create))
+        .route(
+            "/v1/namespaces/{ns}/jobs/{name}",
+            get(jobs::get).patch(jobs::patch).delete(jobs::delete),
         )
         .route(
             "/v1/namespaces/{ns}/functions/{name}/invocations",

@@ -53,8 +53,12 @@ impl Launcher {
         set_mode(&shim_dir, 0o755)?;
         std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
         std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
-        let slots_dir = data_dir.join("slots");
-        let _ = std::fs::remove_dir_all(&slots_dir);
+        // Slots of this process only: several servers may share a data dir.
+        let all_slots = data_dir.join("slots");
+        std::fs::create_dir_all(&all_slots)?;
+        set_mode(&all_slots, 0o711)?;
+        remove_stale_slots(&all_slots);
+        let slots_dir = all_slots.join(std::process::id().to_string());
         std::fs::create_dir_all(&slots_dir)?;
         set_mode(&slots_dir, 0o711)?;
         Ok(Launcher {
@@ -128,6 +132,23 @@ fn reachable_by_others(data_dir: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Removes slot directories of server processes that are gone.
+fn remove_stale_slots(all_slots: &Path) {
+    let Ok(entries) = std::fs::read_dir(all_slots) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let alive = name
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {

@@ -45,6 +45,8 @@ pub struct LocalDriver {
     builder: Builder,
     warm: HashMap<Runtime, Arc<WarmPool>>,
     pools: RwLock<HashMap<FunctionKey, Arc<FunctionPool>>>,
+    /// Functions turned off before (or after) they were deployed.
+    disabled: RwLock<std::collections::HashSet<FunctionKey>>,
     settings: LocalSettings,
 }
 
@@ -71,6 +73,7 @@ impl LocalDriver {
             builder,
             warm,
             pools: RwLock::new(HashMap::new()),
+            disabled: RwLock::new(Default::default()),
             settings,
         })
     }
@@ -116,6 +119,9 @@ impl Driver for LocalDriver {
                 })
                 .clone()
         };
+        if self.disabled.read().unwrap().contains(&deployment.key) {
+            pool.set_enabled(false);
+        }
         pool.set_generation(Generation {
             version: deployment.version,
             artifact_dir: self.builder.artifact_dir(&deployment.artifact),
@@ -124,6 +130,14 @@ impl Driver for LocalDriver {
     }
 
     async fn set_enabled(&self, key: &FunctionKey, enabled: bool) {
+        {
+            let mut disabled = self.disabled.write().unwrap();
+            if enabled {
+                disabled.remove(key);
+            } else {
+                disabled.insert(key.clone());
+            }
+        }
         if let Some(pool) = self.pool(key) {
             pool.set_enabled(enabled);
         }

@@ -414,3 +414,55 @@ impl Server {
         }
     }
 }
+
+impl Server {
+    /// A second server on the same database and data dir (a replica).
+    pub async fn start_sharing(other: &Server) -> Server {
+        let mut env: Vec<(String, String)> = other.extra_env.clone();
+        env.push(("SLESS_DATA_DIR".into(), other.data_dir.path().display().to_string()));
+        if let Some(db) = &other.db {
+            env.push(("SLESS_DATABASE_URL".into(), db.url()));
+        }
+        let mut server = Server {
+            url: String::new(),
+            admin: other.admin.clone(),
+            data_dir: tempfile::tempdir().expect("temp dir"),
+            db: None,
+            extra_env: env,
+            child: None,
+            stdout_lines: Vec::new(),
+            client: reqwest::Client::new(),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Polls GET `path` until `done` holds for the JSON body (within `secs`).
+    pub async fn wait_for(&self, path: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let (_, body) = self.call(Method::GET, path, None).await;
+            if done(&body) {
+                return body;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} never reached the expected state: {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Invocation records of a function (newest first, up to 1000).
+    pub async fn records(&self, ns: &str, name: &str) -> Vec<Value> {
+        let (status, page) = self
+            .call(
+                Method::GET,
+                &format!("/v1/namespaces/{ns}/functions/{name}/invocations?limit=1000"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page["items"].as_array().unwrap().clone()
+    }
+}

@@ -1,0 +1,187 @@
+//! `/v1/namespaces/{ns}/jobs`: one-off runs of a function with a JSON event.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::Value;
+use sless_api::{validate_name, Job, JobPhase, JobSpec, JobStatus, List};
+
+use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::{Kind, Record};
+
+fn not_found(ns: &str, name: &str) -> Error {
+    Error::NotFound(format!("job {name:?} not found in namespace {ns:?}"))
+}
+
+fn to_job(record: Record) -> Result<Job> {
+    Ok(Job {
+        spec: serde_json::from_value(record.spec).map_err(Error::internal)?,
+        status: serde_json::from_value(record.status).map_err(Error::internal)?,
+        name: record.name,
+        namespace: record.namespace,
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+    })
+}
+
+async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpec> {
+    let spec: JobSpec = from_value("job", value)?;
+    validate_name("function", &spec.function)?;
+    if state.store.get(Kind::Function, ns, &spec.function).await?.is_none() {
+        return Err(Error::BadRequest(format!(
+            "function {:?} does not exist in namespace {ns:?}; a job names a function of its own namespace",
+            spec.function
+        )));
+    }
+    if spec.wait_timeout_sec > 86_400 {
+        return Err(Error::BadRequest(format!(
+            "wait_timeout_sec must be at most 86400, got {}",
+            spec.wait_timeout_sec
+        )));
+    }
+    Ok(spec)
+}
+
+/// List the jobs of a namespace.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs", tag = "jobs",
+    params(("ns" = String, Path, description = "Namespace")),
+    responses((status = 200, body = List<Job>)), security(("bearer" = [])))]
+pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Job>>> {
+    validate_name("namespace", &ns)?;
+    let items = state
+        .store
+        .list(Kind::Job, &ns)
+        .await?
+        .into_iter()
+        .map(to_job)
+        .collect::<Result<_>>()?;
+    Ok(Json(List { items }))
+}
+
+/// Create a job. `run_id` 0 creates it without running (phase Skipped); above 0 runs it.
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", tag = "jobs",
+    params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::JobCreate,
+    responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    Path(ns): Path<String>,
+    JsonObject(mut body): JsonObject,
+) -> Result<(StatusCode, Json<Job>)> {
+    validate_name("namespace", &ns)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
+    validate_name("job", &name)?;
+    let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
+    let status = JobStatus {
+        phase: if spec.run_id == 0 {
+            JobPhase::Skipped
+        } else {
+            JobPhase::Pending
+        },
+        run_id: spec.run_id,
+        ..JobStatus::default()
+    };
+    let now = crate::store::now();
+    let record = Record {
+        spec: to_value(&spec)?,
+        status: to_value(&status)?,
+        namespace: ns,
+        name,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.create(Kind::Job, &record).await?;
+    if spec.run_id > 0 {
+        state.jobs.run(&record.namespace, &record.name, spec.run_id);
+    }
+    Ok((StatusCode::CREATED, Json(to_job(record)?)))
+}
+
+async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
+    validate_name("namespace", ns)?;
+    validate_name("job", name)?;
+    state
+        .store
+        .get(Kind::Job, ns, name)
+        .await?
+        .ok_or_else(|| not_found(ns, name))
+}
+
+/// Get one job and its latest run.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
+    responses((status = 200, body = Job), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
+pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(String, String)>) -> Result<Json<Job>> {
+    Ok(Json(to_job(load(&state, &ns, &name).await?)?))
+}
+
+/// Change a job; raising `run_id` above the last run starts a new run.
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
+    request_body(content = Object, description = "Any subset of the job's spec fields"),
+    responses((status = 200, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn patch(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+    JsonObject(mut body): JsonObject,
+) -> Result<Json<Job>> {
+    let record = load(&state, &ns, &name).await?;
+    if let Some(given) = take_identity(&mut body, &ns)? {
+        if given != name {
+            return Err(Error::BadRequest(format!(
+                "name cannot be changed (path says {name:?}, body says {given:?})"
+            )));
+        }
+    }
+    let old: JobSpec = serde_json::from_value(record.spec.clone()).map_err(Error::internal)?;
+    let mut merged = record.spec.clone();
+    merge_patch(&mut merged, Value::Object(body));
+    let spec = checked_spec(&state, &ns, merged).await?;
+    if spec.run_id < old.run_id {
+        return Err(Error::BadRequest(format!(
+            "run_id can only go up (it is {}, got {}); raise it to run the job again",
+            old.run_id, spec.run_id
+        )));
+    }
+    state
+        .store
+        .update_spec(Kind::Job, &ns, &name, &to_value(&spec)?)
+        .await?;
+    if spec.run_id > old.run_id {
+        let pending = JobStatus {
+            phase: JobPhase::Pending,
+            run_id: spec.run_id,
+            ..JobStatus::default()
+        };
+        state
+            .store
+            .update_status(Kind::Job, &ns, &name, &to_value(&pending)?)
+            .await?;
+        state.jobs.run(&ns, &name, spec.run_id);
+    }
+    let record = state
+        .store
+        .get(Kind::Job, &ns, &name)
+        .await?
+        .ok_or_else(|| not_found(&ns, &name))?;
+    Ok(Json(to_job(record)?))
+}
+
+/// Delete a job; a running one is stopped.
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
+    responses((status = 204), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    load(&state, &ns, &name).await?;
+    state.jobs.stop(&ns, &name);
+    state.store.delete(Kind::Job, &ns, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

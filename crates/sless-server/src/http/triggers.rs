@@ -1,0 +1,250 @@
+//! `/v1/namespaces/{ns}/triggers`: what fires a function besides a direct call.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde_json::Value;
+use sless_api::{validate_name, List, Trigger, TriggerSpec, TriggerType};
+
+use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::{Kind, Record};
+use crate::triggers::schedule::Schedule;
+
+fn not_found(ns: &str, name: &str) -> Error {
+    Error::NotFound(format!("trigger {name:?} not found in namespace {ns:?}"))
+}
+
+fn to_trigger(record: Record) -> Result<Trigger> {
+    Ok(Trigger {
+        spec: serde_json::from_value(record.spec).map_err(Error::internal)?,
+        status: serde_json::from_value(record.status).map_err(Error::internal)?,
+        name: record.name,
+        namespace: record.namespace,
+        created_at: record.created_at,
+        updated_at: record.updated_at,
+    })
+}
+
+/// Checks a spec against its type's rules and fills defaults.
+async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {
+    let mut spec: TriggerSpec = from_value("trigger", value)?;
+    validate_name("function", &spec.function)?;
+    if state.store.get(Kind::Function, ns, &spec.function).await?.is_none() {
+        return Err(Error::BadRequest(format!(
+            "function {:?} does not exist in namespace {ns:?}; a trigger names a function of its own namespace",
+            spec.function
+        )));
+    }
+    let cron_fields = [
+        ("schedule", spec.schedule.is_some()),
+        ("timezone", spec.timezone.is_some()),
+        ("event", spec.event.is_some()),
+    ];
+    let amqp_fields = [
+        ("broker_url", spec.broker_url.is_some()),
+        ("queue", spec.queue.is_some()),
+        ("prefetch", spec.prefetch.is_some()),
+        ("retry_limit", spec.retry_limit.is_some()),
+        ("dead_letter_queue", spec.dead_letter_queue.is_some()),
+    ];
+    let foreign: Vec<&str> = match spec.kind {
+        TriggerType::Http => cron_fields
+            .iter()
+            .chain(amqp_fields.iter())
+            .filter(|f| f.1)
+            .map(|f| f.0)
+            .collect(),
+        TriggerType::Cron => amqp_fields.iter().filter(|f| f.1).map(|f| f.0).collect(),
+        TriggerType::Amqp => cron_fields.iter().filter(|f| f.1).map(|f| f.0).collect(),
+    };
+    if let Some(field) = foreign.first() {
+        return Err(Error::BadRequest(format!(
+            "{field} does not apply to a trigger of type {}",
+            spec.kind.as_str()
+        )));
+    }
+    match spec.kind {
+        TriggerType::Http => {}
+        TriggerType::Cron => {
+            let schedule = spec
+                .schedule
+                .as_deref()
+                .ok_or_else(|| Error::BadRequest("schedule is required for a cron trigger".into()))?;
+            let timezone = spec.timezone.get_or_insert_with(|| "UTC".into());
+            Schedule::parse(schedule, timezone).map_err(Error::BadRequest)?;
+        }
+        TriggerType::Amqp => {
+            let url = spec
+                .broker_url
+                .as_deref()
+                .ok_or_else(|| Error::BadRequest("broker_url is required for an amqp trigger".into()))?;
+            if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
+                return Err(Error::BadRequest(format!(
+                    "broker_url {url:?} must start with amqp:// or amqps://"
+                )));
+            }
+            match spec.queue.as_deref() {
+                Some(q) if !q.trim().is_empty() && q.len() <= 255 => {}
+                _ => {
+                    return Err(Error::BadRequest(
+                        "queue is required for an amqp trigger (1-255 characters)".into(),
+                    ))
+                }
+            }
+            if let Some(p) = spec.prefetch {
+                if !(1..=1000).contains(&p) {
+                    return Err(Error::BadRequest(format!(
+                        "prefetch must be between 1 and 1000, got {p}"
+                    )));
+                }
+            }
+            if let Some(r) = spec.retry_limit {
+                if r > 100 {
+                    return Err(Error::BadRequest(format!("retry_limit must be at most 100, got {r}")));
+                }
+            }
+        }
+    }
+    Ok(spec)
+}
+
+/// List the triggers of a namespace.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers", tag = "triggers",
+    params(("ns" = String, Path, description = "Namespace")),
+    responses((status = 200, body = List<Trigger>)), security(("bearer" = [])))]
+pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Trigger>>> {
+    validate_name("namespace", &ns)?;
+    let items = state
+        .store
+        .list(Kind::Trigger, &ns)
+        .await?
+        .into_iter()
+        .map(to_trigger)
+        .collect::<Result<_>>()?;
+    Ok(Json(List { items }))
+}
+
+/// Create a trigger for a function of the same namespace.
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/triggers", tag = "triggers",
+    params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::TriggerCreate,
+    responses((status = 201, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    Path(ns): Path<String>,
+    JsonObject(mut body): JsonObject,
+) -> Result<(StatusCode, Json<Trigger>)> {
+    validate_name("namespace", &ns)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
+    validate_name("trigger", &name)?;
+    let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
+    let now = crate::store::now();
+    let record = Record {
+        status: crate::triggers::initial_status(&spec, &ns, &state.config.external_url()),
+        spec: to_value(&spec)?,
+        namespace: ns,
+        name,
+        created_at: now,
+        updated_at: now,
+    };
+    state.store.create(Kind::Trigger, &record).await?;
+    state
+        .triggers
+        .changed(
+            &record.namespace,
+            &record.name,
+            Some(&record),
+            std::slice::from_ref(&spec.function),
+        )
+        .await?;
+    tracing::info!(namespace = %record.namespace, trigger = %record.name, kind = spec.kind.as_str(), "trigger created");
+    Ok((StatusCode::CREATED, Json(to_trigger(record)?)))
+}
+
+async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
+    validate_name("namespace", ns)?;
+    validate_name("trigger", name)?;
+    state
+        .store
+        .get(Kind::Trigger, ns, name)
+        .await?
+        .ok_or_else(|| not_found(ns, name))
+}
+
+/// Get one trigger.
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
+    responses((status = 200, body = Trigger), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<Json<Trigger>> {
+    Ok(Json(to_trigger(load(&state, &ns, &name).await?)?))
+}
+
+/// Change a trigger in place (e.g. `{"enabled": false}`); its type cannot change.
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
+    request_body(content = Object, description = "Any subset of the trigger's spec fields"),
+    responses((status = 200, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn patch(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+    JsonObject(mut body): JsonObject,
+) -> Result<Json<Trigger>> {
+    let record = load(&state, &ns, &name).await?;
+    if let Some(given) = take_identity(&mut body, &ns)? {
+        if given != name {
+            return Err(Error::BadRequest(format!(
+                "name cannot be changed (path says {name:?}, body says {given:?})"
+            )));
+        }
+    }
+    let old = crate::triggers::spec_of(&record);
+    let mut merged = record.spec.clone();
+    merge_patch(&mut merged, Value::Object(body));
+    if merged.get("type") != record.spec.get("type") {
+        return Err(Error::BadRequest(format!(
+            "type cannot be changed in place (it is {}); delete and re-create the trigger",
+            old.kind.as_str()
+        )));
+    }
+    let spec = checked_spec(&state, &ns, merged).await?;
+    let spec_value = to_value(&spec)?;
+    state.store.update_spec(Kind::Trigger, &ns, &name, &spec_value).await?;
+    let mut record = state
+        .store
+        .get(Kind::Trigger, &ns, &name)
+        .await?
+        .ok_or_else(|| not_found(&ns, &name))?;
+    if spec.kind == TriggerType::Http && spec.function != old.function {
+        let status = crate::triggers::initial_status(&spec, &ns, &state.config.external_url());
+        state.store.update_status(Kind::Trigger, &ns, &name, &status).await?;
+        record.status = status;
+    }
+    state
+        .triggers
+        .changed(&ns, &name, Some(&record), &[old.function, spec.function.clone()])
+        .await?;
+    Ok(Json(to_trigger(record)?))
+}
+
+/// Delete a trigger.
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
+    responses((status = 204), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Result<StatusCode> {
+    let record = load(&state, &ns, &name).await?;
+    let spec = crate::triggers::spec_of(&record);
+    state.store.delete(Kind::Trigger, &ns, &name).await?;
+    state.triggers.changed(&ns, &name, None, &[spec.function]).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,177 @@
+//! Job runs: each in an instance of its own (not the function's serving
+//! pool), with the function's timeout. A run waits (phase Pending) for the
+//! function to have a ready version, then runs (Running) and ends Succeeded
+//! with the handler's return value or Failed with its error. Deleting a job
+//! or starting a newer run stops the running one; a run a restart
+//! interrupted is finished as Failed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use sless_api::{FunctionStatus, JobPhase, JobSpec, JobStatus, Phase};
+
+use crate::driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
+use crate::invoker::{Invoker, Run};
+use crate::store::{Kind, Store};
+
+/// Runs jobs and remembers the running ones.
+pub struct Jobs {
+    store: Arc<dyn Store>,
+    invoker: Arc<Invoker>,
+    running: Mutex<HashMap<(String, String), tokio::task::JoinHandle<()>>>,
+}
+
+impl Jobs {
+    /// Finishes runs a restart interrupted.
+    pub async fn start(store: Arc<dyn Store>, invoker: Arc<Invoker>) -> crate::Result<Arc<Jobs>> {
+        for record in store.list_all(Kind::Job).await? {
+            let mut status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+            if matches!(status.phase, JobPhase::Pending | JobPhase::Running) {
+                status.phase = JobPhase::Failed;
+                status.error =
+                    Some("interrupted: the server restarted during the run; raise run_id to run it again".into());
+                status.finished_at = Some(crate::store::now());
+                let value = serde_json::to_value(&status).map_err(crate::Error::internal)?;
+                store
+                    .update_status(Kind::Job, &record.namespace, &record.name, &value)
+                    .await?;
+                tracing::warn!(namespace = %record.namespace, job = %record.name, "job run interrupted by a restart marked Failed");
+            }
+        }
+        Ok(Arc::new(Jobs {
+            store,
+            invoker,
+            running: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Starts run `run_id` of a job (stopping a run still going).
+    pub fn run(self: &Arc<Self>, namespace: &str, name: &str, run_id: u64) {
+        let key = (namespace.to_string(), name.to_string());
+        let this = self.clone();
+        let (ns, job) = key.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = this.execute(&ns, &job, run_id).await {
+                tracing::error!(namespace = %ns, job = %job, error = %e, "job bookkeeping failed");
+            }
+        });
+        if let Some(old) = self.running.lock().unwrap().insert(key, task) {
+            old.abort();
+        }
+    }
+
+    /// Stops a running job (its instance stops with it).
+    pub fn stop(&self, namespace: &str, name: &str) {
+        if let Some(task) = self
+            .running
+            .lock()
+            .unwrap()
+            .remove(&(namespace.to_string(), name.to_string()))
+        {
+            task.abort();
+        }
+    }
+
+    /// Writes a status if the job still belongs to this run.
+    async fn save(&self, namespace: &str, name: &str, status: &JobStatus) -> crate::Result<bool> {
+        let Some(record) = self.store.get(Kind::Job, namespace, name).await? else {
+            return Ok(false);
+        };
+        let current: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+        if current.run_id != status.run_id {
+            return Ok(false);
+        }
+        let value = serde_json::to_value(status).map_err(crate::Error::internal)?;
+        self.store
+            .swap_status(Kind::Job, namespace, name, &record.status, &value)
+            .await
+    }
+
+    async fn execute(&self, namespace: &str, name: &str, run_id: u64) -> crate::Result<()> {
+        let Some(record) = self.store.get(Kind::Job, namespace, name).await? else {
+            return Ok(());
+        };
+        let spec: JobSpec = serde_json::from_value(record.spec).map_err(crate::Error::internal)?;
+        let mut status = JobStatus {
+            phase: JobPhase::Pending,
+            run_id,
+            ..JobStatus::default()
+        };
+        self.save(namespace, name, &status).await?;
+        let key = FunctionKey::new(namespace, &spec.function);
+
+        // Wait for a ready version of the function.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(spec.wait_timeout_sec));
+        loop {
+            let function = self.store.get(Kind::Function, namespace, &spec.function).await?;
+            let ready = function
+                .as_ref()
+                .and_then(|f| serde_json::from_value::<FunctionStatus>(f.status.clone()).ok())
+                .is_some_and(|s| {
+                    s.version > 0 && (s.phase == Phase::Ready || s.phase == Phase::Failed || s.phase == Phase::Building)
+                });
+            if ready {
+                break;
+            }
+            let why = if function.is_none() {
+                format!("function {:?} does not exist in namespace {namespace:?}", spec.function)
+            } else {
+                format!("function {:?} has no ready version", spec.function)
+            };
+            if tokio::time::Instant::now() >= deadline {
+                status.phase = JobPhase::Failed;
+                status.error = Some(format!("{why} after waiting {}s", spec.wait_timeout_sec));
+                status.finished_at = Some(crate::store::now());
+                self.save(namespace, name, &status).await?;
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+
+        status.phase = JobPhase::Running;
+        status.started_at = Some(crate::store::now());
+        self.save(namespace, name, &status).await?;
+        let invocation = Invocation {
+            kind: TriggerKind::Job,
+            request_id: format!("{:016x}", rand::random::<u64>()),
+            method: String::new(),
+            path: String::new(),
+            query: String::new(),
+            headers: Vec::new(),
+            body: Default::default(),
+            event: Some(spec.event.clone()),
+        };
+        let result = self.invoker.invoke(&key, invocation, Run::Dedicated).await;
+        status.finished_at = Some(crate::store::now());
+        match result {
+            Ok(r) if r.status < 400 => {
+                status.phase = JobPhase::Succeeded;
+                status.result = Some(
+                    serde_json::from_slice(&r.body)
+                        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.body).into_owned())),
+                );
+            }
+            Ok(r) => {
+                status.phase = JobPhase::Failed;
+                status.error = Some(crate::invoker::error_text(&r.body));
+            }
+            Err(e @ InvokeError::Timeout { .. }) => {
+                status.phase = JobPhase::Failed;
+                status.error = Some(format!("timed out: {e}"));
+            }
+            Err(e) => {
+                status.phase = JobPhase::Failed;
+                status.error = Some(e.to_string());
+            }
+        }
+        tracing::info!(namespace, job = name, run_id, phase = ?status.phase, "job run finished");
+        self.save(namespace, name, &status).await?;
+        self.running
+            .lock()
+            .unwrap()
+            .remove(&(namespace.to_string(), name.to_string()));
+        Ok(())
+    }
+}

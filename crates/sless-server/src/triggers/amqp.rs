@@ -1,0 +1,229 @@
+//! RabbitMQ triggers: consume a queue, invoke the function per message, ack
+//! after success; on failure republish with a retry count until the limit,
+//! then to the dead-letter queue. A message is acked only once its outcome
+//! is safely stored (handled, or republished with publisher confirms), so a
+//! lost connection never loses one: the broker redelivers what was unacked.
+//! Connection loss or a broker restart: reconnect with backoff.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use sless_api::TriggerSpec;
+
+use crate::driver::{FunctionKey, Invocation, TriggerKind};
+use crate::invoker::{Invoker, Run};
+use crate::store::Store;
+
+const RETRIES_HEADER: &str = "x-sless-retries";
+const ERROR_HEADER: &str = "x-sless-error";
+
+/// A running consumer; stopping it drops its connection (unacked messages
+/// go back to the queue).
+pub struct Consumer {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Consumer {
+    pub fn start(
+        namespace: String,
+        name: String,
+        spec: TriggerSpec,
+        invoker: Arc<Invoker>,
+        store: Arc<dyn Store>,
+    ) -> Consumer {
+        let worker = Worker {
+            namespace,
+            name,
+            key: FunctionKey::new(String::new(), String::new()),
+            queue: spec.queue.clone().unwrap_or_default(),
+            dead_letter: spec
+                .dead_letter_queue
+                .clone()
+                .unwrap_or_else(|| format!("{}.dead", spec.queue.clone().unwrap_or_default())),
+            url: spec.broker_url.clone().unwrap_or_default(),
+            prefetch: spec.prefetch.unwrap_or(1),
+            retry_limit: spec.retry_limit.unwrap_or(3),
+            invoker,
+            store,
+        };
+        let worker = Arc::new(Worker {
+            key: FunctionKey::new(&worker.namespace, &spec.function),
+            ..worker
+        });
+        Consumer {
+            task: tokio::spawn(worker.run()),
+        }
+    }
+
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+struct Worker {
+    namespace: String,
+    name: String,
+    key: FunctionKey,
+    url: String,
+    queue: String,
+    dead_letter: String,
+    prefetch: u16,
+    retry_limit: u32,
+    invoker: Arc<Invoker>,
+    store: Arc<dyn Store>,
+}
+
+impl Worker {
+    async fn run(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let connected = Instant::now();
+            let error = match self.clone().consume().await {
+                Ok(()) => "broker closed the consumer".to_string(),
+                Err(e) => e.to_string(),
+            };
+            tracing::warn!(trigger = %self.name, queue = %self.queue, %error, "amqp consumer stopped; reconnecting");
+            super::record_outcome(
+                &*self.store,
+                &self.namespace,
+                &self.name,
+                Some(format!("broker: {error}")),
+            )
+            .await;
+            if connected.elapsed() > Duration::from_secs(10) {
+                backoff = Duration::from_millis(200);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    async fn consume(self: Arc<Self>) -> lapin::Result<()> {
+        let connection = Connection::connect(&self.url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        channel.basic_qos(self.prefetch, BasicQosOptions::default()).await?;
+        for queue in [&self.queue, &self.dead_letter] {
+            channel
+                .queue_declare(
+                    queue.as_str().into(),
+                    QueueDeclareOptions {
+                        durable: true,
+                        ..QueueDeclareOptions::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await?;
+        }
+        let tag = format!("sless-{}-{}-{:08x}", self.namespace, self.name, rand::random::<u32>());
+        let mut deliveries = channel
+            .basic_consume(
+                self.queue.as_str().into(),
+                tag.as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        tracing::info!(trigger = %self.name, queue = %self.queue, "amqp consumer connected");
+        super::record_outcome(&*self.store, &self.namespace, &self.name, None).await;
+        while let Some(delivery) = deliveries.next().await {
+            let delivery = delivery?;
+            let worker = self.clone();
+            let channel = channel.clone();
+            // The broker sends at most `prefetch` unacked messages: that bounds these tasks.
+            tokio::spawn(async move { worker.handle(channel, delivery).await });
+        }
+        Ok(())
+    }
+
+    async fn handle(&self, channel: Channel, delivery: lapin::message::Delivery) {
+        let event = serde_json::from_slice(&delivery.data)
+            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&delivery.data).into_owned()));
+        let retries = retries_of(&delivery.properties);
+        let invocation = Invocation {
+            kind: TriggerKind::Amqp,
+            request_id: format!("{:016x}", rand::random::<u64>()),
+            method: String::new(),
+            path: String::new(),
+            query: String::new(),
+            headers: Vec::new(),
+            body: Default::default(),
+            event: Some(event),
+        };
+        let error = match self.invoker.invoke(&self.key, invocation, Run::Pool).await {
+            Ok(r) if r.status < 400 => None,
+            Ok(r) => Some(crate::invoker::error_text(&r.body)),
+            Err(e) => Some(e.to_string()),
+        };
+        let settled = match &error {
+            None => Ok(()),
+            Some(error) if retries < self.retry_limit => {
+                self.publish(&channel, &self.queue, &delivery, retries + 1, error).await
+            }
+            Some(error) => {
+                tracing::warn!(trigger = %self.name, %error, retries, "message dead-lettered");
+                self.publish(&channel, &self.dead_letter, &delivery, retries, error)
+                    .await
+            }
+        };
+        match settled {
+            Ok(()) => {
+                if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
+                    tracing::warn!(trigger = %self.name, error = %e, "ack failed; the broker will redeliver");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(trigger = %self.name, error = %e, "republishing failed; the broker will redeliver")
+            }
+        }
+        super::record_outcome(&*self.store, &self.namespace, &self.name, error).await;
+    }
+
+    /// Publishes a copy of the message with the retry count and error, and
+    /// waits for the broker's confirm.
+    async fn publish(
+        &self,
+        channel: &Channel,
+        queue: &str,
+        delivery: &lapin::message::Delivery,
+        retries: u32,
+        error: &str,
+    ) -> lapin::Result<()> {
+        let mut headers = delivery.properties.headers().clone().unwrap_or_default();
+        headers.insert(
+            ShortString::from(RETRIES_HEADER),
+            AMQPValue::LongLongInt(i64::from(retries)),
+        );
+        let error: String = error.chars().take(200).collect();
+        headers.insert(ShortString::from(ERROR_HEADER), AMQPValue::LongString(error.into()));
+        let properties = BasicProperties::default().with_headers(headers).with_delivery_mode(2);
+        channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                &delivery.data,
+                properties,
+            )
+            .await?
+            .await?;
+        Ok(())
+    }
+}
+
+fn retries_of(properties: &BasicProperties) -> u32 {
+    let Some(headers) = properties.headers() else { return 0 };
+    match headers.inner().get(RETRIES_HEADER) {
+        Some(AMQPValue::LongLongInt(n)) => *n as u32,
+        Some(AMQPValue::LongInt(n)) => *n as u32,
+        Some(AMQPValue::ShortInt(n)) => *n as u32,
+        _ => 0,
+    }
+}

@@ -1,0 +1,260 @@
+//! The trigger runtime: fires cron schedules (once per tick across every
+//! server on one database), consumes RabbitMQ queues, and turns a function
+//! off when all its triggers are disabled.
+
+mod amqp;
+pub mod schedule;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sless_api::{TriggerSpec, TriggerStatus, TriggerType};
+
+use crate::driver::{FunctionKey, Invocation, TriggerKind};
+use crate::invoker::{Invoker, Run};
+use crate::store::{Kind, Record, Store};
+
+use self::schedule::Schedule;
+
+/// Keeps triggers running.
+pub struct Triggers {
+    store: Arc<dyn Store>,
+    invoker: Arc<Invoker>,
+    /// Functions whose http triggers are all disabled.
+    http_blocked: RwLock<HashSet<FunctionKey>>,
+    consumers: Mutex<HashMap<(String, String), amqp::Consumer>>,
+}
+
+impl Triggers {
+    /// Starts the cron loop and everything already configured.
+    pub async fn start(store: Arc<dyn Store>, invoker: Arc<Invoker>, tick: Duration) -> anyhow::Result<Arc<Triggers>> {
+        let triggers = Arc::new(Triggers {
+            store,
+            invoker,
+            http_blocked: RwLock::new(HashSet::new()),
+            consumers: Mutex::new(HashMap::new()),
+        });
+        let all = triggers.store.list_all(Kind::Trigger).await?;
+        let mut functions = HashSet::new();
+        for record in &all {
+            functions.insert(FunctionKey::new(&record.namespace, spec_of(record).function));
+            triggers.sync_consumer(record);
+        }
+        for key in functions {
+            triggers.gate(&key).await?;
+        }
+        tokio::spawn(cron_loop(Arc::downgrade(&triggers), tick));
+        Ok(triggers)
+    }
+
+    /// Whether `/fn` calls are refused because the function's http triggers are all disabled.
+    pub fn http_blocked(&self, key: &FunctionKey) -> bool {
+        self.http_blocked.read().unwrap().contains(key)
+    }
+
+    /// Applies a created, changed or deleted trigger (`record` None when
+    /// deleted); `functions` are the functions it named before and after.
+    pub async fn changed(
+        &self,
+        namespace: &str,
+        name: &str,
+        record: Option<&Record>,
+        functions: &[String],
+    ) -> crate::Result<()> {
+        match record {
+            Some(record) => self.sync_consumer(record),
+            None => {
+                if let Some(consumer) = self
+                    .consumers
+                    .lock()
+                    .unwrap()
+                    .remove(&(namespace.to_string(), name.to_string()))
+                {
+                    consumer.stop();
+                }
+            }
+        }
+        for function in functions {
+            self.gate(&FunctionKey::new(namespace, function)).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs an enabled amqp trigger's consumer; stops it otherwise.
+    fn sync_consumer(&self, record: &Record) {
+        let key = (record.namespace.clone(), record.name.clone());
+        let spec = spec_of(record);
+        let mut consumers = self.consumers.lock().unwrap();
+        if let Some(old) = consumers.remove(&key) {
+            old.stop();
+        }
+        if spec.kind == TriggerType::Amqp && spec.enabled {
+            let consumer = amqp::Consumer::start(
+                record.namespace.clone(),
+                record.name.clone(),
+                spec,
+                self.invoker.clone(),
+                self.store.clone(),
+            );
+            consumers.insert(key, consumer);
+        }
+    }
+
+    /// A function with triggers, none enabled, takes no work and holds no
+    /// instances; with http triggers, none enabled, `/fn` answers 503.
+    async fn gate(&self, key: &FunctionKey) -> crate::Result<()> {
+        let specs: Vec<TriggerSpec> = self
+            .store
+            .list(Kind::Trigger, &key.namespace)
+            .await?
+            .iter()
+            .map(spec_of)
+            .filter(|s| s.function == key.name)
+            .collect();
+        let any_enabled = specs.iter().any(|s| s.enabled);
+        let has_http = specs.iter().any(|s| s.kind == TriggerType::Http);
+        let http_enabled = specs.iter().any(|s| s.kind == TriggerType::Http && s.enabled);
+        self.invoker
+            .driver
+            .set_enabled(key, specs.is_empty() || any_enabled)
+            .await;
+        let mut blocked = self.http_blocked.write().unwrap();
+        if has_http && !http_enabled {
+            blocked.insert(key.clone());
+        } else {
+            blocked.remove(key);
+        }
+        Ok(())
+    }
+
+    pub fn shutdown(&self) {
+        for (_, consumer) in self.consumers.lock().unwrap().drain() {
+            consumer.stop();
+        }
+    }
+}
+
+pub fn spec_of(record: &Record) -> TriggerSpec {
+    serde_json::from_value(record.spec.clone()).expect("stored trigger specs are valid")
+}
+
+/// Every `tick`: fire the cron triggers that are due. A tick is claimed by a
+/// compare-and-set of the trigger's status, so among several servers on one
+/// database exactly one fires it. Ticks missed while no server ran are not
+/// replayed: a late trigger fires once and schedules from now.
+async fn cron_loop(triggers: std::sync::Weak<Triggers>, tick: Duration) {
+    let mut interval = tokio::time::interval(tick);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        interval.tick().await;
+        let Some(triggers) = triggers.upgrade() else { return };
+        if let Err(e) = fire_due(&triggers).await {
+            tracing::warn!(error = %e, "checking cron triggers failed");
+        }
+    }
+}
+
+async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
+    let now = crate::store::now();
+    for record in triggers.store.list_all(Kind::Trigger).await? {
+        let spec = spec_of(&record);
+        if spec.kind != TriggerType::Cron || !spec.enabled {
+            continue;
+        }
+        let schedule = match Schedule::parse(
+            spec.schedule.as_deref().unwrap_or_default(),
+            spec.timezone.as_deref().unwrap_or("UTC"),
+        ) {
+            Ok(s) => s,
+            Err(_) => continue, // refused at the API; nothing to fire
+        };
+        let status: TriggerStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+        let base = status.last_fired_at.unwrap_or(record.created_at);
+        let Some(due) = schedule.next_after(base) else { continue };
+        if due > now {
+            continue;
+        }
+        let mut claimed = status.clone();
+        claimed.last_fired_at = Some(now);
+        claimed.next_fire_at = schedule.next_after(now);
+        claimed.fired += 1;
+        let claimed_value = serde_json::to_value(&claimed).map_err(crate::Error::internal)?;
+        if !triggers
+            .store
+            .swap_status(
+                Kind::Trigger,
+                &record.namespace,
+                &record.name,
+                &record.status,
+                &claimed_value,
+            )
+            .await?
+        {
+            continue; // another server fired this tick
+        }
+        let triggers = triggers.clone();
+        tokio::spawn(async move {
+            let key = FunctionKey::new(&record.namespace, &spec.function);
+            let invocation = Invocation {
+                kind: TriggerKind::Cron,
+                request_id: format!("{:016x}", rand::random::<u64>()),
+                method: String::new(),
+                path: String::new(),
+                query: String::new(),
+                headers: Vec::new(),
+                body: Default::default(),
+                event: Some(spec.event.clone().unwrap_or_else(|| json!({}))),
+            };
+            let error = match triggers.invoker.invoke(&key, invocation, Run::Pool).await {
+                Ok(r) if r.status < 400 => None,
+                Ok(r) => Some(crate::invoker::error_text(&r.body)),
+                Err(e) => Some(e.to_string()),
+            };
+            if let Some(error) = &error {
+                tracing::warn!(trigger = %record.name, function = %key, %error, "cron invocation failed");
+            }
+            record_outcome(&*triggers.store, &record.namespace, &record.name, error).await;
+        });
+    }
+    Ok(())
+}
+
+/// Sets or clears `last_error` without losing a concurrent claim.
+pub async fn record_outcome(store: &dyn Store, namespace: &str, name: &str, error: Option<String>) {
+    for _ in 0..5 {
+        let Ok(Some(record)) = store.get(Kind::Trigger, namespace, name).await else {
+            return;
+        };
+        let mut status: TriggerStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+        if status.last_error == error {
+            return;
+        }
+        status.last_error = error.clone();
+        let Ok(new) = serde_json::to_value(&status) else { return };
+        if let Ok(true) = store
+            .swap_status(Kind::Trigger, namespace, name, &record.status, &new)
+            .await
+        {
+            return;
+        }
+    }
+}
+
+/// A trigger's initial status.
+pub fn initial_status(spec: &TriggerSpec, namespace: &str, external_url: &str) -> Value {
+    let mut status = TriggerStatus::default();
+    match spec.kind {
+        TriggerType::Http => status.url = Some(format!("{external_url}/fn/{namespace}/{}", spec.function)),
+        TriggerType::Cron => {
+            if let (Some(s), Some(tz)) = (&spec.schedule, &spec.timezone) {
+                status.next_fire_at = Schedule::parse(s, tz)
+                    .ok()
+                    .and_then(|s| s.next_after(crate::store::now()));
+            }
+        }
+        TriggerType::Amqp => {}
+    }
+    serde_json::to_value(status).expect("plain status")
+}
