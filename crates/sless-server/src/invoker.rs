@@ -33,6 +33,16 @@ impl Invoker {
         invocation: Invocation,
         run: Run,
     ) -> Result<InvocationResult, InvokeError> {
+        self.invoke_recorded(key, invocation, run).await.0
+    }
+
+    /// Like `invoke`, also returning the id of the record written (none when nothing ran).
+    pub async fn invoke_recorded(
+        &self,
+        key: &FunctionKey,
+        invocation: Invocation,
+        run: Run,
+    ) -> (Result<InvocationResult, InvokeError>, Option<String>) {
         let kind = invocation.kind;
         let request_id = invocation.request_id.clone();
         let bytes_in =
@@ -78,12 +88,13 @@ impl Invoker {
                 )
             }
             // Nothing ran: no record.
-            Err(_) => return result,
+            Err(_) => return (result, None),
         };
         self.metrics
             .invocation(&key.namespace, &key.name, kind.as_str(), &status, duration, cold);
+        let id = format!("{:016x}{:08x}", started_at.timestamp_micros(), rand::random::<u32>());
         self.log.record(InvocationRecord {
-            id: format!("{:016x}{:08x}", started_at.timestamp_micros(), rand::random::<u32>()),
+            id: id.clone(),
             namespace: key.namespace.clone(),
             function: key.name.clone(),
             version,
@@ -99,7 +110,7 @@ impl Invoker {
             logs,
             logs_truncated: truncated,
         });
-        result
+        (result, Some(id))
     }
 }
 

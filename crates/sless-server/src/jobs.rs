@@ -143,8 +143,9 @@ impl Jobs {
             body: Default::default(),
             event: Some(spec.event.clone()),
         };
-        let result = self.invoker.invoke(&key, invocation, Run::Dedicated).await;
+        let (result, record) = self.invoker.invoke_recorded(&key, invocation, Run::Dedicated).await;
         status.finished_at = Some(crate::store::now());
+        status.invocation_id = record;
         match result {
             Ok(r) if r.status < 400 => {
                 status.phase = JobPhase::Succeeded;

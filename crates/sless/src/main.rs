@@ -1,6 +1,9 @@
-//! The `sless` binary: `sless server` runs the platform.
+//! The `sless` binary: `sless server` runs the platform; every other
+//! subcommand is the command-line client (`cli`).
 
-use clap::{Parser, Subcommand};
+mod cli;
+
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "sless", version, about = "Self-hosted Function-as-a-Service")]
@@ -13,10 +16,16 @@ struct Cli {
 enum Command {
     /// Run the server (embedded default: SQLite and a local code directory under ./sless-data).
     Server(sless_server::Config),
+    #[command(flatten)]
+    Client(cli::Command),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let config = match cli.command {
+        Command::Server(config) => config,
+        Command::Client(command) => std::process::exit(cli::main(command, Cli::command)),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")
@@ -25,10 +34,6 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    match cli.command {
-        Command::Server(config) => runtime.block_on(sless_server::server::run(config)),
-    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(sless_server::server::run(config))
 }

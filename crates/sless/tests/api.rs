@@ -4,10 +4,12 @@
 mod api {
     mod archive_rules;
     mod auth;
+    mod cli;
     mod code_check;
     mod functions;
     mod handlers;
     pub mod harness;
+    mod jobs;
     mod lifecycle;
     mod observability;
     mod sandbox;

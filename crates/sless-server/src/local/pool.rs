@@ -183,9 +183,11 @@ impl FunctionPool {
                 key: self.key.clone(),
                 reason,
             })?;
+        // Stops the instance however this ends, also when the caller gives
+        // up (a deleted job drops this future).
+        let process = KillOnDrop(process);
         let timeout = Duration::from_secs(u64::from(generation.spec.timeout_sec));
-        let result = tokio::time::timeout(timeout, process.invoke(head, body)).await;
-        process.kill();
+        let result = tokio::time::timeout(timeout, process.0.invoke(head, body)).await;
         match result {
             Ok(Ok(output)) => Ok((output, generation.version)),
             Ok(Err(reason)) => Err(InvokeError::Crashed {
@@ -467,5 +469,14 @@ async fn supervise(pool: Weak<FunctionPool>) {
             tracing::info!(function = %pool.key, instance = instance.process.id, "stopping idle instance");
             instance.process.kill();
         }
+    }
+}
+
+/// Kills a dedicated instance when its run ends or is abandoned.
+struct KillOnDrop(Arc<ShimProcess>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        self.0.kill();
     }
 }

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
 
 /// A parsed schedule.
+#[derive(Debug)]
 pub struct Schedule {
     cron: croner::Cron,
     tz: Tz,

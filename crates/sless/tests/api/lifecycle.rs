@@ -23,14 +23,14 @@ async fn kill9_loses_nothing(backend: Backend) {
     let (status, uploaded) = server.upload("ns", "keep", zip.clone()).await;
     assert_eq!(status, StatusCode::ACCEPTED);
     let token = server.token_for(&["ns"]).await;
-    let (_, before) = server.call(Method::GET, "/v1/namespaces/ns/functions/keep", None).await;
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
+    let before = server.wait_built("ns", "keep", &hash).await;
 
     server.restart();
 
     let (status, after) = server.call(Method::GET, "/v1/namespaces/ns/functions/keep", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(after, before, "function unchanged across kill -9");
-    let hash = uploaded["status"]["code_hash"].as_str().unwrap();
     let archive = server
         .data_dir
         .path()

@@ -1,0 +1,70 @@
+//! Where a command talks to: endpoint, token and namespace from flags, then
+//! `SLESS_*` variables, then the config saved by `sless login`.
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use sless_client::Client;
+
+use super::config::SavedConfig;
+use super::output::OutputFormat;
+
+/// The connection flags every client command takes.
+#[derive(Args, Debug, Clone)]
+pub struct ConnArgs {
+    /// Server URL [default: the one saved by `sless login`].
+    #[arg(long, env = "SLESS_ENDPOINT", global = true)]
+    pub endpoint: Option<String>,
+    /// Bearer token [default: the one saved by `sless login` for this endpoint].
+    #[arg(long, env = "SLESS_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Namespace [default: the one saved by `sless login`, else "default"].
+    #[arg(short, long, env = "SLESS_NAMESPACE", global = true)]
+    pub namespace: Option<String>,
+    /// How to print results: tables for people, JSON for scripts.
+    #[arg(short, long, value_enum, global = true, default_value = "table")]
+    pub output: OutputFormat,
+}
+
+/// A resolved connection: what a command needs to run.
+pub struct Context {
+    pub client: Client,
+    pub namespace: String,
+    pub output: OutputFormat,
+}
+
+impl ConnArgs {
+    /// Resolves the connection. The saved token is used only with the saved
+    /// endpoint, so pointing `--endpoint` elsewhere never sends it to
+    /// another server.
+    pub fn context(&self) -> anyhow::Result<Context> {
+        let saved = SavedConfig::load()?;
+        let endpoint = match (&self.endpoint, &saved.endpoint) {
+            (Some(endpoint), _) | (None, Some(endpoint)) => endpoint.clone(),
+            (None, None) => bail!(
+                "no server configured: run `sless login URL --token TOKEN`, or set SLESS_ENDPOINT and SLESS_TOKEN"
+            ),
+        };
+        let token = match &self.token {
+            Some(token) => token.clone(),
+            None if saved.is_for(&endpoint) => saved.token.clone().unwrap_or_default(),
+            None => String::new(),
+        };
+        if token.is_empty() {
+            bail!("no token for {endpoint}: run `sless login {endpoint}`, or pass --token / set SLESS_TOKEN");
+        }
+        let client = Client::new(&endpoint, token).context("cannot use the endpoint")?;
+        Ok(Context {
+            client,
+            namespace: self.namespace_or(&saved),
+            output: self.output,
+        })
+    }
+
+    /// The namespace: flag or env, else the saved one, else "default".
+    pub fn namespace_or(&self, saved: &SavedConfig) -> String {
+        self.namespace
+            .clone()
+            .or_else(|| saved.namespace.clone())
+            .unwrap_or_else(|| "default".to_string())
+    }
+}

@@ -1,0 +1,94 @@
+//! `sless login`: checks a server URL and token against the server, then
+//! saves them (with the namespace) for the other commands.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use serde_json::json;
+use sless_client::Client;
+
+use super::config::SavedConfig;
+use super::context::ConnArgs;
+use super::output::{print_json, OutputFormat};
+
+#[derive(Args)]
+pub struct LoginArgs {
+    /// Server URL, e.g. http://127.0.0.1:8080 [default: --endpoint, SLESS_ENDPOINT, the saved one].
+    pub url: Option<String>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
+    let saved = SavedConfig::load()?;
+    let Some(endpoint) = args
+        .url
+        .clone()
+        .or_else(|| args.conn.endpoint.clone())
+        .or_else(|| saved.endpoint.clone())
+    else {
+        bail!("which server? run `sless login URL`, e.g. `sless login http://127.0.0.1:8080`");
+    };
+    let token = match &args.conn.token {
+        Some(token) => token.clone(),
+        None => read_token()?,
+    };
+    if token.is_empty() {
+        bail!("no token given: pass --token, set SLESS_TOKEN, or type it when asked");
+    }
+    let namespace = args.conn.namespace_or(&saved);
+    let client = Client::new(&endpoint, token.clone())?;
+    client
+        .list_functions(&namespace)
+        .await
+        .with_context(|| format!("login to {endpoint} (namespace {namespace:?}) failed"))?;
+    let path = SavedConfig {
+        endpoint: Some(endpoint.clone()),
+        token: Some(token),
+        namespace: Some(namespace.clone()),
+    }
+    .save()?;
+    match args.conn.output {
+        OutputFormat::Json => print_json(&json!({
+            "endpoint": endpoint,
+            "namespace": namespace,
+            "config": path,
+        }))?,
+        OutputFormat::Table => println!(
+            "Logged in to {endpoint} (namespace {namespace}); saved to {}",
+            path.display()
+        ),
+    }
+    Ok(())
+}
+
+/// Reads the token from stdin: asked for, without echo, on a terminal.
+fn read_token() -> anyhow::Result<String> {
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    if interactive {
+        eprint!("Token: ");
+        std::io::stderr().flush()?;
+        set_echo(false);
+    }
+    let mut line = String::new();
+    let read = stdin.lock().read_line(&mut line);
+    if interactive {
+        set_echo(true);
+        eprintln!();
+    }
+    read.context("cannot read the token from stdin")?;
+    Ok(line.trim().to_string())
+}
+
+/// Best effort: `stty` on the terminal (no unsafe termios calls here).
+fn set_echo(on: bool) {
+    let _ = Command::new("stty")
+        .arg(if on { "echo" } else { "-echo" })
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}

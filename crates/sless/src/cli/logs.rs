@@ -1,0 +1,96 @@
+//! `sless logs NAME [-f]` (what handlers printed) and `sless invocations
+//! NAME` (one row per call).
+
+use std::io::Write;
+
+use clap::Args;
+
+use super::context::ConnArgs;
+use super::output::{first_line, or_dash, print_json, time, OutputFormat, Table};
+
+#[derive(Args)]
+pub struct LogsArgs {
+    /// Function name.
+    pub name: String,
+    /// Keep printing new lines as handlers print them (until interrupted).
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Start with the last N lines [default: the server's].
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u32>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args)]
+pub struct InvocationsArgs {
+    /// Function name.
+    pub name: String,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+    /// Only invocations older than this id (the previous page's last).
+    #[arg(long, value_name = "ID")]
+    pub before: Option<String>,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
+    let cx = args.conn.context()?;
+    if !args.follow {
+        let text = cx.client.logs(&cx.namespace, &args.name, args.tail).await?;
+        print!("{text}");
+        if !text.is_empty() && !text.ends_with('\n') {
+            println!();
+        }
+        return Ok(());
+    }
+    let mut stream = cx.client.follow_logs(&cx.namespace, &args.name, args.tail).await?;
+    let mut out = std::io::stdout();
+    while let Some(line) = stream.next_line().await? {
+        // Flush each line: a pipe reader wants it now, not at 8 KiB.
+        writeln!(out, "{line}")?;
+        out.flush()?;
+    }
+    Ok(())
+}
+
+pub async fn invocations(args: InvocationsArgs) -> anyhow::Result<()> {
+    let cx = args.conn.context()?;
+    let page = cx
+        .client
+        .list_invocations(&cx.namespace, &args.name, Some(args.limit), args.before.as_deref())
+        .await?;
+    if cx.output == OutputFormat::Json {
+        return print_json(&page);
+    }
+    if page.items.is_empty() {
+        eprintln!("no invocations of {} yet", args.name);
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        "ID", "STARTED", "TRIGGER", "STATUS", "DURATION", "VERSION", "COLD", "LOGS", "ERROR",
+    ]);
+    for i in &page.items {
+        table.row(vec![
+            i.id.clone(),
+            time(Some(i.started_at)),
+            i.trigger.clone(),
+            i.status.clone(),
+            format!("{:.1}ms", i.duration_ms),
+            i.version.to_string(),
+            if i.cold_start { "yes" } else { "no" }.into(),
+            format!("{}{}", i.logs.len(), if i.logs_truncated { "+" } else { "" }),
+            or_dash(i.error.as_deref().map(|e| first_line(e, 60))),
+        ]);
+    }
+    table.print();
+    if let Some(next) = &page.next_before {
+        eprintln!(
+            "more: sless invocations {} --limit {} --before {next}",
+            args.name, args.limit
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,279 @@
+//! `sless trigger create|ls|get|rm|enable|disable`: what fires functions
+//! besides a direct call (http routes, cron schedules, RabbitMQ queues).
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::Value;
+use sless_api::{Trigger, TriggerCreate, TriggerSpec, TriggerType};
+
+use super::context::ConnArgs;
+use super::output::{age, compact, or_dash, print_json, time, Details, OutputFormat, Table};
+
+#[derive(Subcommand)]
+pub enum TriggerCommand {
+    /// Create a trigger.
+    Create(CreateArgs),
+    /// List the triggers of a namespace.
+    #[command(visible_alias = "list")]
+    Ls(NoName),
+    /// Show one trigger.
+    Get(Named),
+    /// Delete a trigger.
+    #[command(visible_alias = "delete")]
+    Rm(Named),
+    /// Let a trigger fire its function again.
+    Enable(Named),
+    /// Stop a trigger firing (changed in place; the trigger stays).
+    Disable(Named),
+}
+
+#[derive(Args)]
+pub struct NoName {
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args)]
+pub struct Named {
+    /// Trigger name.
+    pub name: String,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Trigger name.
+    pub name: String,
+    /// The function it fires.
+    #[arg(long)]
+    pub function: String,
+    /// What fires it.
+    #[arg(long = "type", value_enum)]
+    pub kind: KindArg,
+    /// cron: 5 fields (minute hour day-of-month month day-of-week), e.g. "*/5 * * * *".
+    #[arg(long)]
+    pub schedule: Option<String>,
+    /// cron: IANA time zone of the schedule [server default: UTC].
+    #[arg(long)]
+    pub timezone: Option<String>,
+    /// cron: the JSON event passed to the handler.
+    #[arg(long, value_name = "JSON")]
+    pub event: Option<String>,
+    /// amqp: broker URL, e.g. amqp://guest:guest@127.0.0.1:5672/%2f.
+    #[arg(long)]
+    pub broker_url: Option<String>,
+    /// amqp: queue to consume.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// amqp: messages in flight at once.
+    #[arg(long)]
+    pub prefetch: Option<u16>,
+    /// amqp: retries before a message is dead-lettered.
+    #[arg(long)]
+    pub retry_limit: Option<u32>,
+    /// amqp: queue for messages whose retries ran out.
+    #[arg(long)]
+    pub dead_letter_queue: Option<String>,
+    /// Create it switched off.
+    #[arg(long)]
+    pub disabled: bool,
+    #[command(flatten)]
+    pub conn: ConnArgs,
+}
+
+/// `--type` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum KindArg {
+    Http,
+    Cron,
+    Amqp,
+}
+
+impl From<KindArg> for TriggerType {
+    fn from(kind: KindArg) -> TriggerType {
+        match kind {
+            KindArg::Http => TriggerType::Http,
+            KindArg::Cron => TriggerType::Cron,
+            KindArg::Amqp => TriggerType::Amqp,
+        }
+    }
+}
+
+pub async fn run(command: TriggerCommand) -> anyhow::Result<()> {
+    match command {
+        TriggerCommand::Create(args) => create(args).await,
+        TriggerCommand::Ls(args) => list(args).await,
+        TriggerCommand::Get(args) => {
+            let cx = args.conn.context()?;
+            let trigger = cx.client.get_trigger(&cx.namespace, &args.name).await?;
+            show(cx.output, &trigger)
+        }
+        TriggerCommand::Rm(args) => {
+            let cx = args.conn.context()?;
+            cx.client.delete_trigger(&cx.namespace, &args.name).await?;
+            if cx.output == OutputFormat::Table {
+                println!("trigger {} deleted", args.name);
+            }
+            Ok(())
+        }
+        TriggerCommand::Enable(args) => set_enabled(args, true).await,
+        TriggerCommand::Disable(args) => set_enabled(args, false).await,
+    }
+}
+
+async fn create(args: CreateArgs) -> anyhow::Result<()> {
+    let cx = args.conn.context()?;
+    let event = match &args.event {
+        Some(text) => Some(serde_json::from_str::<Value>(text).context("--event must be JSON, e.g. '{\"a\": 1}'")?),
+        None => None,
+    };
+    let create = TriggerCreate {
+        name: args.name.clone(),
+        spec: TriggerSpec {
+            function: args.function.clone(),
+            kind: args.kind.into(),
+            enabled: !args.disabled,
+            schedule: args.schedule.clone(),
+            timezone: args.timezone.clone(),
+            event,
+            broker_url: args.broker_url.clone(),
+            queue: args.queue.clone(),
+            prefetch: args.prefetch,
+            retry_limit: args.retry_limit,
+            dead_letter_queue: args.dead_letter_queue.clone(),
+        },
+    };
+    let trigger = cx.client.create_trigger(&cx.namespace, &create).await?;
+    show(cx.output, &trigger)
+}
+
+async fn list(args: NoName) -> anyhow::Result<()> {
+    let cx = args.conn.context()?;
+    let triggers = cx.client.list_triggers(&cx.namespace).await?;
+    if cx.output == OutputFormat::Json {
+        return print_json(&triggers);
+    }
+    if triggers.is_empty() {
+        eprintln!("no triggers in namespace {}", cx.namespace);
+        return Ok(());
+    }
+    let mut table = Table::new(&[
+        "NAME",
+        "TYPE",
+        "FUNCTION",
+        "ENABLED",
+        "SOURCE",
+        "FIRED",
+        "LAST FIRED",
+        "AGE",
+    ]);
+    for t in &triggers {
+        table.row(vec![
+            t.name.clone(),
+            t.spec.kind.as_str().into(),
+            t.spec.function.clone(),
+            t.spec.enabled.to_string(),
+            source(t),
+            t.status.fired.to_string(),
+            time(t.status.last_fired_at),
+            age(t.created_at),
+        ]);
+    }
+    table.print();
+    Ok(())
+}
+
+async fn set_enabled(args: Named, enabled: bool) -> anyhow::Result<()> {
+    let cx = args.conn.context()?;
+    let trigger = cx
+        .client
+        .set_trigger_enabled(&cx.namespace, &args.name, enabled)
+        .await?;
+    match cx.output {
+        OutputFormat::Json => print_json(&trigger),
+        OutputFormat::Table => {
+            let state = if trigger.spec.enabled { "enabled" } else { "disabled" };
+            println!("trigger {} {state}", trigger.name);
+            Ok(())
+        }
+    }
+}
+
+/// Where the trigger's work comes from, in one cell.
+fn source(t: &Trigger) -> String {
+    match t.spec.kind {
+        TriggerType::Http => or_dash(t.status.url.as_ref()),
+        TriggerType::Cron => format!(
+            "{} {}",
+            t.spec.schedule.as_deref().unwrap_or("-"),
+            t.spec.timezone.as_deref().unwrap_or("UTC")
+        ),
+        TriggerType::Amqp => or_dash(t.spec.queue.as_ref()),
+    }
+}
+
+/// `amqp://user:***@host/vhost`: the password stays off the screen.
+fn hide_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((credentials, host)) = rest.rsplit_once('@') else {
+        return url.to_string();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+fn show(output: OutputFormat, t: &Trigger) -> anyhow::Result<()> {
+    if output == OutputFormat::Json {
+        return print_json(t);
+    }
+    let spec = &t.spec;
+    let mut d = Details::default();
+    d.field("name", &t.name)
+        .field("namespace", &t.namespace)
+        .field("type", spec.kind.as_str())
+        .field("function", &spec.function)
+        .field("enabled", spec.enabled);
+    match spec.kind {
+        TriggerType::Http => {
+            d.field("url", or_dash(t.status.url.as_ref()));
+        }
+        TriggerType::Cron => {
+            d.field("schedule", or_dash(spec.schedule.as_ref()))
+                .field("timezone", spec.timezone.as_deref().unwrap_or("UTC"))
+                .field("event", or_dash(spec.event.as_ref().map(compact)))
+                .field("next fire", time(t.status.next_fire_at));
+        }
+        TriggerType::Amqp => {
+            d.field("broker", or_dash(spec.broker_url.as_deref().map(hide_password)))
+                .field("queue", or_dash(spec.queue.as_ref()))
+                .field("prefetch", or_dash(spec.prefetch))
+                .field("retry limit", or_dash(spec.retry_limit))
+                .field("dead letters", or_dash(spec.dead_letter_queue.as_ref()));
+        }
+    }
+    d.field("fired", t.status.fired)
+        .field("last fired", time(t.status.last_fired_at))
+        .field("last error", or_dash(t.status.last_error.as_ref()))
+        .field("created", time(Some(t.created_at)));
+    d.print();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hide_password;
+
+    #[test]
+    fn broker_passwords_are_hidden() {
+        assert_eq!(
+            hide_password("amqp://guest:secret@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert_eq!(hide_password("amqp://host/"), "amqp://host/");
+    }
+}

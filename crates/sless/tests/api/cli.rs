@@ -1,0 +1,755 @@
+//! The `sless` command-line client, run as a subprocess against a real
+//! server, with its config under a private HOME: what a person types and
+//! what a script reads back.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server, ADMIN};
+
+/// A user of the CLI: a HOME of their own (config included).
+struct User {
+    home: tempfile::TempDir,
+    /// `XDG_CONFIG_HOME`; `None` leaves it unset (config under `~/.config`).
+    xdg: Option<PathBuf>,
+    env: Vec<(String, String)>,
+}
+
+/// What a run printed and how it ended.
+struct Run {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl User {
+    fn new() -> User {
+        let home = tempfile::tempdir().expect("temp dir");
+        let xdg = Some(home.path().join("xdg"));
+        User {
+            home,
+            xdg,
+            env: Vec::new(),
+        }
+    }
+
+    fn config_path(&self) -> PathBuf {
+        match &self.xdg {
+            Some(xdg) => xdg.join("sless/config.json"),
+            None => self.home.path().join(".config/sless/config.json"),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
+        cmd.args(args)
+            .env("HOME", self.home.path())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("SLESS_ENDPOINT")
+            .env_remove("SLESS_TOKEN")
+            .env_remove("SLESS_NAMESPACE")
+            .stdin(Stdio::null());
+        if let Some(xdg) = &self.xdg {
+            cmd.env("XDG_CONFIG_HOME", xdg);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Run {
+        let Output { status, stdout, stderr } = self.command(args).output().expect("run sless");
+        Run {
+            ok: status.success(),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+
+    /// Runs and expects exit code 0.
+    fn ok(&self, args: &[&str]) -> Run {
+        let run = self.run(args);
+        assert!(
+            run.ok,
+            "sless {args:?} failed\nstdout: {}\nstderr: {}",
+            run.stdout, run.stderr
+        );
+        run
+    }
+
+    /// Runs and expects a non-zero exit with an `error: ...` line.
+    fn fails(&self, args: &[&str]) -> Run {
+        let run = self.run(args);
+        assert!(!run.ok, "sless {args:?} succeeded\nstdout: {}", run.stdout);
+        assert!(run.stderr.contains("error: "), "{}", run.stderr);
+        run
+    }
+
+    /// `sless login URL --token ADMIN`.
+    fn login(&self, server: &Server) {
+        self.ok(&["login", &server.url, "--token", ADMIN]);
+    }
+}
+
+/// A user logged in as admin to a fresh SQLite server.
+async fn logged_in() -> (Server, User) {
+    let server = Server::start(Backend::Sqlite).await;
+    let user = User::new();
+    user.login(&server);
+    (server, user)
+}
+
+/// Writes `files` under a new temp dir named `name`.
+fn dir_of(name: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+    let parent = tempfile::tempdir().expect("temp dir");
+    let dir = parent.path().join(name);
+    for (path, contents) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+    (parent, dir)
+}
+
+/// Polls `check` until it returns something (30 s at most).
+fn eventually<T>(mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "not within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
+
+const ECHO_PY: &str = r#"
+import os, sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+def handle(event, context):
+    if isinstance(event, dict) and "status" in event:
+        return {"statusCode": event["status"], "body": {"teapot": True}}
+    if isinstance(event, dict) and "mark" in event:
+        print("mark " + event["mark"])
+        print("to stderr", file=sys.stderr)
+    name = event.get("name", "nobody") if isinstance(event, dict) else event
+    return {
+        "greeting": os.environ.get("GREETING", "hello") + " " + str(name),
+        "method": context.method,
+        "path": context.path,
+        "query": context.query,
+        "shipped_git": os.path.exists(os.path.join(HERE, ".git")),
+        "shipped_node_modules": os.path.exists(os.path.join(HERE, "node_modules")),
+        "shipped_pycache": os.path.exists(os.path.join(HERE, "__pycache__", "stale.txt")),
+    }
+"#;
+
+/// Deploys ECHO_PY as `name` and returns the deploy run.
+fn deploy_echo(user: &User, name: &str) -> Run {
+    let (_tmp, dir) = dir_of(name, &[("handler.py", ECHO_PY)]);
+    user.ok(&["deploy", path_str(&dir), "--runtime", "python3.11"])
+}
+
+#[tokio::test]
+async fn login_saves_config_and_flags_and_env_override_it() {
+    let server = Server::start(Backend::Sqlite).await;
+    let user = User::new();
+    let run = user.fails(&["ls"]);
+    assert!(run.stderr.contains("sless login"), "{}", run.stderr);
+
+    // A bad token is refused by the server and nothing is saved.
+    let run = user.fails(&["login", &server.url, "--token", "wrong-token-0123456789"]);
+    assert!(run.stderr.contains("missing or invalid bearer token"), "{}", run.stderr);
+    assert!(!user.config_path().exists());
+
+    let run = user.ok(&["login", &server.url, "--token", ADMIN]);
+    assert!(run.stdout.contains("Logged in"), "{}", run.stdout);
+    let path = user.config_path();
+    let mode = std::fs::metadata(&path).expect("config saved").permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "the config holds a token");
+    let saved: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        saved,
+        json!({"endpoint": server.url, "token": ADMIN, "namespace": "default"})
+    );
+    let run = user.ok(&["ls"]);
+    assert!(
+        run.stderr.contains("no functions in namespace default"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(user.ok(&["ls", "-o", "json"]).json(), json!([]));
+
+    // SLESS_TOKEN overrides the saved token; --token overrides SLESS_TOKEN.
+    let mut with_env = User::new();
+    with_env.home = tempfile::tempdir().unwrap();
+    with_env.xdg = user.xdg.clone();
+    with_env.env = vec![("SLESS_TOKEN".into(), "wrong-token-0123456789".into())];
+    let run = with_env.fails(&["ls"]);
+    assert!(run.stderr.contains("(401 Unauthorized)"), "{}", run.stderr);
+    with_env.ok(&["ls", "--token", ADMIN]);
+
+    // Another endpoint never gets the saved token.
+    let run = user.fails(&["ls", "--endpoint", "http://127.0.0.1:9"]);
+    assert!(run.stderr.contains("no token for http://127.0.0.1:9"), "{}", run.stderr);
+    // SLESS_ENDPOINT with a token of its own is used as is.
+    let mut elsewhere = User::new();
+    elsewhere.env = vec![
+        ("SLESS_ENDPOINT".into(), server.url.clone()),
+        ("SLESS_TOKEN".into(), ADMIN.into()),
+        ("SLESS_NAMESPACE".into(), "from-env".into()),
+    ];
+    elsewhere.ok(&[
+        "deploy",
+        path_str(&examples().join("hello-python")),
+        "--runtime",
+        "python3.11",
+        "--no-wait",
+    ]);
+    assert_eq!(
+        user.ok(&["ls", "-n", "from-env", "-o", "json"]).json()[0]["name"],
+        "hello-python"
+    );
+}
+
+#[tokio::test]
+async fn login_checks_the_namespace_and_saves_it() {
+    let server = Server::start(Backend::Sqlite).await;
+    let team_token = server.token_for(&["team-a"]).await;
+    // No XDG_CONFIG_HOME: the config goes to ~/.config/sless.
+    let mut user = User::new();
+    user.xdg = None;
+    let run = user.fails(&["login", &server.url, "--token", &team_token]);
+    assert!(
+        run.stderr.contains("403"),
+        "the token does not cover \"default\": {}",
+        run.stderr
+    );
+    user.ok(&["login", &server.url, "--token", &team_token, "-n", "team-a"]);
+    let saved: Value = serde_json::from_slice(&std::fs::read(user.config_path()).unwrap()).unwrap();
+    assert_eq!(saved["namespace"], "team-a");
+    user.ok(&["ls"]);
+    let run = user.fails(&["ls", "-n", "team-b"]);
+    assert!(run.stderr.contains("403"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn deploy_python_dir_then_invoke_and_redeploy() {
+    let (server, user) = logged_in().await;
+    let (_tmp, dir) = dir_of(
+        "echo",
+        &[
+            ("handler.py", ECHO_PY),
+            (".git/config", "[core]\n"),
+            ("node_modules/junk/index.js", "syntax error("),
+            ("__pycache__/stale.txt", "stale"),
+        ],
+    );
+    let run = user.ok(&[
+        "deploy",
+        path_str(&dir),
+        "--runtime",
+        "python3.11",
+        "--env",
+        "GREETING=hi",
+        "--memory",
+        "128",
+    ]);
+    assert_eq!(
+        run.stdout.trim(),
+        format!("{}/fn/default/echo", server.url),
+        "the URL, alone"
+    );
+    assert!(
+        run.stderr.contains("function echo is ready (version 1)"),
+        "{}",
+        run.stderr
+    );
+
+    let run = user.ok(&["invoke", "echo", "--data", r#"{"name": "you"}"#]);
+    let answer: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(answer["greeting"], "hi you");
+    assert_eq!(answer["method"], "POST");
+    assert_eq!(answer["shipped_git"], false, "{answer}");
+    assert_eq!(answer["shipped_node_modules"], false, "{answer}");
+    assert_eq!(answer["shipped_pycache"], false, "{answer}");
+
+    let run = user.ok(&["invoke", "echo", "-X", "put", "--path", "/a/b?x=1", "-o", "json"]);
+    let answer = run.json();
+    assert_eq!(answer["status"], 200);
+    assert_eq!(answer["headers"]["content-type"], "application/json");
+    assert_eq!(answer["body"]["method"], "PUT");
+    assert_eq!(answer["body"]["path"], "/a/b");
+    assert_eq!(answer["body"]["query"], json!({"x": "1"}));
+
+    // Again with new code and env: the spec is patched, version 2 serves.
+    std::fs::write(
+        dir.join("handler.py"),
+        ECHO_PY.replace("\"hello\")", "\"hello\").upper()"),
+    )
+    .unwrap();
+    let run = user.ok(&["deploy", path_str(&dir), "--env", "GREETING=hey"]);
+    assert!(run.stderr.contains("updated function echo"), "{}", run.stderr);
+    assert!(run.stderr.contains("(version 2)"), "{}", run.stderr);
+    let run = user.ok(&["invoke", "echo", "--data", r#"{"name": "you"}"#]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&run.stdout).unwrap()["greeting"],
+        "HEY you"
+    );
+    let function = user.ok(&["get", "echo", "-o", "json"]).json();
+    assert_eq!(function["env"], json!({"GREETING": "hey"}));
+    assert_eq!(function["memory_mb"], 128, "flags left out leave the spec alone");
+
+    // The runtime cannot change in place.
+    let run = user.fails(&["deploy", path_str(&dir), "--runtime", "nodejs20"]);
+    assert!(run.stderr.contains("runs python3.11, not nodejs20"), "{}", run.stderr);
+    // A new function needs a runtime.
+    let run = user.fails(&["deploy", path_str(&dir), "--name", "fresh"]);
+    assert!(run.stderr.contains("--runtime"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn deploy_examples_python_and_node_with_a_vendored_dependency() {
+    let (_server, user) = logged_in().await;
+    // The README's quick start.
+    let hello = examples().join("hello-python");
+    let run = user.ok(&["deploy", path_str(&hello), "--name", "hello", "--runtime", "python3.11"]);
+    assert!(run.stdout.trim().ends_with("/fn/default/hello"), "{}", run.stdout);
+    let run = user.ok(&["invoke", "hello", "--data", r#"{"name": "you"}"#]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&run.stdout).unwrap(),
+        json!({"message": "Hello, you!"})
+    );
+
+    // The name defaults to the directory's.
+    let node = examples().join("hello-node");
+    let run = user.ok(&["deploy", path_str(&node), "--runtime", "nodejs20"]);
+    assert!(run.stdout.trim().ends_with("/fn/default/hello-node"), "{}", run.stdout);
+    let run = user.ok(&["invoke", "hello-node", "--data", r#"{"name": "you"}"#]);
+    let answer: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(answer["message"], "Hello, you!");
+    assert!(answer["uptime"].is_string(), "ms() from the vendored package: {answer}");
+    assert!(answer["time_left"].as_str().unwrap().ends_with("seconds"), "{answer}");
+}
+
+#[tokio::test]
+async fn ls_and_get_print_tables_and_json() {
+    let (server, user) = logged_in().await;
+    deploy_echo(&user, "alpha");
+    let run = user.ok(&["ls"]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    let header: Vec<&str> = lines[0].split_whitespace().collect();
+    assert_eq!(header, ["NAME", "RUNTIME", "PHASE", "VERSION", "AGE", "URL"]);
+    let row: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(row[..4], ["alpha", "python3.11", "Ready", "1"]);
+    assert_eq!(row[5], format!("{}/fn/default/alpha", server.url));
+
+    let listed = user.ok(&["ls", "-o", "json"]).json();
+    assert_eq!(listed.as_array().unwrap().len(), 1);
+    assert_eq!(listed[0]["name"], "alpha");
+    assert_eq!(listed[0]["status"]["phase"], "Ready");
+
+    let run = user.ok(&["get", "alpha"]);
+    for expected in [
+        "name:",
+        "alpha",
+        "runtime:",
+        "python3.11",
+        "entrypoint:",
+        "handler.handle",
+        "phase:",
+        "Ready",
+    ] {
+        assert!(run.stdout.contains(expected), "{expected} in\n{}", run.stdout);
+    }
+    let url_line = run.stdout.lines().find(|l| l.starts_with("url:")).unwrap();
+    assert!(url_line.ends_with("/fn/default/alpha"), "{url_line}");
+    let function = user.ok(&["get", "alpha", "-o", "json"]).json();
+    assert_eq!(function["status"]["version"], 1);
+    assert_eq!(function["runtime"], "python3.11");
+
+    // Another namespace is empty; a missing function is the server's 404.
+    assert_eq!(user.ok(&["ls", "-n", "other", "-o", "json"]).json(), json!([]));
+    let run = user.fails(&["get", "nope"]);
+    assert!(
+        run.stderr
+            .contains(r#"function "nope" not found in namespace "default""#),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn failed_build_exits_non_zero_and_prints_the_build_log() {
+    let (_server, user) = logged_in().await;
+    let (_tmp, dir) = dir_of(
+        "broken",
+        &[
+            ("handler.py", "def handle(event, context):\n    return 1\n"),
+            ("requirements.txt", "./vendor/does-not-exist.whl\n"),
+        ],
+    );
+    let run = user.fails(&["deploy", path_str(&dir), "--runtime", "python3.11"]);
+    assert!(run.stderr.contains("build log:"), "{}", run.stderr);
+    assert!(run.stderr.contains("does-not-exist"), "pip's complaint: {}", run.stderr);
+    assert!(
+        run.stderr.contains(r#"error: the build of function "broken" failed"#),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "no URL for a failed build: {}", run.stdout);
+    let function = user.ok(&["get", "broken", "-o", "json"]).json();
+    assert_eq!(function["status"]["phase"], "Failed");
+
+    // A refused upload: the server's message, nothing built.
+    let (_tmp, empty) = dir_of("empty", &[]);
+    std::fs::create_dir_all(&empty).unwrap();
+    let run = user.fails(&["deploy", path_str(&empty), "--runtime", "python3.11"]);
+    assert!(run.stderr.contains("nothing to deploy"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn invoke_fails_on_error_statuses_with_the_servers_message() {
+    let (_server, user) = logged_in().await;
+    let run = user.fails(&["invoke", "nope", "--data", "{}"]);
+    assert!(
+        run.stderr.contains(r#"nope answered 404 Not Found (request "#),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains(r#"function "nope" not found in namespace "default""#),
+        "{}",
+        run.stderr
+    );
+
+    // A handler's own 4xx is a failure too, with its body on stdout.
+    deploy_echo(&user, "teapot");
+    let run = user.fails(&["invoke", "teapot", "--data", r#"{"status": 418}"#]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&run.stdout).unwrap(),
+        json!({"teapot": true})
+    );
+    assert!(run.stderr.contains("teapot answered 418"), "{}", run.stderr);
+    // --data @file and plain text bodies.
+    let (_tmp, dir) = dir_of("data", &[("event.json", r#"{"name": "from a file"}"#)]);
+    let file = format!("@{}", path_str(&dir.join("event.json")));
+    let run = user.ok(&["invoke", "teapot", "-d", &file]);
+    assert!(run.stdout.contains("hello from a file"), "{}", run.stdout);
+    let run = user.ok(&["invoke", "teapot", "-d", "plain words"]);
+    assert!(run.stdout.contains("hello plain words"), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn rm_deletes_the_function() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "gone");
+    let run = user.ok(&["rm", "gone"]);
+    assert_eq!(run.stdout.trim(), "function gone deleted");
+    let run = user.fails(&["get", "gone"]);
+    assert!(run.stderr.contains("not found"), "{}", run.stderr);
+    let run = user.fails(&["rm", "gone"]);
+    assert!(run.stderr.contains("(404 Not Found)"), "{}", run.stderr);
+    let run = user.fails(&["invoke", "gone"]);
+    assert!(run.stderr.contains("404"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn completions_for_bash_zsh_and_fish() {
+    let user = User::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let run = user.ok(&["completions", shell]);
+        assert!(run.stdout.contains("deploy"), "{shell}: {}", run.stdout);
+        assert!(run.stdout.contains("invocations"), "{shell}");
+    }
+    user.fails(&["completions", "tcsh"]);
+}
+
+#[tokio::test]
+async fn logs_print_and_follow_handler_output() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "chatty");
+
+    // Follow from now on (--tail 0: no history), then invoke until a line arrives.
+    let mut follower = user
+        .command(&["logs", "chatty", "-f", "--tail", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sless logs -f");
+    let stdout = follower.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut followed = None;
+    let mut sent = Vec::new();
+    while followed.is_none() {
+        assert!(Instant::now() < deadline, "no line followed; invoked {sent:?}");
+        let mark = format!("m{}", sent.len());
+        user.ok(&["invoke", "chatty", "--data", &json!({"mark": mark}).to_string()]);
+        sent.push(mark);
+        while let Ok(line) = rx.recv_timeout(Duration::from_secs(2)) {
+            if line.contains(" stdout mark ") {
+                followed = Some(line);
+                break;
+            }
+        }
+    }
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let line = followed.unwrap();
+    // `{RFC3339 time} {request_id} {stream} {text}`
+    let fields: Vec<&str> = line.splitn(4, ' ').collect();
+    assert_eq!(fields.len(), 4, "{line}");
+    assert!(fields[0].contains('T') && fields[0].ends_with('Z'), "{line}");
+    assert_eq!(fields[2], "stdout");
+    assert!(sent.iter().any(|m| fields[3] == format!("mark {m}")), "{line}");
+
+    // Without -f: the history (written off the request path), both streams.
+    let run = eventually(|| {
+        let run = user.ok(&["logs", "chatty"]);
+        run.stdout.contains(&format!("stdout {}", fields[3])).then_some(run)
+    });
+    assert!(run.stdout.contains(" stderr to stderr"), "{}", run.stdout);
+    let run = user.ok(&["logs", "chatty", "--tail", "1"]);
+    assert_eq!(run.stdout.lines().count(), 1, "{}", run.stdout);
+    let run = user.fails(&["logs", "nope"]);
+    assert!(run.stderr.contains("not found"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn invocations_list_newest_first() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "counted");
+    for i in 0..3 {
+        user.ok(&["invoke", "counted", "--data", &json!({"name": i}).to_string()]);
+    }
+    user.fails(&["invoke", "counted", "--data", r#"{"status": 418}"#]);
+    // Records are written off the request path: wait for all four.
+    let page = eventually(|| {
+        let page = user.ok(&["invocations", "counted", "-o", "json"]).json();
+        (page["items"].as_array().unwrap().len() == 4).then_some(page)
+    });
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items[0]["status"], "418", "newest first: {page}");
+    assert!(items
+        .iter()
+        .all(|i| i["trigger"] == "http" && i["function"] == "counted"));
+
+    let run = user.ok(&["invocations", "counted", "--limit", "2"]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    assert!(lines[0].starts_with("ID "), "{}", run.stdout);
+    assert!(lines[1].contains(" 418 "), "{}", run.stdout);
+    assert!(lines[2].contains(" 200 "), "{}", run.stdout);
+    let next = run.stderr.trim().rsplit(' ').next().unwrap();
+    assert!(
+        run.stderr
+            .contains("more: sless invocations counted --limit 2 --before "),
+        "{}",
+        run.stderr
+    );
+    let older = user
+        .ok(&["invocations", "counted", "--limit", "2", "--before", next, "-o", "json"])
+        .json();
+    assert_eq!(older["items"].as_array().unwrap().len(), 2);
+    assert_eq!(older["items"][1]["id"], items[3]["id"]);
+}
+
+#[tokio::test]
+async fn triggers_are_created_listed_toggled_and_removed() {
+    let (server, user) = logged_in().await;
+    deploy_echo(&user, "target");
+
+    let run = user.ok(&["trigger", "create", "web", "--function", "target", "--type", "http"]);
+    let url_line = run.stdout.lines().find(|l| l.starts_with("url:")).expect("url shown");
+    assert!(
+        url_line.ends_with(&format!("{}/fn/default/target", server.url)),
+        "{}",
+        run.stdout
+    );
+    let nightly = user
+        .ok(&[
+            "trigger",
+            "create",
+            "nightly",
+            "--function",
+            "target",
+            "--type",
+            "cron",
+            "--schedule",
+            "0 3 * * *",
+            "--timezone",
+            "Europe/Berlin",
+            "--event",
+            r#"{"name": "cron"}"#,
+            "-o",
+            "json",
+        ])
+        .json();
+    assert_eq!(nightly["type"], "cron");
+    assert_eq!(nightly["event"], json!({"name": "cron"}));
+    assert_eq!(nightly["enabled"], true);
+    // The server's refusal, as is.
+    let run = user.fails(&["trigger", "create", "bad", "--function", "target", "--type", "cron"]);
+    assert!(run.stderr.contains("(400 Bad Request)"), "{}", run.stderr);
+    let run = user.fails(&[
+        "trigger",
+        "create",
+        "bad",
+        "--function",
+        "target",
+        "--type",
+        "cron",
+        "--event",
+        "{",
+    ]);
+    assert!(run.stderr.contains("--event must be JSON"), "{}", run.stderr);
+
+    let run = user.ok(&["trigger", "ls"]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", run.stdout);
+    assert!(lines[0].starts_with("NAME "), "{}", run.stdout);
+    assert!(
+        lines[1].starts_with("nightly ") && lines[1].contains("0 3 * * * Europe/Berlin"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        lines[2].starts_with("web ") && lines[2].contains(" http "),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        user.ok(&["trigger", "ls", "-o", "json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Disabled in place: the function takes no work; enabled again, it does.
+    let run = user.ok(&["trigger", "disable", "web"]);
+    assert_eq!(run.stdout.trim(), "trigger web disabled");
+    let web = user.ok(&["trigger", "get", "web", "-o", "json"]).json();
+    assert_eq!(web["enabled"], false);
+    let run = user.fails(&["invoke", "target"]);
+    assert!(run.stderr.contains("503"), "{}", run.stderr);
+    let run = user.ok(&["trigger", "enable", "web"]);
+    assert_eq!(run.stdout.trim(), "trigger web enabled");
+    user.ok(&["invoke", "target"]);
+
+    let run = user.ok(&["trigger", "rm", "nightly"]);
+    assert_eq!(run.stdout.trim(), "trigger nightly deleted");
+    let run = user.fails(&["trigger", "get", "nightly"]);
+    assert!(run.stderr.contains("not found"), "{}", run.stderr);
+    let run = user.fails(&["trigger", "enable", "nightly"]);
+    assert!(run.stderr.contains("(404 Not Found)"), "{}", run.stderr);
+}
+
+const WORKER_PY: &str = r#"
+def handle(event, context):
+    if event.get("fail"):
+        raise ValueError("asked to fail")
+    return {"sum": event["a"] + event["b"], "trigger": context.trigger}
+"#;
+
+#[tokio::test]
+async fn job_run_waits_prints_the_result_and_reruns() {
+    let (_server, user) = logged_in().await;
+    let (_tmp, dir) = dir_of("worker", &[("handler.py", WORKER_PY)]);
+    user.ok(&["deploy", path_str(&dir), "--runtime", "python3.11"]);
+
+    let run = user.ok(&[
+        "job",
+        "run",
+        "add",
+        "--function",
+        "worker",
+        "--event",
+        r#"{"a": 1, "b": 2}"#,
+    ]);
+    assert_eq!(run.json(), json!({"sum": 3, "trigger": "job"}));
+    // Again with a new event: the next run_id.
+    let run = user.ok(&["job", "run", "add", "--event", r#"{"a": 5, "b": 5}"#]);
+    assert_eq!(run.json(), json!({"sum": 10, "trigger": "job"}));
+    let job = user.ok(&["job", "get", "add", "-o", "json"]).json();
+    assert_eq!(job["status"]["run_id"], 2);
+    assert_eq!(job["status"]["phase"], "Succeeded");
+    assert_eq!(job["event"], json!({"a": 5, "b": 5}));
+    // Same event again: just a new run.
+    let job = user.ok(&["job", "run", "add", "-o", "json"]).json();
+    assert_eq!(job["status"]["run_id"], 3);
+    assert_eq!(job["status"]["result"], json!({"sum": 10, "trigger": "job"}));
+
+    // A failing run: non-zero exit with the handler's error.
+    let run = user.fails(&[
+        "job",
+        "run",
+        "boom",
+        "--function",
+        "worker",
+        "--event",
+        r#"{"fail": true}"#,
+    ]);
+    assert!(run.stderr.contains("job boom run 1 failed"), "{}", run.stderr);
+    assert!(run.stderr.contains("asked to fail"), "{}", run.stderr);
+    let run = user.fails(&["job", "run", "missing"]);
+    assert!(run.stderr.contains("pass --function"), "{}", run.stderr);
+    let run = user.fails(&["job", "run", "orphan", "--function", "nope"]);
+    assert!(run.stderr.contains("nope"), "{}", run.stderr);
+
+    let run = user.ok(&["job", "ls"]);
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert!(lines[0].starts_with("NAME "), "{}", run.stdout);
+    assert!(
+        lines.iter().any(|l| l.starts_with("add ") && l.contains(" Succeeded ")),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with("boom ") && l.contains(" Failed ")),
+        "{}",
+        run.stdout
+    );
+    let run = user.ok(&["job", "get", "boom"]);
+    assert!(run.stdout.contains("asked to fail"), "{}", run.stdout);
+
+    let run = user.ok(&["job", "rm", "add"]);
+    assert_eq!(run.stdout.trim(), "job add deleted");
+    let run = user.fails(&["job", "get", "add"]);
+    assert!(run.stderr.contains("not found"), "{}", run.stderr);
+}

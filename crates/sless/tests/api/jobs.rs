@@ -1,0 +1,266 @@
+//! Jobs over real HTTP: Skipped at run_id 0, runs and reruns, results and
+//! failures, the function's timeout, stopping by deletion, and a restart
+//! during a run.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server};
+
+const WORKER: &[u8] = br#"
+import os, time
+
+INSTANCE = os.urandom(6).hex()
+
+def handle(event, context):
+    if event.get("fail"):
+        raise RuntimeError("job failed on purpose")
+    if event.get("sleep"):
+        time.sleep(event["sleep"])
+    return {"doubled": event.get("n", 0) * 2, "trigger": context.trigger, "instance": INSTANCE}
+"#;
+
+async fn setup(backend: Backend) -> Server {
+    let server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "worker",
+            json!({"runtime": "python3.11", "timeout_sec": 3}),
+            &[("handler.py", WORKER)],
+        )
+        .await;
+    server
+}
+
+async fn finished(server: &Server, name: &str) -> Value {
+    server
+        .wait_for(&format!("/v1/namespaces/ns/jobs/{name}"), 60, |j| {
+            matches!(j["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+        })
+        .await
+}
+
+crate::both_stores!(jobs_skip_run_and_rerun);
+
+async fn jobs_skip_run_and_rerun(backend: Backend) {
+    let server = setup(backend).await;
+    let (status, job) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "double", "function": "worker", "event": {"n": 21}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{job}");
+    assert_eq!(job["status"]["phase"], "Skipped", "run_id 0 creates without running");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(server.records("ns", "worker").await.is_empty(), "nothing ran");
+
+    let (status, job) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/jobs/double",
+            Some(json!({"run_id": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{job}");
+    let done = finished(&server, "double").await;
+    assert_eq!(done["status"]["phase"], "Succeeded", "{done}");
+    assert_eq!(done["status"]["run_id"], 1);
+    assert_eq!(done["status"]["result"]["doubled"], 42);
+    assert_eq!(done["status"]["result"]["trigger"], "job");
+    assert!(done["status"]["started_at"].is_string() && done["status"]["finished_at"].is_string());
+    let first_instance = done["status"]["result"]["instance"].clone();
+
+    // The serving pool is not where jobs run.
+    let (_, _, text) = server.invoke(Method::POST, "/fn/ns/worker", "{}").await;
+    let served: Value = serde_json::from_str(&text).unwrap();
+    assert_ne!(served["instance"], first_instance);
+
+    // Rerun with a new event; a lower run_id is refused.
+    server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/jobs/double",
+            Some(json!({"run_id": 2, "event": {"n": 5}})),
+        )
+        .await;
+    let done = server
+        .wait_for("/v1/namespaces/ns/jobs/double", 60, |j| {
+            j["status"]["run_id"] == 2 && j["status"]["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(done["status"]["result"]["doubled"], 10);
+    assert_ne!(
+        done["status"]["result"]["instance"], first_instance,
+        "each run has its own instance"
+    );
+    let (status, err) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/jobs/double",
+            Some(json!({"run_id": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(err["error"].as_str().unwrap().contains("only go up"), "{err}");
+
+    // Every run is an invocation record like any other.
+    let mut jobs: Vec<Value> = Vec::new();
+    for _ in 0..100 {
+        jobs = server
+            .records("ns", "worker")
+            .await
+            .into_iter()
+            .filter(|r| r["trigger"] == "job")
+            .collect();
+        if jobs.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0]["status"], "ok");
+    assert_eq!(
+        jobs[0]["id"], done["status"]["invocation_id"],
+        "the job names its invocation record"
+    );
+
+    let (status, err) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "orphan", "function": "missing"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
+}
+
+#[tokio::test]
+async fn failures_and_timeouts_end_failed() {
+    let server = setup(Backend::Sqlite).await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "boom", "function": "worker", "run_id": 1, "event": {"fail": true}})),
+        )
+        .await;
+    let done = finished(&server, "boom").await;
+    assert_eq!(done["status"]["phase"], "Failed");
+    assert!(
+        done["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("job failed on purpose"),
+        "{done}"
+    );
+
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "slow", "function": "worker", "run_id": 1, "event": {"sleep": 10}})),
+        )
+        .await;
+    let done = finished(&server, "slow").await;
+    assert_eq!(done["status"]["phase"], "Failed");
+    assert!(
+        done["status"]["error"].as_str().unwrap().contains("timed out"),
+        "function's timeout applies: {done}"
+    );
+}
+
+/// Processes of this server's sandboxes (bubblewrap names the slot in its arguments).
+fn sandboxes(server: &Server) -> usize {
+    let pattern = format!("{}/slots/", server.data_dir.path().display());
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", &pattern])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test]
+async fn deleting_a_running_job_stops_it() {
+    let server = setup(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "worker",
+            json!({"runtime": "python3.11", "timeout_sec": 60}),
+            &[("handler.py", WORKER)],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle = sandboxes(&server);
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "long", "function": "worker", "run_id": 1, "event": {"sleep": 50}})),
+        )
+        .await;
+    server
+        .wait_for("/v1/namespaces/ns/jobs/long", 30, |j| j["status"]["phase"] == "Running")
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(sandboxes(&server) > idle, "the run has an instance of its own");
+    let (status, _) = server.call(Method::DELETE, "/v1/namespaces/ns/jobs/long", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while sandboxes(&server) > idle {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job's instance kept running after delete"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_restart_during_a_run_ends_it_failed() {
+    let mut server = setup(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "worker",
+            json!({"runtime": "python3.11", "timeout_sec": 60}),
+            &[("handler.py", WORKER)],
+        )
+        .await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "cut", "function": "worker", "run_id": 1, "event": {"sleep": 30}})),
+        )
+        .await;
+    server
+        .wait_for("/v1/namespaces/ns/jobs/cut", 30, |j| j["status"]["phase"] == "Running")
+        .await;
+    server.restart();
+    let (_, job) = server.call(Method::GET, "/v1/namespaces/ns/jobs/cut", None).await;
+    assert_eq!(job["status"]["phase"], "Failed", "{job}");
+    assert!(
+        job["status"]["error"].as_str().unwrap().contains("interrupted"),
+        "{job}"
+    );
+    // Raising run_id runs it again.
+    server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/jobs/cut",
+            Some(json!({"run_id": 2, "event": {"n": 1}})),
+        )
+        .await;
+    let done = server
+        .wait_for("/v1/namespaces/ns/jobs/cut", 60, |j| {
+            j["status"]["run_id"] == 2 && j["status"]["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(done["status"]["result"]["doubled"], 2);
+}
