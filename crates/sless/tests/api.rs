@@ -2,6 +2,7 @@
 //! stores (SQLite and the PostgreSQL on 127.0.0.1:5432).
 
 mod api {
+    mod amqp;
     mod archive_rules;
     mod auth;
     mod cli;

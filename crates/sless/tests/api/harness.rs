@@ -466,3 +466,50 @@ impl Server {
         page["items"].as_array().unwrap().clone()
     }
 }
+
+/// A TCP proxy owned by a test, to cut a connection to a shared service
+/// (PostgreSQL, RabbitMQ) without stopping the service itself.
+pub struct TcpProxy {
+    pub port: u16,
+    pub up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: u16) -> TcpProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let flag = up.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the connection closes at once
+                }
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.split();
+                    let (mut sr, mut sw) = server.split();
+                    let mut a = [0u8; 16384];
+                    let mut b = [0u8; 16384];
+                    loop {
+                        tokio::select! {
+                            n = tokio::io::AsyncReadExt::read(&mut cr, &mut a) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut sw, &a[..n]).await.is_err() { break } } },
+                            n = tokio::io::AsyncReadExt::read(&mut sr, &mut b) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut cw, &b[..n]).await.is_err() { break } } },
+                            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                        }
+                        if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        TcpProxy { port, up }
+    }
+}

@@ -2,15 +2,13 @@
 //! and its cap, following logs live, and a database outage that slows or
 //! fails no invocation.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio::io::AsyncReadExt;
 
-use super::harness::{Backend, PgDb, Server};
+use super::harness::{Backend, PgDb, Server, TcpProxy};
 
 const PRINTER: &[u8] = br#"
 import sys
@@ -198,57 +196,11 @@ async fn follow_receives_lines_as_they_happen() {
     assert_eq!(event["text"], "out: live-line");
 }
 
-/// A TCP proxy to PostgreSQL that the test can cut and restore.
-struct Cuttable {
-    port: u16,
-    up: Arc<AtomicBool>,
-}
-
-impl Cuttable {
-    async fn start() -> Cuttable {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let up = Arc::new(AtomicBool::new(true));
-        let flag = up.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut client, _)) = listener.accept().await else {
-                    return;
-                };
-                if !flag.load(Ordering::SeqCst) {
-                    continue; // dropped: the connection closes at once
-                }
-                let flag = flag.clone();
-                tokio::spawn(async move {
-                    let Ok(mut server) = tokio::net::TcpStream::connect("127.0.0.1:5432").await else {
-                        return;
-                    };
-                    let (mut cr, mut cw) = client.split();
-                    let (mut sr, mut sw) = server.split();
-                    let mut a = [0u8; 16384];
-                    let mut b = [0u8; 16384];
-                    loop {
-                        tokio::select! {
-                            n = cr.read(&mut a) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut sw, &a[..n]).await.is_err() { break } } },
-                            n = sr.read(&mut b) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut cw, &b[..n]).await.is_err() { break } } },
-                            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
-                        }
-                        if !flag.load(Ordering::SeqCst) {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        Cuttable { port, up }
-    }
-}
-
 // Multi-threaded: the proxy must keep running while the harness blocks on
 // the server's start-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_database_fails_no_invocation() {
-    let proxy = Cuttable::start().await;
+    let proxy = TcpProxy::start(5432).await;
     let db = PgDb::create().await;
     let url = db.url().replace(":5432/", &format!(":{}/", proxy.port));
     let server = Server::start_with(

@@ -1,0 +1,221 @@
+//! RabbitMQ triggers against the broker on 127.0.0.1:5672: messages handled
+//! and acked, retries then the dead-letter queue, and a connection cut
+//! mid-stream with nothing lost.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueuePurgeOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{hex_id, Backend, Server, TcpProxy};
+
+const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+const CONSUMER: &[u8] = br#"
+import time
+
+def handle(event, context):
+    print("message", event.get("id"), context.trigger)
+    if event.get("fail"):
+        raise RuntimeError("cannot handle this message")
+    time.sleep(event.get("sleep", 0))
+    return "done"
+"#;
+
+async fn channel() -> (Connection, Channel) {
+    let connection = Connection::connect(BROKER, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ on 127.0.0.1:5672 is required for these tests");
+    let channel = connection.create_channel().await.unwrap();
+    (connection, channel)
+}
+
+async fn declare(channel: &Channel, queue: &str) -> u32 {
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(queue.into(), options, FieldTable::default())
+        .await
+        .unwrap()
+        .message_count()
+}
+
+async fn publish(channel: &Channel, queue: &str, body: Value) {
+    channel
+        .basic_publish(
+            "".into(),
+            queue.into(),
+            BasicPublishOptions::default(),
+            body.to_string().as_bytes(),
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+}
+
+async fn setup(broker: &str, queue: &str, extra: Value) -> Server {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "consumer",
+            json!({"runtime": "python3.11", "concurrency": 4}),
+            &[("handler.py", CONSUMER)],
+        )
+        .await;
+    let mut body =
+        json!({"name": "queue", "type": "amqp", "function": "consumer", "broker_url": broker, "queue": queue});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    let (status, created) = server
+        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(body))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    server
+}
+
+/// Waits until the function has `n` amqp invocation records.
+async fn amqp_records(server: &Server, n: usize, secs: u64) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let records: Vec<Value> = server
+            .records("ns", "consumer")
+            .await
+            .into_iter()
+            .filter(|r| r["trigger"] == "amqp")
+            .collect();
+        if records.len() >= n {
+            return records;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} of {n} messages handled",
+            records.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn printed_ids(records: &[Value]) -> BTreeSet<u64> {
+    records
+        .iter()
+        .flat_map(|r| r["logs"].as_array().unwrap().clone())
+        .filter_map(|l| {
+            l["text"]
+                .as_str()
+                .and_then(|t| t.split_whitespace().nth(1))
+                .and_then(|id| id.parse().ok())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn messages_are_handled_and_acked() {
+    let queue = format!("sless-test-{}", hex_id());
+    let (_conn, channel) = channel().await;
+    let server = setup(BROKER, &queue, json!({"prefetch": 2})).await;
+    // The consumer declares the queue; wait for it to be there.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    declare(&channel, &queue).await;
+    for id in 0..5 {
+        publish(&channel, &queue, json!({"id": id})).await;
+    }
+    let records = amqp_records(&server, 5, 30).await;
+    assert_eq!(printed_ids(&records), (0..5).collect());
+    assert!(records.iter().all(|r| r["status"] == "ok"), "{records:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(declare(&channel, &queue).await, 0, "every message was acked");
+    let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/queue", None).await;
+    assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
+}
+
+#[tokio::test]
+async fn failures_retry_then_go_to_the_dead_letter_queue() {
+    let queue = format!("sless-test-{}", hex_id());
+    let dead = format!("{queue}.failed");
+    let (_conn, channel) = channel().await;
+    let server = setup(BROKER, &queue, json!({"retry_limit": 2, "dead_letter_queue": dead})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    declare(&channel, &queue).await;
+    publish(&channel, &queue, json!({"id": 7, "fail": true})).await;
+    let records = amqp_records(&server, 3, 30).await;
+    assert!(records.iter().all(|r| r["status"] == "error"), "{records:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        amqp_records(&server, 3, 5).await.len(),
+        3,
+        "one try and two retries, no more"
+    );
+    let message = channel
+        .basic_get(dead.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the message is in the dead-letter queue");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&message.delivery.data).unwrap()["id"],
+        7
+    );
+    let headers = message.delivery.properties.headers().clone().unwrap();
+    assert!(
+        matches!(headers.inner().get("x-sless-retries"), Some(AMQPValue::LongLongInt(2))),
+        "{headers:?}"
+    );
+    assert_eq!(declare(&channel, &queue).await, 0);
+    let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/queue", None).await;
+    assert!(
+        trigger["status"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("cannot handle"),
+        "{trigger}"
+    );
+    channel
+        .queue_purge(dead.as_str().into(), QueuePurgeOptions::default())
+        .await
+        .unwrap();
+}
+
+// Multi-threaded: the proxy must keep running while the harness blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_loses_no_message() {
+    let queue = format!("sless-test-{}", hex_id());
+    let proxy = TcpProxy::start(5672).await;
+    let broker = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
+    let (_conn, channel) = channel().await;
+    let server = setup(&broker, &queue, json!({"prefetch": 2})).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    declare(&channel, &queue).await;
+    for id in 0..20 {
+        publish(&channel, &queue, json!({"id": id, "sleep": 0.1})).await;
+    }
+    amqp_records(&server, 5, 30).await;
+    // Cut the consumer's connection mid-stream, then let it back.
+    proxy.up.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    proxy.up.store(true, Ordering::SeqCst);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let records = amqp_records(&server, 1, 5).await;
+        if printed_ids(&records) == (0..20).collect() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "messages lost: handled {:?}",
+            printed_ids(&records)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(declare(&channel, &queue).await, 0, "nothing left unacked in the queue");
+}
