@@ -218,6 +218,24 @@ def main():
                 stdlib = results[(runtime, "http.server, direct")][0]
                 print(f"python: gateway / http.server direct = {gw / stdlib:.2f}x")
 
+        # The invocation log's cost: the same gateway with records off, runs interleaved.
+        port_off = free_port()
+        env_off = dict(env, SLESS_DATA_DIR=f"{work}/data-off", SLESS_LISTEN=f"127.0.0.1:{port_off}", SLESS_INVOCATION_LOG="false")
+        procs.append(subprocess.Popen([args.sless, "server"], env=env_off, stdout=subprocess.DEVNULL))
+        wait_port(port_off)
+        api_off = Api(port_off)
+        deploy(api_off, "hello-js", "nodejs20", "handler.js", JS_HELLO, scaling)
+        on_url = f"http://127.0.0.1:{port}/fn/bench/hello-js"
+        off_url = f"http://127.0.0.1:{port_off}/fn/bench/hello-js"
+        wrk(off_url, 2, args.connections)
+        on, off = [], []
+        for _ in range(2):
+            on.append(wrk(on_url, args.duration, args.connections)[0])
+            off.append(wrk(off_url, args.duration, args.connections)[0])
+        on_rps, off_rps = statistics.mean(on), statistics.mean(off)
+        print(f"\nnode gateway with invocation records on: {on_rps:.0f} req/s, off: {off_rps:.0f} req/s "
+              f"= {on_rps / off_rps:.3f}x (target >= 0.95x)")
+
         print()
         for runtime, name, target in [("python", "hello-py", 10.0), ("node", "hello-js", 15.0)]:
             samples = []

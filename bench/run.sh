@@ -11,4 +11,6 @@ for pkg in wrk nginx-light; do
 done
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sless-target}"
 cargo build --release --locked -p sless
-exec python3 bench/bench.py --sless "$CARGO_TARGET_DIR/release/sless" "$@"
+python3 bench/bench.py --sless "$CARGO_TARGET_DIR/release/sless" "$@"
+# The invocation-record pipeline into the PostgreSQL on 127.0.0.1:5432.
+cargo run --release --locked -q -p sless-server --example log_pipeline -- postgres://root@127.0.0.1:5432/test 200000
