@@ -254,3 +254,41 @@ async fn rollout_under_load_never_answers_with_old_code_after_ready() {
     }
     assert!(total > 20, "load ran through the rollout ({total} requests)");
 }
+
+#[tokio::test]
+async fn a_new_shim_version_rebuilds_and_rolls_every_function() {
+    use sqlx::Connection;
+    let mut server = Server::start(Backend::Sqlite).await;
+    let built = server
+        .deploy(
+            "ns",
+            "tools",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PY_TOOLS)],
+        )
+        .await;
+    assert_eq!(built["status"]["version"], 1);
+    server.kill9();
+    // Make version 1 look built by an older shim: its artifact id no longer
+    // matches what the running shim version would build.
+    let db = server.data_dir.path().join("sless.db");
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    sqlx::query("UPDATE resources SET status = json_set(status, '$.artifact', 'built-by-an-older-shim') WHERE kind = 'function' AND name = 'tools'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    server.spawn();
+    let rebuilt = server
+        .wait_for("/v1/namespaces/ns/functions/tools", 60, |f| {
+            f["status"]["version"] == 2 && f["status"]["phase"] == "Ready"
+        })
+        .await;
+    assert_eq!(
+        rebuilt["status"]["artifact"], built["status"]["artifact"],
+        "rebuilt onto the current shim"
+    );
+    pid(&server, "tools").await;
+}
