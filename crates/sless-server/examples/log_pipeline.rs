@@ -13,7 +13,9 @@ use sless_server::invocations::{InvocationLog, LogSettings};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
-    let admin_url = args.next().unwrap_or_else(|| "postgres://root@127.0.0.1:5432/test".into());
+    let admin_url = args
+        .next()
+        .unwrap_or_else(|| "postgres://root@127.0.0.1:5432/test".into());
     let total: u64 = args.next().map(|n| n.parse()).transpose()?.unwrap_or(200_000);
 
     // A private database, dropped at the end.
@@ -23,7 +25,9 @@ async fn main() -> anyhow::Result<()> {
     {
         use sqlx::Connection;
         let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-        sqlx::raw_sql(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+        sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await?;
     }
     let store = sless_server::store::open(&url).await?;
     let log = InvocationLog::start(
@@ -81,7 +85,9 @@ async fn main() -> anyhow::Result<()> {
     {
         use sqlx::Connection;
         let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
-        sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await?;
+        sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await?;
     }
     Ok(())
 }

@@ -272,6 +272,36 @@ macro_rules! sql_store {
                 // databases' parameter limits.
                 const ROWS: usize = 1000;
                 let mut tx = self.pool.begin().await?;
+                if <$crate::store::sql::sqlx_db!($store) as sqlx::Database>::NAME == "SQLite" {
+                    // In-process: one cached single-row statement per record is
+                    // cheaper than preparing a new multi-row statement per batch.
+                    for r in records {
+                        sqlx::query(
+                            "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
+                             duration_ms, status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+                        )
+                        .bind(&r.id)
+                        .bind(&r.namespace)
+                        .bind(&r.function)
+                        .bind(r.version as i64)
+                        .bind(&r.trigger)
+                        .bind(&r.request_id)
+                        .bind(time_text(&r.started_at))
+                        .bind(r.duration_ms)
+                        .bind(&r.status)
+                        .bind(&r.error)
+                        .bind(r.bytes_in as i64)
+                        .bind(r.bytes_out as i64)
+                        .bind(r.cold_start)
+                        .bind(serde_json::to_string(&r.logs).unwrap_or_else(|_| "[]".into()))
+                        .bind(r.logs_truncated)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    return Ok(());
+                }
                 for chunk in records.chunks(ROWS) {
                     let mut query = sqlx::QueryBuilder::new(
                         "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
