@@ -299,3 +299,43 @@ async fn dependencies_are_installed_at_build_time() {
     let (status, _, text) = server.invoke(Method::GET, "/fn/ns/py-deps", "").await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, r#""hello py""#));
 }
+
+#[tokio::test]
+async fn build_timeout_is_enforced() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "slow-build", "runtime": "nodejs20", "build_timeout_sec": 2})),
+        )
+        .await;
+    let started = std::time::Instant::now();
+    let (_, uploaded) = server
+        .upload(
+            "ns",
+            "slow-build",
+            super::harness::zip_of(&[
+                ("handler.js", b"exports.handle = () => 1;\n"),
+                (
+                    "package.json",
+                    br#"{"name": "fn", "version": "1.0.0", "scripts": {"install": "sleep 30"}}"#,
+                ),
+            ]),
+        )
+        .await;
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap();
+    let failed = server.wait_build_end("ns", "slow-build", hash).await;
+    assert_eq!(failed["status"]["phase"], "Failed", "{failed}");
+    assert!(
+        failed["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out after 2s"),
+        "{failed}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "stopped at the timeout"
+    );
+}
