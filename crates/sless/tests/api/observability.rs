@@ -253,3 +253,42 @@ async fn a_stopped_database_fails_no_invocation() {
     invocations(&server, "printer", 21).await;
     drop(db);
 }
+
+#[tokio::test]
+async fn retention_keeps_the_newest_records() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "printer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PRINTER)],
+        )
+        .await;
+    for i in 0..5 {
+        server
+            .invoke(Method::POST, "/fn/ns/printer", &format!(r#"{{"say": "{i}"}}"#))
+            .await;
+    }
+    let all = invocations(&server, "printer", 5).await;
+    server.kill9();
+    server.extra_env.push(("SLESS_INVOCATION_KEEP".into(), "3".into()));
+    server.spawn();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, page) = server
+            .call(Method::GET, "/v1/namespaces/ns/functions/printer/invocations", None)
+            .await;
+        let kept = page["items"].as_array().unwrap().clone();
+        if kept.len() == 3 {
+            assert_eq!(kept[0]["id"], all[0]["id"], "the newest are kept");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retention did not prune: {}",
+            kept.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
