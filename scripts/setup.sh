@@ -27,4 +27,10 @@ if [[ "${1:-}" == "--services" ]]; then
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
     for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 1; done
   fi
+  # RabbitMQ (127.0.0.1:5672, guest/guest): likewise started before a session.
+  if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+    echo "setup: starting RabbitMQ"
+    rabbitmq-server -detached || true
+    for _ in $(seq 1 60); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 1; done
+  fi
 fi
