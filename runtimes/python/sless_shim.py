@@ -189,6 +189,16 @@ class Function:
         # sync handler runs on the loop thread: no hand-off to a pool thread.
         self.inline = workers == 1 and not self.is_async
         self.threads = None if self.is_async or self.inline else HandlerThreads(workers)
+        # A sync handler that has answered FAST_STREAK calls in a row within
+        # FAST_CALL_SECONDS runs on the loop thread (no hand-off to a pool
+        # thread); one slow call sends it back to the pool, so slow or
+        # blocking handlers keep overlapping up to `concurrency`.
+        self.fast = False
+        self.fast_streak = 0
+
+
+FAST_CALL_SECONDS = 0.002
+FAST_STREAK = 200
 
 
 def positional_arity(handler):
@@ -385,7 +395,7 @@ class Shim:
             task = self.loop.create_task(self.serve_async(inv_id, request_id, args), context=context)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        elif self.function.inline:
+        elif self.function.inline or self.function.fast:
             context.run(self.serve_inline, inv_id, request_id, args)
         else:
             self.function.threads.submit(context.run, self.serve_sync, inv_id, request_id, args)
@@ -399,19 +409,31 @@ class Shim:
         self.reply(inv_id, request_id, result)
 
     def serve_inline(self, inv_id, request_id, args):
-        """Runs a sync handler on the loop thread (concurrency 1); a returned
-        coroutine becomes a task on the loop."""
+        """Runs a sync handler on the loop thread (concurrency 1, or while it
+        is fast); a returned coroutine becomes a task on the loop."""
+        started = time.perf_counter()
         try:
             result = self.function.handler(*args)
         except BaseException as exc:
+            self.note_duration(started)
             self.reply_error(inv_id, request_id, exc)
             return
+        self.note_duration(started)
         if asyncio.iscoroutine(result):
             task = self.loop.create_task(self.serve_awaitable(inv_id, request_id, result))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
             return
         self.reply(inv_id, request_id, result)
+
+    def note_duration(self, started):
+        function = self.function
+        if time.perf_counter() - started > FAST_CALL_SECONDS:
+            function.fast = False
+            function.fast_streak = 0
+        elif not function.fast and not function.is_async:
+            function.fast_streak += 1
+            function.fast = function.fast_streak >= FAST_STREAK
 
     async def serve_awaitable(self, inv_id, request_id, awaitable):
         try:
@@ -423,8 +445,10 @@ class Shim:
 
     def serve_sync(self, inv_id, request_id, args):
         """Runs in a pool thread; a returned coroutine is awaited on the loop."""
+        started = time.perf_counter()
         try:
             result = self.function.handler(*args)
+            self.note_duration(started)
             if asyncio.iscoroutine(result):
                 result = asyncio.run_coroutine_threadsafe(result, self.loop).result()
         except BaseException as exc:
