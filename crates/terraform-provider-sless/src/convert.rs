@@ -1,0 +1,216 @@
+//! Conversions between Terraform values (`Value<T>`: known, null or unknown)
+//! and API values: numbers, JSON-string attributes, merge patches, IDs.
+
+use serde_json::{Map, Value as Json};
+use tf_provider::value::Value;
+use tf_provider::Diagnostics;
+
+use crate::diagnostics::error;
+
+/// A number attribute as a `u32`, with an error on the attribute when it is
+/// negative or too large. Null and unknown give `None` without an error.
+pub fn to_u32(diags: &mut Diagnostics, value: &Value<i64>, attribute: &'static str) -> Option<u32> {
+    let n = *value.as_ref_option()?;
+    match u32::try_from(n) {
+        Ok(n) => Some(n),
+        Err(_) => {
+            error(
+                diags,
+                format!("Invalid {attribute}"),
+                format!(
+                    "{attribute} must be a whole number between 0 and {}, got {n}.",
+                    u32::MAX
+                ),
+                Some(attribute),
+            );
+            None
+        }
+    }
+}
+
+/// Parses a JSON-string attribute (`event = jsonencode({...})`), with an
+/// error on the attribute when it is not JSON.
+pub fn parse_json(diags: &mut Diagnostics, text: &str, attribute: &'static str) -> Option<Json> {
+    match serde_json::from_str(text) {
+        Ok(json) => Some(json),
+        Err(e) => {
+            error(
+                diags,
+                format!("Invalid JSON in {attribute}"),
+                format!("{attribute} must be a JSON document, e.g. jsonencode({{ key = \"value\" }}): {e}"),
+                Some(attribute),
+            );
+            None
+        }
+    }
+}
+
+/// The state value of a JSON-string attribute the server holds as `server`:
+/// `previous` (the planned or prior string) when it means the same JSON, so
+/// formatting and key order never show as a change; else the server's
+/// compact JSON.
+pub fn json_attribute(previous: &Value<String>, server: Option<&Json>) -> Value<String> {
+    let Some(server) = server else {
+        return Value::Null;
+    };
+    if let Some(text) = previous.as_ref_option() {
+        if serde_json::from_str::<Json>(text).ok().as_ref() == Some(server) {
+            return previous.clone();
+        }
+    }
+    Value::Value(server.to_string())
+}
+
+/// The JSON merge patch (RFC 7396) that turns `old` into `new`, or `None`
+/// when they are equal. Keys missing from `new` become `null` (removed, or
+/// reset to the server's default).
+pub fn merge_diff(old: &Json, new: &Json) -> Option<Json> {
+    match (old, new) {
+        (Json::Object(old), Json::Object(new)) => {
+            let mut patch = Map::new();
+            for (key, new_value) in new {
+                match old.get(key) {
+                    Some(old_value) => {
+                        if let Some(diff) = merge_diff(old_value, new_value) {
+                            patch.insert(key.clone(), diff);
+                        }
+                    }
+                    None if new_value.is_null() => {}
+                    None => {
+                        patch.insert(key.clone(), new_value.clone());
+                    }
+                }
+            }
+            for key in old.keys() {
+                if !new.contains_key(key) {
+                    patch.insert(key.clone(), Json::Null);
+                }
+            }
+            (!patch.is_empty()).then_some(Json::Object(patch))
+        }
+        _ if old == new => None,
+        _ => Some(new.clone()),
+    }
+}
+
+/// `namespace/name`, the ID of every resource and what `terraform import`
+/// takes (unknown while either part is).
+pub fn resource_id(namespace: &Value<String>, name: &Value<String>) -> Value<String> {
+    match (namespace, name) {
+        (Value::Value(namespace), Value::Value(name)) => Value::Value(format!("{namespace}/{name}")),
+        (Value::Null, _) | (_, Value::Null) => Value::Null,
+        _ => Value::Unknown,
+    }
+}
+
+/// Splits an import ID: `namespace/name`, or a bare `name` in
+/// `default_namespace`.
+pub fn parse_import_id(
+    what: &'static str,
+    id: &str,
+    default_namespace: &Value<String>,
+) -> Result<(String, String), String> {
+    let usage = "expected namespace/name (or just name, in the provider's namespace)";
+    let (namespace, name) = match id.split_once('/') {
+        Some((namespace, name)) => (namespace.to_string(), name.to_string()),
+        None => match default_namespace.as_ref_option() {
+            Some(namespace) => (namespace.clone(), id.to_string()),
+            None => return Err(format!("the provider's namespace is not known; {usage}")),
+        },
+    };
+    sless_api::validate_name("namespace", &namespace).map_err(|e| format!("{e}; {usage}"))?;
+    sless_api::validate_name(what, &name).map_err(|e| format!("{e}; {usage}"))?;
+    Ok((namespace, name))
+}
+
+/// After an apply, the planned value unless the plan left it unknown, in
+/// which case the server's: Terraform requires known planned values back
+/// exactly as planned.
+pub fn settle<T>(planned: &mut Value<T>, server: Value<T>) {
+    if planned.is_unknown() {
+        *planned = server;
+    }
+}
+
+/// Checks a name attribute is a DNS label, with the error on the attribute.
+pub fn check_name(diags: &mut Diagnostics, what: &'static str, value: &Value<String>, attribute: &'static str) {
+    if let Some(name) = value.as_ref_option() {
+        if let Err(e) = sless_api::validate_name(what, name) {
+            error(diags, format!("Invalid {attribute}"), e.to_string(), Some(attribute));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn merge_diffs_send_only_changes_and_null_out_removed_keys() {
+        let old = json!({"memory_mb": 256, "env": {"A": "1", "B": "2"}, "replicas": 2, "entrypoint": "h.handle"});
+        let new = json!({"memory_mb": 512, "env": {"A": "1", "C": "3"}, "replicas": null, "entrypoint": "h.handle"});
+        assert_eq!(
+            merge_diff(&old, &new),
+            Some(json!({"memory_mb": 512, "env": {"B": null, "C": "3"}, "replicas": null}))
+        );
+        assert_eq!(merge_diff(&old, &old), None);
+        assert_eq!(merge_diff(&json!({"a": null}), &json!({})), Some(json!({"a": null})));
+        assert_eq!(merge_diff(&json!({}), &json!({"a": null})), None);
+        assert_eq!(
+            merge_diff(&json!({"e": [1, 2]}), &json!({"e": [1]})),
+            Some(json!({"e": [1]}))
+        );
+    }
+
+    #[test]
+    fn json_attributes_keep_the_practitioners_formatting_when_equal() {
+        let previous = Value::Value("{ \"b\": 1,\n \"a\": [true] }".to_string());
+        assert_eq!(json_attribute(&previous, Some(&json!({"a": [true], "b": 1}))), previous);
+        assert_eq!(
+            json_attribute(&previous, Some(&json!({"a": [false]}))),
+            Value::Value("{\"a\":[false]}".to_string())
+        );
+        assert_eq!(json_attribute(&previous, None), Value::Null);
+        assert_eq!(
+            json_attribute(&Value::Unknown, Some(&json!({}))),
+            Value::Value("{}".to_string())
+        );
+    }
+
+    #[test]
+    fn import_ids_are_namespace_slash_name_or_a_bare_name() {
+        let default = Value::Value("default".to_string());
+        assert_eq!(
+            parse_import_id("function", "team-a/hello", &default),
+            Ok(("team-a".into(), "hello".into()))
+        );
+        assert_eq!(
+            parse_import_id("function", "hello", &default),
+            Ok(("default".into(), "hello".into()))
+        );
+        assert!(parse_import_id("function", "a/b/c", &default)
+            .unwrap_err()
+            .contains("namespace/name"));
+        assert!(parse_import_id("function", "Hello", &default).is_err());
+        assert!(parse_import_id("function", "hello", &Value::Unknown).is_err());
+    }
+
+    #[test]
+    fn numbers_out_of_range_are_errors_on_their_attribute() {
+        let mut diags = Diagnostics::default();
+        assert_eq!(to_u32(&mut diags, &Value::Value(512), "memory_mb"), Some(512));
+        assert_eq!(to_u32(&mut diags, &Value::Null, "memory_mb"), None);
+        assert!(diags.errors.is_empty());
+        assert_eq!(to_u32(&mut diags, &Value::Value(-1), "memory_mb"), None);
+        assert_eq!(diags.errors[0].attribute, tf_provider::AttributePath::new("memory_mb"));
+    }
+
+    #[test]
+    fn ids_join_namespace_and_name() {
+        let v = |s: &str| Value::Value(s.to_string());
+        assert_eq!(resource_id(&v("ns"), &v("f")), v("ns/f"));
+        assert_eq!(resource_id(&Value::Unknown, &v("f")), Value::Unknown);
+    }
+}

@@ -1,0 +1,150 @@
+//! What a `sless_function` change plans, without I/O: the server's defaults
+//! for unset attributes, `code_hash` (and so whether code is uploaded), the
+//! computed attributes, and which changes replace the function.
+
+use sless_api::FunctionSpec;
+use tf_provider::value::Value;
+use tf_provider::Diagnostics;
+
+use super::state::{default_spec, spec_json, FunctionState, FIELDS, NUMBERS};
+use crate::code::is_sha256_hex;
+use crate::convert::{check_name, resource_id, to_u32};
+use crate::diagnostics::{error, guess_attribute};
+
+/// Attributes whose change replaces the function.
+pub const REPLACE: &[&str] = &["name", "namespace", "runtime"];
+
+/// The runtimes sless builds.
+pub const RUNTIMES: &[&str] = &["python3.11", "nodejs20"];
+
+/// Checks what can be checked of a configuration without the server.
+pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
+    check_name(diags, "function", &config.name, "name");
+    check_name(diags, "namespace", &config.namespace, "namespace");
+    if let Some(runtime) = config.runtime.as_ref_option() {
+        if !RUNTIMES.contains(&runtime.as_str()) {
+            error(
+                diags,
+                "Unsupported runtime",
+                format!(
+                    "runtime {runtime:?} is not one sless builds: use one of {}.",
+                    RUNTIMES.join(", ")
+                ),
+                Some("runtime"),
+            );
+        }
+    }
+    if let Some(hash) = config.code_hash.as_ref_option() {
+        if !is_sha256_hex(hash) {
+            error(
+                diags,
+                "Invalid code_hash",
+                format!(
+                    "code_hash must be the zip's sha256 in hex, as filesha256(\"code.zip\") gives (64 hex digits), got {hash:?}."
+                ),
+                Some("code_hash"),
+            );
+        }
+    }
+    let errors = diags.errors.len();
+    for field in NUMBERS {
+        to_u32(diags, config.number(field), field);
+    }
+    // The server's own limits (ranges, min <= max, entrypoint shape, env
+    // keys), once every value they involve is known.
+    let all_known = !config.entrypoint.is_unknown()
+        && !config.env.is_unknown()
+        && config
+            .env
+            .as_ref_option()
+            .is_none_or(|env| env.values().all(|v| !v.is_unknown()))
+        && NUMBERS.iter().all(|field| !config.number(field).is_unknown());
+    if diags.errors.len() == errors && all_known {
+        let mut merged = serde_json::to_value(default_spec()).expect("a spec serializes");
+        if let (Some(merged), serde_json::Value::Object(given)) = (merged.as_object_mut(), spec_json(diags, config)) {
+            merged.extend(given);
+        }
+        if let Ok(spec) = serde_json::from_value::<FunctionSpec>(merged) {
+            if let Err(message) = spec.check() {
+                let attribute = guess_attribute(&message, FIELDS);
+                error(diags, "Invalid function settings", format!("{message}."), attribute);
+            }
+        }
+    }
+}
+
+/// The planned state of a create (`prior` is `None`) or an update, and the
+/// attributes that force a replacement. `file_hash` reads a file's sha256
+/// when it can (for a `code_hash` left unset).
+pub fn plan(
+    prior: Option<&FunctionState>,
+    config: &FunctionState,
+    proposed: FunctionState,
+    default_namespace: &Value<String>,
+    file_hash: &dyn Fn(&str) -> Option<String>,
+) -> (FunctionState, Vec<&'static str>) {
+    let mut planned = proposed;
+    if config.namespace.is_null() {
+        planned.namespace = default_namespace.clone();
+    }
+    let defaults = default_spec();
+    if config.entrypoint.is_null() {
+        planned.entrypoint = Value::Value(defaults.entrypoint.clone());
+    }
+    if config.env.is_null() {
+        planned.env = Value::Value(Default::default());
+    }
+    let default_numbers = [
+        ("memory_mb", defaults.memory_mb),
+        ("timeout_sec", defaults.timeout_sec),
+        ("concurrency", defaults.concurrency),
+        ("min_instances", defaults.min_instances),
+        ("max_instances", defaults.max_instances),
+        ("build_timeout_sec", defaults.build_timeout_sec),
+    ];
+    for (field, default) in default_numbers {
+        if config.number(field).is_null() {
+            *planned.number_mut(field) = Value::Value(default.into());
+        }
+    }
+    planned.id = resource_id(&planned.namespace, &planned.name);
+
+    if config.code_hash.is_null() {
+        planned.code_hash = match planned.filename.as_ref_option().and_then(|f| file_hash(f)) {
+            Some(hash) => Value::Value(hash),
+            None => match prior {
+                Some(prior) if prior.filename == planned.filename => prior.code_hash.clone(),
+                _ => Value::Unknown,
+            },
+        };
+    }
+    let upload = match prior {
+        None => true,
+        Some(prior) => {
+            planned.code_hash.is_unknown()
+                || planned.code_hash != prior.code_hash
+                || prior.phase.as_deref_option() == Some("Failed")
+        }
+    };
+    if upload {
+        planned.phase = Value::Value("Ready".into());
+        planned.version = Value::Unknown;
+    }
+    if prior.is_none() {
+        planned.url = Value::Unknown;
+    }
+
+    let replace = match prior {
+        None => Vec::new(),
+        Some(prior) => REPLACE
+            .iter()
+            .copied()
+            .filter(|field| match *field {
+                "name" => prior.name != planned.name,
+                "namespace" => prior.namespace != planned.namespace,
+                _ => prior.runtime != planned.runtime,
+            })
+            .collect(),
+    };
+    (planned, replace)
+}

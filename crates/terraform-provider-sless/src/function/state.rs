@@ -1,0 +1,240 @@
+//! `sless_function`'s attributes: the state struct Terraform exchanges, its
+//! schema, and the mapping to and from the API's `Function`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value as Json};
+use sless_api::{Function, FunctionSpec, Phase};
+use tf_provider::schema::{AttributeType, Schema};
+use tf_provider::value::Value;
+use tf_provider::Diagnostics;
+
+use crate::convert::{resource_id, to_u32};
+use crate::schema::{computed, defaulted, optional, required, schema as block, string_map};
+
+/// Attributes an API message may name, for pointing a diagnostic at one.
+pub const FIELDS: &[&str] = &[
+    "name",
+    "namespace",
+    "runtime",
+    "entrypoint",
+    "env",
+    "memory_mb",
+    "timeout_sec",
+    "concurrency",
+    "min_instances",
+    "max_instances",
+    "replicas",
+    "build_timeout_sec",
+    "filename",
+    "code_hash",
+];
+
+/// The number attributes that are spec fields of the same name.
+pub const NUMBERS: &[&str] = &[
+    "memory_mb",
+    "timeout_sec",
+    "concurrency",
+    "min_instances",
+    "max_instances",
+    "replicas",
+    "build_timeout_sec",
+];
+
+/// A `sless_function` as Terraform holds it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FunctionState {
+    pub id: Value<String>,
+    pub name: Value<String>,
+    pub namespace: Value<String>,
+    pub runtime: Value<String>,
+    pub entrypoint: Value<String>,
+    pub env: Value<BTreeMap<String, Value<String>>>,
+    pub memory_mb: Value<i64>,
+    pub timeout_sec: Value<i64>,
+    pub concurrency: Value<i64>,
+    pub min_instances: Value<i64>,
+    pub max_instances: Value<i64>,
+    pub replicas: Value<i64>,
+    pub build_timeout_sec: Value<i64>,
+    pub filename: Value<String>,
+    pub code_hash: Value<String>,
+    pub phase: Value<String>,
+    pub version: Value<i64>,
+    pub url: Value<String>,
+}
+
+impl FunctionState {
+    /// The number attribute called `field` (one of `NUMBERS`).
+    pub fn number(&self, field: &str) -> &Value<i64> {
+        match field {
+            "memory_mb" => &self.memory_mb,
+            "timeout_sec" => &self.timeout_sec,
+            "concurrency" => &self.concurrency,
+            "min_instances" => &self.min_instances,
+            "max_instances" => &self.max_instances,
+            "replicas" => &self.replicas,
+            "build_timeout_sec" => &self.build_timeout_sec,
+            other => unreachable!("{other} is not a number attribute of sless_function"),
+        }
+    }
+
+    pub fn number_mut(&mut self, field: &str) -> &mut Value<i64> {
+        match field {
+            "memory_mb" => &mut self.memory_mb,
+            "timeout_sec" => &mut self.timeout_sec,
+            "concurrency" => &mut self.concurrency,
+            "min_instances" => &mut self.min_instances,
+            "max_instances" => &mut self.max_instances,
+            "replicas" => &mut self.replicas,
+            "build_timeout_sec" => &mut self.build_timeout_sec,
+            other => unreachable!("{other} is not a number attribute of sless_function"),
+        }
+    }
+
+    /// `namespace/name`, for messages.
+    pub fn label(&self) -> String {
+        format!(
+            "{}/{}",
+            self.namespace.as_deref_option().unwrap_or("?"),
+            self.name.as_deref_option().unwrap_or("?")
+        )
+    }
+}
+
+/// The server's defaults for every spec field but `runtime`.
+pub fn default_spec() -> FunctionSpec {
+    serde_json::from_value(json!({ "runtime": "python3.11" })).expect("a runtime is all a spec needs")
+}
+
+pub fn schema() -> Schema {
+    let string = || AttributeType::String;
+    let number = || AttributeType::Number;
+    block(
+        "A function: its code (a zip) and how it runs. Create and update wait until the build is Ready.",
+        vec![
+            ("id", computed(string(), "namespace/name.")),
+            ("name", required(string(), "Function name (a DNS label). Changing it replaces the function.")),
+            ("namespace", defaulted(string(), "Namespace (default: the provider's). Changing it replaces the function.")),
+            ("runtime", required(string(), "python3.11 or nodejs20. Changing it replaces the function.")),
+            ("entrypoint", defaulted(string(), "module.function (Python) or file.export (Node); default handler.handle.")),
+            ("env", defaulted(string_map(), "Environment variables of the handler.")),
+            ("memory_mb", defaulted(number(), "Memory limit per instance in MiB (default 256).")),
+            ("timeout_sec", defaulted(number(), "Time limit of one invocation in seconds (default 30).")),
+            ("concurrency", defaulted(number(), "Invocations one instance serves at once (default 8).")),
+            ("min_instances", defaulted(number(), "Instances kept running when idle (default 0).")),
+            ("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
+            ("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
+            ("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
+            ("filename", required(string(), "Path of the zip of the function's code.")),
+            ("code_hash", defaulted(string(), "sha256 of the zip: set it to filesha256(filename) so a new zip is uploaded and built in place. Default: the file's sha256 when it can be read while planning.")),
+            ("phase", computed(string(), "Pending, Building, Ready or Failed.")),
+            ("version", computed(number(), "Increments on every successful build.")),
+            ("url", computed(string(), "Public URL of the function.")),
+        ],
+    )
+}
+
+/// The spec fields that are known and set, as the API's JSON (the shape of
+/// `FunctionSpec`, without defaults filled in).
+pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
+    let mut spec = Map::new();
+    if let Some(runtime) = state.runtime.as_ref_option() {
+        spec.insert("runtime".into(), json!(runtime));
+    }
+    if let Some(entrypoint) = state.entrypoint.as_ref_option() {
+        spec.insert("entrypoint".into(), json!(entrypoint));
+    }
+    if let Some(env) = state.env.as_ref_option() {
+        let env: Map<String, Json> = env
+            .iter()
+            .filter_map(|(k, v)| v.as_ref_option().map(|v| (k.clone(), json!(v))))
+            .collect();
+        spec.insert("env".into(), Json::Object(env));
+    }
+    for field in NUMBERS {
+        if let Some(n) = to_u32(diags, state.number(field), field) {
+            spec.insert(field.to_string(), json!(n));
+        }
+    }
+    Json::Object(spec)
+}
+
+/// The whole spec of a planned state (every value known), as `FunctionSpec`.
+pub fn spec_of(diags: &mut Diagnostics, state: &FunctionState) -> Option<FunctionSpec> {
+    let errors = diags.errors.len();
+    let json = spec_json(diags, state);
+    if diags.errors.len() > errors {
+        return None;
+    }
+    match serde_json::from_value(json) {
+        Ok(spec) => Some(spec),
+        Err(e) => {
+            crate::diagnostics::error(
+                diags,
+                format!("Invalid function {}", state.label()),
+                e.to_string(),
+                None,
+            );
+            None
+        }
+    }
+}
+
+/// The phase as the API spells it.
+pub fn phase_name(phase: Phase) -> String {
+    match phase {
+        Phase::Pending => "Pending",
+        Phase::Building => "Building",
+        Phase::Ready => "Ready",
+        Phase::Failed => "Failed",
+    }
+    .to_string()
+}
+
+/// The code that is built and serving, as `code_hash`: a failed upload is
+/// not the function's code, so it shows as a change to apply again.
+pub fn served_hash(function: &Function) -> Option<String> {
+    let status = &function.status;
+    match status.phase {
+        Phase::Ready => status.built_hash.clone().or_else(|| status.code_hash.clone()),
+        Phase::Failed => status.built_hash.clone(),
+        Phase::Pending | Phase::Building => status.code_hash.clone(),
+    }
+}
+
+/// The state of a function as the server reports it; `filename` is the
+/// practitioner's (the server does not know it).
+pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
+    let spec = &function.spec;
+    let number = |n: u32| Value::Value(i64::from(n));
+    let namespace = Value::Value(function.namespace.clone());
+    let name = Value::Value(function.name.clone());
+    FunctionState {
+        id: resource_id(&namespace, &name),
+        name,
+        namespace,
+        runtime: Value::Value(spec.runtime.as_str().to_string()),
+        entrypoint: Value::Value(spec.entrypoint.clone()),
+        env: Value::Value(
+            spec.env
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::Value(v.clone())))
+                .collect(),
+        ),
+        memory_mb: number(spec.memory_mb),
+        timeout_sec: number(spec.timeout_sec),
+        concurrency: number(spec.concurrency),
+        min_instances: number(spec.min_instances),
+        max_instances: number(spec.max_instances),
+        replicas: spec.replicas.map(i64::from).into(),
+        build_timeout_sec: number(spec.build_timeout_sec),
+        filename,
+        code_hash: served_hash(function).into(),
+        phase: Value::Value(phase_name(function.status.phase)),
+        version: Value::Value(i64::try_from(function.status.version).unwrap_or(i64::MAX)),
+        url: function.status.url.clone().into(),
+    }
+}

@@ -1,0 +1,93 @@
+//! What a `sless_job` change plans, without I/O: defaults, the run's
+//! outcome (unknown until it ran, `Skipped` for run_id 0), and which changes
+//! replace the job (and so run it again).
+
+use tf_provider::value::Value;
+use tf_provider::Diagnostics;
+
+use super::state::JobState;
+use crate::convert::{check_name, parse_json, resource_id, to_u32};
+use crate::diagnostics::error;
+
+/// Attributes whose change replaces the job: a new `run_id` is a new run.
+pub const REPLACE: &[&str] = &["name", "namespace", "run_id"];
+
+/// Longest `wait_timeout_sec` the server takes.
+pub const MAX_WAIT_TIMEOUT_SEC: u32 = 86_400;
+
+/// The server's defaults.
+pub const DEFAULT_EVENT: &str = "{}";
+pub const DEFAULT_WAIT_TIMEOUT_SEC: i64 = 300;
+
+/// Checks what can be checked of a configuration without the server.
+pub fn validate(diags: &mut Diagnostics, config: &JobState) {
+    check_name(diags, "job", &config.name, "name");
+    check_name(diags, "namespace", &config.namespace, "namespace");
+    check_name(diags, "function", &config.function, "function");
+    if let Some(event) = config.event.as_ref_option() {
+        parse_json(diags, event, "event");
+    }
+    if let Some(n) = config.run_id.as_ref_option() {
+        if *n < 0 {
+            error(
+                diags,
+                "Invalid run_id",
+                format!("run_id must be 0 or more, got {n}."),
+                Some("run_id"),
+            );
+        }
+    }
+    if let Some(n) = to_u32(diags, &config.wait_timeout_sec, "wait_timeout_sec") {
+        if n > MAX_WAIT_TIMEOUT_SEC {
+            error(
+                diags,
+                "Invalid wait_timeout_sec",
+                format!("wait_timeout_sec must be at most {MAX_WAIT_TIMEOUT_SEC}, got {n}."),
+                Some("wait_timeout_sec"),
+            );
+        }
+    }
+}
+
+/// The planned state of a create (`prior` is `None`) or an update, and the
+/// attributes that force a replacement.
+pub fn plan(
+    prior: Option<&JobState>,
+    config: &JobState,
+    proposed: JobState,
+    default_namespace: &Value<String>,
+) -> (JobState, Vec<&'static str>) {
+    let mut planned = proposed;
+    if config.namespace.is_null() {
+        planned.namespace = default_namespace.clone();
+    }
+    planned.id = resource_id(&planned.namespace, &planned.name);
+    if config.event.is_null() {
+        planned.event = Value::Value(DEFAULT_EVENT.to_string());
+    }
+    if config.run_id.is_null() {
+        planned.run_id = Value::Value(0);
+    }
+    if config.wait_timeout_sec.is_null() {
+        planned.wait_timeout_sec = Value::Value(DEFAULT_WAIT_TIMEOUT_SEC);
+    }
+    if prior.is_none() {
+        (planned.phase, planned.result, planned.error) = match planned.run_id {
+            Value::Value(0) => (Value::Value("Skipped".to_string()), Value::Null, Value::Null),
+            _ => (Value::Unknown, Value::Unknown, Value::Unknown),
+        };
+    }
+    let replace = match prior {
+        None => Vec::new(),
+        Some(prior) => REPLACE
+            .iter()
+            .copied()
+            .filter(|field| match *field {
+                "name" => prior.name != planned.name,
+                "namespace" => prior.namespace != planned.namespace,
+                _ => prior.run_id != planned.run_id,
+            })
+            .collect(),
+    };
+    (planned, replace)
+}

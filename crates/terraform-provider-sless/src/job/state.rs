@@ -1,0 +1,137 @@
+//! `sless_job`'s attributes: the state struct, its schema, and the mapping to
+//! and from the API's `Job`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value as Json};
+use sless_api::{Job, JobPhase, JobSpec};
+use tf_provider::schema::{AttributeType, Schema};
+use tf_provider::value::Value;
+use tf_provider::Diagnostics;
+
+use crate::convert::{json_attribute, parse_json, resource_id, to_u32};
+use crate::diagnostics::error;
+use crate::schema::{computed, defaulted, required, schema as block};
+
+/// Attributes an API message may name, for pointing a diagnostic at one.
+pub const FIELDS: &[&str] = &["name", "namespace", "function", "event", "run_id", "wait_timeout_sec"];
+
+/// A `sless_job` as Terraform holds it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobState {
+    pub id: Value<String>,
+    pub name: Value<String>,
+    pub namespace: Value<String>,
+    pub function: Value<String>,
+    pub event: Value<String>,
+    pub run_id: Value<i64>,
+    pub wait_timeout_sec: Value<i64>,
+    pub phase: Value<String>,
+    pub result: Value<String>,
+    pub error: Value<String>,
+}
+
+impl JobState {
+    /// `namespace/name`, for messages.
+    pub fn label(&self) -> String {
+        format!(
+            "{}/{}",
+            self.namespace.as_deref_option().unwrap_or("?"),
+            self.name.as_deref_option().unwrap_or("?")
+        )
+    }
+}
+
+pub fn schema() -> Schema {
+    let string = || AttributeType::String;
+    let number = || AttributeType::Number;
+    block(
+        "One run of a function with a JSON event. Apply waits for the run; a failed run is an apply error.",
+        vec![
+            ("id", computed(string(), "namespace/name.")),
+            ("name", required(string(), "Job name (a DNS label). Changing it replaces the job.")),
+            ("namespace", defaulted(string(), "Namespace (default: the provider's). Changing it replaces the job.")),
+            ("function", required(string(), "Name of a function of the same namespace.")),
+            ("event", defaulted(string(), "JSON event of the handler, e.g. jsonencode({ name = \"you\" }) (default {}). Used by the next run.")),
+            ("run_id", defaulted(number(), "0 creates the job without running it (phase Skipped). Changing it replaces the job, which runs it again.")),
+            ("wait_timeout_sec", defaulted(number(), "Seconds a run may wait for the function to have a ready version (default 300).")),
+            ("phase", computed(string(), "Skipped, Pending, Running, Succeeded or Failed.")),
+            ("result", computed(string(), "The handler's return value, as JSON.")),
+            ("error", computed(string(), "Why the run failed.")),
+        ],
+    )
+}
+
+/// The spec fields that are known and set, as the API's JSON.
+pub fn spec_json(diags: &mut Diagnostics, state: &JobState) -> Json {
+    let mut spec = Map::new();
+    if let Some(function) = state.function.as_ref_option() {
+        spec.insert("function".into(), json!(function));
+    }
+    if let Some(event) = state.event.as_ref_option().and_then(|e| parse_json(diags, e, "event")) {
+        spec.insert("event".into(), event);
+    }
+    if let Some(n) = state.run_id.as_ref_option() {
+        match u64::try_from(*n) {
+            Ok(n) => {
+                spec.insert("run_id".into(), json!(n));
+            }
+            Err(_) => error(
+                diags,
+                "Invalid run_id",
+                format!("run_id must be 0 or more, got {n}."),
+                Some("run_id"),
+            ),
+        }
+    }
+    if let Some(n) = to_u32(diags, &state.wait_timeout_sec, "wait_timeout_sec") {
+        spec.insert("wait_timeout_sec".into(), json!(n));
+    }
+    Json::Object(spec)
+}
+
+/// The whole spec of a planned state, as `JobSpec`.
+pub fn spec_of(diags: &mut Diagnostics, state: &JobState) -> Option<JobSpec> {
+    let errors = diags.errors.len();
+    let json = spec_json(diags, state);
+    if diags.errors.len() > errors {
+        return None;
+    }
+    match serde_json::from_value(json) {
+        Ok(spec) => Some(spec),
+        Err(e) => {
+            error(diags, format!("Invalid job {}", state.label()), e.to_string(), None);
+            None
+        }
+    }
+}
+
+pub fn phase_name(phase: JobPhase) -> String {
+    match phase {
+        JobPhase::Skipped => "Skipped",
+        JobPhase::Pending => "Pending",
+        JobPhase::Running => "Running",
+        JobPhase::Succeeded => "Succeeded",
+        JobPhase::Failed => "Failed",
+    }
+    .to_string()
+}
+
+/// The state of a job as the server reports it; `event` keeps the
+/// practitioner's formatting of `previous` when it means the same JSON.
+pub fn from_api(job: &Job, previous: &JobState) -> JobState {
+    let namespace = Value::Value(job.namespace.clone());
+    let name = Value::Value(job.name.clone());
+    JobState {
+        id: resource_id(&namespace, &name),
+        name,
+        namespace,
+        function: Value::Value(job.spec.function.clone()),
+        event: json_attribute(&previous.event, Some(&job.spec.event)),
+        run_id: Value::Value(i64::try_from(job.spec.run_id).unwrap_or(i64::MAX)),
+        wait_timeout_sec: Value::Value(job.spec.wait_timeout_sec.into()),
+        phase: Value::Value(phase_name(job.status.phase)),
+        result: job.status.result.as_ref().map(Json::to_string).into(),
+        error: job.status.error.clone().into(),
+    }
+}

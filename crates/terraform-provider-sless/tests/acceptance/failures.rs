@@ -1,0 +1,140 @@
+//! Errors a person can act on: the build log of a failed build (and the
+//! tainted function replaced once the code is fixed), the server's refusal
+//! pointing at the attribute, a failed job's error, validation before any
+//! call, and a provider without an endpoint.
+
+use sless_client::api::Phase;
+
+use crate::harness::{hello_python, Parts, Rest, Server, Workdir};
+
+const NS: &str = "tf-fail";
+const PROVIDER: &str = "provider \"sless\" {\n  namespace = \"tf-fail\"\n}";
+
+fn function(name: &str, zip: &str) -> String {
+    format!(
+        r#"
+resource "sless_function" "{name}" {{
+  name      = "{name}"
+  runtime   = "python3.11"
+  filename  = "{zip}"
+  code_hash = filesha256("{zip}")
+}}
+"#
+    )
+}
+
+/// True when Terraform's diagnostic quotes the configuration line that sets
+/// `attribute` to `value` (it does when the diagnostic names the attribute).
+fn quotes(stderr: &str, attribute: &str, value: &str) -> bool {
+    stderr
+        .lines()
+        .any(|line| line.contains(attribute) && line.contains(&format!("= {value}")))
+}
+
+#[test]
+fn failures_say_what_went_wrong_and_where() {
+    let Some(parts) = Parts::find() else { return };
+    let server = Server::start(&parts);
+    let rest = Rest::new(&server);
+    let mut work = Workdir::new(&parts, &server);
+    let handler = hello_python();
+    work.zip("good.zip", &[("handler.py", &handler)]);
+    work.zip(
+        "broken.zip",
+        &[
+            ("handler.py", &handler),
+            ("requirements.txt", "./vendor/does-not-exist.whl\n"),
+        ],
+    );
+    work.zip(
+        "boom.zip",
+        &[(
+            "handler.py",
+            "def handle(event, context):\n    raise ValueError('kaboom: ' + str(event.get('why')))\n",
+        )],
+    );
+
+    // Caught while validating, before any call: the attribute is quoted.
+    work.config(
+        PROVIDER,
+        "resource \"sless_function\" \"bad\" {\n  name     = \"bad\"\n  runtime  = \"python2\"\n  filename = \"good.zip\"\n}\n",
+    );
+    let run = work.tf(&["plan", "-no-color"]);
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert!(run.stderr.contains("Unsupported runtime"), "{}", run.output());
+    assert!(run.stderr.contains("python3.11, nodejs20"), "{}", run.output());
+    assert!(quotes(&run.stderr, "runtime", "\"python2\""), "{}", run.output());
+
+    // A provider with no endpoint says where to set one.
+    work.config(PROVIDER, &function("good", "good.zip"));
+    work.set_env("SLESS_ENDPOINT", "");
+    let run = work.tf(&["plan", "-no-color"]);
+    assert_eq!(run.code, 1, "{}", run.output());
+    assert!(run.stderr.contains("The sless endpoint is not set"), "{}", run.output());
+    assert!(run.stderr.contains("SLESS_ENDPOINT"), "{}", run.output());
+    work.set_env("SLESS_ENDPOINT", &server.url);
+
+    // A failed build: the apply error carries the build log's tail and
+    // points at filename; the function is tainted.
+    work.config(PROVIDER, &function("broken", "broken.zip"));
+    let run = work.apply_fails();
+    assert!(
+        run.stderr.contains("The build of function tf-fail/broken failed"),
+        "{}",
+        run.output()
+    );
+    assert!(
+        run.stderr.contains("does-not-exist"),
+        "pip's complaint: {}",
+        run.output()
+    );
+    assert!(quotes(&run.stderr, "filename", "\"broken.zip\""), "{}", run.output());
+    assert_eq!(rest.function(NS, "broken").status.phase, Phase::Failed);
+    let plan = work.plan();
+    assert!(
+        plan.stdout.contains("is tainted, so must be replaced"),
+        "{}",
+        plan.output()
+    );
+
+    // Fixed code: the tainted function is replaced and Ready.
+    std::fs::copy(work.path().join("good.zip"), work.path().join("broken.zip")).unwrap();
+    let run = work.apply();
+    assert!(
+        run.stdout.contains("Resources: 1 added, 0 changed, 1 destroyed"),
+        "{}",
+        run.output()
+    );
+    assert_eq!(rest.function(NS, "broken").status.phase, Phase::Ready);
+    work.assert_no_changes();
+
+    // The server refuses a trigger of a function that does not exist: its
+    // message, pointing at `function`.
+    let trigger = "resource \"sless_trigger\" \"orphan\" {\n  name     = \"orphan\"\n  function = \"missing\"\n  type     = \"http\"\n}\n";
+    work.config(PROVIDER, &format!("{}{trigger}", function("broken", "broken.zip")));
+    let run = work.apply_fails();
+    assert!(
+        run.stderr.contains("Cannot create trigger tf-fail/orphan"),
+        "{}",
+        run.output()
+    );
+    assert!(run.stderr.contains("does not exist"), "{}", run.output());
+    assert!(run.stderr.contains("400"), "{}", run.output());
+    assert!(quotes(&run.stderr, "function", "\"missing\""), "{}", run.output());
+
+    // A failed job run is an apply error with the handler's error.
+    let job = "resource \"sless_job\" \"explode\" {\n  name     = \"explode\"\n  function = sless_function.boom.name\n  event    = jsonencode({ why = \"testing\" })\n  run_id   = 1\n}\n";
+    work.config(PROVIDER, &format!("{}{job}", function("boom", "boom.zip")));
+    let run = work.apply_fails();
+    assert!(
+        run.stderr.contains("Run 1 of job tf-fail/explode failed"),
+        "{}",
+        run.output()
+    );
+    assert!(run.stderr.contains("kaboom: testing"), "{}", run.output());
+
+    work.config(PROVIDER, "");
+    work.destroy();
+    assert!(rest.run(rest.client.list_functions(NS)).unwrap().is_empty());
+    assert!(rest.run(rest.client.list_jobs(NS)).unwrap().is_empty());
+}

@@ -1,0 +1,8 @@
+//! Acceptance tests: real Terraform (plan, apply, import, destroy) driving
+//! the freshly built provider against a real sless server.
+
+mod example;
+mod failures;
+mod harness;
+mod import;
+mod lifecycle;
