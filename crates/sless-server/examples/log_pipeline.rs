@@ -42,7 +42,7 @@ async fn main() -> anyhow::Result<()> {
         },
     );
     let record = |i: u64| InvocationRecord {
-        id: format!("{:016x}{i:08x}", 0),
+        id: format!("{:016x}{i:08x}", sless_server::store::now().timestamp_micros()),
         namespace: "bench".into(),
         function: format!("fn-{}", i % 10),
         version: 1,

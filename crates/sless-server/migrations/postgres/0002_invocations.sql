@@ -1,7 +1,8 @@
--- One row per call of a handler, whatever fired it. `seq` orders them.
+-- One row per call of a handler, whatever fired it. The id starts with the
+-- start time (hex microseconds), so ids order the records by time and range
+-- deletes by id prune by age; one index serves the per-function listing.
 CREATE TABLE invocations (
-    seq            BIGSERIAL PRIMARY KEY,
-    id             TEXT NOT NULL UNIQUE,
+    id             TEXT PRIMARY KEY,
     namespace      TEXT NOT NULL,
     function       TEXT NOT NULL,
     version        BIGINT NOT NULL,
@@ -17,5 +18,4 @@ CREATE TABLE invocations (
     logs           TEXT NOT NULL,
     logs_truncated BOOLEAN NOT NULL
 );
-CREATE INDEX invocations_by_function ON invocations (namespace, function, seq);
-CREATE INDEX invocations_by_time ON invocations (started_at);
+CREATE INDEX invocations_by_function ON invocations (namespace, function, id);

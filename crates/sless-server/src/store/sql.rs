@@ -343,14 +343,14 @@ macro_rules! sql_store {
                     Some(before) => {
                         let sql = format!(
                             "SELECT {COLUMNS} FROM invocations WHERE namespace = $1 AND function = $2 \
-                             AND seq < (SELECT seq FROM invocations WHERE id = $3) ORDER BY seq DESC LIMIT $4"
+                             AND id < $3 ORDER BY id DESC LIMIT $4"
                         );
                         sqlx::query(&sql).bind(namespace).bind(function).bind(before).bind(limit).fetch_all(&self.pool).await?
                     }
                     None => {
                         let sql = format!(
                             "SELECT {COLUMNS} FROM invocations WHERE namespace = $1 AND function = $2 \
-                             ORDER BY seq DESC LIMIT $3"
+                             ORDER BY id DESC LIMIT $3"
                         );
                         sqlx::query(&sql).bind(namespace).bind(function).bind(limit).fetch_all(&self.pool).await?
                     }
@@ -359,14 +359,16 @@ macro_rules! sql_store {
             }
 
             async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64> {
-                let old = sqlx::query("DELETE FROM invocations WHERE started_at < $1")
-                    .bind(time_text(&cutoff))
+                // Ids start with the start time in hex microseconds.
+                let cutoff_id = format!("{:016x}", cutoff.timestamp_micros().max(0));
+                let old = sqlx::query("DELETE FROM invocations WHERE id < $1")
+                    .bind(cutoff_id)
                     .execute(&self.pool)
                     .await?
                     .rows_affected();
                 let surplus = sqlx::query(
-                    "DELETE FROM invocations WHERE seq <= \
-                     (SELECT seq FROM invocations ORDER BY seq DESC LIMIT 1 OFFSET $1)",
+                    "DELETE FROM invocations WHERE id <= \
+                     (SELECT id FROM invocations ORDER BY id DESC LIMIT 1 OFFSET $1)",
                 )
                 .bind(keep)
                 .execute(&self.pool)
