@@ -18,17 +18,20 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|| "postgres://root@127.0.0.1:5432/test".into());
     let total: u64 = args.next().map(|n| n.parse()).transpose()?.unwrap_or(200_000);
 
-    // A private database, dropped at the end.
+    // A private database, dropped at the end (or the SQLite file given).
+    let postgres = admin_url.starts_with("postgres");
     let name = format!("sless_bench_{:08x}", rand::random::<u32>());
-    let (base, _) = admin_url.rsplit_once('/').expect("database URL has a path");
-    let url = format!("{base}/{name}");
-    {
+    let url = if postgres {
         use sqlx::Connection;
+        let (base, _) = admin_url.rsplit_once('/').expect("database URL has a path");
         let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
         sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
             .execute(&mut admin)
             .await?;
-    }
+        format!("{base}/{name}")
+    } else {
+        admin_url.clone()
+    };
     let store = sless_server::store::open(&url).await?;
     let log = InvocationLog::start(
         store,
@@ -77,12 +80,13 @@ async fn main() -> anyhow::Result<()> {
     let secs = started.elapsed().as_secs_f64();
     let written = log.written.load(Ordering::Relaxed);
     println!(
-        "log pipeline: {written} records written to PostgreSQL in {secs:.2} s = {:.0} records/s (dropped {}; target >= 20000/s)",
+        "log pipeline: {written} records written to {} in {secs:.2} s = {:.0} records/s (dropped {}; target >= 20000/s)",
+        if postgres { "PostgreSQL" } else { "SQLite" },
         written as f64 / secs,
         log.dropped.load(Ordering::Relaxed)
     );
     drop(log);
-    {
+    if postgres {
         use sqlx::Connection;
         let mut admin = sqlx::PgConnection::connect(&admin_url).await?;
         sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))

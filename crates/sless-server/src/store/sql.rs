@@ -139,6 +139,40 @@ macro_rules! sql_store {
             }
         }
 
+
+        /// One multi-row INSERT of `chunk`.
+        async fn insert_rows(
+            tx: &mut sqlx::Transaction<'_, $crate::store::sql::sqlx_db!($store)>,
+            chunk: &[InvocationRecord],
+        ) -> Result<()> {
+            let mut query = sqlx::QueryBuilder::new(
+                "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
+                 duration_ms, status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated) ",
+            );
+            query.push_values(chunk, |mut row, r| {
+                row.push_bind(r.id.clone())
+                    .push_bind(r.namespace.clone())
+                    .push_bind(r.function.clone())
+                    .push_bind(r.version as i64)
+                    .push_bind(r.trigger.clone())
+                    .push_bind(r.request_id.clone())
+                    .push_bind(time_text(&r.started_at))
+                    .push_bind(r.duration_ms)
+                    .push_bind(r.status.clone())
+                    .push_bind(r.error.clone())
+                    .push_bind(r.bytes_in as i64)
+                    .push_bind(r.bytes_out as i64)
+                    .push_bind(r.cold_start)
+                    .push_bind(serde_json::to_string(&r.logs).unwrap_or_else(|_| "[]".into()))
+                    .push_bind(r.logs_truncated);
+            });
+            query.build().persistent(true).execute(&mut **tx).await?;
+            Ok(())
+        }
+
+        /// Rows per statement for SQLite (a statement per size is cached).
+        const SQLITE_ROWS: usize = 64;
+
         const RESOURCE_COLUMNS: &str = "namespace, name, spec, status, created_at, updated_at";
 
         #[async_trait]
@@ -273,58 +307,21 @@ macro_rules! sql_store {
                 const ROWS: usize = 1000;
                 let mut tx = self.pool.begin().await?;
                 if <$crate::store::sql::sqlx_db!($store) as sqlx::Database>::NAME == "SQLite" {
-                    // In-process: one cached single-row statement per record is
-                    // cheaper than preparing a new multi-row statement per batch.
-                    for r in records {
-                        sqlx::query(
-                            "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
-                             duration_ms, status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated) \
-                             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-                        )
-                        .bind(&r.id)
-                        .bind(&r.namespace)
-                        .bind(&r.function)
-                        .bind(r.version as i64)
-                        .bind(&r.trigger)
-                        .bind(&r.request_id)
-                        .bind(time_text(&r.started_at))
-                        .bind(r.duration_ms)
-                        .bind(&r.status)
-                        .bind(&r.error)
-                        .bind(r.bytes_in as i64)
-                        .bind(r.bytes_out as i64)
-                        .bind(r.cold_start)
-                        .bind(serde_json::to_string(&r.logs).unwrap_or_else(|_| "[]".into()))
-                        .bind(r.logs_truncated)
-                        .execute(&mut *tx)
-                        .await?;
+                    // In-process behind one worker thread per connection:
+                    // statements of a fixed row count are prepared once and
+                    // reused; the rest go one row at a time.
+                    let mut chunks = records.chunks_exact(SQLITE_ROWS);
+                    for chunk in &mut chunks {
+                        insert_rows(&mut tx, chunk).await?;
                     }
-                    tx.commit().await?;
-                    return Ok(());
-                }
-                for chunk in records.chunks(ROWS) {
-                    let mut query = sqlx::QueryBuilder::new(
-                        "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
-                         duration_ms, status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated) ",
-                    );
-                    query.push_values(chunk, |mut row, r| {
-                        row.push_bind(r.id.clone())
-                            .push_bind(r.namespace.clone())
-                            .push_bind(r.function.clone())
-                            .push_bind(r.version as i64)
-                            .push_bind(r.trigger.clone())
-                            .push_bind(r.request_id.clone())
-                            .push_bind(time_text(&r.started_at))
-                            .push_bind(r.duration_ms)
-                            .push_bind(r.status.clone())
-                            .push_bind(r.error.clone())
-                            .push_bind(r.bytes_in as i64)
-                            .push_bind(r.bytes_out as i64)
-                            .push_bind(r.cold_start)
-                            .push_bind(serde_json::to_string(&r.logs).unwrap_or_else(|_| "[]".into()))
-                            .push_bind(r.logs_truncated);
-                    });
-                    query.build().execute(&mut *tx).await?;
+                    for record in chunks.remainder() {
+                        insert_rows(&mut tx, std::slice::from_ref(record)).await?;
+                    }
+                } else {
+                    // Over the network: as few round trips as possible.
+                    for chunk in records.chunks(ROWS) {
+                        insert_rows(&mut tx, chunk).await?;
+                    }
                 }
                 tx.commit().await?;
                 Ok(())
