@@ -492,6 +492,12 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    print("done", event["n"])\n'
             '    return event["n"]\n'
         ),
+        "thread": (
+            "import threading, time\n\n"
+            "def handle(event, context):\n"
+            '    time.sleep(event.get("delay", 0))\n'
+            "    return threading.current_thread().name\n"
+        ),
         "sync_returning_coroutine": (
             "import asyncio\n\n"
             "async def work(event):\n"
@@ -508,6 +514,15 @@ class PythonShimTest(ShimContract, unittest.TestCase):
     def test_sync_handlers_run_concurrently_in_the_pool(self):
         client = self.start("slow_sync", concurrency=4)
         self.check_concurrent_invocations(client)
+
+    def test_a_consistently_fast_sync_handler_runs_inline_until_a_slow_call(self):
+        client = self.start("thread", concurrency=4)
+        self.assertTrue(client.invoke(1).json().startswith("sless-handler"), "starts in the pool")
+        names = [client.invoke(i).json() for i in range(2, 203)]
+        self.assertTrue(names[0].startswith("sless-handler"))
+        self.assertEqual(names[-1], "MainThread", "200 fast calls in a row move it to the loop thread")
+        self.assertEqual(client.invoke(300, b'{"delay": 0.01}').json(), "MainThread")
+        self.assertTrue(client.invoke(301).json().startswith("sless-handler"), "one slow call sends it back")
 
     def test_zero_argument_handler(self):
         self.assertEqual(self.start("zero_arg").invoke(1).json(), "zero")

@@ -10,27 +10,13 @@ use sha2::{Digest, Sha256};
 use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List, Phase};
 
 use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
+use super::resource::{self, load, not_found, to_api};
 use crate::blobs;
 use crate::driver::FunctionKey;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
 use object_store::ObjectStoreExt as _;
-
-fn not_found(ns: &str, name: &str) -> Error {
-    Error::NotFound(format!("function {name:?} not found in namespace {ns:?}"))
-}
-
-pub(crate) fn to_function(record: Record) -> Result<Function> {
-    Ok(Function {
-        spec: serde_json::from_value(record.spec).map_err(Error::internal)?,
-        status: serde_json::from_value(record.status).map_err(Error::internal)?,
-        name: record.name,
-        namespace: record.namespace,
-        created_at: record.created_at,
-        updated_at: record.updated_at,
-    })
-}
 
 fn checked_spec(value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
@@ -44,10 +30,7 @@ fn checked_spec(value: Value) -> Result<FunctionSpec> {
     responses((status = 200, body = List<Function>), (status = 401, body = sless_api::ErrorBody), (status = 403, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Function>>> {
-    validate_name("namespace", &ns)?;
-    let records = state.store.list(Kind::Function, &ns).await?;
-    let items = records.into_iter().map(to_function).collect::<Result<_>>()?;
-    Ok(Json(List { items }))
+    Ok(Json(resource::list(&state, Kind::Function, &ns).await?))
 }
 
 /// Create a function. It has no code until `PUT .../code`.
@@ -81,17 +64,7 @@ pub async fn create(
     };
     state.store.create(Kind::Function, &record).await?;
     tracing::info!(namespace = %record.namespace, function = %record.name, "function created");
-    Ok((StatusCode::CREATED, Json(to_function(record)?)))
-}
-
-async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
-    validate_name("namespace", ns)?;
-    validate_name("function", name)?;
-    state
-        .store
-        .get(Kind::Function, ns, name)
-        .await?
-        .ok_or_else(|| not_found(ns, name))
+    Ok((StatusCode::CREATED, Json(to_api(record)?)))
 }
 
 /// Get one function with its status.
@@ -103,7 +76,7 @@ pub async fn get(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<Function>> {
-    Ok(Json(to_function(load(&state, &ns, &name).await?)?))
+    Ok(Json(to_api(load(&state, Kind::Function, &ns, &name).await?)?))
 }
 
 /// Partially update a function (JSON merge patch of its spec; `null` resets a field to its default).
@@ -117,7 +90,7 @@ pub async fn patch(
     Path((ns, name)): Path<(String, String)>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Function>> {
-    let mut record = load(&state, &ns, &name).await?;
+    let mut record = load(&state, Kind::Function, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
             return Err(Error::BadRequest(format!(
@@ -138,12 +111,12 @@ pub async fn patch(
         .store
         .update_spec(Kind::Function, &ns, &name, &record.spec)
         .await?;
-    let function = to_function(
+    let function: Function = to_api(
         state
             .store
             .get(Kind::Function, &ns, &name)
             .await?
-            .ok_or_else(|| not_found(&ns, &name))?,
+            .ok_or_else(|| not_found(Kind::Function, &ns, &name))?,
     )?;
     state
         .deployer
@@ -164,7 +137,7 @@ pub async fn delete(
     validate_name("namespace", &ns)?;
     validate_name("function", &name)?;
     if !state.store.delete(Kind::Function, &ns, &name).await? {
-        return Err(not_found(&ns, &name));
+        return Err(not_found(Kind::Function, &ns, &name));
     }
     state.driver.remove(&FunctionKey::new(&ns, &name)).await;
     remove_archives(&state, &ns, &name).await;
@@ -204,7 +177,7 @@ pub async fn upload_code(
     Path((ns, name)): Path<(String, String)>,
     RawBody(zip): RawBody,
 ) -> Result<(StatusCode, Json<Function>)> {
-    let mut record = load(&state, &ns, &name).await?;
+    let mut record = load(&state, Kind::Function, &ns, &name).await?;
     let rules = state.archive_rules.clone();
     let checked_zip = zip.clone();
     let unpacked = tokio::task::spawn_blocking(move || rules.check(&checked_zip))
@@ -243,6 +216,6 @@ pub async fn upload_code(
         .store
         .get(Kind::Function, &ns, &name)
         .await?
-        .ok_or_else(|| not_found(&ns, &name))?;
-    Ok((StatusCode::ACCEPTED, Json(to_function(record)?)))
+        .ok_or_else(|| not_found(Kind::Function, &ns, &name))?;
+    Ok((StatusCode::ACCEPTED, Json(to_api(record)?)))
 }

@@ -9,24 +9,10 @@ use serde_json::Value;
 use sless_api::{validate_name, Job, JobPhase, JobSpec, JobStatus, List};
 
 use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
-
-fn not_found(ns: &str, name: &str) -> Error {
-    Error::NotFound(format!("job {name:?} not found in namespace {ns:?}"))
-}
-
-fn to_job(record: Record) -> Result<Job> {
-    Ok(Job {
-        spec: serde_json::from_value(record.spec).map_err(Error::internal)?,
-        status: serde_json::from_value(record.status).map_err(Error::internal)?,
-        name: record.name,
-        namespace: record.namespace,
-        created_at: record.created_at,
-        updated_at: record.updated_at,
-    })
-}
 
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpec> {
     let spec: JobSpec = from_value("job", value)?;
@@ -51,15 +37,7 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpe
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Job>)), security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Job>>> {
-    validate_name("namespace", &ns)?;
-    let items = state
-        .store
-        .list(Kind::Job, &ns)
-        .await?
-        .into_iter()
-        .map(to_job)
-        .collect::<Result<_>>()?;
-    Ok(Json(List { items }))
+    Ok(Json(resource::list(&state, Kind::Job, &ns).await?))
 }
 
 /// Create a job. `run_id` 0 creates it without running (phase Skipped); above 0 runs it.
@@ -98,17 +76,7 @@ pub async fn create(
     if spec.run_id > 0 {
         state.jobs.run(&record.namespace, &record.name, spec.run_id);
     }
-    Ok((StatusCode::CREATED, Json(to_job(record)?)))
-}
-
-async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
-    validate_name("namespace", ns)?;
-    validate_name("job", name)?;
-    state
-        .store
-        .get(Kind::Job, ns, name)
-        .await?
-        .ok_or_else(|| not_found(ns, name))
+    Ok((StatusCode::CREATED, Json(to_api(record)?)))
 }
 
 /// Get one job and its latest run.
@@ -116,7 +84,7 @@ async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     responses((status = 200, body = Job), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(String, String)>) -> Result<Json<Job>> {
-    Ok(Json(to_job(load(&state, &ns, &name).await?)?))
+    Ok(Json(to_api(load(&state, Kind::Job, &ns, &name).await?)?))
 }
 
 /// Change a job; raising `run_id` above the last run starts a new run.
@@ -130,7 +98,7 @@ pub async fn patch(
     Path((ns, name)): Path<(String, String)>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Job>> {
-    let record = load(&state, &ns, &name).await?;
+    let record = load(&state, Kind::Job, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
             return Err(Error::BadRequest(format!(
@@ -168,8 +136,8 @@ pub async fn patch(
         .store
         .get(Kind::Job, &ns, &name)
         .await?
-        .ok_or_else(|| not_found(&ns, &name))?;
-    Ok(Json(to_job(record)?))
+        .ok_or_else(|| not_found(Kind::Job, &ns, &name))?;
+    Ok(Json(to_api(record)?))
 }
 
 /// Delete a job; a running one is stopped.
@@ -180,7 +148,7 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    load(&state, &ns, &name).await?;
+    load(&state, Kind::Job, &ns, &name).await?;
     state.jobs.stop(&ns, &name);
     state.store.delete(Kind::Job, &ns, &name).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -7,6 +7,7 @@ mod gateway;
 mod invocations;
 mod jobs;
 mod openapi;
+mod resource;
 mod system;
 mod tokens;
 mod triggers;

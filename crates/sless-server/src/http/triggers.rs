@@ -9,25 +9,11 @@ use serde_json::Value;
 use sless_api::{validate_name, List, Trigger, TriggerSpec, TriggerType};
 
 use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
 use crate::triggers::schedule::Schedule;
-
-fn not_found(ns: &str, name: &str) -> Error {
-    Error::NotFound(format!("trigger {name:?} not found in namespace {ns:?}"))
-}
-
-fn to_trigger(record: Record) -> Result<Trigger> {
-    Ok(Trigger {
-        spec: serde_json::from_value(record.spec).map_err(Error::internal)?,
-        status: serde_json::from_value(record.status).map_err(Error::internal)?,
-        name: record.name,
-        namespace: record.namespace,
-        created_at: record.created_at,
-        updated_at: record.updated_at,
-    })
-}
 
 /// Checks a spec against its type's rules and fills defaults.
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {
@@ -117,15 +103,7 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Trigger>)), security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Trigger>>> {
-    validate_name("namespace", &ns)?;
-    let items = state
-        .store
-        .list(Kind::Trigger, &ns)
-        .await?
-        .into_iter()
-        .map(to_trigger)
-        .collect::<Result<_>>()?;
-    Ok(Json(List { items }))
+    Ok(Json(resource::list(&state, Kind::Trigger, &ns).await?))
 }
 
 /// Create a trigger for a function of the same namespace.
@@ -162,17 +140,7 @@ pub async fn create(
         )
         .await?;
     tracing::info!(namespace = %record.namespace, trigger = %record.name, kind = spec.kind.as_str(), "trigger created");
-    Ok((StatusCode::CREATED, Json(to_trigger(record)?)))
-}
-
-async fn load(state: &AppState, ns: &str, name: &str) -> Result<Record> {
-    validate_name("namespace", ns)?;
-    validate_name("trigger", name)?;
-    state
-        .store
-        .get(Kind::Trigger, ns, name)
-        .await?
-        .ok_or_else(|| not_found(ns, name))
+    Ok((StatusCode::CREATED, Json(to_api(record)?)))
 }
 
 /// Get one trigger.
@@ -183,7 +151,7 @@ pub async fn get(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<Trigger>> {
-    Ok(Json(to_trigger(load(&state, &ns, &name).await?)?))
+    Ok(Json(to_api(load(&state, Kind::Trigger, &ns, &name).await?)?))
 }
 
 /// Change a trigger in place (e.g. `{"enabled": false}`); its type cannot change.
@@ -197,7 +165,7 @@ pub async fn patch(
     Path((ns, name)): Path<(String, String)>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Trigger>> {
-    let record = load(&state, &ns, &name).await?;
+    let record = load(&state, Kind::Trigger, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
             return Err(Error::BadRequest(format!(
@@ -221,7 +189,7 @@ pub async fn patch(
         .store
         .get(Kind::Trigger, &ns, &name)
         .await?
-        .ok_or_else(|| not_found(&ns, &name))?;
+        .ok_or_else(|| not_found(Kind::Trigger, &ns, &name))?;
     if spec.kind == TriggerType::Http && spec.function != old.function {
         let status = crate::triggers::initial_status(&spec, &ns, &state.config.external_url());
         state.store.update_status(Kind::Trigger, &ns, &name, &status).await?;
@@ -231,7 +199,7 @@ pub async fn patch(
         .triggers
         .changed(&ns, &name, Some(&record), &[old.function, spec.function.clone()])
         .await?;
-    Ok(Json(to_trigger(record)?))
+    Ok(Json(to_api(record)?))
 }
 
 /// Delete a trigger.
@@ -242,7 +210,7 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    let record = load(&state, &ns, &name).await?;
+    let record = load(&state, Kind::Trigger, &ns, &name).await?;
     let spec = crate::triggers::spec_of(&record);
     state.store.delete(Kind::Trigger, &ns, &name).await?;
     state.triggers.changed(&ns, &name, None, &[spec.function]).await?;
