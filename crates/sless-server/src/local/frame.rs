@@ -62,8 +62,13 @@ pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<Optio
             format!("shim sent a frame of {len} bytes (corrupt stream?)"),
         ));
     }
-    let mut buf = BytesMut::zeroed(len);
-    reader.read_exact(&mut buf).await?;
+    let mut buf = BytesMut::with_capacity(len);
+    while buf.len() < len {
+        let missing = len - buf.len();
+        if reader.read_buf(&mut (&mut buf).limit(missing)).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
     let mut buf = buf.freeze();
     let kind = buf.get_u8();
     let id = buf.get_u32();

@@ -16,7 +16,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde_json::json;
 use sless_api::Runtime;
 
 pub use launcher::shim_version;
@@ -203,22 +202,34 @@ impl Driver for LocalDriver {
 /// The INVOKE frame's header (runtimes/PROTOCOL.md); a zero timeout leaves
 /// the deadline to the pool's own timeout.
 fn invocation_head(invocation: &Invocation, timeout_sec: u32) -> Vec<u8> {
-    let headers: serde_json::Map<String, serde_json::Value> = invocation
-        .headers
-        .iter()
-        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
-        .collect();
-    let mut head = json!({
-        "kind": invocation.kind.as_str(),
-        "request_id": invocation.request_id,
-        "method": invocation.method,
-        "path": invocation.path,
-        "query": invocation.query,
-        "headers": headers,
-        "event": invocation.event,
-    });
-    if timeout_sec > 0 {
-        head["deadline_ms"] = json!(chrono::Utc::now().timestamp_millis() + i64::from(timeout_sec) * 1000);
+    /// Serializes the header pairs as a JSON object without copying them.
+    struct Headers<'a>(&'a [(String, String)]);
+    impl serde::Serialize for Headers<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+        }
     }
+    #[derive(serde::Serialize)]
+    struct Head<'a> {
+        kind: &'a str,
+        request_id: &'a str,
+        method: &'a str,
+        path: &'a str,
+        query: &'a str,
+        headers: Headers<'a>,
+        event: &'a Option<serde_json::Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        deadline_ms: Option<i64>,
+    }
+    let head = Head {
+        kind: invocation.kind.as_str(),
+        request_id: &invocation.request_id,
+        method: &invocation.method,
+        path: &invocation.path,
+        query: &invocation.query,
+        headers: Headers(&invocation.headers),
+        event: &invocation.event,
+        deadline_ms: (timeout_sec > 0).then(|| chrono::Utc::now().timestamp_millis() + i64::from(timeout_sec) * 1000),
+    };
     serde_json::to_vec(&head).expect("JSON of plain values")
 }

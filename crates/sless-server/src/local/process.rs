@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use super::frame::{self, kind};
 use crate::driver::LogChunk;
@@ -61,7 +61,8 @@ pub struct ShimProcess {
     pub pid: u32,
     /// The slot directory its code is linked into.
     pub slot: PathBuf,
-    stdin: tokio::sync::Mutex<ChildStdin>,
+    /// Frames for the writer task, which owns stdin.
+    outbox: mpsc::UnboundedSender<Bytes>,
     pending: Mutex<HashMap<u32, Pending>>,
     ready: ReadySlot,
     next_id: AtomicU32,
@@ -78,11 +79,12 @@ impl ShimProcess {
         let mut stdout = child.stdout.take().ok_or("no stdout")?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
         let (death, _) = tokio::sync::watch::channel(None);
+        let (outbox, frames) = mpsc::unbounded_channel();
         let process = Arc::new(ShimProcess {
             id: NEXT_PROCESS.fetch_add(1, Ordering::Relaxed),
             pid,
             slot,
-            stdin: tokio::sync::Mutex::new(stdin),
+            outbox,
             pending: Mutex::new(HashMap::new()),
             ready: Mutex::new(None),
             next_id: AtomicU32::new(1),
@@ -91,6 +93,7 @@ impl ShimProcess {
             death,
         });
         let instance = process.id;
+        tokio::spawn(write_loop(stdin, frames));
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
@@ -109,7 +112,7 @@ impl ShimProcess {
         };
         tracing::debug!(instance, hello = %String::from_utf8_lossy(&hello.payload), "shim started");
         let reader = process.clone();
-        tokio::spawn(async move { reader.read_loop(stdout).await });
+        tokio::spawn(async move { reader.read_loop(BufReader::with_capacity(READ_BUFFER, stdout)).await });
         Ok(process)
     }
 
@@ -126,7 +129,7 @@ impl ShimProcess {
         }
     }
 
-    async fn read_loop(self: Arc<Self>, mut stdout: tokio::process::ChildStdout) {
+    async fn read_loop(self: Arc<Self>, mut stdout: BufReader<tokio::process::ChildStdout>) {
         let reason = loop {
             match frame::read(&mut stdout).await {
                 Ok(Some(f)) => self.dispatch(f),
@@ -228,13 +231,12 @@ impl ShimProcess {
         self.death.subscribe()
     }
 
-    async fn send(&self, bytes: &[u8]) -> Result<(), String> {
-        let mut stdin = self.stdin.lock().await;
-        stdin
-            .write_all(bytes)
-            .await
-            .map_err(|e| format!("writing to instance: {e}"))?;
-        stdin.flush().await.map_err(|e| format!("writing to instance: {e}"))
+    /// Queues a frame for the writer task. A write that fails means the
+    /// process is gone, which its reader notices and reports.
+    fn send(&self, frame: Bytes) -> Result<(), String> {
+        self.outbox
+            .send(frame)
+            .map_err(|_| "instance is not running".to_string())
     }
 
     /// Sends LOAD and waits for READY.
@@ -242,7 +244,7 @@ impl ShimProcess {
         let (tx, rx) = oneshot::channel();
         *self.ready.lock().unwrap() = Some(tx);
         let payload = serde_json::to_vec(load).map_err(|e| e.to_string())?;
-        self.send(&frame::encode(kind::LOAD, 0, &payload)).await?;
+        self.send(frame::encode(kind::LOAD, 0, &payload))?;
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err("instance went away while loading".into()),
@@ -266,7 +268,7 @@ impl ShimProcess {
                 log_bytes: 0,
             },
         );
-        if let Err(e) = self.send(&frame::encode_with_head(kind::INVOKE, id, head, body)).await {
+        if let Err(e) = self.send(frame::encode_with_head(kind::INVOKE, id, head, body)) {
             self.pending.lock().unwrap().remove(&id);
             return Err(e);
         }
@@ -288,6 +290,36 @@ impl Drop for ShimProcess {
             let _ = child.start_kill();
         }
         let _ = std::fs::remove_dir_all(&self.slot);
+    }
+}
+
+/// Bytes read from a shim at once: many small frames arrive together under load.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// Frames written to a shim at once at most.
+const WRITE_BATCH: usize = 64;
+
+/// Owns the shim's stdin and writes the queued frames, all that are waiting
+/// in one write, so a busy instance gets many invocations per wake-up. A
+/// frame is always written whole: callers that give up do not cut one short.
+async fn write_loop(mut stdin: ChildStdin, mut frames: mpsc::UnboundedReceiver<Bytes>) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    let mut buf = Vec::new();
+    while frames.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+        let result = if batch.len() == 1 {
+            stdin.write_all(&batch[0]).await
+        } else {
+            buf.clear();
+            for frame in &batch {
+                buf.extend_from_slice(frame);
+            }
+            stdin.write_all(&buf).await
+        };
+        batch.clear();
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "writing to instance failed");
+            return;
+        }
     }
 }
 
