@@ -7,9 +7,11 @@ pub type Migrations = &'static [(i64, &'static str)];
 pub const SQLITE: Migrations = &[
     (1, include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../../migrations/sqlite/0002_invocations.sql")),
+    (3, include_str!("../../migrations/sqlite/0003_invocation_chunks.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
     (1, include_str!("../../migrations/postgres/0001_init.sql")),
     (2, include_str!("../../migrations/postgres/0002_invocations.sql")),
+    (3, include_str!("../../migrations/postgres/0003_invocation_chunks.sql")),
 ];

@@ -1,6 +1,7 @@
 //! Durable state behind one small trait, with a SQLite and a PostgreSQL
 //! implementation chosen once at start from the database URL.
 
+pub mod chunks;
 mod migrations;
 mod postgres;
 mod sql;

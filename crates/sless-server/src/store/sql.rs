@@ -11,7 +11,7 @@ macro_rules! sql_store {
 
         use $crate::error::{Error, Result};
         use $crate::store::{Kind, Record, Store, TokenRecord};
-        use sless_api::{InvocationRecord, LogLine};
+        use sless_api::InvocationRecord;
 
         fn parse_time(s: &str) -> Result<DateTime<Utc>> {
             DateTime::parse_from_rfc3339(s)
@@ -103,26 +103,40 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            fn invocation(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<InvocationRecord> {
-                let logs: Vec<LogLine> = serde_json::from_str(row.try_get::<&str, _>("logs")?)
-                    .map_err(|e| Error::internal(format!("bad invocation logs in store: {e}")))?;
-                Ok(InvocationRecord {
-                    id: row.try_get("id")?,
-                    namespace: row.try_get("namespace")?,
-                    function: row.try_get("function")?,
-                    version: row.try_get::<i64, _>("version")? as u64,
-                    trigger: row.try_get("trigger")?,
-                    request_id: row.try_get("request_id")?,
-                    started_at: parse_time(row.try_get::<&str, _>("started_at")?)?,
-                    duration_ms: row.try_get("duration_ms")?,
-                    status: row.try_get("status")?,
-                    error: row.try_get("error")?,
-                    bytes_in: row.try_get::<i64, _>("bytes_in")? as u64,
-                    bytes_out: row.try_get::<i64, _>("bytes_out")? as u64,
-                    cold_start: row.try_get("cold_start")?,
-                    logs,
-                    logs_truncated: row.try_get("logs_truncated")?,
-                })
+            /// Stores what is left of a trimmed chunk, or deletes it when nothing is.
+            async fn rewrite_chunk(
+                tx: &mut sqlx::Transaction<'_, $crate::store::sql::sqlx_db!($store)>,
+                row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row,
+                trimmed: Option<(String, i64, String)>,
+            ) -> Result<()> {
+                let namespace: &str = row.try_get("namespace")?;
+                let function: &str = row.try_get("function")?;
+                let last_id: &str = row.try_get("last_id")?;
+                match trimmed {
+                    Some((first_id, records, data)) => {
+                        sqlx::query(
+                            "UPDATE invocation_chunks SET first_id = $1, records = $2, data = $3 \
+                             WHERE namespace = $4 AND function = $5 AND last_id = $6",
+                        )
+                        .bind(first_id)
+                        .bind(records)
+                        .bind(data)
+                        .bind(namespace)
+                        .bind(function)
+                        .bind(last_id)
+                        .execute(&mut **tx)
+                        .await?;
+                    }
+                    None => {
+                        sqlx::query("DELETE FROM invocation_chunks WHERE namespace = $1 AND function = $2 AND last_id = $3")
+                            .bind(namespace)
+                            .bind(function)
+                            .bind(last_id)
+                            .execute(&mut **tx)
+                            .await?;
+                    }
+                }
+                Ok(())
             }
 
             fn token(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<TokenRecord> {
@@ -141,38 +155,6 @@ macro_rules! sql_store {
 
 
         /// One multi-row INSERT of `chunk`.
-        async fn insert_rows(
-            tx: &mut sqlx::Transaction<'_, $crate::store::sql::sqlx_db!($store)>,
-            chunk: &[InvocationRecord],
-        ) -> Result<()> {
-            let mut query = sqlx::QueryBuilder::new(
-                "INSERT INTO invocations (id, namespace, function, version, trigger, request_id, started_at, \
-                 duration_ms, status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated) ",
-            );
-            query.push_values(chunk, |mut row, r| {
-                row.push_bind(r.id.clone())
-                    .push_bind(r.namespace.clone())
-                    .push_bind(r.function.clone())
-                    .push_bind(r.version as i64)
-                    .push_bind(r.trigger.clone())
-                    .push_bind(r.request_id.clone())
-                    .push_bind(time_text(&r.started_at))
-                    .push_bind(r.duration_ms)
-                    .push_bind(r.status.clone())
-                    .push_bind(r.error.clone())
-                    .push_bind(r.bytes_in as i64)
-                    .push_bind(r.bytes_out as i64)
-                    .push_bind(r.cold_start)
-                    .push_bind(serde_json::to_string(&r.logs).unwrap_or_else(|_| "[]".into()))
-                    .push_bind(r.logs_truncated);
-            });
-            query.build().persistent(true).execute(&mut **tx).await?;
-            Ok(())
-        }
-
-        /// Rows per statement for SQLite (a statement per size is cached).
-        const SQLITE_ROWS: usize = 64;
-
         const RESOURCE_COLUMNS: &str = "namespace, name, spec, status, created_at, updated_at";
 
         #[async_trait]
@@ -302,26 +284,21 @@ macro_rules! sql_store {
             }
 
             async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()> {
-                // Rows per statement: 16 parameters each stays under both
-                // databases' parameter limits.
-                const ROWS: usize = 1000;
+                let chunks = $crate::store::chunks::chunks_of(records);
                 let mut tx = self.pool.begin().await?;
-                if <$crate::store::sql::sqlx_db!($store) as sqlx::Database>::NAME == "SQLite" {
-                    // In-process behind one worker thread per connection:
-                    // statements of a fixed row count are prepared once and
-                    // reused; the rest go one row at a time.
-                    let mut chunks = records.chunks_exact(SQLITE_ROWS);
-                    for chunk in &mut chunks {
-                        insert_rows(&mut tx, chunk).await?;
-                    }
-                    for record in chunks.remainder() {
-                        insert_rows(&mut tx, std::slice::from_ref(record)).await?;
-                    }
-                } else {
-                    // Over the network: as few round trips as possible.
-                    for chunk in records.chunks(ROWS) {
-                        insert_rows(&mut tx, chunk).await?;
-                    }
+                for chunk in &chunks {
+                    sqlx::query(
+                        "INSERT INTO invocation_chunks (namespace, function, first_id, last_id, records, data) \
+                         VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(&chunk.namespace)
+                    .bind(&chunk.function)
+                    .bind(&chunk.first_id)
+                    .bind(&chunk.last_id)
+                    .bind(chunk.records)
+                    .bind(&chunk.data)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 tx.commit().await?;
                 Ok(())
@@ -334,44 +311,84 @@ macro_rules! sql_store {
                 before: Option<&str>,
                 limit: i64,
             ) -> Result<Vec<InvocationRecord>> {
-                const COLUMNS: &str = "id, namespace, function, version, trigger, request_id, started_at, duration_ms, \
-                                       status, error, bytes_in, bytes_out, cold_start, logs, logs_truncated";
-                let rows = match before {
-                    Some(before) => {
-                        let sql = format!(
-                            "SELECT {COLUMNS} FROM invocations WHERE namespace = $1 AND function = $2 \
-                             AND id < $3 ORDER BY id DESC LIMIT $4"
-                        );
-                        sqlx::query(&sql).bind(namespace).bind(function).bind(before).bind(limit).fetch_all(&self.pool).await?
+                use futures::TryStreamExt;
+                let mut newest = $crate::store::chunks::Newest::new(namespace, function, limit.max(0) as usize, before);
+                let mut rows = sqlx::query(
+                    "SELECT last_id, data FROM invocation_chunks WHERE namespace = $1 AND function = $2 \
+                     AND first_id < $3 ORDER BY last_id DESC",
+                )
+                .bind(namespace)
+                .bind(function)
+                // Ids are lowercase hex: "g" sorts after every one.
+                .bind(before.unwrap_or("g"))
+                .fetch(&self.pool);
+                while let Some(row) = rows.try_next().await? {
+                    if newest.complete(row.try_get::<&str, _>("last_id")?) {
+                        break;
                     }
-                    None => {
-                        let sql = format!(
-                            "SELECT {COLUMNS} FROM invocations WHERE namespace = $1 AND function = $2 \
-                             ORDER BY id DESC LIMIT $3"
-                        );
-                        sqlx::query(&sql).bind(namespace).bind(function).bind(limit).fetch_all(&self.pool).await?
-                    }
-                };
-                rows.iter().map(Self::invocation).collect()
+                    newest.add(row.try_get::<&str, _>("data")?)?;
+                }
+                Ok(newest.into_items())
             }
 
             async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64> {
+                use $crate::store::chunks::{decode, without};
                 // Ids start with the start time in hex microseconds.
                 let cutoff_id = format!("{:016x}", cutoff.timestamp_micros().max(0));
-                let old = sqlx::query("DELETE FROM invocations WHERE id < $1")
-                    .bind(cutoff_id)
-                    .execute(&self.pool)
-                    .await?
-                    .rows_affected();
-                let surplus = sqlx::query(
-                    "DELETE FROM invocations WHERE id <= \
-                     (SELECT id FROM invocations ORDER BY id DESC LIMIT 1 OFFSET $1)",
+                let mut removed = 0i64;
+                let mut tx = self.pool.begin().await?;
+                // Past retention: whole chunks (a write first, so SQLite takes
+                // its write lock before this transaction reads anything), then
+                // the older part of the chunks that straddle the cutoff.
+                let gone: Vec<i64> = sqlx::query_scalar("DELETE FROM invocation_chunks WHERE last_id < $1 RETURNING records")
+                    .bind(&cutoff_id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                removed += gone.iter().sum::<i64>();
+                let straddling = sqlx::query(
+                    "SELECT namespace, function, last_id, records, data FROM invocation_chunks WHERE first_id < $1",
+                )
+                .bind(&cutoff_id)
+                .fetch_all(&mut *tx)
+                .await?;
+                for row in &straddling {
+                    let trimmed = without(row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?, |r| {
+                        r.id < cutoff_id
+                    })?;
+                    removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
+                    Self::rewrite_chunk(&mut tx, row, trimmed).await?;
+                }
+                // Over the count: the chunks past the newest `keep` records,
+                // and the older part of the one that crosses it.
+                let boundary = sqlx::query(
+                    "SELECT namespace, function, last_id, records, data, seen - records AS newer FROM \
+                     (SELECT namespace, function, last_id, data, records, \
+                      CAST(SUM(records) OVER (ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
+                      FROM invocation_chunks) counted \
+                     WHERE seen > $1 ORDER BY last_id DESC LIMIT 1",
                 )
                 .bind(keep)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
-                Ok(old + surplus)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some(row) = boundary {
+                    let gone: Vec<i64> =
+                        sqlx::query_scalar("DELETE FROM invocation_chunks WHERE last_id < $1 RETURNING records")
+                            .bind(row.try_get::<&str, _>("last_id")?)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                    removed += gone.iter().sum::<i64>();
+                    let (namespace, function, data) =
+                        (row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?);
+                    // A chunk's records are in id order: keep its last `room`.
+                    let room = (keep - row.try_get::<i64, _>("newer")?).max(0) as usize;
+                    let records = decode(namespace, function, data)?;
+                    let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
+                    let trimmed = without(namespace, function, data, |r| cut.as_ref().is_none_or(|c| r.id < *c))?;
+                    removed += records.len() as i64 - trimmed.as_ref().map_or(0, |t| t.1);
+                    Self::rewrite_chunk(&mut tx, &row, trimmed).await?;
+                }
+                tx.commit().await?;
+                Ok(removed as u64)
             }
 
             async fn create_token(&self, t: &TokenRecord) -> Result<()> {

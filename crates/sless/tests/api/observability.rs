@@ -43,7 +43,65 @@ async fn invocations(server: &Server, name: &str, n: usize) -> Vec<Value> {
     panic!("fewer than {n} invocation records appeared");
 }
 
-crate::both_stores!(records_capture_output_and_page);
+crate::both_stores!(
+    records_capture_output_and_page,
+    records_stored_before_chunks_survive_the_upgrade
+);
+
+/// A database left by a server from before chunked records (schema 2, one
+/// row per record) is migrated at start: its records read back unchanged.
+async fn records_stored_before_chunks_survive_the_upgrade(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    let (status, _) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "old", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    server.kill9();
+    let old_schema = match backend {
+        Backend::Sqlite => include_str!("../../../sless-server/migrations/sqlite/0002_invocations.sql"),
+        Backend::Postgres => include_str!("../../../sless-server/migrations/postgres/0002_invocations.sql"),
+    };
+    // Ids start with the start time; an hour ago is inside retention.
+    let micros = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
+    let (older, newer) = (format!("{micros:016x}deadbeef"), format!("{:016x}cafef00d", micros + 1));
+    let downgrade = format!(
+        "DROP TABLE invocation_chunks; DELETE FROM schema_migrations WHERE version = 3; {old_schema}
+         INSERT INTO invocations VALUES ('{older}', 'ns', 'old', 3, 'cron', 'req-1',
+           '2026-11-30T10:00:00.123456Z', 12.5, 'error', 'boom', 10, 20, TRUE,
+           '[{{\"stream\":\"stdout\",\"text\":\"hi\\n\"}}]', FALSE),
+           ('{newer}', 'ns', 'old', 4, 'http', 'req-2',
+           '2026-11-30T10:00:00.123457Z', 1, '200', NULL, 0, 2, FALSE, '[]', TRUE);"
+    );
+    match &server.db {
+        Some(db) => {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+            sqlx::raw_sql(&downgrade).execute(&mut conn).await.unwrap();
+        }
+        None => {
+            use sqlx::Connection;
+            let url = format!("sqlite://{}", server.data_dir.path().join("sless.db").display());
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::raw_sql(&downgrade).execute(&mut conn).await.unwrap();
+        }
+    }
+    server.spawn();
+    let items = invocations(&server, "old", 2).await;
+    let expected = json!([
+        {"id": newer, "namespace": "ns", "function": "old", "version": 4, "trigger": "http",
+         "request_id": "req-2", "started_at": "2026-11-30T10:00:00.123457Z", "duration_ms": 1.0, "status": "200",
+         "error": null, "bytes_in": 0, "bytes_out": 2, "cold_start": false, "logs": [], "logs_truncated": true},
+        {"id": older, "namespace": "ns", "function": "old", "version": 3, "trigger": "cron",
+         "request_id": "req-1", "started_at": "2026-11-30T10:00:00.123456Z", "duration_ms": 12.5, "status": "error",
+         "error": "boom", "bytes_in": 10, "bytes_out": 20, "cold_start": true,
+         "logs": [{"stream": "stdout", "text": "hi\n"}], "logs_truncated": false},
+    ]);
+    assert_eq!(Value::Array(items), expected);
+}
 
 async fn records_capture_output_and_page(backend: Backend) {
     let server = Server::start(backend).await;

@@ -1,0 +1,384 @@
+//! Invocation records are stored in chunks, as log stores do: one row per
+//! function per written batch, holding up to [`CHUNK_RECORDS`] records as a
+//! JSON array in id (start time) order. A busy gateway then pays one row
+//! insert per chunk instead of one per call, so recording stays cheap next
+//! to serving. Both stores share this part; only the SQL differs.
+//!
+//! Inside a chunk a record is a JSON array of its fields in a fixed order
+//! ([`Row`]), without the namespace and function that the row holds: about
+//! half the bytes of the API's JSON object, and that much cheaper to write.
+//!
+//! A record's id starts with its start time, and records are written when
+//! they finish, so a long call can land in a chunk beside much newer ones:
+//! chunks' id ranges may overlap, and reading merges them.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sless_api::{InvocationRecord, LogLine};
+
+use crate::error::{Error, Result};
+
+/// A record as a chunk stores it: id, version, trigger, request id, start
+/// (microseconds since the epoch), duration in ms, status, error, bytes in,
+/// bytes out, cold start, logs as `[stream, text]` pairs, logs truncated.
+#[derive(Serialize)]
+struct Row<'a>(
+    &'a str,
+    u64,
+    &'a str,
+    &'a str,
+    i64,
+    f64,
+    &'a str,
+    &'a Option<String>,
+    u64,
+    u64,
+    bool,
+    Logs<'a>,
+    bool,
+);
+
+struct Logs<'a>(&'a [LogLine]);
+
+impl Serialize for Logs<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.iter().map(|l| (&l.stream, &l.text)))
+    }
+}
+
+impl<'a> From<&'a InvocationRecord> for Row<'a> {
+    fn from(r: &'a InvocationRecord) -> Self {
+        Row(
+            &r.id,
+            r.version,
+            &r.trigger,
+            &r.request_id,
+            r.started_at.timestamp_micros(),
+            r.duration_ms,
+            &r.status,
+            &r.error,
+            r.bytes_in,
+            r.bytes_out,
+            r.cold_start,
+            Logs(&r.logs),
+            r.logs_truncated,
+        )
+    }
+}
+
+#[derive(Deserialize)]
+struct OwnedRow(
+    String,
+    u64,
+    String,
+    String,
+    Started,
+    f64,
+    String,
+    Option<String>,
+    u64,
+    u64,
+    bool,
+    Vec<StoredLog>,
+    bool,
+);
+
+/// Chunks written by this code hold microseconds; records moved over from
+/// the one-row-per-record schema hold the RFC 3339 text they had.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Started {
+    Micros(i64),
+    Text(DateTime<Utc>),
+}
+
+/// `[stream, text]`, or the `{stream, text}` object of moved-over records.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredLog {
+    Pair(String, String),
+    Line(LogLine),
+}
+
+impl OwnedRow {
+    fn into_record(self, namespace: &str, function: &str) -> Result<InvocationRecord> {
+        let started_at = match self.4 {
+            Started::Text(t) => t,
+            Started::Micros(us) => DateTime::from_timestamp_micros(us)
+                .ok_or_else(|| Error::internal(format!("bad start time {us} in an invocation chunk")))?,
+        };
+        Ok(InvocationRecord {
+            id: self.0,
+            namespace: namespace.to_string(),
+            function: function.to_string(),
+            version: self.1,
+            trigger: self.2,
+            request_id: self.3,
+            started_at,
+            duration_ms: self.5,
+            status: self.6,
+            error: self.7,
+            bytes_in: self.8,
+            bytes_out: self.9,
+            cold_start: self.10,
+            logs: self
+                .11
+                .into_iter()
+                .map(|l| match l {
+                    StoredLog::Pair(stream, text) => LogLine { stream, text },
+                    StoredLog::Line(line) => line,
+                })
+                .collect(),
+            logs_truncated: self.12,
+        })
+    }
+}
+
+fn encode<'a>(records: impl Iterator<Item = &'a InvocationRecord>) -> String {
+    let rows: Vec<Row<'_>> = records.map(Row::from).collect();
+    serde_json::to_string(&rows).expect("records serialize")
+}
+
+/// Records per chunk at most.
+pub const CHUNK_RECORDS: usize = 256;
+/// Serialized bytes per chunk at most (a single record may exceed it).
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// One row of `invocation_chunks`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chunk {
+    pub namespace: String,
+    pub function: String,
+    pub first_id: String,
+    pub last_id: String,
+    pub records: i64,
+    pub data: String,
+}
+
+/// Cuts a batch into chunks: grouped by function, each in id order.
+pub fn chunks_of(records: &[InvocationRecord]) -> Vec<Chunk> {
+    let mut order: Vec<&InvocationRecord> = records.iter().collect();
+    order.sort_unstable_by(|a, b| (&a.namespace, &a.function, &a.id).cmp(&(&b.namespace, &b.function, &b.id)));
+    let mut chunks = Vec::new();
+    let mut rest = &order[..];
+    while let Some(first) = rest.first() {
+        let same = rest
+            .iter()
+            .take_while(|r| r.namespace == first.namespace && r.function == first.function)
+            .count();
+        let (group, tail) = rest.split_at(same);
+        rest = tail;
+        let mut start = 0;
+        while start < group.len() {
+            let mut data = vec![b'['];
+            let mut end = start;
+            while end < group.len() && end - start < CHUNK_RECORDS && (end == start || data.len() < CHUNK_BYTES) {
+                if end > start {
+                    data.push(b',');
+                }
+                serde_json::to_writer(&mut data, &Row::from(group[end])).expect("records serialize");
+                end += 1;
+            }
+            data.push(b']');
+            chunks.push(Chunk {
+                namespace: first.namespace.clone(),
+                function: first.function.clone(),
+                first_id: group[start].id.clone(),
+                last_id: group[end - 1].id.clone(),
+                records: (end - start) as i64,
+                data: String::from_utf8(data).expect("JSON is UTF-8"),
+            });
+            start = end;
+        }
+    }
+    chunks
+}
+
+/// The records of a chunk of `function` in `namespace`, in id order.
+pub fn decode(namespace: &str, function: &str, data: &str) -> Result<Vec<InvocationRecord>> {
+    let rows: Vec<OwnedRow> =
+        serde_json::from_str(data).map_err(|e| Error::internal(format!("bad invocation chunk in store: {e}")))?;
+    rows.into_iter().map(|r| r.into_record(namespace, function)).collect()
+}
+
+/// A chunk's records without those `drop` selects, as `(first_id, count,
+/// data)` to store again; `None` when none are left.
+pub fn without(
+    namespace: &str,
+    function: &str,
+    data: &str,
+    drop: impl Fn(&InvocationRecord) -> bool,
+) -> Result<Option<(String, i64, String)>> {
+    let kept: Vec<InvocationRecord> = decode(namespace, function, data)?
+        .into_iter()
+        .filter(|r| !drop(r))
+        .collect();
+    let Some(first) = kept.first() else {
+        return Ok(None);
+    };
+    Ok(Some((first.id.clone(), kept.len() as i64, encode(kept.iter()))))
+}
+
+/// The newest `limit` records of one function older than `before`,
+/// collected from its chunks fed newest `last_id` first.
+pub struct Newest<'a> {
+    namespace: &'a str,
+    function: &'a str,
+    limit: usize,
+    before: Option<&'a str>,
+    items: Vec<InvocationRecord>,
+}
+
+impl<'a> Newest<'a> {
+    pub fn new(namespace: &'a str, function: &'a str, limit: usize, before: Option<&'a str>) -> Self {
+        Newest {
+            namespace,
+            function,
+            limit,
+            before,
+            items: Vec::new(),
+        }
+    }
+
+    /// True when a chunk whose newest record is `last_id` (and every chunk
+    /// after it) can no longer change the answer.
+    pub fn complete(&self, last_id: &str) -> bool {
+        self.limit == 0 || (self.items.len() == self.limit && self.items[self.limit - 1].id.as_str() > last_id)
+    }
+
+    pub fn add(&mut self, data: &str) -> Result<()> {
+        let before = self.before;
+        self.items.extend(
+            decode(self.namespace, self.function, data)?
+                .into_iter()
+                .filter(|r| before.is_none_or(|b| r.id.as_str() < b)),
+        );
+        self.items.sort_unstable_by(|a, b| b.id.cmp(&a.id));
+        self.items.truncate(self.limit);
+        Ok(())
+    }
+
+    pub fn into_items(self) -> Vec<InvocationRecord> {
+        self.items
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(function: &str, id: u32) -> InvocationRecord {
+        InvocationRecord {
+            id: format!("{id:024x}"),
+            namespace: "ns".into(),
+            function: function.into(),
+            version: 1,
+            trigger: "http".into(),
+            request_id: "r".into(),
+            started_at: chrono::Utc::now(),
+            duration_ms: 1.0,
+            status: "200".into(),
+            error: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            cold_start: false,
+            logs: vec![sless_api::LogLine {
+                stream: "stdout".into(),
+                text: "x".repeat(100),
+            }],
+            logs_truncated: false,
+        }
+    }
+
+    #[test]
+    fn a_batch_becomes_ordered_chunks_per_function() {
+        let batch = vec![record("b", 3), record("a", 2), record("b", 1), record("a", 5)];
+        let chunks = chunks_of(&batch);
+        assert_eq!(chunks.len(), 2);
+        assert_eq!((chunks[0].function.as_str(), chunks[0].records), ("a", 2));
+        assert_eq!(chunks[1].first_id, format!("{:024x}", 1));
+        assert_eq!(chunks[1].last_id, format!("{:024x}", 3));
+        let ids: Vec<_> = decode("ns", "b", &chunks[1].data)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        assert_eq!(ids, [format!("{:024x}", 1), format!("{:024x}", 3)]);
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written() {
+        let mut r = record("a", 7);
+        r.started_at = chrono::DateTime::parse_from_rfc3339("2026-12-02T10:11:12.345678Z")
+            .unwrap()
+            .into();
+        r.error = Some("boom \"quoted\"".into());
+        r.logs.push(sless_api::LogLine {
+            stream: "stderr".into(),
+            text: "é\n".into(),
+        });
+        r.cold_start = true;
+        let chunk = &chunks_of(std::slice::from_ref(&r))[0];
+        assert!(
+            !chunk.data.contains("\"namespace\""),
+            "the row holds what the columns do not"
+        );
+        assert_eq!(decode("ns", "a", &chunk.data).unwrap(), [r]);
+    }
+
+    #[test]
+    fn records_moved_from_rows_read_back() {
+        let data = r#"[["0001", 3, "cron", "req", "2026-11-30T10:00:00.123456Z", 12.5, "error", "boom", 1, 2, true,
+                       [{"stream": "stdout", "text": "hi\n"}], false]]"#;
+        let r = &decode("ns", "f", data).unwrap()[0];
+        assert_eq!(r.started_at.timestamp_micros() % 1_000_000, 123_456);
+        assert_eq!((r.logs[0].stream.as_str(), r.logs[0].text.as_str()), ("stdout", "hi\n"));
+        assert_eq!((r.namespace.as_str(), r.function.as_str(), r.version), ("ns", "f", 3));
+    }
+
+    #[test]
+    fn chunks_are_cut_by_count() {
+        let batch: Vec<_> = (0..(CHUNK_RECORDS as u32 * 2 + 1)).map(|i| record("a", i)).collect();
+        let sizes: Vec<_> = chunks_of(&batch).iter().map(|c| c.records).collect();
+        assert_eq!(sizes, [CHUNK_RECORDS as i64, CHUNK_RECORDS as i64, 1]);
+    }
+
+    #[test]
+    fn chunks_are_cut_by_size() {
+        let mut big = record("a", 1);
+        big.logs[0].text = "y".repeat(CHUNK_BYTES);
+        let chunks = chunks_of(&[big, record("a", 2), record("a", 3)]);
+        assert_eq!(chunks.iter().map(|c| c.records).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn overlapping_chunks_merge_newest_first() {
+        // A long call (id 2) recorded in a chunk beside newer ones.
+        let newer = chunks_of(&[record("a", 2), record("a", 9), record("a", 10)]);
+        let older = chunks_of(&[record("a", 5), record("a", 6)]);
+        let mut newest = Newest::new("ns", "a", 3, None);
+        newest.add(&newer[0].data).unwrap();
+        assert!(!newest.complete(&older[0].last_id), "6 beats 2");
+        newest.add(&older[0].data).unwrap();
+        let ids: Vec<_> = newest.into_items().into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, [10, 9, 6].map(|i| format!("{i:024x}")));
+
+        let mut page = Newest::new("ns", "a", 2, Some(&newer[0].last_id));
+        page.add(&newer[0].data).unwrap();
+        page.add(&older[0].data).unwrap();
+        assert!(page.complete(&format!("{:024x}", 4)));
+        let ids: Vec<_> = page.into_items().into_iter().map(|r| r.id).collect();
+        assert_eq!(ids, [9, 6].map(|i| format!("{i:024x}")));
+    }
+
+    #[test]
+    fn trimming_keeps_the_rest_or_reports_empty() {
+        let chunk = &chunks_of(&[record("a", 1), record("a", 2), record("a", 3)])[0];
+        let (first, count, data) = without("ns", "a", &chunk.data, |r| r.id < format!("{:024x}", 2))
+            .unwrap()
+            .unwrap();
+        assert_eq!((first, count), (format!("{:024x}", 2), 2));
+        assert_eq!(decode("ns", "a", &data).unwrap().len(), 2);
+        assert!(without("ns", "a", &chunk.data, |_| true).unwrap().is_none());
+    }
+}
