@@ -27,6 +27,28 @@ STDOUT, STDERR = 1, 2
 FRAME_HEAD = struct.Struct(">IcI")  # length of the rest, type, invocation id
 U32 = struct.Struct(">I")
 JSON_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+JSON_DECODER = json.JSONDecoder()
+
+
+def _make_encode():
+    """JSON_ENCODER.encode without its Python-level layers: CPython's C
+    encoder called directly (same output), or the plain method elsewhere."""
+    try:
+        from _json import encode_basestring_ascii, make_encoder
+    except ImportError:
+        return JSON_ENCODER.encode
+    encoder = make_encoder(None, JSON_ENCODER.default, encode_basestring_ascii, None, ":", ",", False, False, False)
+    join = "".join
+
+    def encode(value):
+        if isinstance(value, str):
+            return encode_basestring_ascii(value)
+        return join(encoder(value, 0))
+
+    return encode
+
+
+json_encode = _make_encode()
 
 JSON_TYPE = "application/json"
 TEXT_TYPE = "text/plain; charset=utf-8"
@@ -95,6 +117,8 @@ class CaptureStream(io.TextIOBase):
         self.flush_invocation(current_invocation.get())
 
     def flush_invocation(self, inv_id):
+        if inv_id not in self._partial:  # nothing pending (only this invocation adds to its own entry)
+            return
         with self._lock:
             pending = self._partial.pop(inv_id, "")
             if pending:
@@ -111,13 +135,11 @@ class CaptureStream(io.TextIOBase):
 
 
 class Context(dict):
-    """The handler's `context`: fields readable as attributes or as keys."""
+    """The handler's `context`: fields readable as attributes or as keys.
+    Made with dict's own constructor (no Python-level __init__: this is on
+    every call's path); `_deadline_ms` is set after."""
 
     __slots__ = ("_deadline_ms",)
-
-    def __init__(self, deadline_ms, **fields):
-        super().__init__(fields)
-        self._deadline_ms = deadline_ms
 
     def __getattr__(self, name):
         try:
@@ -257,36 +279,53 @@ def load_function(spec):
     return Function(spec, handler)
 
 
+def decode_header(text):
+    """The INVOKE header: the server's compact JSON object, read by the C
+    scanner directly (no whitespace to skip)."""
+    try:
+        header, end = JSON_DECODER.scan_once(text, 0)
+    except StopIteration:
+        raise ValueError("header is not JSON") from None
+    if end != len(text) or not isinstance(header, dict):
+        raise ValueError("header is not one JSON object")
+    return header
+
+
 def parse_http_event(text):
     if not text:
         return {}
     try:
-        return json.loads(text)
+        return JSON_DECODER.decode(text)
     except ValueError:
         return text
 
 
 def build_call(function, header, body):
     """The (event, context) arguments for one INVOKE, cut to the handler's arity."""
-    kind = header.get("kind") or "http"
+    get = header.get
+    kind = get("kind") or "http"
     text = body.decode("utf-8", "replace")
-    event = parse_http_event(text) if kind == "http" else header.get("event")
-    raw_query = header.get("query") or ""
+    if function.arg_count == 0:
+        return ()
+    event = parse_http_event(text) if kind == "http" else get("event")
+    if function.arg_count == 1:
+        return (event,)
+    raw_query = get("query") or ""
     context = Context(
-        header.get("deadline_ms"),
         trigger=kind,
-        request_id=header.get("request_id", ""),
+        request_id=get("request_id", ""),
         function=function.name,
         namespace=function.namespace,
         version=function.version,
-        method=header.get("method") or "",
-        path=header.get("path") or "",
+        method=get("method") or "",
+        path=get("path") or "",
         query=dict(urllib.parse.parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {},
         raw_query=raw_query,
-        headers=header.get("headers") or {},
+        headers=get("headers") or {},
         body=text,
     )
-    return (event, context)[: function.arg_count]
+    context._deadline_ms = get("deadline_ms")
+    return (event, context)
 
 
 def output_head(status, headers):
@@ -300,7 +339,7 @@ JSON_200_HEAD = output_head(200, {"content-type": JSON_TYPE})
 
 def to_json(value):
     try:
-        return JSON_ENCODER.encode(value).encode()
+        return json_encode(value).encode()
     except (TypeError, ValueError, RecursionError) as exc:
         raise BadReturn(NOT_SERIALIZABLE + str(exc)) from None
 
@@ -382,23 +421,27 @@ class Shim:
         request_id = ""
         try:
             header_len = U32.unpack_from(payload)[0]
-            header = json.loads(payload[4 : 4 + header_len])
+            header = decode_header(payload[4 : 4 + header_len].decode())
             request_id = header.get("request_id", "")
             args = build_call(self.function, header, payload[4 + header_len :])
         except Exception as exc:
             message = "no function loaded" if self.function is None else f"bad INVOKE: {exc}"
             self.frames.send_output(inv_id, *error_response(request_id, message))
             return
+        function = self.function
+        # Each invocation runs in a context of its own: the output capture
+        # knows whose output it is, and context variables a handler sets do
+        # not leak into the next call.
         context = contextvars.copy_context()
         context.run(current_invocation.set, inv_id)
-        if self.function.is_async:
+        if function.inline or function.fast:
+            context.run(self.serve_inline, inv_id, request_id, args)
+        elif function.is_async:
             task = self.loop.create_task(self.serve_async(inv_id, request_id, args), context=context)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
-        elif self.function.inline or self.function.fast:
-            context.run(self.serve_inline, inv_id, request_id, args)
         else:
-            self.function.threads.submit(context.run, self.serve_sync, inv_id, request_id, args)
+            function.threads.submit(context.run, self.serve_sync, inv_id, request_id, args)
 
     async def serve_async(self, inv_id, request_id, args):
         try:
@@ -474,31 +517,57 @@ class Shim:
         self.frames.send_output(inv_id, *error_response(request_id, describe_exception(exc)))
 
 
-class FrameReader(asyncio.Protocol):
-    """Cuts the byte stream from the server into frames; exits at EOF."""
+class FrameReader:
+    """Reads the server's frames into one reused buffer whenever the pipe is
+    readable (asyncio's pipe transport would allocate a fresh 256 KiB bytes
+    object per read) and hands each whole frame on; exits at EOF."""
 
-    def __init__(self, on_frame):
+    def __init__(self, fd, on_frame, size=256 * 1024):
+        self.fd = fd
         self.on_frame = on_frame
-        self.buffer = bytearray()
+        self.buffer = bytearray(size)
+        self.start = 0  # first unconsumed byte
+        self.end = 0  # end of the bytes read
 
-    def data_received(self, data):
-        buffer = self.buffer
-        buffer += data
-        offset, end = 0, len(buffer)
+    def on_readable(self):
+        if self.end == len(self.buffer):
+            self._make_room(1)
+        try:
+            with memoryview(self.buffer) as view:
+                n = os.readv(self.fd, [view[self.end :]])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            os._exit(0)
+        if n == 0:
+            os._exit(0)
+        self.end += n
+        buffer, offset, end = self.buffer, self.start, self.end
         while end - offset >= 9:
             size, kind, inv_id = FRAME_HEAD.unpack_from(buffer, offset)
             if end - offset - 4 < size:
+                missing = 4 + size - (end - offset)
+                if len(buffer) - end < missing:
+                    self._make_room(missing)
                 break
             payload = bytes(buffer[offset + 9 : offset + 4 + size])
             offset += 4 + size
+            self.start = offset
             self.on_frame(kind, inv_id, payload)
-        del buffer[:offset]
+        if self.start == self.end:
+            self.start = self.end = 0
 
-    def eof_received(self):
-        os._exit(0)
-
-    def connection_lost(self, exc):
-        os._exit(0)
+    def _make_room(self, missing):
+        """Moves the unconsumed bytes to the front, growing the buffer when
+        the frame being read is larger than it."""
+        pending = self.buffer[self.start : self.end]
+        size = len(self.buffer)
+        while size - len(pending) < missing:
+            size *= 2
+        if size != len(self.buffer):
+            self.buffer = bytearray(size)
+        self.buffer[: len(pending)] = pending
+        self.start, self.end = 0, len(pending)
 
 
 def take_over_stdio():
@@ -521,8 +590,9 @@ def main():
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     shim = Shim(frames, (sys.stdout, sys.stderr), loop)
-    pipe = open(frames_in, "rb", buffering=0)
-    loop.run_until_complete(loop.connect_read_pipe(lambda: FrameReader(shim.on_frame), pipe))
+    os.set_blocking(frames_in, False)
+    reader = FrameReader(frames_in, shim.on_frame)
+    loop.add_reader(frames_in, reader.on_readable)
     frames.send_json(b"H", {"runtime": RUNTIME, "shim_version": SHIM_VERSION, "pid": os.getpid()})
     loop.run_forever()
 

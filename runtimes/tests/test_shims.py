@@ -408,6 +408,14 @@ class ShimContract:
         text = "x" * 1_000_000
         self.assertEqual(client.invoke(1, json.dumps(text).encode()).json(), text)
 
+    def test_a_large_frame_between_small_ones_in_one_write(self):
+        client = self.start("echo")
+        text = "y" * 3_000_000
+        client.send(
+            encode_invoke(1, b"1") + encode_invoke(2, json.dumps(text).encode()) + encode_invoke(3, b"3")
+        )
+        self.assertEqual([o.json() for o in client.wait_outputs([1, 2, 3])], [1, text, 3])
+
     def test_frames_coalesced_in_one_write(self):
         client = self.start("echo")
         client.send(b"".join(encode_invoke(i, str(i).encode()) for i in (1, 2, 3)))
@@ -510,6 +518,15 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         "dep": 'import depmod\n\ndef handle(event, context):\n    return depmod.greet(event["name"])\n',
         "env": 'import os\n\ndef handle(event, context):\n    return os.environ["GREETING"]\n',
     }
+
+    def test_a_malformed_invoke_header_is_a_500_and_the_shim_keeps_serving(self):
+        client = self.start("echo")
+        for inv_id, header in [(1, b"not json"), (2, b'{"kind": "http"} trailing'), (3, b"[1, 2]")]:
+            client.send(encode_frame(b"I", inv_id, U32.pack(len(header)) + header))
+            out = client.wait_outputs([inv_id])[0]
+            self.assertEqual(out.status, 500)
+            self.assertIn("bad INVOKE", out.json()["error"])
+        self.assertEqual(client.invoke(4, b'{"still": "here"}').json(), {"still": "here"})
 
     def test_sync_handlers_run_concurrently_in_the_pool(self):
         client = self.start("slow_sync", concurrency=4)
