@@ -8,10 +8,12 @@ pub const SQLITE: Migrations = &[
     (1, include_str!("../../migrations/sqlite/0001_init.sql")),
     (2, include_str!("../../migrations/sqlite/0002_invocations.sql")),
     (3, include_str!("../../migrations/sqlite/0003_invocation_chunks.sql")),
+    (4, include_str!("../../migrations/sqlite/0004_compressed_chunks.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
     (1, include_str!("../../migrations/postgres/0001_init.sql")),
     (2, include_str!("../../migrations/postgres/0002_invocations.sql")),
     (3, include_str!("../../migrations/postgres/0003_invocation_chunks.sql")),
+    (4, include_str!("../../migrations/postgres/0004_compressed_chunks.sql")),
 ];

@@ -107,7 +107,7 @@ macro_rules! sql_store {
             async fn rewrite_chunk(
                 tx: &mut sqlx::Transaction<'_, $crate::store::sql::sqlx_db!($store)>,
                 row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row,
-                trimmed: Option<(String, i64, String)>,
+                trimmed: Option<(String, i64, Vec<u8>)>,
             ) -> Result<()> {
                 let namespace: &str = row.try_get("namespace")?;
                 let function: &str = row.try_get("function")?;
@@ -326,7 +326,7 @@ macro_rules! sql_store {
                     if newest.complete(row.try_get::<&str, _>("last_id")?) {
                         break;
                     }
-                    newest.add(row.try_get::<&str, _>("data")?)?;
+                    newest.add(row.try_get::<&[u8], _>("data")?)?;
                 }
                 Ok(newest.into_items())
             }

@@ -69,7 +69,7 @@ async fn records_stored_before_chunks_survive_the_upgrade(backend: Backend) {
     let micros = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
     let (older, newer) = (format!("{micros:016x}deadbeef"), format!("{:016x}cafef00d", micros + 1));
     let downgrade = format!(
-        "DROP TABLE invocation_chunks; DELETE FROM schema_migrations WHERE version = 3; {old_schema}
+        "DROP TABLE invocation_chunks; DELETE FROM schema_migrations WHERE version >= 3; {old_schema}
          INSERT INTO invocations VALUES ('{older}', 'ns', 'old', 3, 'cron', 'req-1',
            '2026-11-30T10:00:00.123456Z', 12.5, 'error', 'boom', 10, 20, TRUE,
            '[{{\"stream\":\"stdout\",\"text\":\"hi\\n\"}}]', FALSE),
