@@ -39,6 +39,13 @@ def handle(event, context):
         out["write_code"] = "WROTE"
     except Exception as e:
         out["write_code"] = "DENIED:" + type(e).__name__
+    try:
+        fd = os.open("/dev/tty", os.O_RDWR)
+        out["tty"] = "TERMINAL" if os.isatty(fd) else "NOT A TERMINAL"
+        os.close(fd)
+    except OSError as e:
+        out["tty"] = "DENIED:" + type(e).__name__
+    out["tty_is_null"] = os.stat("/dev/tty").st_rdev == os.stat("/dev/null").st_rdev
     open("/tmp/mine", "w").write("private tmp")
     out["tmp"] = try_read("/tmp/mine")
     return out
@@ -119,6 +126,9 @@ async fn a_handler_cannot_read_other_code_the_data_dir_or_host_secrets() {
         "code is read-only: {out}"
     );
     assert_eq!(out["tmp"], "READ:private tmp", "a private writable /tmp");
+    // No terminal to push input into (TIOCSTI): /dev/tty is the null device.
+    assert_ne!(out["tty"], "TERMINAL", "{out}");
+    assert_eq!(out["tty_is_null"], true, "{out}");
     // The victim's code is intact and still served.
     let (status, _, text) = server.invoke(Method::GET, "/fn/ns/victim", "").await;
     assert_eq!((status, text.as_str()), (StatusCode::OK, r#""private""#));
