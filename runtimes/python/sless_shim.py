@@ -60,18 +60,67 @@ current_invocation = contextvars.ContextVar("sless_invocation", default=0)
 
 
 class FrameWriter:
-    """Writes whole frames to the private copy of fd 1, one at a time."""
+    """Writes whole frames to the private copy of fd 1. While corked (the
+    loop thread is working through frames read at once) frames collect in
+    the buffer and go out together when it uncorks: one write, and one
+    wake-up of the server, for the batch. A watchdog thread writes what a
+    batch holds once it has taken WATCHDOG_SECONDS, so a slow handler does
+    not hold back the answers computed before it."""
+
+    WATCHDOG_SECONDS = 0.005
 
     def __init__(self, fd):
-        self._out = open(fd, "wb")
+        self._out = open(fd, "wb", buffering=64 * 1024)
         self._lock = threading.Lock()
+        self._corked = 0  # nesting depth
+        self._batches = 0  # batches corked so far, for the watchdog
+        self._watching = threading.Event()
+        self.can_cork = False  # until the watchdog runs
+
+    def start_watchdog(self):
+        """Starts the watchdog thread; without it nothing is ever held."""
+        thread = threading.Thread(target=self._watch, name="sless-flush", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            sys.__stderr__.write(f"sless shim: cannot start the flush watchdog, writing each frame at once: {exc}\n")
+            return
+        self.can_cork = True
 
     def send(self, kind, inv_id, payload):
         head = FRAME_HEAD.pack(len(payload) + 5, kind, inv_id)
         with self._lock:
             self._out.write(head)
             self._out.write(payload)
-            self._out.flush()
+            if not self._corked:
+                self._out.flush()
+
+    def cork(self):
+        """Holds frames until the matching uncork (when the watchdog runs)."""
+        with self._lock:
+            self._corked += 1
+            self._batches += 1
+            if not self._watching.is_set():
+                self._watching.set()
+
+    def uncork(self):
+        with self._lock:
+            self._corked -= 1
+            if not self._corked:
+                self._out.flush()
+
+    def _watch(self):
+        seen = -1
+        while True:
+            self._watching.wait()
+            time.sleep(self.WATCHDOG_SECONDS)
+            with self._lock:
+                if self._batches == seen:
+                    if self._corked:
+                        self._out.flush()  # one batch for a whole tick: let its answers out
+                    else:
+                        self._watching.clear()  # no batch for a whole tick: rest
+                seen = self._batches
 
     def send_json(self, kind, value):
         self.send(kind, 0, JSON_ENCODER.encode(value).encode())
@@ -391,6 +440,22 @@ class Shim:
         self.loop = loop
         self.function = None
         self.tasks = set()
+        self.batch_tasks = 0  # tasks running when the current batch began
+
+    def begin_batch(self):
+        """Frames read at once are answered with one write: inline handlers'
+        answers within the batch, async ones' first steps on the loop's
+        next turn."""
+        if self.frames.can_cork:
+            self.frames.cork()
+            self.batch_tasks = len(self.tasks)
+
+    def end_batch(self):
+        if self.frames.can_cork:
+            if len(self.tasks) > self.batch_tasks:
+                self.loop.call_soon(self.frames.uncork)
+            else:
+                self.frames.uncork()
 
     def on_frame(self, kind, inv_id, payload):
         if kind == b"I":
@@ -522,9 +587,11 @@ class FrameReader:
     readable (asyncio's pipe transport would allocate a fresh 256 KiB bytes
     object per read) and hands each whole frame on; exits at EOF."""
 
-    def __init__(self, fd, on_frame, size=256 * 1024):
+    def __init__(self, fd, on_frame, on_batch_start, on_batch_end, size=256 * 1024):
         self.fd = fd
         self.on_frame = on_frame
+        self.on_batch_start = on_batch_start  # before the first frame of a read
+        self.on_batch_end = on_batch_end  # after its last
         self.buffer = bytearray(size)
         self.start = 0  # first unconsumed byte
         self.end = 0  # end of the bytes read
@@ -543,17 +610,25 @@ class FrameReader:
             os._exit(0)
         self.end += n
         buffer, offset, end = self.buffer, self.start, self.end
-        while end - offset >= 9:
-            size, kind, inv_id = FRAME_HEAD.unpack_from(buffer, offset)
-            if end - offset - 4 < size:
-                missing = 4 + size - (end - offset)
-                if len(buffer) - end < missing:
-                    self._make_room(missing)
-                break
-            payload = bytes(buffer[offset + 9 : offset + 4 + size])
-            offset += 4 + size
-            self.start = offset
-            self.on_frame(kind, inv_id, payload)
+        in_batch = False
+        try:
+            while end - offset >= 9:
+                size, kind, inv_id = FRAME_HEAD.unpack_from(buffer, offset)
+                if end - offset - 4 < size:
+                    missing = 4 + size - (end - offset)
+                    if len(buffer) - end < missing:
+                        self._make_room(missing)
+                    break
+                payload = bytes(buffer[offset + 9 : offset + 4 + size])
+                offset += 4 + size
+                self.start = offset
+                if not in_batch:
+                    in_batch = True
+                    self.on_batch_start()
+                self.on_frame(kind, inv_id, payload)
+        finally:
+            if in_batch:
+                self.on_batch_end()
         if self.start == self.end:
             self.start = self.end = 0
 
@@ -591,7 +666,8 @@ def main():
     asyncio.set_event_loop(loop)
     shim = Shim(frames, (sys.stdout, sys.stderr), loop)
     os.set_blocking(frames_in, False)
-    reader = FrameReader(frames_in, shim.on_frame)
+    frames.start_watchdog()
+    reader = FrameReader(frames_in, shim.on_frame, shim.begin_batch, shim.end_batch)
     loop.add_reader(frames_in, reader.on_readable)
     frames.send_json(b"H", {"runtime": RUNTIME, "shim_version": SHIM_VERSION, "pid": os.getpid()})
     loop.run_forever()

@@ -541,6 +541,15 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         self.assertEqual(client.invoke(300, b'{"delay": 0.01}').json(), "MainThread")
         self.assertTrue(client.invoke(301).json().startswith("sless-handler"), "one slow call sends it back")
 
+    def test_answers_of_a_batch_are_not_held_back_by_a_slow_call_in_it(self):
+        client = self.start("thread", concurrency=1)  # runs inline: one batch, one thread
+        client.send(encode_invoke(1) + encode_invoke(2, b'{"delay": 1.5}'))
+        started = time.monotonic()
+        self.assertEqual(client.wait_outputs([1], timeout=1.0)[0].json(), "MainThread")
+        self.assertNotIn(2, client.outputs, "the first answer came while the second call still ran")
+        self.assertLess(time.monotonic() - started, 1.0)
+        self.assertEqual(client.wait_outputs([2])[0].json(), "MainThread")
+
     def test_zero_argument_handler(self):
         self.assertEqual(self.start("zero_arg").invoke(1).json(), "zero")
 
