@@ -95,7 +95,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     println!("sless: listening on http://{addr}");
 
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let serve = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
+    let serve = axum::serve(
+        listener,
+        axum::ServiceExt::<axum::extract::Request>::into_make_service(http::app(state)),
+    )
+    .with_graceful_shutdown(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = stop_tx.send(true);

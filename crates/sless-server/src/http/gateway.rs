@@ -2,15 +2,25 @@
 //! request into an invocation of the function's serving version and the
 //! handler's answer back into a response, with a request id on every one.
 
+use std::convert::Infallible;
 use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
+use axum::extract::Request;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::Response;
+use axum::Router;
+use futures::future::{BoxFuture, Either};
+use futures::FutureExt;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use percent_encoding::percent_decode_str;
 use sless_api::validate_name;
+use tower::Service;
+use tracing::Instrument;
 
-use super::body::RawBody;
 use crate::driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
 use crate::error::Error;
 use crate::state::AppState;
@@ -28,6 +38,66 @@ const HOP_BY_HOP: &[&str] = &[
     "proxy-connection",
 ];
 
+/// The application: `/fn` requests go straight to the gateway, everything
+/// else through the router. The gateway is the hot path; routing it would
+/// copy its headers and URI into extractors and match it against every
+/// route first.
+#[derive(Clone)]
+pub struct App {
+    pub state: Arc<AppState>,
+    pub router: Router,
+}
+
+impl Service<Request> for App {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<BoxFuture<'static, Result<Response, Infallible>>, <Router as Service<Request>>::Future>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        match Target::of(request.uri().path()) {
+            Some(target) => Either::Left(Box::pin(invoke(self.state.clone(), target, request).map(Ok))),
+            None => Either::Right(self.router.call(request)),
+        }
+    }
+}
+
+/// The function a `/fn/{ns}/{name}[/{rest}]` path names, percent-decoded.
+struct Target {
+    namespace: String,
+    name: String,
+    /// The handler's `path`: `/{rest}`, `/` for a trailing slash, else empty.
+    path: String,
+}
+
+impl Target {
+    /// None for paths the router answers (`/fn` without a namespace and a
+    /// name); an undecodable segment becomes a name no function has.
+    fn of(path: &str) -> Option<Target> {
+        let rest = path.strip_prefix("/fn/")?;
+        let (namespace, rest) = rest.split_once('/').unwrap_or((rest, ""));
+        let (name, rest) = match rest.split_once('/') {
+            Some((name, rest)) => (name, Some(rest)),
+            None => (rest, None),
+        };
+        if namespace.is_empty() || name.is_empty() {
+            return None;
+        }
+        let decode = |s: &str| percent_decode_str(s).decode_utf8().map(|s| s.into_owned());
+        Some(Target {
+            namespace: decode(namespace).unwrap_or_default(),
+            name: decode(name).unwrap_or_default(),
+            path: match rest {
+                None => String::new(),
+                Some(rest) => format!("/{}", decode(rest).unwrap_or_else(|_| rest.to_string())),
+            },
+        })
+    }
+}
+
 /// Invoke a function. Public: no token needed. Any method; the path after
 /// the function name, the query, headers and body reach the handler.
 #[utoipa::path(post, path = "/fn/{ns}/{name}", tag = "gateway",
@@ -37,42 +107,38 @@ const HOP_BY_HOP: &[&str] = &[
         (status = 502, body = sless_api::ErrorBody, description = "The instance crashed"),
         (status = 503, body = sless_api::ErrorBody, description = "No ready version yet (Retry-After) or disabled"),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
-pub async fn invoke(
-    State(state): State<Arc<AppState>>,
-    Path(params): Path<Vec<(String, String)>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<RawBody, Error>,
-) -> Response {
-    let request_id = request_id(&headers);
-    match serve(&state, params, method, uri, headers, body, &request_id).await {
-        Ok(response) => response,
-        Err(e) => e.into_response_for(&request_id),
+async fn invoke(state: Arc<AppState>, target: Target, request: Request) -> Response {
+    // The router's trace layer, for the requests that skip it.
+    let span = tracing::info_span!("request", method = %request.method(), path = %request.uri().path());
+    async move {
+        let started = Instant::now();
+        let (parts, body) = request.into_parts();
+        let request_id = request_id(&parts.headers);
+        let response = match serve(&state, target, parts, body, &request_id).await {
+            Ok(response) => response,
+            Err(e) => e.into_response_for(&request_id),
+        };
+        let status = response.status().as_u16();
+        let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        tracing::info!(status, latency_ms, "request");
+        if status >= 500 {
+            tracing::warn!(status, latency_ms, "response failed");
+        }
+        response
     }
+    .instrument(span)
+    .await
 }
 
 async fn serve(
     state: &AppState,
-    params: Vec<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Result<RawBody, Error>,
+    target: Target,
+    parts: Parts,
+    body: Body,
     request_id: &str,
 ) -> Result<Response, Error> {
-    let mut ns = String::new();
-    let mut name = String::new();
-    let mut rest = None;
-    for (k, v) in params {
-        match k.as_str() {
-            "ns" => ns = v,
-            "name" => name = v,
-            "rest" => rest = Some(v),
-            _ => {}
-        }
-    }
-    let key = FunctionKey::new(ns, name);
+    let Target { namespace, name, path } = target;
+    let key = FunctionKey::new(namespace, name);
     if validate_name("namespace", &key.namespace).is_err() || validate_name("function", &key.name).is_err() {
         return Err(not_found(&key));
     }
@@ -82,19 +148,22 @@ async fn serve(
             retry_after: None,
         });
     }
-    let RawBody(body) = body?;
-    let path = match rest {
-        Some(rest) => format!("/{rest}"),
-        None if uri.path().ends_with('/') => "/".to_string(),
-        None => String::new(),
+    let body = match Limited::new(body, state.config.max_invoke_bytes).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Err(Error::PayloadTooLarge(
+                "request body is larger than the limit for this endpoint".into(),
+            ))
+        }
+        Err(e) => return Err(Error::BadRequest(format!("cannot read request body: {e}"))),
     };
     let invocation = Invocation {
         kind: TriggerKind::Http,
         request_id: request_id.to_string(),
-        method: method.to_string(),
+        method: parts.method.as_str().to_string(),
         path,
-        query: uri.query().unwrap_or("").to_string(),
-        headers: joined_headers(&headers),
+        query: parts.uri.query().unwrap_or("").to_string(),
+        headers: joined_headers(&parts.headers),
         body,
         event: None,
     };

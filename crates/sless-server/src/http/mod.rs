@@ -18,7 +18,7 @@ use std::time::Duration;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{any, get, post, put};
+use axum::routing::{get, post, put};
 use axum::Router;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 use tracing::Level;
@@ -27,11 +27,18 @@ pub use openapi::ApiDoc;
 
 use crate::state::AppState;
 
-/// The whole application router.
-pub fn router(state: Arc<AppState>) -> Router {
+/// The whole application: the `/fn` gateway and the router for the rest.
+pub fn app(state: Arc<AppState>) -> gateway::App {
+    gateway::App {
+        router: router(state.clone()),
+        state,
+    }
+}
+
+/// Every route but the gateway's.
+fn router(state: Arc<AppState>) -> Router {
     let upload_limit = DefaultBodyLimit::max(state.config.max_upload_bytes);
     let json_limit = DefaultBodyLimit::max(state.config.max_json_bytes);
-    let invoke_limit = DefaultBodyLimit::max(state.config.max_invoke_bytes);
 
     // Everything under /v1: bearer auth wraps the routes and the 404 fallback,
     // so an unknown /v1 path without a token is a 401, not a hint.
@@ -78,9 +85,6 @@ pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(system::healthz))
         .route("/metrics", get(system::metrics))
-        .route("/fn/{ns}/{name}", any(gateway::invoke).layer(invoke_limit))
-        .route("/fn/{ns}/{name}/", any(gateway::invoke).layer(invoke_limit))
-        .route("/fn/{ns}/{name}/{*rest}", any(gateway::invoke).layer(invoke_limit))
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)
