@@ -102,6 +102,13 @@ async fn check_contract(server: &Server, name: &str) {
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["event"], "plain words");
     assert_eq!(body["method"], "PUT");
+    assert_eq!(body["path"], "/");
+    // The rest of the path arrives percent-decoded.
+    let (_, _, text) = server
+        .invoke(Method::GET, &format!("/fn/ns/{name}/a%20b/%C3%A9"), "")
+        .await;
+    let body: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(body["path"], "/a b/\u{e9}");
 
     // A statusCode object is a full response.
     let (status, headers, text) = server
@@ -191,7 +198,14 @@ async fn gateway_errors() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_MAX_INVOKE_BYTES", "1024")]).await;
     let (status, headers, text) = server.invoke(Method::GET, "/fn/ns/missing", "").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{text}");
+    assert!(text.contains("missing") && text.contains("not found"), "{text}");
     assert!(headers.contains_key("x-request-id"));
+    // Paths under /fn that name no function are plain 404s.
+    for path in ["/fn/ns", "/fn/ns/", "/fn//small", "/fn/ns/NOT%20A%20NAME", "/fn/ns/%FF"] {
+        let (status, _, text) = server.invoke(Method::GET, path, "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {text}");
+        assert!(text.contains("\"error\""), "{path}: {text}");
+    }
     server
         .deploy(
             "ns",
