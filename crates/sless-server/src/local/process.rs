@@ -57,7 +57,7 @@ type ReadySlot = Mutex<Option<oneshot::Sender<Result<(), String>>>>;
 /// A running shim.
 pub struct ShimProcess {
     pub id: u64,
-    /// Host pid of the outermost process (prlimit, then bwrap).
+    /// Host pid of the outermost process (chrt, then prlimit, then bwrap: one pid).
     pub pid: u32,
     /// The slot directory its code is linked into.
     pub slot: PathBuf,

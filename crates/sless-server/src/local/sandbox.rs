@@ -103,12 +103,21 @@ impl Sandbox {
         }
     }
 
-    /// Builds the command; stdin/stdout piped, stderr piped. The limits are
-    /// set by util-linux `prlimit` before anything else runs, so every
-    /// process of the sandbox inherits them.
+    /// Builds the command; stdin/stdout piped, stderr piped. The scheduling
+    /// policy and the limits are set by util-linux `chrt` and `prlimit`
+    /// before anything else runs, so every process of the sandbox inherits
+    /// them.
+    ///
+    /// The policy is SCHED_BATCH: a sandboxed process gets its fair share of
+    /// CPU but, when woken, does not preempt the thread that woke it. The
+    /// gateway thread that hands an instance an invocation keeps running
+    /// and hands it the next ones too, and the instance then answers them
+    /// in one batch: under load that halves the context switches per call.
+    /// An idle core still runs a woken instance at once.
     pub fn command(&self, spec: &Spec<'_>, uid: Option<u32>, limits: Limits) -> Command {
-        let mut cmd = Command::new("/usr/bin/prlimit");
-        cmd.arg(format!("--data={}", limits.memory_bytes))
+        let mut cmd = Command::new("/usr/bin/chrt");
+        cmd.args(["--batch", "0", "/usr/bin/prlimit"])
+            .arg(format!("--data={}", limits.memory_bytes))
             .arg(format!("--nproc={}", limits.processes))
             .arg(format!("--cpu={}", limits.cpu_seconds))
             .arg(format!("--nofile={}", limits.open_files))

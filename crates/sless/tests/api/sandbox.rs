@@ -33,6 +33,7 @@ def walk_for(needle, roots):
 def handle(event, context):
     out = {name: try_read(path) for name, path in event["paths"].items()}
     out["uid"] = os.getuid()
+    out["batch_policy"] = os.sched_getscheduler(0) == os.SCHED_BATCH
     out["found"] = walk_for(event["needle"], ["/code", "/tmp", "/sless", "/proc/self/root/code"])
     try:
         open("/code/written", "w").write("x")
@@ -121,6 +122,7 @@ async fn a_handler_cannot_read_other_code_the_data_dir_or_host_secrets() {
     assert_eq!(out["found"], json!([]), "another function's code was visible: {out}");
     assert!(!text.contains("the-other-functions-secret-7f3a"));
     assert_ne!(out["uid"], 0, "handlers never run as root");
+    assert_eq!(out["batch_policy"], true, "instances run under SCHED_BATCH: {out}");
     assert!(
         out["write_code"].as_str().unwrap().starts_with("DENIED"),
         "code is read-only: {out}"
