@@ -19,14 +19,21 @@ struct Histogram {
     total: u64,
 }
 
-type FunctionLabels = (String, String);
+/// One function's invocation series.
+#[derive(Default)]
+struct FunctionSeries {
+    /// Calls by (trigger, status): a handful per function.
+    calls: Vec<(String, String, u64)>,
+    durations: Histogram,
+    cold_starts: u64,
+}
 
 /// The server's own metrics.
 #[derive(Default)]
 pub struct Metrics {
-    invocations: Mutex<BTreeMap<(String, String, String, String), u64>>,
-    durations: Mutex<BTreeMap<FunctionLabels, Histogram>>,
-    cold_starts: Mutex<BTreeMap<FunctionLabels, u64>>,
+    /// By namespace, then function: looked up by `&str` on every call,
+    /// without building a key.
+    functions: Mutex<BTreeMap<String, BTreeMap<String, FunctionSeries>>>,
     pub builds_succeeded: AtomicU64,
     pub builds_failed: AtomicU64,
 }
@@ -42,43 +49,57 @@ impl Metrics {
         duration: Duration,
         cold: bool,
     ) {
-        let key = (namespace.to_string(), function.to_string());
-        *self
-            .invocations
-            .lock()
-            .unwrap()
-            .entry((key.0.clone(), key.1.clone(), trigger.to_string(), status.to_string()))
-            .or_default() += 1;
-        let secs = duration.as_secs_f64();
-        {
-            let mut durations = self.durations.lock().unwrap();
-            let h = durations.entry(key.clone()).or_default();
-            for (i, bound) in BUCKETS.iter().enumerate() {
-                if secs <= *bound {
-                    h.counts[i] += 1;
-                }
-            }
-            h.sum += secs;
-            h.total += 1;
+        let mut functions = self.functions.lock().unwrap();
+        let in_namespace = match functions.get_mut(namespace) {
+            Some(map) => map,
+            None => functions.entry(namespace.to_string()).or_default(),
+        };
+        let series = match in_namespace.get_mut(function) {
+            Some(series) => series,
+            None => in_namespace.entry(function.to_string()).or_default(),
+        };
+        match series.calls.iter_mut().find(|(t, s, _)| t == trigger && s == status) {
+            Some((_, _, n)) => *n += 1,
+            None => series.calls.push((trigger.to_string(), status.to_string(), 1)),
         }
+        let secs = duration.as_secs_f64();
+        let h = &mut series.durations;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                h.counts[i] += 1;
+            }
+        }
+        h.sum += secs;
+        h.total += 1;
         if cold {
-            *self.cold_starts.lock().unwrap().entry(key).or_default() += 1;
+            series.cold_starts += 1;
         }
     }
 
     /// Appends this registry's series to `out`.
     pub fn render(&self, out: &mut String) {
+        let functions = self.functions.lock().unwrap();
+        let all = || {
+            functions
+                .iter()
+                .flat_map(|(ns, fs)| fs.iter().map(move |(f, series)| (ns, f, series)))
+        };
         out.push_str("# HELP sless_invocations_total Handler calls by function, trigger and status.\n");
         out.push_str("# TYPE sless_invocations_total counter\n");
-        for ((ns, f, trigger, status), n) in self.invocations.lock().unwrap().iter() {
-            let _ = writeln!(
-                out,
-                "sless_invocations_total{{namespace=\"{ns}\",function=\"{f}\",trigger=\"{trigger}\",status=\"{status}\"}} {n}"
-            );
+        for (ns, f, series) in all() {
+            let mut calls: Vec<_> = series.calls.iter().collect();
+            calls.sort();
+            for (trigger, status, n) in calls {
+                let _ = writeln!(
+                    out,
+                    "sless_invocations_total{{namespace=\"{ns}\",function=\"{f}\",trigger=\"{trigger}\",status=\"{status}\"}} {n}"
+                );
+            }
         }
         out.push_str("# HELP sless_invocation_duration_seconds Handler call duration as the server saw it.\n");
         out.push_str("# TYPE sless_invocation_duration_seconds histogram\n");
-        for ((ns, f), h) in self.durations.lock().unwrap().iter() {
+        for (ns, f, series) in all() {
+            let h = &series.durations;
             let labels = format!("namespace=\"{ns}\",function=\"{f}\"");
             for (i, bound) in BUCKETS.iter().enumerate() {
                 let _ = writeln!(
@@ -97,10 +118,11 @@ impl Metrics {
         }
         out.push_str("# HELP sless_cold_starts_total Calls that waited for a new instance.\n");
         out.push_str("# TYPE sless_cold_starts_total counter\n");
-        for ((ns, f), n) in self.cold_starts.lock().unwrap().iter() {
+        for (ns, f, series) in all().filter(|(_, _, series)| series.cold_starts > 0) {
             let _ = writeln!(
                 out,
-                "sless_cold_starts_total{{namespace=\"{ns}\",function=\"{f}\"}} {n}"
+                "sless_cold_starts_total{{namespace=\"{ns}\",function=\"{f}\"}} {}",
+                series.cold_starts
             );
         }
         out.push_str("# HELP sless_builds_total Finished builds by result.\n# TYPE sless_builds_total counter\n");
@@ -114,5 +136,60 @@ impl Metrics {
             "sless_builds_total{{result=\"failed\"}} {}",
             self.builds_failed.load(Ordering::Relaxed)
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invocations_render_by_function_trigger_and_status() {
+        let metrics = Metrics::default();
+        let ms = Duration::from_millis;
+        metrics.invocation("b", "f", "http", "200", ms(3), true);
+        metrics.invocation("b", "f", "http", "200", ms(30), false);
+        metrics.invocation("b", "f", "cron", "error", ms(3), false);
+        metrics.invocation("a", "g", "http", "500", ms(3), false);
+        let mut out = String::new();
+        metrics.render(&mut out);
+        let series: Vec<&str> = out.lines().filter(|l| !l.starts_with('#')).collect();
+        let calls: Vec<&str> = series
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("sless_invocations_total"))
+            .collect();
+        assert_eq!(
+            calls,
+            [
+                r#"sless_invocations_total{namespace="a",function="g",trigger="http",status="500"} 1"#,
+                r#"sless_invocations_total{namespace="b",function="f",trigger="cron",status="error"} 1"#,
+                r#"sless_invocations_total{namespace="b",function="f",trigger="http",status="200"} 2"#,
+            ]
+        );
+        let has = |line: &str| series.contains(&line);
+        assert!(
+            has(r#"sless_invocation_duration_seconds_bucket{namespace="b",function="f",le="0.005"} 2"#),
+            "{out}"
+        );
+        assert!(
+            has(r#"sless_invocation_duration_seconds_bucket{namespace="b",function="f",le="0.05"} 3"#),
+            "{out}"
+        );
+        assert!(
+            has(r#"sless_invocation_duration_seconds_count{namespace="b",function="f"} 3"#),
+            "{out}"
+        );
+        assert!(
+            has(r#"sless_invocation_duration_seconds_count{namespace="a",function="g"} 1"#),
+            "{out}"
+        );
+        // Cold starts only for functions that had one.
+        let cold: Vec<&str> = series
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("sless_cold_starts_total"))
+            .collect();
+        assert_eq!(cold, [r#"sless_cold_starts_total{namespace="b",function="f"} 1"#]);
     }
 }
