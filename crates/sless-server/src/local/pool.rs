@@ -60,6 +60,9 @@ pub struct FunctionPool {
     settings: PoolSettings,
     state: Mutex<PoolState>,
     changed: Notify,
+    /// Requests in `acquire`'s slow path, which wait on `changed`: a lease
+    /// wakes them only when there are any.
+    sleepers: AtomicUsize,
 }
 
 /// A claim on one slot of an instance's concurrency; released on drop.
@@ -71,8 +74,22 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         *self.instance.last_used.lock().unwrap() = Instant::now();
-        self.instance.inflight.fetch_sub(1, Ordering::AcqRel);
-        self.pool.changed.notify_waiters();
+        // SeqCst with the load of `sleepers` (and the slow path's increment
+        // of it before reading `inflight`): either this sees the sleeper or
+        // the sleeper sees the freed slot.
+        self.instance.inflight.fetch_sub(1, Ordering::SeqCst);
+        if self.pool.sleepers.load(Ordering::SeqCst) > 0 {
+            self.pool.changed.notify_waiters();
+        }
+    }
+}
+
+/// Counts a request in `acquire`'s slow path until it leaves it.
+struct Sleeper<'a>(&'a AtomicUsize);
+
+impl Drop for Sleeper<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -102,6 +119,7 @@ impl FunctionPool {
                 last_start_error: None,
             }),
             changed: Notify::new(),
+            sleepers: AtomicUsize::new(0),
         });
         tokio::spawn(supervise(Arc::downgrade(&pool)));
         pool
@@ -204,6 +222,19 @@ impl FunctionPool {
     /// Waits for a free slot on an instance, starting instances as needed.
     /// Returns the lease and whether this request waited for a new instance.
     pub async fn acquire(self: &Arc<Self>) -> Result<(Lease, bool), InvokeError> {
+        // The common case, a free slot, without registering for wake-ups.
+        if let Some(instance) = self.free_instance(&self.state.lock().unwrap()) {
+            instance.inflight.fetch_add(1, Ordering::SeqCst);
+            return Ok((
+                Lease {
+                    instance,
+                    pool: self.clone(),
+                },
+                false,
+            ));
+        }
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let _sleeper = Sleeper(&self.sleepers);
         let mut queued: Option<Queued<'_>> = None;
         let mut cold = false;
         let mut deadline: Option<tokio::time::Instant> = None;
@@ -221,15 +252,8 @@ impl FunctionPool {
                     return Err(InvokeError::Disabled(self.key.clone()));
                 }
                 let concurrency = generation.spec.concurrency.max(1) as usize;
-                let best = st
-                    .instances
-                    .iter()
-                    .filter(|i| i.process.is_alive())
-                    .min_by_key(|i| i.inflight.load(Ordering::Acquire))
-                    .filter(|i| i.inflight.load(Ordering::Acquire) < concurrency)
-                    .cloned();
-                if let Some(instance) = best {
-                    instance.inflight.fetch_add(1, Ordering::AcqRel);
+                if let Some(instance) = least_busy(&st.instances, concurrency) {
+                    instance.inflight.fetch_add(1, Ordering::SeqCst);
                     drop(st);
                     drop(queued);
                     return Ok((
@@ -287,6 +311,16 @@ impl FunctionPool {
         }
     }
 
+    /// The least busy live instance with a free slot, when the function
+    /// serves at all.
+    fn free_instance(&self, st: &PoolState) -> Option<Arc<Instance>> {
+        let generation = st.generation.as_ref().filter(|_| !st.removed && st.enabled)?;
+        if generation.spec.replicas == Some(0) {
+            return None;
+        }
+        least_busy(&st.instances, generation.spec.concurrency.max(1) as usize)
+    }
+
     /// Removes a dead or stopped instance.
     fn forget(&self, process_id: u64) {
         self.state
@@ -296,6 +330,15 @@ impl FunctionPool {
             .retain(|i| i.process.id != process_id);
         self.changed.notify_waiters();
     }
+}
+
+fn least_busy(instances: &[Arc<Instance>], concurrency: usize) -> Option<Arc<Instance>> {
+    instances
+        .iter()
+        .filter(|i| i.process.is_alive())
+        .min_by_key(|i| i.inflight.load(Ordering::SeqCst))
+        .filter(|i| i.inflight.load(Ordering::SeqCst) < concurrency)
+        .cloned()
 }
 
 /// Runs one invocation on a leased instance with the function's timeout;
