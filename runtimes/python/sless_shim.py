@@ -270,6 +270,7 @@ class Function:
 
 FAST_CALL_SECONDS = 0.002
 FAST_STREAK = 200
+perf_counter = time.perf_counter
 
 
 def positional_arity(handler):
@@ -420,6 +421,10 @@ def full_response(result):
     return output_head(status, headers), payload
 
 
+# Return types that are never awaitable: no coroutine check for them.
+PLAIN_RESULTS = frozenset((dict, list, str, int, float, bool, type(None)))
+
+
 def to_response(result):
     if isinstance(result, dict) and type(result.get("statusCode")) is int:
         return full_response(result)
@@ -519,15 +524,16 @@ class Shim:
     def serve_inline(self, inv_id, request_id, args):
         """Runs a sync handler on the loop thread (concurrency 1, or while it
         is fast); a returned coroutine becomes a task on the loop."""
-        started = time.perf_counter()
+        started = perf_counter()
         try:
             result = self.function.handler(*args)
         except BaseException as exc:
             self.note_duration(started)
             self.reply_error(inv_id, request_id, exc)
             return
-        self.note_duration(started)
-        if asyncio.iscoroutine(result):
+        if perf_counter() - started > FAST_CALL_SECONDS or not self.function.fast:
+            self.note_duration(started)
+        if type(result) not in PLAIN_RESULTS and asyncio.iscoroutine(result):
             task = self.loop.create_task(self.serve_awaitable(inv_id, request_id, result))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -536,7 +542,7 @@ class Shim:
 
     def note_duration(self, started):
         function = self.function
-        if time.perf_counter() - started > FAST_CALL_SECONDS:
+        if perf_counter() - started > FAST_CALL_SECONDS:
             function.fast = False
             function.fast_streak = 0
         elif not function.fast and not function.is_async:
@@ -553,7 +559,7 @@ class Shim:
 
     def serve_sync(self, inv_id, request_id, args):
         """Runs in a pool thread; a returned coroutine is awaited on the loop."""
-        started = time.perf_counter()
+        started = perf_counter()
         try:
             result = self.function.handler(*args)
             self.note_duration(started)
@@ -566,7 +572,8 @@ class Shim:
 
     def flush_output(self, inv_id):
         for stream in self.streams:
-            stream.flush_invocation(inv_id)
+            if stream._partial:  # only then can this invocation have output pending
+                stream.flush_invocation(inv_id)
 
     def reply(self, inv_id, request_id, result):
         try:
