@@ -186,11 +186,13 @@ def main():
         # baseline), plus the standard library's http.server and a raw
         # asyncio.Protocol responder that skips header parsing (the fastest
         # Python can answer at all), for reference.
+        # The plain servers run on the interpreters sless runs handlers with.
+        python = os.environ.get("SLESS_PYTHON", "/usr/bin/python3.11")
         plain = {
-            "py-streams": [sys.executable, f"{HERE}/plain_streams_server.py"],
-            "py-raw": [sys.executable, f"{HERE}/plain_server.py"],
-            "py-http.server": [sys.executable, f"{HERE}/plain_http_server.py"],
-            "node-http": ["node", f"{HERE}/plain_server.js"],
+            "py-streams": [python, f"{HERE}/plain_streams_server.py"],
+            "py-raw": [python, f"{HERE}/plain_server.py"],
+            "py-http.server": [python, f"{HERE}/plain_http_server.py"],
+            "node-http": [os.environ.get("SLESS_NODE", "/usr/bin/node"), f"{HERE}/plain_server.js"],
         }
         ports = {}
         for key, command in plain.items():
