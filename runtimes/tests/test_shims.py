@@ -500,6 +500,12 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    print("done", event["n"])\n'
             '    return event["n"]\n'
         ),
+        "partial_line": (
+            "import sys\n\n"
+            "def handle(event, context):\n"
+            '    sys.stdout.write(f"tail {event}")\n'
+            "    return event\n"
+        ),
         "thread": (
             "import threading, time\n\n"
             "def handle(event, context):\n"
@@ -549,6 +555,16 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         self.assertNotIn(2, client.outputs, "the first answer came while the second call still ran")
         self.assertLess(time.monotonic() - started, 1.0)
         self.assertEqual(client.wait_outputs([2])[0].json(), "MainThread")
+
+    def test_a_partial_line_reaches_its_invocation_at_the_end_of_the_call(self):
+        """Also once the handler runs inline on the loop thread, where the end
+        of the call flushes only when something is pending."""
+        client = self.start("partial_line", concurrency=4)
+        for inv_id in range(1, 206):
+            self.assertEqual(client.invoke(inv_id, str(inv_id).encode()).json(), inv_id)
+        for inv_id in (1, 205):
+            self.assertEqual(client.log_text(inv_id, STDOUT), f"tail {inv_id}")
+        self.assertEqual(client.logs[0], [])
 
     def test_zero_argument_handler(self):
         self.assertEqual(self.start("zero_arg").invoke(1).json(), "zero")
