@@ -143,6 +143,12 @@ pub struct Config {
     /// Seconds to let in-flight requests finish after SIGTERM.
     #[arg(long, env = "SLESS_SHUTDOWN_GRACE_SEC", default_value_t = 30)]
     pub shutdown_grace_sec: u64,
+
+    /// Threads serving the API and the gateway; default: half the CPUs with
+    /// the local driver (its instances run on this machine and need the
+    /// rest), every CPU otherwise.
+    #[arg(long, env = "SLESS_WORKER_THREADS")]
+    pub worker_threads: Option<std::num::NonZeroUsize>,
 }
 
 impl Config {
@@ -165,6 +171,18 @@ impl Config {
         match &self.external_url {
             Some(url) => url.trim_end_matches('/').to_string(),
             None => format!("http://{}", self.listen),
+        }
+    }
+
+    /// Threads the server runs on.
+    pub fn worker_threads(&self) -> usize {
+        if let Some(n) = self.worker_threads {
+            return n.get();
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match self.driver {
+            DriverKind::Local => (cpus / 2).max(1),
+            DriverKind::Kubernetes => cpus,
         }
     }
 

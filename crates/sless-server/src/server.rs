@@ -91,7 +91,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         jobs,
         admin_hash,
     });
-    tracing::info!(%addr, database = %redact(&state.config.database_url()), "sless server started");
+    tracing::info!(%addr, database = %redact(&state.config.database_url()),
+        worker_threads = state.config.worker_threads(), "sless server started");
     println!("sless: listening on http://{addr}");
 
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);

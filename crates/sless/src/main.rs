@@ -39,6 +39,16 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // One thread gets the current-thread scheduler: no wake-ups across
+    // threads, and a woken task runs after those already ready, so the frames
+    // queued for an instance in one pass over the ready connections leave in
+    // one write.
+    let runtime = match config.worker_threads() {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n)
+            .enable_all()
+            .build()?,
+    };
     runtime.block_on(sless_server::server::run(config))
 }

@@ -205,3 +205,16 @@ async fn bad_config_is_refused_with_its_name() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn zero_worker_threads_is_refused_with_its_name() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["server"])
+        .env("SLESS_WORKER_THREADS", "0")
+        .env("SLESS_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("worker-threads") && err.contains("'0'"), "{err}");
+}

@@ -205,7 +205,15 @@ async fn replicas_pin_the_count_and_zero_turns_it_off() {
 
 #[tokio::test]
 async fn rollout_under_load_never_answers_with_old_code_after_ready() {
-    let server = Arc::new(Server::start(Backend::Sqlite).await);
+    // On both schedulers: one thread (the default on two CPUs) and several,
+    // where leases are taken and released from different threads at once.
+    for threads in ["1", "3"] {
+        rollout_under_load(threads).await;
+    }
+}
+
+async fn rollout_under_load(threads: &str) {
+    let server = Arc::new(Server::start_with(Backend::Sqlite, &[("SLESS_WORKER_THREADS", threads)]).await);
     let v1 = b"def handle(event, context):\n    return 'v1'\n";
     let v2 = b"def handle(event, context):\n    return 'v2'\n";
     server
@@ -246,13 +254,23 @@ async fn rollout_under_load_never_answers_with_old_code_after_ready() {
     for worker in workers {
         for (sent, status, text) in worker.await.unwrap() {
             total += 1;
-            assert_eq!(status, StatusCode::OK, "no failed request during the rollout: {text}");
+            assert_eq!(
+                status,
+                StatusCode::OK,
+                "{threads} threads: no failed request during the rollout: {text}"
+            );
             if sent > ready_seen {
-                assert_eq!(text, r#""v2""#, "request sent after Ready answered by old code");
+                assert_eq!(
+                    text, r#""v2""#,
+                    "{threads} threads: request sent after Ready answered by old code"
+                );
             }
         }
     }
-    assert!(total > 20, "load ran through the rollout ({total} requests)");
+    assert!(
+        total > 20,
+        "{threads} threads: load ran through the rollout ({total} requests)"
+    );
 }
 
 #[tokio::test]
