@@ -92,7 +92,11 @@ impl Invoker {
         };
         self.metrics
             .invocation(&key.namespace, &key.name, kind.as_str(), &status, duration, cold);
-        let id = format!("{:016x}{:08x}", started_at.timestamp_micros(), rand::random::<u32>());
+        // The start time first, so ids sort by it.
+        let id = hex_id(&[
+            (started_at.timestamp_micros() as u64, 16),
+            (u64::from(rand::random::<u32>()), 8),
+        ]);
         self.log.record(InvocationRecord {
             id: id.clone(),
             namespace: key.namespace.clone(),
@@ -114,6 +118,19 @@ impl Invoker {
     }
 }
 
+/// Values as fixed-width lowercase hex, `(value, digits)` each, in one
+/// allocation of the final size (`format!` would grow the string as it goes).
+pub fn hex_id(parts: &[(u64, usize)]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut id = String::with_capacity(parts.iter().map(|(_, digits)| digits).sum());
+    for &(value, digits) in parts {
+        for i in (0..digits).rev() {
+            id.push(DIGITS[(value >> (4 * i) & 0xf) as usize] as char);
+        }
+    }
+    id
+}
+
 /// The HTTP status for gateway calls; ok/error for the others.
 fn status_text(kind: TriggerKind, status: u16) -> String {
     match kind {
@@ -129,4 +146,17 @@ pub fn error_text(body: &[u8]) -> String {
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hex_id;
+
+    #[test]
+    fn hex_id_is_fixed_width_lowercase_hex() {
+        let (a, b) = (0x0123_4567_89ab_cdefu64, 0xfeu64);
+        assert_eq!(hex_id(&[(a, 16), (b, 8)]), format!("{a:016x}{b:08x}"));
+        assert_eq!(hex_id(&[(u64::MAX, 16)]), "ffffffffffffffff");
+        assert_eq!(hex_id(&[(0, 4)]), "0000");
+    }
 }

@@ -173,11 +173,11 @@ async fn serve(
             *response.status_mut() = StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let out = response.headers_mut();
             for (k, v) in result.headers {
-                let lower = k.to_ascii_lowercase();
-                if HOP_BY_HOP.contains(&lower.as_str()) {
+                if HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(&k)) {
                     continue;
                 }
-                if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(lower.as_bytes()), HeaderValue::from_str(&v)) {
+                // from_bytes lowercases the name.
+                if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
                     out.insert(k, v);
                 }
             }
@@ -227,7 +227,7 @@ fn request_id(headers: &HeaderMap) -> String {
             !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
         .map(str::to_string)
-        .unwrap_or_else(|| format!("{:016x}", rand::random::<u64>()))
+        .unwrap_or_else(|| crate::invoker::hex_id(&[(rand::random::<u64>(), 16)]))
 }
 
 /// Headers with lowercase names; repeated ones joined with ", ".

@@ -24,17 +24,28 @@ pub struct Frame {
     pub payload: Bytes,
 }
 
-/// Encodes a frame whose payload is `head` (JSON) and `body` behind a length.
-pub fn encode_with_head(kind: u8, id: u32, head: &[u8], body: &[u8]) -> Bytes {
-    let len = 1 + 4 + 4 + head.len() + body.len();
-    let mut buf = BytesMut::with_capacity(4 + len);
-    buf.put_u32(len as u32);
-    buf.put_u8(kind);
-    buf.put_u32(id);
-    buf.put_u32(head.len() as u32);
-    buf.put_slice(head);
+/// Bytes before a headed frame's head: length, kind, id, head length.
+const HEADED_PREFIX: usize = 4 + 1 + 4 + 4;
+
+/// Encodes a frame whose payload is `head` as JSON and `body` behind its
+/// length, serialized in place into one buffer. The id is left zero for
+/// [`set_id`] to fill in when the frame is sent.
+pub fn encode_with_head(kind: u8, head: &impl serde::Serialize, body: &[u8]) -> BytesMut {
+    let mut buf = BytesMut::with_capacity(HEADED_PREFIX + 512 + body.len());
+    buf.put_bytes(0, HEADED_PREFIX);
+    serde_json::to_writer((&mut buf).writer(), head).expect("JSON of plain values");
+    let head_len = buf.len() - HEADED_PREFIX;
     buf.put_slice(body);
-    buf.freeze()
+    let len = buf.len() - 4;
+    buf[0..4].copy_from_slice(&(len as u32).to_be_bytes());
+    buf[4] = kind;
+    buf[9..13].copy_from_slice(&(head_len as u32).to_be_bytes());
+    buf
+}
+
+/// Sets the id of a frame made by [`encode_with_head`].
+pub fn set_id(frame: &mut BytesMut, id: u32) {
+    frame[5..9].copy_from_slice(&id.to_be_bytes());
 }
 
 /// Encodes a frame with a plain payload.
@@ -92,4 +103,23 @@ pub fn split_head(mut payload: Bytes) -> std::io::Result<(Bytes, Bytes)> {
     }
     let head = payload.split_to(head_len);
     Ok((head, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_headed_frame_reads_back_with_its_id_head_and_body() {
+        let head = serde_json::json!({"request_id": "r1", "headers": {"a": "b"}});
+        let mut frame = encode_with_head(kind::INVOKE, &head, b"the body");
+        set_id(&mut frame, 7);
+        let mut wire: &[u8] = &frame;
+        let read = read(&mut wire).await.unwrap().unwrap();
+        assert!(wire.is_empty(), "the length prefix covers the frame exactly");
+        assert_eq!((read.kind, read.id), (kind::INVOKE, 7));
+        let (h, body) = split_head(read.payload).unwrap();
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&h).unwrap(), head);
+        assert_eq!(&body[..], b"the body");
+    }
 }

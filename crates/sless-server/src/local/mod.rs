@@ -145,9 +145,9 @@ impl Driver for LocalDriver {
     async fn invoke(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
         let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
         let (lease, cold_start) = pool.acquire().await?;
-        let head = invocation_head(&invocation, lease.instance.generation.spec.timeout_sec);
+        let frame = invocation_frame(&invocation, lease.instance.generation.spec.timeout_sec);
         let version = lease.instance.generation.version;
-        let output = pool::run(&lease, &head, &invocation.body, key).await?;
+        let output = pool::run(&lease, frame, key).await?;
         Ok(InvocationResult {
             status: output.status,
             headers: output.headers,
@@ -161,8 +161,8 @@ impl Driver for LocalDriver {
 
     async fn run_once(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
         let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
-        let head = invocation_head(&invocation, pool.timeout_sec());
-        let (output, version) = pool.run_once(&head, &invocation.body).await?;
+        let frame = invocation_frame(&invocation, pool.timeout_sec());
+        let (output, version) = pool.run_once(frame).await?;
         Ok(InvocationResult {
             status: output.status,
             headers: output.headers,
@@ -199,9 +199,9 @@ impl Driver for LocalDriver {
     }
 }
 
-/// The INVOKE frame's header (runtimes/PROTOCOL.md); a zero timeout leaves
-/// the deadline to the pool's own timeout.
-fn invocation_head(invocation: &Invocation, timeout_sec: u32) -> Vec<u8> {
+/// The INVOKE frame (runtimes/PROTOCOL.md), its id still to be set; a zero
+/// timeout leaves the deadline to the pool's own timeout.
+fn invocation_frame(invocation: &Invocation, timeout_sec: u32) -> bytes::BytesMut {
     /// Serializes the header pairs as a JSON object without copying them.
     struct Headers<'a>(&'a [(String, String)]);
     impl serde::Serialize for Headers<'_> {
@@ -231,5 +231,5 @@ fn invocation_head(invocation: &Invocation, timeout_sec: u32) -> Vec<u8> {
         event: &invocation.event,
         deadline_ms: (timeout_sec > 0).then(|| chrono::Utc::now().timestamp_millis() + i64::from(timeout_sec) * 1000),
     };
-    serde_json::to_vec(&head).expect("JSON of plain values")
+    frame::encode_with_head(frame::kind::INVOKE, &head, &invocation.body)
 }

@@ -187,7 +187,7 @@ impl FunctionPool {
 
     /// Runs one invocation in a fresh instance of the serving version that
     /// no other request shares; the instance stops afterwards.
-    pub async fn run_once(&self, head: &[u8], body: &[u8]) -> Result<(Output, u64), InvokeError> {
+    pub async fn run_once(&self, frame: bytes::BytesMut) -> Result<(Output, u64), InvokeError> {
         let generation = self
             .state
             .lock()
@@ -205,7 +205,7 @@ impl FunctionPool {
         // up (a deleted job drops this future).
         let process = KillOnDrop(process);
         let timeout = Duration::from_secs(u64::from(generation.spec.timeout_sec));
-        let result = tokio::time::timeout(timeout, process.0.invoke(head, body)).await;
+        let result = tokio::time::timeout(timeout, process.0.invoke(frame)).await;
         match result {
             Ok(Ok(output)) => Ok((output, generation.version)),
             Ok(Err(reason)) => Err(InvokeError::Crashed {
@@ -343,9 +343,9 @@ fn least_busy(instances: &[Arc<Instance>], concurrency: usize) -> Option<Arc<Ins
 
 /// Runs one invocation on a leased instance with the function's timeout;
 /// past it the instance is recycled.
-pub async fn run(lease: &Lease, head: &[u8], body: &[u8], key: &FunctionKey) -> Result<Output, InvokeError> {
+pub async fn run(lease: &Lease, frame: bytes::BytesMut, key: &FunctionKey) -> Result<Output, InvokeError> {
     let timeout = Duration::from_secs(u64::from(lease.instance.generation.spec.timeout_sec));
-    match tokio::time::timeout(timeout, lease.instance.process.invoke(head, body)).await {
+    match tokio::time::timeout(timeout, lease.instance.process.invoke(frame)).await {
         Ok(Ok(output)) => Ok(output),
         Ok(Err(reason)) => Err(InvokeError::Crashed {
             key: key.clone(),

@@ -32,8 +32,27 @@ pub struct Output {
 #[derive(Deserialize)]
 struct OutputHead {
     status: u16,
-    #[serde(default)]
-    headers: HashMap<String, String>,
+    #[serde(default, deserialize_with = "header_pairs")]
+    headers: Vec<(String, String)>,
+}
+
+/// The head's `headers` object as pairs, in the order sent.
+fn header_pairs<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, String)>, D::Error> {
+    struct Pairs;
+    impl<'de> serde::de::Visitor<'de> for Pairs {
+        type Value = Vec<(String, String)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of header names to strings")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(2));
+            while let Some(pair) = map.next_entry()? {
+                pairs.push(pair);
+            }
+            Ok(pairs)
+        }
+    }
+    deserializer.deserialize_map(Pairs)
 }
 
 #[derive(Deserialize)]
@@ -152,7 +171,7 @@ impl ShimProcess {
                 let logs_truncated = pending.log_bytes >= LOG_CAP_BYTES;
                 let result = parse_output(f.payload).map(|(head, body)| Output {
                     status: head.status,
-                    headers: head.headers.into_iter().collect(),
+                    headers: head.headers,
                     body,
                     logs: pending.logs,
                     logs_truncated,
@@ -254,7 +273,7 @@ impl ShimProcess {
 
     /// Sends one invocation and waits for its output (no timeout here: the
     /// caller owns the deadline and kills the process when it passes).
-    pub async fn invoke(&self, head: &[u8], body: &[u8]) -> Result<Output, String> {
+    pub async fn invoke(&self, mut frame: bytes::BytesMut) -> Result<Output, String> {
         if !self.is_alive() {
             return Err("instance is not running".into());
         }
@@ -268,7 +287,8 @@ impl ShimProcess {
                 log_bytes: 0,
             },
         );
-        if let Err(e) = self.send(frame::encode_with_head(kind::INVOKE, id, head, body)) {
+        frame::set_id(&mut frame, id);
+        if let Err(e) = self.send(frame.freeze()) {
             self.pending.lock().unwrap().remove(&id);
             return Err(e);
         }
@@ -328,4 +348,32 @@ fn parse_output(payload: Bytes) -> std::io::Result<(OutputHead, Bytes)> {
     let head: OutputHead =
         serde_json::from_slice(&head).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     Ok((head, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(head: &str, body: &[u8]) -> Bytes {
+        let mut p = (head.len() as u32).to_be_bytes().to_vec();
+        p.extend_from_slice(head.as_bytes());
+        p.extend_from_slice(body);
+        Bytes::from(p)
+    }
+
+    #[test]
+    fn output_headers_keep_their_order_and_may_be_absent() {
+        let (head, body) = parse_output(payload(
+            r#"{"status":201,"headers":{"x-b":"2","content-type":"text/plain","x-a":"1"}}"#,
+            b"hi",
+        ))
+        .unwrap();
+        assert_eq!(head.status, 201);
+        let names: Vec<_> = head.headers.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(names, ["x-b=2", "content-type=text/plain", "x-a=1"]);
+        assert_eq!(&body[..], b"hi");
+        let (head, _) = parse_output(payload(r#"{"status":200}"#, b"")).unwrap();
+        assert!(head.headers.is_empty());
+        assert!(parse_output(payload(r#"{"status":200,"headers":{"a":1}}"#, b"")).is_err());
+    }
 }
