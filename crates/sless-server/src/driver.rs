@@ -105,7 +105,9 @@ pub struct Invocation {
     /// The path after `/fn/{ns}/{name}`: empty or starting with `/`.
     pub path: String,
     pub query: String,
-    pub headers: Vec<(String, String)>,
+    /// The request's headers as received (names lowercase); empty for
+    /// non-HTTP kinds.
+    pub headers: axum::http::HeaderMap,
     pub body: Bytes,
     /// The event for non-HTTP kinds.
     pub event: Option<Value>,

@@ -139,7 +139,7 @@ impl Jobs {
             method: String::new(),
             path: String::new(),
             query: String::new(),
-            headers: Vec::new(),
+            headers: Default::default(),
             body: Default::default(),
             event: Some(spec.event.clone()),
         };

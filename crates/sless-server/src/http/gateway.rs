@@ -163,7 +163,7 @@ async fn serve(
         method: parts.method.as_str().to_string(),
         path,
         query: parts.uri.query().unwrap_or("").to_string(),
-        headers: joined_headers(&parts.headers),
+        headers: parts.headers,
         body,
         event: None,
     };
@@ -228,20 +228,4 @@ fn request_id(headers: &HeaderMap) -> String {
         })
         .map(str::to_string)
         .unwrap_or_else(|| crate::invoker::hex_id(&[(rand::random::<u64>(), 16)]))
-}
-
-/// Headers with lowercase names; repeated ones joined with ", ".
-fn joined_headers(headers: &HeaderMap) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::with_capacity(headers.len());
-    for (k, v) in headers {
-        let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-        match out.iter_mut().find(|(name, _)| name == k.as_str()) {
-            Some((_, existing)) => {
-                existing.push_str(", ");
-                existing.push_str(&v);
-            }
-            None => out.push((k.as_str().to_string(), v)),
-        }
-    }
-    out
 }

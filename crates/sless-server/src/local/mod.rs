@@ -202,11 +202,31 @@ impl Driver for LocalDriver {
 /// The INVOKE frame (runtimes/PROTOCOL.md), its id still to be set; a zero
 /// timeout leaves the deadline to the pool's own timeout.
 fn invocation_frame(invocation: &Invocation, timeout_sec: u32) -> bytes::BytesMut {
-    /// Serializes the header pairs as a JSON object without copying them.
-    struct Headers<'a>(&'a [(String, String)]);
+    /// Serializes the headers as a JSON object of lowercase names, repeated
+    /// ones joined with ", ", without copying the single ones.
+    struct Headers<'a>(&'a axum::http::HeaderMap);
     impl serde::Serialize for Headers<'_> {
         fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+            serializer.collect_map(self.0.keys().map(|name| {
+                let mut values = self
+                    .0
+                    .get_all(name)
+                    .iter()
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()));
+                let first = values.next().unwrap_or_default();
+                let value = match values.next() {
+                    None => first,
+                    Some(second) => {
+                        let mut joined = first.into_owned();
+                        for v in std::iter::once(second).chain(values) {
+                            joined.push_str(", ");
+                            joined.push_str(&v);
+                        }
+                        joined.into()
+                    }
+                };
+                (name.as_str(), value)
+            }))
         }
     }
     #[derive(serde::Serialize)]

@@ -153,7 +153,7 @@ impl Worker {
             method: String::new(),
             path: String::new(),
             query: String::new(),
-            headers: Vec::new(),
+            headers: Default::default(),
             body: Default::default(),
             event: Some(event),
         };

@@ -203,7 +203,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
                 method: String::new(),
                 path: String::new(),
                 query: String::new(),
-                headers: Vec::new(),
+                headers: Default::default(),
                 body: Default::default(),
                 event: Some(spec.event.clone().unwrap_or_else(|| json!({}))),
             };

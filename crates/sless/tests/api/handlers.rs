@@ -14,7 +14,8 @@ def handle(event, context):
     if what == "raise":
         raise ValueError("boom")
     if what == "full":
-        return {"statusCode": 201, "headers": {"X-Custom": "yes", "Content-Type": "text/plain"}, "body": "created"}
+        return {"statusCode": 201, "headers": {"X-Custom": "yes", "Content-Type": "text/plain",
+                "Connection": "close", "Content-Length": "999"}, "body": "created"}
     if what == "full-json":
         return {"statusCode": 202, "body": {"nested": [1, 2]}}
     if what == "none":
@@ -46,7 +47,10 @@ const JS_CONTRACT: &str = r#"
 exports.handle = async (event, context) => {
   const what = event && event.what;
   if (what === "raise") throw new Error("boom");
-  if (what === "full") return { statusCode: 201, headers: { "X-Custom": "yes", "Content-Type": "text/plain" }, body: "created" };
+  if (what === "full") return {
+    statusCode: 201, body: "created",
+    headers: { "X-Custom": "yes", "Content-Type": "text/plain", "Connection": "close", "Content-Length": "999" },
+  };
   if (what === "full-json") return { statusCode: 202, body: { nested: [1, 2] } };
   if (what === "none") return undefined;
   if (what === "env") return process.env.GREETING;
@@ -68,6 +72,7 @@ async fn check_contract(server: &Server, name: &str) {
     let response = server
         .request(Method::POST, &path, None)
         .header("x-test", "header-value")
+        .header("x-test", "second")
         .header("x-request-id", "my-request-1")
         .body(r#"{"hello": "world"}"#)
         .send()
@@ -82,7 +87,10 @@ async fn check_contract(server: &Server, name: &str) {
     assert_eq!(body["path"], "/some/path");
     assert_eq!(body["query"], json!({"a": "1", "b": "two"}));
     assert_eq!(body["raw_query"], "a=1&b=two");
-    assert_eq!(body["header"], "header-value");
+    assert_eq!(
+        body["header"], "header-value, second",
+        "a repeated header arrives joined"
+    );
     assert_eq!(body["body"], r#"{"hello": "world"}"#);
     assert_eq!(body["function"], name);
     assert_eq!(body["namespace"], "ns");
@@ -118,6 +126,9 @@ async fn check_contract(server: &Server, name: &str) {
     assert_eq!(headers["x-custom"], "yes");
     assert_eq!(headers["content-type"], "text/plain");
     assert_eq!(text, "created");
+    // Hop-by-hop headers are the gateway's, not the handler's.
+    assert_eq!(headers["content-length"], "7");
+    assert!(headers.get("connection").is_none(), "{headers:?}");
     let (status, _, text) = server
         .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "full-json"}"#)
         .await;
