@@ -100,19 +100,43 @@ async fn write_loop(
                 }
             }
         }
+        // Encoding and compressing is the CPU-heavy part: on a blocking
+        // thread it leaves the threads serving requests alone (with one
+        // serving thread it would otherwise take from every request).
+        let written = batch.len() as u64;
+        let encoded = tokio::task::spawn_blocking(move || {
+            let chunks = crate::store::chunks::chunks_of(&batch);
+            batch.clear();
+            (chunks, batch)
+        })
+        .await;
+        let chunks = match encoded {
+            Ok((chunks, emptied)) => {
+                batch = emptied;
+                chunks
+            }
+            Err(e) => {
+                tracing::error!(error = %e, records = written, "encoding invocation records failed; dropping them");
+                if let Some(log) = log.upgrade() {
+                    log.dropped.fetch_add(written, Ordering::Relaxed);
+                }
+                batch = Vec::with_capacity(settings.batch);
+                continue;
+            }
+        };
         let mut backoff = Duration::from_millis(100);
         loop {
-            match store.insert_invocations(&batch).await {
+            match store.insert_chunks(&chunks).await {
                 Ok(()) => {
                     if let Some(log) = log.upgrade() {
-                        log.written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        log.written.fetch_add(written, Ordering::Relaxed);
                     }
                     break;
                 }
                 Err(e) => {
                     let Some(log) = log.upgrade() else { return };
                     if log.write_errors.fetch_add(1, Ordering::Relaxed) % 20 == 0 {
-                        tracing::warn!(error = %e, pending = batch.len(), "writing invocation records failed; retrying");
+                        tracing::warn!(error = %e, pending = written, "writing invocation records failed; retrying");
                     }
                     drop(log);
                     tokio::time::sleep(backoff).await;
@@ -120,7 +144,6 @@ async fn write_loop(
                 }
             }
         }
-        batch.clear();
     }
 }
 

@@ -85,7 +85,12 @@ pub trait Store: Send + Sync + 'static {
         -> Result<bool>;
 
     /// Appends invocation records in one transaction.
-    async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()>;
+    async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()> {
+        self.insert_chunks(&chunks::chunks_of(records)).await
+    }
+    /// Appends records already cut into chunks ([`chunks::chunks_of`]) in
+    /// one transaction.
+    async fn insert_chunks(&self, chunks: &[chunks::Chunk]) -> Result<()>;
     /// A function's invocations, newest first, older than `before` (an id).
     async fn list_invocations(
         &self,

@@ -283,10 +283,9 @@ macro_rules! sql_store {
                 Ok(done.rows_affected() == 1)
             }
 
-            async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()> {
-                let chunks = $crate::store::chunks::chunks_of(records);
+            async fn insert_chunks(&self, chunks: &[$crate::store::chunks::Chunk]) -> Result<()> {
                 let mut tx = self.pool.begin().await?;
-                for chunk in &chunks {
+                for chunk in chunks {
                     sqlx::query(
                         "INSERT INTO invocation_chunks (namespace, function, first_id, last_id, records, data) \
                          VALUES ($1, $2, $3, $4, $5, $6)",
