@@ -541,9 +541,18 @@ class PythonShimTest(ShimContract, unittest.TestCase):
     def test_a_consistently_fast_sync_handler_runs_inline_until_a_slow_call(self):
         client = self.start("thread", concurrency=4)
         self.assertTrue(client.invoke(1).json().startswith("sless-handler"), "starts in the pool")
-        names = [client.invoke(i).json() for i in range(2, 203)]
-        self.assertTrue(names[0].startswith("sless-handler"))
-        self.assertEqual(names[-1], "MainThread", "200 fast calls in a row move it to the loop thread")
+        # 200 fast calls in a row (under 2 ms each) move it to the loop
+        # thread. On a loaded machine a slow call starts the count again, so
+        # the test only bounds when the move comes: not before 200 calls, and
+        # at some point within many more.
+        names = []
+        for i in range(2, 3002):
+            names.append(client.invoke(i).json())
+            if names[-1] == "MainThread":
+                break
+        self.assertEqual(names[-1], "MainThread", "fast calls in a row move it to the loop thread")
+        self.assertGreaterEqual(len(names), 200, "not before 200 fast calls")
+        self.assertTrue(all(n.startswith("sless-handler") for n in names[:-1]))
         self.assertEqual(client.invoke(300, b'{"delay": 0.01}').json(), "MainThread")
         self.assertTrue(client.invoke(301).json().startswith("sless-handler"), "one slow call sends it back")
 
