@@ -190,31 +190,25 @@ async fn errors_are_json_never_html() {
     assert!(body["error"].as_str().unwrap().contains("DELETE"), "{body}");
 }
 
-#[tokio::test]
-async fn bad_config_is_refused_with_its_name() {
+/// Starts the server with one bad setting; it must refuse to start. Its stderr.
+fn refused_start(name: &str, value: &str) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
         .args(["server"])
-        .env("SLESS_DATABASE_URL", "mysql://nope")
+        .env(name, value)
         .env("SLESS_DATA_DIR", tempfile::tempdir().unwrap().path())
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{name}={value} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn bad_config_is_refused_with_its_name() {
+    let err = refused_start("SLESS_DATABASE_URL", "mysql://nope");
     assert!(
         err.contains("SLESS_DATABASE_URL") && err.contains("mysql://nope"),
         "{err}"
     );
-}
-
-#[tokio::test]
-async fn zero_worker_threads_is_refused_with_its_name() {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
-        .args(["server"])
-        .env("SLESS_WORKER_THREADS", "0")
-        .env("SLESS_DATA_DIR", tempfile::tempdir().unwrap().path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start("SLESS_WORKER_THREADS", "0");
     assert!(err.contains("worker-threads") && err.contains("'0'"), "{err}");
 }
