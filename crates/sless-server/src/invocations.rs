@@ -103,16 +103,20 @@ async fn write_loop(
         // Encoding and compressing is the CPU-heavy part: on a blocking
         // thread it leaves the threads serving requests alone (with one
         // serving thread it would otherwise take from every request).
+        // The records are dropped back here, on the thread that allocated
+        // them: freed on the blocking thread, their memory would come back
+        // to the serving thread through the allocator's cross-thread path,
+        // cold in another core's cache, and make its allocations slower.
         let written = batch.len() as u64;
         let encoded = tokio::task::spawn_blocking(move || {
             let chunks = crate::store::chunks::chunks_of(&batch);
-            batch.clear();
             (chunks, batch)
         })
         .await;
         let chunks = match encoded {
-            Ok((chunks, emptied)) => {
-                batch = emptied;
+            Ok((chunks, encoded)) => {
+                batch = encoded;
+                batch.clear();
                 chunks
             }
             Err(e) => {
