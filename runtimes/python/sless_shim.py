@@ -129,7 +129,13 @@ class FrameWriter:
         self.send(b"G", inv_id, bytes((stream,)) + text.encode("utf-8", "replace"))
 
     def send_output(self, inv_id, head, body):
-        self.send(b"O", inv_id, head + body)
+        frame_head = FRAME_HEAD.pack(len(head) + len(body) + 5, b"O", inv_id)
+        with self._lock:
+            self._out.write(frame_head)
+            self._out.write(head)
+            self._out.write(body)
+            if not self._corked:
+                self._out.flush()
 
 
 class CaptureStream(io.TextIOBase):
@@ -577,10 +583,19 @@ class Shim:
 
     def reply(self, inv_id, request_id, result):
         try:
-            response = to_response(result)
+            if type(result) is dict and type(result.get("statusCode")) is not int:
+                # The common answer, a plain object, without to_response's calls.
+                try:
+                    response = JSON_200_HEAD, json_encode(result).encode()
+                except (TypeError, ValueError, RecursionError) as exc:
+                    raise BadReturn(NOT_SERIALIZABLE + str(exc)) from None
+            else:
+                response = to_response(result)
         except BadReturn as exc:
             response = error_response(request_id, str(exc))
-        self.flush_output(inv_id)
+        for stream in self.streams:
+            if stream._partial:  # only then can this invocation have output pending
+                stream.flush_invocation(inv_id)
         self.frames.send_output(inv_id, *response)
 
     def reply_error(self, inv_id, request_id, exc):

@@ -30,6 +30,10 @@ def encode_frame(kind, inv_id, payload):
     return FRAME_HEAD.pack(len(payload) + 5, kind, inv_id) + payload
 
 
+# A field value that leaves the field out of the INVOKE header.
+OMIT = object()
+
+
 def invoke_header(inv_id, **fields):
     header = {
         "kind": "http",
@@ -42,7 +46,7 @@ def invoke_header(inv_id, **fields):
         "event": None,
     }
     header.update(fields)
-    return header
+    return {name: value for name, value in header.items() if value is not OMIT}
 
 
 def encode_invoke(inv_id, body=b"", **fields):
@@ -337,6 +341,14 @@ class ShimContract:
         self.assertTrue(result["same_by_key"])
         for remaining in result["remaining"]:
             self.assertTrue(8_000 < remaining <= 10_000, remaining)
+
+    def test_empty_fields_may_be_left_out_of_the_header(self):
+        # The server leaves out empty path, query and event.
+        client = self.start("context")
+        fields = client.invoke(1, method="GET", path=OMIT, query=OMIT, event=OMIT).json()["fields"]
+        self.assertEqual((fields["method"], fields["path"], fields["query"], fields["raw_query"]), ("GET", "", {}, ""))
+        client = self.start("event_and_trigger")
+        self.assertEqual(client.invoke(2, kind="job", event=OMIT).json(), {"event": None, "trigger": "job"})
 
     def test_cron_and_job_events_come_from_the_header(self):
         client = self.start("event_and_trigger")
