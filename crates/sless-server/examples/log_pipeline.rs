@@ -7,8 +7,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use sless_api::{InvocationRecord, LogLine};
-use sless_server::invocations::{InvocationLog, LogSettings};
+use sless_api::LogLine;
+use sless_server::driver::TriggerKind;
+use sless_server::invocations::{InvocationLog, LogSettings, Queued, Text};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -44,16 +45,16 @@ async fn main() -> anyhow::Result<()> {
             enabled: true,
         },
     );
-    let record = |i: u64| InvocationRecord {
-        id: format!("{:016x}{i:08x}", sless_server::store::now().timestamp_micros()),
-        namespace: "bench".into(),
-        function: format!("fn-{}", i % 10),
-        version: 1,
-        trigger: "http".into(),
-        request_id: format!("{i:016x}"),
+    let record = |i: u64| Queued {
+        namespace: Text::new("bench"),
+        function: Text::new(&format!("fn-{}", i % 10)),
+        request_id: Text::new(&format!("{i:016x}")),
+        id: (sless_server::store::now().timestamp_micros() as u64, i as u32),
         started_at: sless_server::store::now(),
+        version: 1,
+        kind: TriggerKind::Http,
+        status: 200,
         duration_ms: 1.25,
-        status: "200".into(),
         error: None,
         bytes_in: 17,
         bytes_out: 42,

@@ -5,10 +5,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use sless_api::{InvocationRecord, LogLine};
+use sless_api::LogLine;
 
-use crate::driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError, TriggerKind};
-use crate::invocations::InvocationLog;
+use crate::driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError};
+use crate::invocations::{status_label, InvocationLog, Queued, Text};
 use crate::metrics::Metrics;
 
 pub struct Invoker {
@@ -44,7 +44,7 @@ impl Invoker {
         run: Run,
     ) -> (Result<InvocationResult, InvokeError>, Option<String>) {
         let kind = invocation.kind;
-        let request_id = invocation.request_id.clone();
+        let request_id = Text::new(&invocation.request_id);
         let bytes_in =
             invocation.body.len() as u64 + invocation.event.as_ref().map_or(0, |e| e.to_string().len() as u64);
         let started_at = crate::store::now();
@@ -56,7 +56,7 @@ impl Invoker {
         let duration = clock.elapsed();
         let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
             Ok(r) => (
-                status_text(kind, r.status),
+                r.status,
                 (r.status >= 400).then(|| error_text(&r.body)),
                 r.version,
                 r.body.len() as u64,
@@ -77,43 +77,38 @@ impl Invoker {
                 } else {
                     502
                 };
-                (
-                    status_text(kind, code),
-                    Some(e.to_string()),
-                    0,
-                    0,
-                    false,
-                    Vec::new(),
-                    false,
-                )
+                (code, Some(e.to_string()), 0, 0, false, Vec::new(), false)
             }
             // Nothing ran: no record.
             Err(_) => return (result, None),
         };
-        self.metrics
-            .invocation(&key.namespace, &key.name, kind.as_str(), &status, duration, cold);
-        // The start time first, so ids sort by it.
-        let id = hex_id(&[
-            (started_at.timestamp_micros() as u64, 16),
-            (u64::from(rand::random::<u32>()), 8),
-        ]);
-        self.log.record(InvocationRecord {
-            id: id.clone(),
-            namespace: key.namespace.clone(),
-            function: key.name.clone(),
-            version,
-            trigger: kind.as_str().to_string(),
+        self.metrics.invocation(
+            &key.namespace,
+            &key.name,
+            kind.as_str(),
+            &status_label(kind, status, &mut [0; 3]),
+            duration,
+            cold,
+        );
+        let record = Queued {
+            namespace: Text::new(&key.namespace),
+            function: Text::new(&key.name),
             request_id,
+            id: (started_at.timestamp_micros() as u64, rand::random::<u32>()),
             started_at,
-            duration_ms: duration.as_secs_f64() * 1000.0,
+            version,
+            kind,
             status,
+            duration_ms: duration.as_secs_f64() * 1000.0,
             error,
             bytes_in,
             bytes_out,
             cold_start: cold,
             logs,
             logs_truncated: truncated,
-        });
+        };
+        let id = record.id();
+        self.log.record(record);
         (result, Some(id))
     }
 }
@@ -129,15 +124,6 @@ pub fn hex_id(parts: &[(u64, usize)]) -> String {
         }
     }
     id
-}
-
-/// The HTTP status for gateway calls; ok/error for the others.
-fn status_text(kind: TriggerKind, status: u16) -> String {
-    match kind {
-        TriggerKind::Http => status.to_string(),
-        _ if status < 400 => "ok".to_string(),
-        _ => "error".to_string(),
-    }
 }
 
 /// The `error` field of a JSON error body, else the body's start.
