@@ -535,7 +535,16 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         "stray_fd_write": 'import os\n\ndef handle(event, context):\n    os.write(1, b"stray\\n")\n    return "clean"\n',
         "dep": 'import depmod\n\ndef handle(event, context):\n    return depmod.greet(event["name"])\n',
         "env": 'import os\n\ndef handle(event, context):\n    return os.environ["GREETING"]\n',
+        "unserializable_in_object": "def handle(event, context):\n    return {'when': object()}\n",
     }
+
+    def test_a_plain_object_holding_a_value_that_is_not_serializable_is_500(self):
+        # Plain objects take the reply's short path; it reports the same error.
+        client = self.start("unserializable_in_object")
+        output = client.invoke(1, request_id="req-obj")
+        self.assertEqual(output.status, 500)
+        self.assertTrue(output.json()["error"].startswith(NOT_SERIALIZABLE), output.json())
+        self.assertEqual(output.json()["request_id"], "req-obj")
 
     def test_a_malformed_invoke_header_is_a_500_and_the_shim_keeps_serving(self):
         client = self.start("echo")
