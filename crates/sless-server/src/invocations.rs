@@ -4,13 +4,13 @@
 //! is back. Followers of a function's logs get records as they happen.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sless_api::{InvocationRecord, LogLine};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::{broadcast, Notify};
 
 use crate::driver::TriggerKind;
 use crate::store::Store;
@@ -44,21 +44,21 @@ pub struct Queued {
 impl Queued {
     /// The record's id: start time and random part in hex, so ids sort by start.
     pub fn id(&self) -> String {
-        crate::invoker::hex_id(&[(self.id.0, 16), (u64::from(self.id.1), 8)])
+        record_id(self.id)
     }
 
-    /// The record, for followers (the queued one stays to be written).
+    /// The id written into `buf`, without an allocation.
+    pub fn id_text<'b>(&self, buf: &'b mut [u8; 24]) -> &'b str {
+        let (micros, random) = self.id;
+        let (time, rest) = buf.split_at_mut(16);
+        crate::invoker::write_hex(micros, time);
+        crate::invoker::write_hex(u64::from(random), rest);
+        std::str::from_utf8(buf).expect("hex digits")
+    }
+
+    /// The record, for followers and tests (the stored form is written
+    /// straight from the queued one: [`crate::store::chunks::chunks_of`]).
     pub fn to_record(&self) -> InvocationRecord {
-        self.record_with(self.error.clone(), self.logs.clone())
-    }
-
-    /// The record, taking the error and logs along.
-    pub fn into_record(mut self) -> InvocationRecord {
-        let (error, logs) = (self.error.take(), std::mem::take(&mut self.logs));
-        self.record_with(error, logs)
-    }
-
-    fn record_with(&self, error: Option<String>, logs: Vec<LogLine>) -> InvocationRecord {
         InvocationRecord {
             id: self.id(),
             namespace: self.namespace.as_str().to_string(),
@@ -69,14 +69,19 @@ impl Queued {
             started_at: self.started_at,
             duration_ms: self.duration_ms,
             status: status_label(self.kind, self.status, &mut [0; 3]).into_owned(),
-            error,
+            error: self.error.clone(),
             bytes_in: self.bytes_in,
             bytes_out: self.bytes_out,
             cold_start: self.cold_start,
-            logs,
+            logs: self.logs.clone(),
             logs_truncated: self.logs_truncated,
         }
     }
+}
+
+/// The id of the record with `(start microseconds, random part)`.
+pub fn record_id((micros, random): (u64, u32)) -> String {
+    crate::invoker::hex_id(&[(micros, 16), (u64::from(random), 8)])
 }
 
 /// The status of a call as records and metrics show it: the HTTP status
@@ -115,9 +120,14 @@ impl Text {
     }
 
     pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).expect("copied from a str")
+    }
+
+    /// The text's bytes, for comparing without checking them again.
+    pub fn as_bytes(&self) -> &[u8] {
         match self {
-            Text::Inline(len, bytes) => std::str::from_utf8(&bytes[..usize::from(*len)]).expect("copied from a str"),
-            Text::Heap(text) => text,
+            Text::Inline(len, bytes) => &bytes[..usize::from(*len)],
+            Text::Heap(text) => text.as_bytes(),
         }
     }
 }
@@ -140,7 +150,7 @@ pub struct LogSettings {
 
 /// The invocation log's front: `record` never waits.
 pub struct InvocationLog {
-    tx: mpsc::Sender<Queued>,
+    pending: Arc<Pending>,
     follow: broadcast::Sender<Arc<InvocationRecord>>,
     enabled: bool,
     pub dropped: AtomicU64,
@@ -148,19 +158,60 @@ pub struct InvocationLog {
     pub write_errors: AtomicU64,
 }
 
+/// Records waiting to be written: a vector the serving threads push onto
+/// under a lock that is all but never contended, and that the writer swaps
+/// for the emptied vector of the batch before. The same two vectors' slots
+/// serve batch after batch, warm in cache; a channel would allocate and
+/// free a block of slots every few dozen records on the serving thread.
+struct Pending {
+    records: Mutex<Vec<Queued>>,
+    /// Records waiting at most; more are dropped.
+    limit: usize,
+    /// Wakes the writer when a record arrives to an empty queue, or the log closes.
+    arrived: Notify,
+    closed: AtomicBool,
+}
+
+impl Pending {
+    fn lock(&self) -> MutexGuard<'_, Vec<Queued>> {
+        // A panic while holding the lock cannot leave the vector half-changed.
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves up to `most` of the oldest records into the empty `into`.
+    fn take(&self, into: &mut Vec<Queued>, most: usize) {
+        let mut records = self.lock();
+        if records.len() <= most {
+            std::mem::swap(&mut *records, into);
+        } else {
+            into.extend(records.drain(..most));
+        }
+    }
+}
+
 impl InvocationLog {
     pub fn start(store: Arc<dyn Store>, settings: LogSettings) -> Arc<InvocationLog> {
-        let (tx, rx) = mpsc::channel(settings.buffer.max(1));
+        let pending = Arc::new(Pending {
+            records: Mutex::new(Vec::new()),
+            limit: settings.buffer.max(1),
+            arrived: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
         let (follow, _) = broadcast::channel(1024);
         let log = Arc::new(InvocationLog {
-            tx,
+            pending: pending.clone(),
             follow,
             enabled: settings.enabled,
             dropped: AtomicU64::new(0),
             written: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
         });
-        tokio::spawn(write_loop(Arc::downgrade(&log), store.clone(), rx, settings.clone()));
+        tokio::spawn(write_loop(
+            Arc::downgrade(&log),
+            pending,
+            store.clone(),
+            settings.clone(),
+        ));
         tokio::spawn(prune_loop(store, settings));
         log
     }
@@ -173,8 +224,17 @@ impl InvocationLog {
         if self.follow.receiver_count() > 0 {
             let _ = self.follow.send(Arc::new(record.to_record()));
         }
-        if self.tx.try_send(record).is_err() {
+        let mut records = self.pending.lock();
+        if records.len() >= self.pending.limit {
+            drop(records);
             self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        records.push(record);
+        let first = records.len() == 1;
+        drop(records);
+        if first {
+            self.pending.arrived.notify_one();
         }
     }
 
@@ -185,45 +245,52 @@ impl InvocationLog {
 
     /// Records waiting to be written.
     pub fn backlog(&self) -> usize {
-        self.tx.max_capacity() - self.tx.capacity()
+        self.pending.lock().len()
+    }
+}
+
+impl Drop for InvocationLog {
+    /// The writer writes what is still queued, then ends.
+    fn drop(&mut self) {
+        self.pending.closed.store(true, Ordering::Release);
+        self.pending.arrived.notify_one();
     }
 }
 
 async fn write_loop(
     log: std::sync::Weak<InvocationLog>,
+    pending: Arc<Pending>,
     store: Arc<dyn Store>,
-    mut rx: mpsc::Receiver<Queued>,
     settings: LogSettings,
 ) {
-    let mut batch = Vec::with_capacity(settings.batch);
+    let mut batch: Vec<Queued> = Vec::new();
     loop {
-        if rx.recv_many(&mut batch, settings.batch).await == 0 {
-            return;
+        let waiting = pending.lock().len();
+        if waiting == 0 {
+            if pending.closed.load(Ordering::Acquire) {
+                return;
+            }
+            pending.arrived.notified().await;
+            continue;
         }
         // Let a batch fill for a moment under load.
-        if batch.len() < settings.batch {
+        if waiting < settings.batch && !pending.closed.load(Ordering::Acquire) {
             tokio::time::sleep(settings.flush_interval).await;
-            while batch.len() < settings.batch {
-                match rx.try_recv() {
-                    Ok(record) => batch.push(record),
-                    Err(_) => break,
-                }
-            }
         }
-        // Making the records, encoding and compressing them is the
-        // CPU-heavy part: on a blocking thread it leaves the threads serving
-        // requests alone (with one serving thread it would otherwise take
-        // from every request). The records are made and dropped there, so
-        // their memory never crosses threads.
+        pending.take(&mut batch, settings.batch);
+        // Encoding and compressing the records is the CPU-heavy part: on a
+        // blocking thread it leaves the threads serving requests alone
+        // (with one serving thread it would otherwise take from every
+        // request). The records come back to be dropped here, on the thread
+        // that made them, so their memory never crosses threads.
         let written = batch.len() as u64;
-        let encoded = tokio::task::spawn_blocking(move || {
-            let records: Vec<InvocationRecord> = batch.drain(..).map(Queued::into_record).collect();
-            (crate::store::chunks::chunks_of(&records), batch)
-        })
-        .await;
+        let encoded = tokio::task::spawn_blocking(move || (crate::store::chunks::chunks_of(&batch), batch)).await;
         let chunks = match encoded {
-            Ok((chunks, emptied)) => {
-                batch = emptied;
+            Ok((chunks, mut records)) => {
+                records.clear();
+                // A burst may have grown the vector far past a batch: give that back.
+                records.shrink_to(settings.batch);
+                batch = records;
                 chunks
             }
             Err(e) => {
@@ -231,7 +298,7 @@ async fn write_loop(
                 if let Some(log) = log.upgrade() {
                     log.dropped.fetch_add(written, Ordering::Relaxed);
                 }
-                batch = Vec::with_capacity(settings.batch);
+                batch = Vec::new();
                 continue;
             }
         };
@@ -300,16 +367,33 @@ mod tests {
     }
 
     #[test]
-    fn a_queued_record_becomes_the_record_with_its_id() {
-        let queued = Queued {
+    fn the_writer_takes_the_oldest_records_a_batch_at_a_time() {
+        let pending = Pending {
+            records: Mutex::new((0..5).map(|i| queued(i, 200)).collect()),
+            limit: 10,
+            arrived: Notify::new(),
+            closed: AtomicBool::new(false),
+        };
+        let ids = |records: &[Queued]| records.iter().map(|r| r.id.1).collect::<Vec<_>>();
+        let mut batch = Vec::new();
+        pending.take(&mut batch, 3);
+        assert_eq!(ids(&batch), [0, 1, 2]);
+        batch.clear();
+        pending.take(&mut batch, 3);
+        assert_eq!(ids(&batch), [3, 4]);
+        assert!(pending.lock().is_empty());
+    }
+
+    fn queued(random: u32, status: u16) -> Queued {
+        Queued {
             namespace: Text::new("demo"),
             function: Text::new("hello"),
             request_id: Text::new("req-1"),
-            id: (0x0123_4567_89ab_cdef, 0xfe),
+            id: (0x0123_4567_89ab_cdef, random),
             started_at: crate::store::now(),
             version: 3,
             kind: TriggerKind::Amqp,
-            status: 502,
+            status,
             duration_ms: 1.5,
             error: Some("crashed".into()),
             bytes_in: 1,
@@ -320,30 +404,27 @@ mod tests {
                 text: "boom\n".into(),
             }],
             logs_truncated: true,
-        };
+        }
+    }
+
+    #[test]
+    fn a_queued_record_becomes_the_record_with_its_id() {
+        let queued = queued(0xfe, 502);
         let id = queued.id();
         assert_eq!(id, "0123456789abcdef000000fe");
-        let followed = queued.to_record();
-        let written = queued.into_record();
+        assert_eq!(queued.id_text(&mut [0; 24]), id);
+        let record = queued.to_record();
         assert_eq!(
-            serde_json::to_value(&followed).unwrap(),
-            serde_json::to_value(&written).unwrap()
-        );
-        assert_eq!(
-            (
-                written.id.as_str(),
-                written.namespace.as_str(),
-                written.function.as_str()
-            ),
+            (record.id.as_str(), record.namespace.as_str(), record.function.as_str()),
             (id.as_str(), "demo", "hello")
         );
-        assert_eq!((written.trigger.as_str(), written.status.as_str()), ("amqp", "error"));
+        assert_eq!((record.trigger.as_str(), record.status.as_str()), ("amqp", "error"));
         assert_eq!(
-            (written.request_id.as_str(), written.error.as_deref()),
+            (record.request_id.as_str(), record.error.as_deref()),
             ("req-1", Some("crashed"))
         );
         assert_eq!(
-            (written.logs.len(), written.logs_truncated, written.cold_start),
+            (record.logs.len(), record.logs_truncated, record.cold_start),
             (1, true, true)
         );
     }

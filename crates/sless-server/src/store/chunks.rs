@@ -12,11 +12,14 @@
 //! they finish, so a long call can land in a chunk beside much newer ones:
 //! chunks' id ranges may overlap, and reading merges them.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sless_api::{InvocationRecord, LogLine};
 
 use crate::error::{Error, Result};
+use crate::invocations::{status_label, Queued};
 
 /// A record as a chunk stores it: id, version, trigger, request id, start
 /// (microseconds since the epoch), duration in ms, status, error, bytes in,
@@ -44,6 +47,28 @@ impl Serialize for Logs<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> std::result::Result<S::Ok, S::Error> {
         serializer.collect_seq(self.0.iter().map(|l| (&l.stream, &l.text)))
     }
+}
+
+/// Appends the row of a queued record to `out`, made straight from it:
+/// no record of strings in between.
+fn write_row(out: &mut Vec<u8>, r: &Queued) {
+    let (mut id, mut digits) = ([0; 24], [0; 3]);
+    let row = Row(
+        r.id_text(&mut id),
+        r.version,
+        r.kind.as_str(),
+        r.request_id.as_str(),
+        r.started_at.timestamp_micros(),
+        r.duration_ms,
+        &status_label(r.kind, r.status, &mut digits),
+        &r.error,
+        r.bytes_in,
+        r.bytes_out,
+        r.cold_start,
+        Logs(&r.logs),
+        r.logs_truncated,
+    );
+    serde_json::to_writer(out, &row).expect("records serialize");
 }
 
 impl<'a> From<&'a InvocationRecord> for Row<'a> {
@@ -136,7 +161,7 @@ impl OwnedRow {
 
 fn encode<'a>(records: impl Iterator<Item = &'a InvocationRecord>) -> Vec<u8> {
     let rows: Vec<Row<'_>> = records.map(Row::from).collect();
-    compress(&serde_json::to_vec(&rows).expect("records serialize"))
+    compress(&serde_json::to_vec(&rows).expect("records serialize"), &mut Vec::new())
 }
 
 /// Marks chunk data compressed with LZ4 (size-prefixed block); data that
@@ -145,9 +170,18 @@ const LZ4: u8 = 1;
 
 /// Records of one function repeat most of their bytes, so a chunk shrinks
 /// several times over: fewer pages for the database to log and write back.
-fn compress(json: &[u8]) -> Vec<u8> {
-    let mut data = vec![LZ4];
-    data.extend_from_slice(&lz4_flex::compress_prepend_size(json));
+/// `scratch` is the compressor's output buffer, reused from chunk to chunk.
+fn compress(json: &[u8], scratch: &mut Vec<u8>) -> Vec<u8> {
+    let most = lz4_flex::block::get_maximum_output_size(json.len());
+    if scratch.len() < most {
+        scratch.resize(most, 0);
+    }
+    let size = lz4_flex::block::compress_into(json, scratch).expect("the output buffer holds the worst case");
+    // The layout of lz4_flex's size-prepended blocks: the input's length, then the block.
+    let mut data = Vec::with_capacity(5 + size);
+    data.push(LZ4);
+    data.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    data.extend_from_slice(&scratch[..size]);
     data
 }
 
@@ -180,39 +214,68 @@ pub struct Chunk {
 }
 
 /// Cuts a batch into chunks: grouped by function, each in id order.
-pub fn chunks_of(records: &[InvocationRecord]) -> Vec<Chunk> {
-    let mut order: Vec<&InvocationRecord> = records.iter().collect();
-    // Stable sort: it finds the runs a batch mostly is (calls end about in
-    // the order they start), where an unstable sort compares all over again.
-    order.sort_by(|a, b| (&a.namespace, &a.function, &a.id).cmp(&(&b.namespace, &b.function, &b.id)));
+pub fn chunks_of(records: &[Queued]) -> Vec<Chunk> {
+    // Sorted by small keys (function's rank, id, position), not by the
+    // records themselves: comparing those reads all over thousands of them.
+    // A batch mostly holds few functions, met in runs.
+    let mut numbers: HashMap<(&[u8], &[u8]), u32> = HashMap::new();
+    let mut last = None;
+    let mut keys: Vec<(u32, (u64, u32), u32)> = Vec::with_capacity(records.len());
+    for (at, r) in records.iter().enumerate() {
+        let name = (r.namespace.as_bytes(), r.function.as_bytes());
+        let number = match last {
+            Some((seen, number)) if seen == name => number,
+            _ => {
+                let next = numbers.len() as u32;
+                *numbers.entry(name).or_insert(next)
+            }
+        };
+        last = Some((name, number));
+        keys.push((number, r.id, at as u32));
+    }
+    // Functions in name order.
+    let mut names: Vec<_> = numbers.into_iter().collect();
+    names.sort_unstable();
+    let mut rank = vec![0; names.len()];
+    for (position, (_, number)) in names.iter().enumerate() {
+        rank[*number as usize] = position as u32;
+    }
+    for key in &mut keys {
+        key.0 = rank[key.0 as usize];
+    }
+    keys.sort_unstable();
+    let order: Vec<&Queued> = keys.iter().map(|&(_, _, at)| &records[at as usize]).collect();
+    let (mut json, mut scratch) = (Vec::new(), Vec::new());
     let mut chunks = Vec::new();
     let mut rest = &order[..];
     while let Some(first) = rest.first() {
+        let (namespace, function) = (first.namespace.as_bytes(), first.function.as_bytes());
         let same = rest
             .iter()
-            .take_while(|r| r.namespace == first.namespace && r.function == first.function)
+            .take_while(|r| r.namespace.as_bytes() == namespace && r.function.as_bytes() == function)
             .count();
         let (group, tail) = rest.split_at(same);
         rest = tail;
         let mut start = 0;
         while start < group.len() {
-            let mut data = vec![b'['];
+            json.clear();
+            json.push(b'[');
             let mut end = start;
-            while end < group.len() && end - start < CHUNK_RECORDS && (end == start || data.len() < CHUNK_BYTES) {
+            while end < group.len() && end - start < CHUNK_RECORDS && (end == start || json.len() < CHUNK_BYTES) {
                 if end > start {
-                    data.push(b',');
+                    json.push(b',');
                 }
-                serde_json::to_writer(&mut data, &Row::from(group[end])).expect("records serialize");
+                write_row(&mut json, group[end]);
                 end += 1;
             }
-            data.push(b']');
+            json.push(b']');
             chunks.push(Chunk {
-                namespace: first.namespace.clone(),
-                function: first.function.clone(),
-                first_id: group[start].id.clone(),
-                last_id: group[end - 1].id.clone(),
+                namespace: first.namespace.as_str().to_string(),
+                function: first.function.as_str().to_string(),
+                first_id: group[start].id(),
+                last_id: group[end - 1].id(),
                 records: (end - start) as i64,
-                data: compress(&data),
+                data: compress(&json, &mut scratch),
             });
             start = end;
         }
@@ -293,17 +356,19 @@ impl<'a> Newest<'a> {
 mod tests {
     use super::*;
 
-    fn record(function: &str, id: u32) -> InvocationRecord {
-        InvocationRecord {
-            id: format!("{id:024x}"),
-            namespace: "ns".into(),
-            function: function.into(),
-            version: 1,
-            trigger: "http".into(),
-            request_id: "r".into(),
+    /// A queued record whose id is `format!("{id:024x}")`.
+    fn record(function: &str, id: u32) -> Queued {
+        use crate::invocations::Text;
+        Queued {
+            namespace: Text::new("ns"),
+            function: Text::new(function),
+            request_id: Text::new("r"),
+            id: (0, id),
             started_at: chrono::Utc::now(),
+            version: 1,
+            kind: crate::driver::TriggerKind::Http,
+            status: 200,
             duration_ms: 1.0,
-            status: "200".into(),
             error: None,
             bytes_in: 0,
             bytes_out: 0,
@@ -344,10 +409,12 @@ mod tests {
             text: "é\n".into(),
         });
         r.cold_start = true;
+        r.status = 502;
+        r.request_id = crate::invocations::Text::new("req \"7\"");
         let chunk = &chunks_of(std::slice::from_ref(&r))[0];
         let json = String::from_utf8(json_of(&chunk.data).unwrap().into_owned()).unwrap();
         assert!(!json.contains("\"namespace\""), "the row holds what the columns do not");
-        assert_eq!(decode("ns", "a", &chunk.data).unwrap(), [r]);
+        assert_eq!(decode("ns", "a", &chunk.data).unwrap(), [r.to_record()]);
     }
 
     #[test]

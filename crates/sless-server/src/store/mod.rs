@@ -84,10 +84,6 @@ pub trait Store: Send + Sync + 'static {
     async fn swap_status(&self, kind: Kind, namespace: &str, name: &str, expected: &Value, new: &Value)
         -> Result<bool>;
 
-    /// Appends invocation records in one transaction.
-    async fn insert_invocations(&self, records: &[InvocationRecord]) -> Result<()> {
-        self.insert_chunks(&chunks::chunks_of(records)).await
-    }
     /// Appends records already cut into chunks ([`chunks::chunks_of`]) in
     /// one transaction.
     async fn insert_chunks(&self, chunks: &[chunks::Chunk]) -> Result<()>;
