@@ -71,27 +71,9 @@ fn write_row(out: &mut Vec<u8>, r: &Queued) {
     serde_json::to_writer(out, &row).expect("records serialize");
 }
 
-impl<'a> From<&'a InvocationRecord> for Row<'a> {
-    fn from(r: &'a InvocationRecord) -> Self {
-        Row(
-            &r.id,
-            r.version,
-            &r.trigger,
-            &r.request_id,
-            r.started_at.timestamp_micros(),
-            r.duration_ms,
-            &r.status,
-            &r.error,
-            r.bytes_in,
-            r.bytes_out,
-            r.cold_start,
-            Logs(&r.logs),
-            r.logs_truncated,
-        )
-    }
-}
-
-#[derive(Deserialize)]
+/// A stored row as read back; trimming a chunk writes the rows it keeps
+/// back as they were (moved-over ones keep their older forms).
+#[derive(Deserialize, Serialize)]
 struct OwnedRow(
     String,
     u64,
@@ -110,7 +92,7 @@ struct OwnedRow(
 
 /// Chunks written by this code hold microseconds; records moved over from
 /// the one-row-per-record schema hold the RFC 3339 text they had.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(untagged)]
 enum Started {
     Micros(i64),
@@ -118,7 +100,7 @@ enum Started {
 }
 
 /// `[stream, text]`, or the `{stream, text}` object of moved-over records.
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(untagged)]
 enum StoredLog {
     Pair(String, String),
@@ -157,11 +139,6 @@ impl OwnedRow {
             logs_truncated: self.12,
         })
     }
-}
-
-fn encode<'a>(records: impl Iterator<Item = &'a InvocationRecord>) -> Vec<u8> {
-    let rows: Vec<Row<'_>> = records.map(Row::from).collect();
-    compress(&serde_json::to_vec(&rows).expect("records serialize"), &mut Vec::new())
 }
 
 /// Marks chunk data compressed with LZ4 (size-prefixed block); data that
@@ -285,27 +262,29 @@ pub fn chunks_of(records: &[Queued]) -> Vec<Chunk> {
 
 /// The records of a chunk of `function` in `namespace`, in id order.
 pub fn decode(namespace: &str, function: &str, data: &[u8]) -> Result<Vec<InvocationRecord>> {
-    let rows: Vec<OwnedRow> = serde_json::from_slice(&json_of(data)?)
-        .map_err(|e| Error::internal(format!("bad invocation chunk in store: {e}")))?;
-    rows.into_iter().map(|r| r.into_record(namespace, function)).collect()
+    rows(data)?
+        .into_iter()
+        .map(|r| r.into_record(namespace, function))
+        .collect()
 }
 
-/// A chunk's records without those `drop` selects, as `(first_id, count,
-/// data)` to store again; `None` when none are left.
-pub fn without(
-    namespace: &str,
-    function: &str,
-    data: &[u8],
-    drop: impl Fn(&InvocationRecord) -> bool,
-) -> Result<Option<(String, i64, Vec<u8>)>> {
-    let kept: Vec<InvocationRecord> = decode(namespace, function, data)?
-        .into_iter()
-        .filter(|r| !drop(r))
-        .collect();
+fn rows(data: &[u8]) -> Result<Vec<OwnedRow>> {
+    serde_json::from_slice(&json_of(data)?).map_err(|e| Error::internal(format!("bad invocation chunk in store: {e}")))
+}
+
+/// A chunk's records without those whose id `drop` selects, as
+/// `(first_id, count, data)` to store again; `None` when none are left.
+pub fn without(data: &[u8], drop: impl Fn(&str) -> bool) -> Result<Option<(String, i64, Vec<u8>)>> {
+    let kept: Vec<OwnedRow> = rows(data)?.into_iter().filter(|r| !drop(&r.0)).collect();
     let Some(first) = kept.first() else {
         return Ok(None);
     };
-    Ok(Some((first.id.clone(), kept.len() as i64, encode(kept.iter()))))
+    let json = serde_json::to_vec(&kept).expect("rows serialize");
+    Ok(Some((
+        first.0.clone(),
+        kept.len() as i64,
+        compress(&json, &mut Vec::new()),
+    )))
 }
 
 /// The newest `limit` records of one function older than `before`,
@@ -425,6 +404,10 @@ mod tests {
         assert_eq!(r.started_at.timestamp_micros() % 1_000_000, 123_456);
         assert_eq!((r.logs[0].stream.as_str(), r.logs[0].text.as_str()), ("stdout", "hi\n"));
         assert_eq!((r.namespace.as_str(), r.function.as_str(), r.version), ("ns", "f", 3));
+        // Trimming such a chunk writes the rows it keeps back in their forms.
+        let (_, count, data) = without(data.as_bytes(), |_| false).unwrap().unwrap();
+        assert_eq!(count, 1);
+        assert_eq!(&decode("ns", "f", &data).unwrap()[0], r);
     }
 
     #[test]
@@ -479,11 +462,11 @@ mod tests {
     #[test]
     fn trimming_keeps_the_rest_or_reports_empty() {
         let chunk = &chunks_of(&[record("a", 1), record("a", 2), record("a", 3)])[0];
-        let (first, count, data) = without("ns", "a", &chunk.data, |r| r.id < format!("{:024x}", 2))
+        let (first, count, data) = without(&chunk.data, |id| id < format!("{:024x}", 2).as_str())
             .unwrap()
             .unwrap();
         assert_eq!((first, count), (format!("{:024x}", 2), 2));
         assert_eq!(decode("ns", "a", &data).unwrap().len(), 2);
-        assert!(without("ns", "a", &chunk.data, |_| true).unwrap().is_none());
+        assert!(without(&chunk.data, |_| true).unwrap().is_none());
     }
 }

@@ -351,9 +351,7 @@ macro_rules! sql_store {
                 .fetch_all(&mut *tx)
                 .await?;
                 for row in &straddling {
-                    let trimmed = without(row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?, |r| {
-                        r.id < cutoff_id
-                    })?;
+                    let trimmed = without(row.try_get("data")?, |id| id < cutoff_id.as_str())?;
                     removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
                     Self::rewrite_chunk(&mut tx, row, trimmed).await?;
                 }
@@ -382,7 +380,7 @@ macro_rules! sql_store {
                     let room = (keep - row.try_get::<i64, _>("newer")?).max(0) as usize;
                     let records = decode(namespace, function, data)?;
                     let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
-                    let trimmed = without(namespace, function, data, |r| cut.as_ref().is_none_or(|c| r.id < *c))?;
+                    let trimmed = without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?;
                     removed += records.len() as i64 - trimmed.as_ref().map_or(0, |t| t.1);
                     Self::rewrite_chunk(&mut tx, &row, trimmed).await?;
                 }
