@@ -469,4 +469,23 @@ mod tests {
         assert_eq!(decode("ns", "a", &data).unwrap().len(), 2);
         assert!(without(&chunk.data, |_| true).unwrap().is_none());
     }
+
+    #[tokio::test]
+    async fn thousands_of_chunks_are_written_in_one_batch() {
+        // 6000 chunks bind 36 000 parameters, more than one SQLite statement takes.
+        let dir = std::env::temp_dir().join(format!("sless-chunks-{:016x}", rand::random::<u64>()));
+        let store = crate::store::open(&format!("sqlite://{}/t.db", dir.display()))
+            .await
+            .unwrap();
+        let batch: Vec<_> = (0..6000).map(|i| record(&format!("f{i}"), i)).collect();
+        let chunks = chunks_of(&batch);
+        assert_eq!(chunks.len(), 6000);
+        store.insert_chunks(&chunks).await.unwrap();
+        for (function, id) in [("f0", 0), ("f4321", 4321), ("f5999", 5999)] {
+            let found = store.list_invocations("ns", function, None, 10).await.unwrap();
+            assert_eq!(found.len(), 1, "{function}");
+            assert_eq!(found[0].id, format!("{id:024x}"));
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
