@@ -22,6 +22,7 @@ pub struct InvocationRecord {
     pub trigger: String,
     pub request_id: String,
     pub started_at: DateTime<Utc>,
+    /// How long the call took, in milliseconds to the microsecond.
     pub duration_ms: f64,
     /// The HTTP status for calls through the gateway; `ok` or `error` otherwise.
     pub status: String,

@@ -133,7 +133,11 @@ async fn records_capture_output_and_page(backend: Backend) {
     assert_eq!(first["version"], 1);
     assert_eq!(first["cold_start"], true, "the first call started the instance");
     assert_eq!(failed["cold_start"], false);
-    assert!(first["duration_ms"].as_f64().unwrap() > 0.0);
+    let duration_ms = first["duration_ms"].as_f64().unwrap();
+    assert!(duration_ms > 0.0);
+    // Kept to the microsecond.
+    let micros = duration_ms * 1000.0;
+    assert!((micros - micros.round()).abs() < 1e-6, "{duration_ms}");
     assert_eq!(first["bytes_in"], r#"{"say": "first"}"#.len());
     assert_eq!(first["bytes_out"], r#"{"ok":true}"#.len());
     let lines: Vec<(String, String)> = first["logs"]
