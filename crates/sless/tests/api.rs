@@ -7,6 +7,7 @@ mod api {
     mod auth;
     mod cli;
     mod code_check;
+    mod deploys;
     mod functions;
     mod handlers;
     pub mod harness;
