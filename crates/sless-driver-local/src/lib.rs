@@ -1,7 +1,10 @@
 //! The local driver, the embedded default: builds in a sandboxed directory,
 //! instances as sandboxed runtime processes on this machine, each loaded
-//! from a warm generic interpreter.
+//! from a warm generic interpreter. With an object store for artifacts
+//! (replicas sharing state), built artifacts are stored there and fetched by
+//! the replicas that did not build them.
 
+mod artifacts;
 mod builder;
 mod frame;
 mod launcher;
@@ -25,6 +28,7 @@ use sless_driver::{
 pub use launcher::shim_version;
 pub use pool::PoolSettings;
 
+use self::artifacts::SharedArtifacts;
 use self::builder::Builder;
 use self::launcher::Launcher;
 use self::pool::{FunctionPool, Generation, StartFailure};
@@ -50,11 +54,19 @@ pub struct LocalDriver {
     disabled: RwLock<HashSet<FunctionKey>>,
     /// The instances of running job runs, for `cancel_run`.
     runs: Mutex<HashMap<RunId, Arc<ShimProcess>>>,
+    /// Where artifacts are shared with other replicas, if they are.
+    shared: Option<SharedArtifacts>,
     settings: LocalSettings,
 }
 
 impl LocalDriver {
-    pub fn start(data_dir: &Path, settings: LocalSettings) -> anyhow::Result<LocalDriver> {
+    /// Starts the driver; with `shared_artifacts`, built artifacts are stored
+    /// in that object store and fetched from it where they are missing.
+    pub fn start(
+        data_dir: &Path,
+        settings: LocalSettings,
+        shared_artifacts: Option<Arc<dyn object_store::ObjectStore>>,
+    ) -> anyhow::Result<LocalDriver> {
         let launcher = Arc::new(Launcher::new(data_dir, settings.python.clone(), settings.node.clone())?);
         let builder = Builder::new(
             data_dir.join("artifacts"),
@@ -78,6 +90,7 @@ impl LocalDriver {
             pools: RwLock::new(HashMap::new()),
             disabled: RwLock::new(Default::default()),
             runs: Mutex::new(HashMap::new()),
+            shared: shared_artifacts.map(SharedArtifacts::new),
             settings,
         })
     }
@@ -111,7 +124,17 @@ impl LocalDriver {
 impl Driver for LocalDriver {
     async fn build(&self, job: BuildJob) -> Result<Built, BuildError> {
         let artifact = Fingerprint::of(job.runtime, &shim_version(), &job.code_hash);
-        self.builder.build(job, artifact).await
+        let mut built = self.builder.build(job, artifact).await?;
+        if let Some(shared) = &self.shared {
+            let dir = self.builder.artifact_dir(&built.artifact);
+            built.digest = Some(
+                shared
+                    .publish(&dir, &built.artifact)
+                    .await
+                    .map_err(BuildError::Internal)?,
+            );
+        }
+        Ok(built)
     }
 
     async fn fingerprint(&self, runtime: Runtime, code_hash: &str) -> Result<Fingerprint, DriverError> {
@@ -119,10 +142,31 @@ impl Driver for LocalDriver {
     }
 
     async fn has_artifact(&self, artifact: &Fingerprint) -> Result<bool, DriverError> {
-        Ok(self.builder.artifact_dir(artifact).is_dir())
+        if self.builder.artifact_dir(artifact).is_dir() {
+            return Ok(true);
+        }
+        match &self.shared {
+            Some(shared) => shared.exists(artifact).await.map_err(DriverError::Unavailable),
+            None => Ok(false),
+        }
     }
 
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
+        let dir = self.builder.artifact_dir(&deployment.artifact);
+        if !dir.is_dir() {
+            match (&self.shared, &deployment.digest) {
+                (Some(shared), Some(digest)) => shared
+                    .fetch(&dir, &deployment.artifact, digest)
+                    .await
+                    .map_err(DriverError::Unavailable)?,
+                _ => {
+                    return Err(DriverError::Unavailable(format!(
+                        "artifact {} is not on this machine and was not shared",
+                        deployment.artifact
+                    )))
+                }
+            }
+        }
         let pool = self.pool_for(&deployment);
         let generation = Generation {
             version: deployment.version,

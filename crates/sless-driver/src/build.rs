@@ -58,6 +58,10 @@ impl std::fmt::Display for Fingerprint {
 #[derive(Debug, Clone)]
 pub struct Built {
     pub artifact: Fingerprint,
+    /// sha256 of the artifact's tarball in the shared object store, where
+    /// any replica (or pod) fetches and checks it; None when the artifact
+    /// stays on the machine that built it (one replica).
+    pub digest: Option<String>,
     /// The end of the build log.
     pub log_tail: String,
 }

@@ -10,6 +10,9 @@ pub struct Deployment {
     pub key: FunctionKey,
     pub version: u64,
     pub artifact: Fingerprint,
+    /// The sha256 a fetched copy of the artifact must have (see
+    /// [`crate::Built::digest`]); None when it was never shared.
+    pub digest: Option<String>,
     pub spec: FunctionSpec,
     /// Load the handler once before this version serves, and refuse the
     /// deploy (the previous version keeps serving) when it cannot load. Off

@@ -44,6 +44,7 @@ async fn main() -> anyhow::Result<()> {
             retention: Duration::from_secs(86_400),
             keep: i64::MAX,
             enabled: true,
+            leading: tokio::sync::watch::channel(true).1,
         },
     );
     let record = |i: u64| Queued {

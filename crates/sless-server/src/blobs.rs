@@ -1,21 +1,117 @@
-//! Code archives live in an object store: a local directory for the embedded
-//! default, S3 for the cluster shape, with no caller knowing which.
+//! Code archives (and, when replicas share state, built artifacts) live in
+//! an object store: a local directory for the embedded default, an
+//! S3-compatible bucket for the cluster shape, with no caller knowing which.
+//! An S3 store is tried once at start (a probe object written and deleted),
+//! so a missing bucket or refused credentials stop the server there with a
+//! message naming the setting.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::ObjectStore;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
 
-/// Opens the object store named by `url` (`file://DIR`).
-pub fn open(url: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+/// How to reach the code store (from `Config`).
+#[derive(Debug, Clone)]
+pub struct BlobSettings {
+    /// `file://DIR` or `s3://BUCKET[/PREFIX]`.
+    pub url: String,
+    pub s3_endpoint: Option<String>,
+    pub s3_region: String,
+    pub s3_access_key_id: Option<String>,
+    pub s3_secret_access_key: Option<String>,
+    pub s3_path_style: bool,
+}
+
+/// Opens the object store named by `settings.url`.
+pub async fn open(settings: &BlobSettings) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    let url = &settings.url;
+    if let Some(rest) = url.strip_prefix("s3://") {
+        return open_s3(settings, rest).await;
+    }
     let dir = url
         .strip_prefix("file://")
-        .ok_or_else(|| anyhow::anyhow!("SLESS_BLOB_URL {url:?}: expected file://DIR"))?;
+        .ok_or_else(|| anyhow::anyhow!("SLESS_BLOB_URL {url:?}: expected file://DIR or s3://BUCKET[/PREFIX]"))?;
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating code store directory {dir:?}: {e}"))?;
     let store = LocalFileSystem::new_with_prefix(dir)
         .map_err(|e| anyhow::anyhow!("opening code store directory {dir:?}: {e}"))?;
     Ok(Arc::new(store))
+}
+
+/// An S3 bucket (under a prefix), checked by writing and deleting a probe.
+async fn open_s3(settings: &BlobSettings, bucket_and_prefix: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    // reqwest 0.13 (object_store's client) uses rustls without a built-in
+    // crypto provider: ring, installed once for the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (bucket, prefix) = bucket_and_prefix.split_once('/').unwrap_or((bucket_and_prefix, ""));
+    let mut builder = AmazonS3Builder::from_env()
+        .with_bucket_name(bucket)
+        .with_region(&settings.s3_region)
+        .with_virtual_hosted_style_request(!settings.s3_path_style)
+        .with_retry(RetryConfig {
+            max_retries: 4,
+            retry_timeout: Duration::from_secs(30),
+            ..RetryConfig::default()
+        });
+    if let Some(endpoint) = &settings.s3_endpoint {
+        let endpoint = endpoint.trim_end_matches('/');
+        builder = builder.with_allow_http(endpoint.starts_with("http://"));
+        builder = if settings.s3_path_style {
+            builder.with_endpoint(endpoint)
+        } else {
+            // Virtual-hosted style: the bucket is part of the host name.
+            let (scheme, host) = endpoint.split_once("://").unwrap_or(("https", endpoint));
+            builder.with_endpoint(format!("{scheme}://{bucket}.{host}"))
+        };
+    }
+    if let (Some(id), Some(secret)) = (&settings.s3_access_key_id, &settings.s3_secret_access_key) {
+        builder = builder.with_access_key_id(id).with_secret_access_key(secret);
+    }
+    let s3 = builder
+        .build()
+        .map_err(|e| anyhow::anyhow!("SLESS_BLOB_URL {:?}: {e}", settings.url))?;
+    let store: Arc<dyn ObjectStore> = if prefix.trim_matches('/').is_empty() {
+        Arc::new(s3)
+    } else {
+        Arc::new(PrefixStore::new(s3, prefix.trim_matches('/')))
+    };
+    probe(&*store, settings, bucket).await?;
+    tracing::info!(bucket, prefix, endpoint = ?settings.s3_endpoint, "S3 code store reachable");
+    Ok(store)
+}
+
+/// Lists the bucket (a missing bucket says so here; some servers would
+/// create it on a write), then writes and deletes one small object, naming
+/// the setting to fix when the server refuses.
+async fn probe(store: &dyn ObjectStore, settings: &BlobSettings, bucket: &str) -> anyhow::Result<()> {
+    let key = Path::from(format!(".sless-probe-{:016x}", rand::random::<u64>()));
+    let result = async {
+        store.list_with_delimiter(None).await?;
+        store.put(&key, bytes::Bytes::from_static(b"probe").into()).await?;
+        store.delete(&key).await
+    }
+    .await;
+    let Err(e) = result else { return Ok(()) };
+    let text = e.to_string();
+    let url = &settings.url;
+    Err(match e {
+        _ if text.contains("NoSuchBucket") => {
+            anyhow::anyhow!("SLESS_BLOB_URL {url:?}: bucket {bucket:?} does not exist on the S3 server ({text})")
+        }
+        object_store::Error::NotFound { .. } => anyhow::anyhow!(
+            "SLESS_BLOB_URL {url:?}: bucket {bucket:?} was not found (check the bucket and SLESS_S3_ENDPOINT): {text}"
+        ),
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => anyhow::anyhow!(
+            "SLESS_S3_ACCESS_KEY_ID / SLESS_S3_SECRET_ACCESS_KEY: the S3 server refused the credentials for bucket {bucket:?}: {text}"
+        ),
+        _ => anyhow::anyhow!(
+            "SLESS_BLOB_URL {url:?} (SLESS_S3_ENDPOINT {:?}): the code store could not be written: {text}",
+            settings.s3_endpoint.as_deref().unwrap_or("AWS")
+        ),
+    })
 }
 
 /// Where a function's archive with the given sha256 is kept.

@@ -28,9 +28,30 @@ pub struct Config {
     #[arg(long, env = "SLESS_DATABASE_URL")]
     pub database_url: Option<String>,
 
-    /// Where code archives go: `file://DIR`; default: `file://{data_dir}/blobs`.
+    /// Where code archives (and, with PostgreSQL, built artifacts) go:
+    /// `file://DIR` or `s3://BUCKET[/PREFIX]`; default: `file://{data_dir}/blobs`.
     #[arg(long, env = "SLESS_BLOB_URL")]
     pub blob_url: Option<String>,
+
+    /// S3 endpoint URL (MinIO, Ceph RGW, a local test server); default: AWS for the region.
+    #[arg(long, env = "SLESS_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// S3 region.
+    #[arg(long, env = "SLESS_S3_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+
+    /// S3 access key id; default: the usual AWS sources (AWS_ACCESS_KEY_ID, instance metadata).
+    #[arg(long, env = "SLESS_S3_ACCESS_KEY_ID")]
+    pub s3_access_key_id: Option<String>,
+
+    /// S3 secret access key.
+    #[arg(long, env = "SLESS_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub s3_secret_access_key: Option<String>,
+
+    /// Path-style S3 addressing (`ENDPOINT/BUCKET/KEY`), which MinIO and Ceph RGW need.
+    #[arg(long, env = "SLESS_S3_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_path_style: bool,
 
     /// Execution backend.
     #[arg(long, env = "SLESS_DRIVER", value_enum, default_value = "local")]
@@ -186,6 +207,24 @@ impl Config {
         }
     }
 
+    /// Whether several replicas may share this server's state (PostgreSQL):
+    /// then a leader is elected and built artifacts go to the object store.
+    pub fn shared(&self) -> bool {
+        !self.database_url().starts_with("sqlite:")
+    }
+
+    /// How the code store is reached.
+    pub fn blob_settings(&self) -> crate::blobs::BlobSettings {
+        crate::blobs::BlobSettings {
+            url: self.blob_url(),
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_access_key_id: self.s3_access_key_id.clone(),
+            s3_secret_access_key: self.s3_secret_access_key.clone(),
+            s3_path_style: self.s3_path_style,
+        }
+    }
+
     /// The code-safety gate's settings.
     pub fn code_check(&self) -> sless_codecheck::CheckConfig {
         sless_codecheck::CheckConfig {
@@ -207,13 +246,23 @@ impl Config {
             anyhow::bail!("SLESS_DATABASE_URL {db:?}: expected sqlite://PATH or postgres://...");
         }
         let blob = self.blob_url();
-        if blob.starts_with("s3://") {
-            anyhow::bail!(
-                "SLESS_BLOB_URL {blob:?}: the S3 code store is not available in this build yet; use file://DIR"
-            );
+        match blob.strip_prefix("s3://") {
+            Some(rest) if rest.split('/').next().unwrap_or("").is_empty() => {
+                anyhow::bail!("SLESS_BLOB_URL {blob:?}: expected s3://BUCKET[/PREFIX]")
+            }
+            Some(_) => {}
+            None if !blob.starts_with("file://") => {
+                anyhow::bail!("SLESS_BLOB_URL {blob:?}: expected file://DIR or s3://BUCKET[/PREFIX]")
+            }
+            None => {}
         }
-        if !blob.starts_with("file://") {
-            anyhow::bail!("SLESS_BLOB_URL {blob:?}: expected file://DIR");
+        if let Some(endpoint) = &self.s3_endpoint {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                anyhow::bail!("SLESS_S3_ENDPOINT {endpoint:?}: expected an http:// or https:// URL");
+            }
+        }
+        if self.s3_access_key_id.is_some() != self.s3_secret_access_key.is_some() {
+            anyhow::bail!("SLESS_S3_ACCESS_KEY_ID and SLESS_S3_SECRET_ACCESS_KEY go together: set both or neither");
         }
         if self.driver == DriverKind::Kubernetes {
             anyhow::bail!(

@@ -27,6 +27,8 @@ pub struct LogSettings {
     pub keep: i64,
     /// Off: nothing is recorded (for measuring the pipeline's cost).
     pub enabled: bool,
+    /// Whether this replica leads: only the leader prunes.
+    pub leading: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The invocation log's front: `record` never waits.
@@ -210,6 +212,9 @@ async fn prune_loop(store: Arc<dyn Store>, settings: LogSettings) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
         tick.tick().await;
+        if !*settings.leading.borrow() {
+            continue;
+        }
         let cutoff = crate::store::now() - chrono::Duration::from_std(settings.retention).unwrap_or_default();
         match store.prune_invocations(cutoff, settings.keep).await {
             Ok(0) => {}

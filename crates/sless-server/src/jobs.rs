@@ -2,8 +2,11 @@
 //! pool), with the function's timeout. A run waits (phase Pending) for the
 //! function to have a ready version, then runs (Running) and ends Succeeded
 //! with the handler's return value or Failed with its error. Deleting a job
-//! or starting a newer run stops the running one; a run a restart
-//! interrupted is finished as Failed.
+//! or starting a newer run stops the running one. Runs happen on the
+//! leader only, and a run is `Running` only while the leader that started
+//! it leads: a new leader finishes every `Running` run it finds as Failed,
+//! interrupted (a leader that steps down finishes its own), and starts the
+//! `Pending` ones, which never reached the handler.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,43 +31,121 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// Finishes runs a restart interrupted.
-    pub async fn start(store: Arc<dyn Store>, invoker: Arc<Invoker>) -> crate::Result<Arc<Jobs>> {
-        for record in store.list_all(Kind::Job).await? {
-            let mut status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
-            if matches!(status.phase, JobPhase::Pending | JobPhase::Running) {
-                status.phase = JobPhase::Failed;
-                status.error =
-                    Some("interrupted: the server restarted during the run; raise run_id to run it again".into());
-                status.finished_at = Some(crate::store::now());
-                let value = serde_json::to_value(&status).map_err(crate::Error::internal)?;
-                store
-                    .update_status(Kind::Job, &record.namespace, &record.name, &value)
-                    .await?;
-                tracing::warn!(namespace = %record.namespace, job = %record.name, "job run interrupted by a restart marked Failed");
-            }
-        }
-        Ok(Arc::new(Jobs {
+    pub fn new(store: Arc<dyn Store>, invoker: Arc<Invoker>) -> Arc<Jobs> {
+        Arc::new(Jobs {
             store,
             invoker,
             running: Mutex::new(HashMap::new()),
-        }))
+        })
     }
 
-    /// Starts run `run_id` of a job (stopping a run still going).
+    /// On becoming leader: runs left `Running` belong to a leader that is
+    /// gone (or to this server before a restart); they end Failed,
+    /// interrupted. (`Pending` ones are started by [`Jobs::converge`].)
+    pub async fn take_over(&self) -> crate::Result<()> {
+        for record in self.store.list_all(Kind::Job).await? {
+            let status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+            let ours = self
+                .running
+                .lock()
+                .unwrap()
+                .get(&(record.namespace.clone(), record.name.clone()))
+                .is_some_and(|(run, _)| *run == status.run_id);
+            if status.phase == JobPhase::Running && !ours {
+                self.interrupted(
+                    &record.namespace,
+                    &record.name,
+                    status,
+                    "interrupted: the server running it stopped during the run; raise run_id to run it again",
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// No longer leading: this replica's runs stop; the running ones end
+    /// Failed, interrupted, the pending ones wait for the next leader.
+    pub async fn step_down(&self) {
+        let running: Vec<(String, String)> = self.running.lock().unwrap().keys().cloned().collect();
+        for (namespace, name) in running {
+            self.stop(&namespace, &name).await;
+            let Ok(Some(record)) = self.store.get(Kind::Job, &namespace, &name).await else {
+                continue;
+            };
+            let status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+            if status.phase == JobPhase::Running {
+                let why = "interrupted: the server running it stopped leading (shutdown); raise run_id to run it again";
+                if let Err(e) = self.interrupted(&namespace, &name, status, why).await {
+                    tracing::warn!(namespace, job = name, error = %e, "finishing an interrupted job run failed");
+                }
+            }
+        }
+    }
+
+    async fn interrupted(&self, namespace: &str, name: &str, mut status: JobStatus, why: &str) -> crate::Result<()> {
+        status.phase = JobPhase::Failed;
+        status.error = Some(why.into());
+        status.finished_at = Some(crate::store::now());
+        self.save(namespace, name, &status).await?;
+        tracing::warn!(
+            namespace,
+            job = name,
+            run_id = status.run_id,
+            "interrupted job run marked Failed"
+        );
+        Ok(())
+    }
+
+    /// On the leader: starts the runs the stored jobs ask for (a run_id
+    /// above the last one run, or a run left `Pending`) and stops runs of
+    /// deleted jobs.
+    pub async fn converge(self: &Arc<Self>, records: &[crate::store::Record]) {
+        let mut present = std::collections::HashSet::new();
+        for record in records {
+            present.insert((record.namespace.clone(), record.name.clone()));
+            let Ok(spec) = serde_json::from_value::<JobSpec>(record.spec.clone()) else {
+                continue;
+            };
+            let status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+            let pending = status.phase == JobPhase::Pending && status.run_id == spec.run_id;
+            if spec.run_id > 0 && (spec.run_id > status.run_id || pending) {
+                self.run(&record.namespace, &record.name, spec.run_id).await;
+            }
+        }
+        let gone: Vec<(String, String)> = self
+            .running
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        for (namespace, name) in gone {
+            self.stop(&namespace, &name).await;
+        }
+    }
+
+    /// Starts run `run_id` of a job (stopping a run still going); a run
+    /// started already (by the handler or the reconciler) is left alone.
     pub async fn run(self: &Arc<Self>, namespace: &str, name: &str, run_id: u64) {
-        self.stop(namespace, name).await;
+        let key = (namespace.to_string(), name.to_string());
+        let mut running = self.running.lock().unwrap();
+        if running.get(&key).is_some_and(|(run, _)| *run >= run_id) {
+            return;
+        }
+        let older = running.remove(&key);
         let this = self.clone();
-        let (ns, job) = (namespace.to_string(), name.to_string());
+        let (ns, job) = key.clone();
         let task = tokio::spawn(async move {
+            if let Some((run, task)) = older {
+                this.cancel(&ns, &job, run, task).await;
+            }
             if let Err(e) = this.execute(&ns, &job, run_id).await {
                 tracing::error!(namespace = %ns, job = %job, error = %e, "job bookkeeping failed");
             }
         });
-        let key = (namespace.to_string(), name.to_string());
-        if let Some((_, old)) = self.running.lock().unwrap().insert(key, (run_id, task)) {
-            old.abort();
-        }
+        running.insert(key, (run_id, task));
     }
 
     /// Stops a running job: the driver cancels its run (and waits for its
@@ -75,9 +156,12 @@ impl Jobs {
             .lock()
             .unwrap()
             .remove(&(namespace.to_string(), name.to_string()));
-        let Some((run, task)) = running else {
-            return;
-        };
+        if let Some((run, task)) = running {
+            self.cancel(namespace, name, run, task).await;
+        }
+    }
+
+    async fn cancel(&self, namespace: &str, name: &str, run: u64, task: tokio::task::JoinHandle<()>) {
         let id = RunId {
             namespace: namespace.to_string(),
             job: name.to_string(),

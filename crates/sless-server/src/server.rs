@@ -1,5 +1,6 @@
-//! Start-up and shutdown: open the store and code store, bind, serve until
-//! SIGTERM or Ctrl-C, then drain in-flight requests.
+//! Start-up and shutdown: open the store and code store, join the other
+//! replicas (PostgreSQL), bind, serve until SIGTERM or Ctrl-C, then hand
+//! the leader's work back at once and drain in-flight requests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("creating data dir {}: {e}", config.data_dir.display()))?;
     let store = store::open(&config.database_url()).await?;
-    let blobs = blobs::open(&config.blob_url())?;
+    let blobs = blobs::open(&config.blob_settings()).await?;
     make_private(&config);
     let check_metrics = Arc::new(sless_codecheck::CheckMetrics::new());
     let code_check = sless_codecheck::build(&config.code_check(), check_metrics.clone())
@@ -30,6 +31,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
     let mut config = config;
     config.listen = addr;
+    let cluster = if config.shared() {
+        crate::cluster::Cluster::join(&config.database_url(), &addr.to_string()).await?
+    } else {
+        crate::cluster::Cluster::single()
+    };
     let grace = Duration::from_secs(config.shutdown_grace_sec);
     let archive_rules = ArchiveRules {
         max_unpacked_bytes: config.max_unpacked_bytes,
@@ -49,6 +55,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 load_timeout: Duration::from_secs(30),
             },
         },
+        // Replicas fetch what another one built from the object store.
+        config.shared().then(|| blobs.clone()),
     )?);
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let log = crate::invocations::InvocationLog::start(
@@ -60,6 +68,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
             keep: config.invocation_keep,
             enabled: config.invocation_log,
+            leading: cluster.leadership.watch(),
         },
     );
     let invoker = Arc::new(crate::invoker::Invoker {
@@ -74,15 +83,27 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         metrics.clone(),
         archive_rules,
         code_check,
+        cluster.clone(),
     );
     deployer.restore_all().await?;
     let triggers = crate::triggers::Triggers::start(
         store.clone(),
         invoker.clone(),
         Duration::from_millis(config.cron_tick_ms),
+        cluster.leadership.clone(),
     )
     .await?;
-    let jobs = crate::jobs::Jobs::start(store.clone(), invoker.clone()).await?;
+    let jobs = crate::jobs::Jobs::new(store.clone(), invoker.clone());
+    let reconciler = crate::cluster::reconcile::Reconciler::start(
+        cluster.clone(),
+        crate::cluster::reconcile::Parts {
+            store: store.clone(),
+            deployer: deployer.clone(),
+            triggers: triggers.clone(),
+            jobs: jobs.clone(),
+        },
+    )
+    .await;
     let state = Arc::new(AppState {
         config,
         store,
@@ -94,9 +115,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         deployer,
         triggers: triggers.clone(),
         jobs,
+        cluster: cluster.clone(),
         admin_hash,
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
+        replica = cluster.replica(), leader = cluster.is_leader(),
         worker_threads = state.config.worker_threads(), "sless server started");
     println!("sless: listening on http://{addr}");
 
@@ -112,6 +135,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     let serve = tokio::spawn(async move { serve.await });
     let _ = stop_rx.changed().await;
+    // The leader's work stops and the lock goes first, so another replica
+    // takes over while this one drains.
+    reconciler.shutdown().await;
     tokio::select! {
         result = serve => result??,
         _ = async { tokio::time::sleep(grace).await } => {
@@ -119,6 +145,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     triggers.shutdown();
+    cluster.leave().await;
     driver.shutdown().await;
     tracing::info!("stopped");
     Ok(())

@@ -22,6 +22,8 @@ pub struct AppState {
     pub deployer: Arc<Deployer>,
     pub triggers: Arc<crate::triggers::Triggers>,
     pub jobs: Arc<crate::jobs::Jobs>,
+    /// This replica among the others: leadership, the `/fn` fence.
+    pub cluster: Arc<crate::cluster::Cluster>,
     /// sha256 of the admin token.
     pub admin_hash: String,
 }

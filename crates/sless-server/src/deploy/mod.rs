@@ -3,11 +3,15 @@
 //! reports `Building -> Ready | Failed` with the build log's tail, counts
 //! versions, hands new versions and spec changes to the driver, and at start
 //! brings every function back (rebuilding those whose shim version changed).
+//! With several replicas, builds run on the leader, and a built version
+//! rolls out to the others (`follow`) before it is called Ready.
 //!
 //! **Invariant:** `Ready` is written only after the driver deployed the
-//! version (its handler loaded); a version that cannot load is `Failed` and
-//! the previous one keeps serving.
+//! version (its handler loaded) here and every other live replica serves
+//! it; a version that cannot load is `Failed` and the previous one keeps
+//! serving.
 
+mod follow;
 mod hints;
 
 use std::sync::atomic::Ordering::Relaxed;
@@ -21,8 +25,10 @@ use sless_api::{FunctionSpec, FunctionStatus, Phase};
 use sless_codecheck::{CodeValidator, SourceFile};
 use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey};
 
+pub use self::follow::Target;
 use crate::archive::ArchiveRules;
 use crate::blobs;
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::store::{Kind, Store};
 
@@ -38,6 +44,10 @@ pub struct Deployer {
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
     builds: tokio::sync::Semaphore,
+    cluster: Arc<Cluster>,
+    /// Builds under way here, by function and code hash (a build is
+    /// started once however many times it is asked for).
+    building: std::sync::Mutex<std::collections::HashSet<(FunctionKey, String)>>,
 }
 
 impl Deployer {
@@ -48,6 +58,7 @@ impl Deployer {
         metrics: Arc<crate::metrics::Metrics>,
         archive_rules: ArchiveRules,
         code_check: Arc<dyn CodeValidator>,
+        cluster: Arc<Cluster>,
     ) -> Arc<Self> {
         Arc::new(Deployer {
             store,
@@ -57,6 +68,8 @@ impl Deployer {
             archive_rules,
             code_check,
             builds: tokio::sync::Semaphore::new(CONCURRENT_BUILDS),
+            cluster,
+            building: Default::default(),
         })
     }
 
@@ -114,17 +127,28 @@ impl Deployer {
         );
         self.save(key, &status).await?;
         tracing::info!(function = %key, %code_hash, "code archive stored");
-        self.start_build(key.clone(), code_hash);
+        // Builds run on the leader; another replica's sees the function
+        // `Building` within a reconcile period.
+        if self.cluster.is_leader() {
+            self.start_build(key.clone(), code_hash);
+        }
         Ok(())
     }
 
-    /// Starts building `code_hash` in the background.
+    /// Starts building `code_hash` in the background, unless that build is
+    /// under way here already.
     pub fn start_build(self: &Arc<Self>, key: FunctionKey, code_hash: String) {
+        let job = (key, code_hash);
+        if !self.building.lock().unwrap().insert(job.clone()) {
+            return;
+        }
         let this = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = this.build(&key, &code_hash).await {
+            let (key, code_hash) = &job;
+            if let Err(e) = this.build(key, code_hash).await {
                 tracing::error!(function = %key, error = %e, "build bookkeeping failed");
             }
+            this.building.lock().unwrap().remove(&job);
         });
     }
 
@@ -173,35 +197,57 @@ impl Deployer {
                 key: key.clone(),
                 version,
                 artifact: built.artifact.clone(),
+                digest: built.digest.clone(),
                 spec: spec.clone(),
                 verify: true,
             })
             .await;
-        match deployed {
-            Ok(()) => {
-                status.phase = Phase::Ready;
-                status.version = version;
-                status.artifact = Some(built.artifact.to_string());
-                status.built_hash = Some(code_hash.to_string());
-                status.last_built_at = Some(crate::store::now());
-                status.message = format!(
-                    "version {version} ready (built in {:.1}s): {}",
-                    started.elapsed().as_secs_f64(),
-                    built.log_tail.lines().last().unwrap_or("")
-                );
-                tracing::info!(function = %key, version, ms = started.elapsed().as_millis() as u64, "build succeeded");
-                self.metrics.builds_succeeded.fetch_add(1, Relaxed);
-            }
-            Err(e) => {
-                let mut message = e.to_string();
-                if let DriverError::LoadFailed(_) = e {
-                    if let Some(hint) = hints::load_hint(spec.runtime, &spec.entrypoint, &entry_names(&archive)) {
-                        message = format!("{hint}\n{message}");
-                    }
+        if let Err(e) = deployed {
+            let mut message = e.to_string();
+            if let DriverError::LoadFailed(_) = e {
+                if let Some(hint) = hints::load_hint(spec.runtime, &spec.entrypoint, &entry_names(&archive)) {
+                    message = format!("{hint}\n{message}");
                 }
-                self.fail(key, &mut status, message).await;
+            }
+            self.fail(key, &mut status, message).await;
+            return self.save(key, &status).await;
+        }
+        let spec_value = serde_json::to_value(&spec).map_err(Error::internal)?;
+        self.cluster.deployed(key, version, spec_value, false).await;
+        let rollout = sless_api::Rollout {
+            version,
+            artifact: built.artifact.to_string(),
+            artifact_digest: built.digest.clone(),
+            built_hash: code_hash.to_string(),
+        };
+        if self.cluster.shared() {
+            // The other replicas deploy the version from `rollout`; it is
+            // Ready once they all serve it.
+            status.rollout = Some(rollout.clone());
+            status.message = format!("version {version} built; rolling out to every replica");
+            self.save(key, &status).await?;
+            if let Err(lagging) = self.cluster.wait_for_replicas(key, version).await {
+                tracing::warn!(function = %key, version, ?lagging, "replicas did not confirm the new version in time");
             }
         }
+        let Some((_, mut status)) = self.load(key).await? else {
+            return Ok(());
+        };
+        if status.version >= version {
+            return Ok(()); // promoted meanwhile (a leader that took over)
+        }
+        promote(&mut status, &rollout);
+        let superseded = status.code_hash.as_deref() != Some(code_hash);
+        if !superseded {
+            status.phase = Phase::Ready;
+            status.message = format!(
+                "version {version} ready (built in {:.1}s): {}",
+                started.elapsed().as_secs_f64(),
+                built.log_tail.lines().last().unwrap_or("")
+            );
+        }
+        tracing::info!(function = %key, version, ms = started.elapsed().as_millis() as u64, "build succeeded");
+        self.metrics.builds_succeeded.fetch_add(1, Relaxed);
         self.save(key, &status).await
     }
 
@@ -227,16 +273,21 @@ impl Deployer {
         let (Some(artifact), true) = (&status.artifact, status.version > 0) else {
             return Ok(());
         };
+        let spec_value = serde_json::to_value(&spec).map_err(Error::internal)?;
         let deployed = self
             .driver
             .deploy(Deployment {
                 key: key.clone(),
                 version: status.version,
                 artifact: Fingerprint::from_stored(artifact.clone()),
+                digest: status.artifact_digest.clone(),
                 spec,
                 verify: true,
             })
             .await;
+        if deployed.is_ok() {
+            self.cluster.deployed(key, status.version, spec_value, false).await;
+        }
         let settled = status.code_hash == status.built_hash;
         match deployed {
             Ok(()) if settled && status.phase == Phase::Failed => {
@@ -263,48 +314,19 @@ impl Deployer {
         if let Err(e) = self.driver.remove(key).await {
             tracing::warn!(function = %key, error = %e, "stopping a deleted function's instances failed");
         }
+        self.cluster.removed(key).await;
     }
+}
 
-    /// At start: serve every built version again, rebuild what the shim
-    /// version change made stale, and resume builds a restart interrupted.
-    pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
-        for record in self.store.list_all(Kind::Function).await? {
-            let key = FunctionKey::new(&record.namespace, &record.name);
-            let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
-            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
-            if let (Some(artifact), Some(built_hash)) = (&status.artifact, &status.built_hash) {
-                let artifact = Fingerprint::from_stored(artifact.clone());
-                if self.driver.has_artifact(&artifact).await.map_err(Error::internal)? {
-                    let deployment = Deployment {
-                        key: key.clone(),
-                        version: status.version,
-                        artifact: artifact.clone(),
-                        spec: spec.clone(),
-                        verify: false,
-                    };
-                    if let Err(e) = self.driver.deploy(deployment).await {
-                        tracing::warn!(function = %key, error = %e, "serving the built version again failed");
-                    }
-                }
-                let current = self
-                    .driver
-                    .fingerprint(spec.runtime, built_hash)
-                    .await
-                    .map_err(Error::internal)?;
-                let pending_upload = status.code_hash.as_deref() != Some(built_hash.as_str());
-                if current != artifact && !pending_upload {
-                    tracing::info!(function = %key, "runtime shim changed: rebuilding");
-                    self.start_build(key.clone(), built_hash.clone());
-                }
-            }
-            if let Some(code_hash) = &status.code_hash {
-                if status.phase == Phase::Building {
-                    tracing::info!(function = %key, "resuming a build interrupted by a restart");
-                    self.start_build(key, code_hash.clone());
-                }
-            }
-        }
-        Ok(())
+/// Makes `rollout` the serving version of `status`.
+fn promote(status: &mut FunctionStatus, rollout: &sless_api::Rollout) {
+    status.version = rollout.version;
+    status.artifact = Some(rollout.artifact.clone());
+    status.artifact_digest = rollout.artifact_digest.clone();
+    status.built_hash = Some(rollout.built_hash.clone());
+    status.last_built_at = Some(crate::store::now());
+    if status.rollout.as_ref().is_some_and(|r| r.version <= rollout.version) {
+        status.rollout = None;
     }
 }
 

@@ -126,6 +126,13 @@ async fn serve(
     if validate_name("namespace", &key.namespace).is_err() || validate_name("function", &key.name).is_err() {
         return Err(not_found(&key));
     }
+    if state.cluster.fenced() {
+        // Lost touch with the store: a newer version may be Ready elsewhere.
+        return Err(Error::Unavailable {
+            message: "this replica cannot reach the store; try again".into(),
+            retry_after: Some(1),
+        });
+    }
     if state.triggers.http_blocked(&key) {
         return Err(Error::Unavailable {
             message: format!("function {key} is disabled: its http triggers are all disabled"),

@@ -73,7 +73,8 @@ pub async fn create(
         updated_at: now,
     };
     state.store.create(Kind::Job, &record).await?;
-    if spec.run_id > 0 {
+    // Runs happen on the leader; another replica's reconciler picks it up.
+    if spec.run_id > 0 && state.cluster.is_leader() {
         state.jobs.run(&record.namespace, &record.name, spec.run_id).await;
     }
     Ok((StatusCode::CREATED, Json(to_api(record)?)))
@@ -130,7 +131,9 @@ pub async fn patch(
             .store
             .update_status(Kind::Job, &ns, &name, &to_value(&pending)?)
             .await?;
-        state.jobs.run(&ns, &name, spec.run_id).await;
+        if state.cluster.is_leader() {
+            state.jobs.run(&ns, &name, spec.run_id).await;
+        }
     }
     let record = state
         .store

@@ -40,6 +40,7 @@ use super::{functions, system, tokens};
         sless_api::FunctionCreate,
         sless_api::FunctionSpec,
         sless_api::FunctionStatus,
+        sless_api::Rollout,
         sless_api::Phase,
         sless_api::Runtime,
         sless_api::Token,

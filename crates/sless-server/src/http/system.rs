@@ -7,10 +7,17 @@ use utoipa::OpenApi;
 
 use crate::error::Error;
 
-/// Liveness: answers while the server runs.
+/// Liveness: answers while the server runs, with this replica's id and
+/// whether it leads (runs cron ticks, builds, job runs, consumers).
 #[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "The server is up")))]
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+pub async fn healthz(
+    axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::state::AppState>>,
+) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "leader": state.cluster.is_leader(),
+        "replica": state.cluster.replica(),
+    }))
 }
 
 /// This API's OpenAPI 3.1 document.
@@ -64,6 +71,11 @@ async fn render_metrics(state: &crate::state::AppState) -> String {
             key.namespace, key.name, s.waiting
         );
     }
+    let _ = writeln!(
+        out,
+        "# HELP sless_leader Whether this replica leads (1) or follows (0).\n# TYPE sless_leader gauge\nsless_leader {}",
+        u8::from(state.cluster.is_leader())
+    );
     state.metrics.render(&mut out);
     let log = &state.invoker.log;
     use std::sync::atomic::Ordering::Relaxed;

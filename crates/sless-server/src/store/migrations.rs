@@ -16,4 +16,5 @@ pub const POSTGRES: Migrations = &[
     (2, include_str!("../../migrations/postgres/0002_invocations.sql")),
     (3, include_str!("../../migrations/postgres/0003_invocation_chunks.sql")),
     (4, include_str!("../../migrations/postgres/0004_compressed_chunks.sql")),
+    (5, include_str!("../../migrations/postgres/0005_cluster.sql")),
 ];

@@ -5,6 +5,9 @@ use std::time::Duration;
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
+/// The advisory lock key that serializes migrations ("sless-mig").
+const MIGRATION_LOCK: i64 = 0x736c_6573_732d_6d69;
+
 /// PostgreSQL-backed [`super::Store`].
 pub struct PostgresStore {
     pool: PgPool,
@@ -19,7 +22,17 @@ impl PostgresStore {
             .await
             .map_err(|e| anyhow::anyhow!("connecting to PostgreSQL (SLESS_DATABASE_URL): {e}"))?;
         let store = PostgresStore { pool };
-        store.migrate(super::migrations::POSTGRES).await?;
+        // Replicas starting together migrate one at a time: a session lock
+        // held on a connection of its own while the migrations run.
+        use sqlx::Connection;
+        let mut lock = sqlx::PgConnection::connect(url).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut lock)
+            .await?;
+        let migrated = store.migrate(super::migrations::POSTGRES).await;
+        let _ = lock.close().await;
+        migrated?;
         Ok(store)
     }
 }

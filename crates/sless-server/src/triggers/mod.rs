@@ -1,6 +1,7 @@
 //! The trigger runtime: fires cron schedules (once per tick across every
 //! server on one database), consumes RabbitMQ queues, and turns a function
-//! off when all its triggers are disabled.
+//! off when all its triggers are disabled. Cron ticks and consumers run on
+//! the leader only; every replica gates its own functions.
 
 mod amqp;
 pub mod schedule;
@@ -12,6 +13,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sless_api::{TriggerSpec, TriggerStatus, TriggerType};
 
+use crate::cluster::Leadership;
 use crate::invoker::{Invoker, Run};
 use crate::store::{Kind, Record, Store};
 use sless_driver::{FunctionKey, Invocation, TriggerKind};
@@ -25,16 +27,29 @@ pub struct Triggers {
     /// Functions whose http triggers are all disabled.
     http_blocked: RwLock<HashSet<FunctionKey>>,
     consumers: Mutex<HashMap<(String, String), amqp::Consumer>>,
+    /// The spec each running consumer was started with.
+    consumer_specs: Mutex<HashMap<(String, String), Value>>,
+    /// Functions named by a trigger at the last convergence.
+    gated: Mutex<HashSet<FunctionKey>>,
+    leadership: Arc<Leadership>,
 }
 
 impl Triggers {
     /// Starts the cron loop and everything already configured.
-    pub async fn start(store: Arc<dyn Store>, invoker: Arc<Invoker>, tick: Duration) -> anyhow::Result<Arc<Triggers>> {
+    pub async fn start(
+        store: Arc<dyn Store>,
+        invoker: Arc<Invoker>,
+        tick: Duration,
+        leadership: Arc<Leadership>,
+    ) -> anyhow::Result<Arc<Triggers>> {
         let triggers = Arc::new(Triggers {
             store,
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
             consumers: Mutex::new(HashMap::new()),
+            consumer_specs: Mutex::new(HashMap::new()),
+            gated: Mutex::new(HashSet::new()),
+            leadership,
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
@@ -65,16 +80,7 @@ impl Triggers {
     ) -> crate::Result<()> {
         match record {
             Some(record) => self.sync_consumer(record),
-            None => {
-                if let Some(consumer) = self
-                    .consumers
-                    .lock()
-                    .unwrap()
-                    .remove(&(namespace.to_string(), name.to_string()))
-                {
-                    consumer.stop();
-                }
-            }
+            None => self.stop_consumer(&(namespace.to_string(), name.to_string())),
         }
         for function in functions {
             self.gate(&FunctionKey::new(namespace, function)).await?;
@@ -82,7 +88,14 @@ impl Triggers {
         Ok(())
     }
 
-    /// Runs an enabled amqp trigger's consumer; stops it otherwise.
+    fn stop_consumer(&self, key: &(String, String)) {
+        self.consumer_specs.lock().unwrap().remove(key);
+        if let Some(consumer) = self.consumers.lock().unwrap().remove(key) {
+            consumer.stop();
+        }
+    }
+
+    /// Runs an enabled amqp trigger's consumer on the leader; stops it otherwise.
     fn sync_consumer(&self, record: &Record) {
         let key = (record.namespace.clone(), record.name.clone());
         let spec = spec_of(record);
@@ -90,7 +103,12 @@ impl Triggers {
         if let Some(old) = consumers.remove(&key) {
             old.stop();
         }
-        if spec.kind == TriggerType::Amqp && spec.enabled {
+        self.consumer_specs.lock().unwrap().remove(&key);
+        if spec.kind == TriggerType::Amqp && spec.enabled && self.leadership.is_leader() {
+            self.consumer_specs
+                .lock()
+                .unwrap()
+                .insert(key.clone(), record.spec.clone());
             let consumer = amqp::Consumer::start(
                 record.namespace.clone(),
                 record.name.clone(),
@@ -133,10 +151,62 @@ impl Triggers {
         Ok(())
     }
 
-    pub fn shutdown(&self) {
+    /// Makes this replica match the stored triggers: every function gated
+    /// as its triggers say and, on the leader, a consumer per enabled amqp
+    /// trigger (restarted when its spec changed).
+    pub async fn converge(&self, records: &[Record], leader: bool) {
+        let mut named = HashSet::new();
+        for record in records {
+            named.insert(FunctionKey::new(&record.namespace, spec_of(record).function));
+        }
+        let before = std::mem::replace(&mut *self.gated.lock().unwrap(), named.clone());
+        for key in named.union(&before) {
+            if let Err(e) = self.gate(key).await {
+                tracing::warn!(function = %key, error = %e, "gating a function failed");
+            }
+        }
+        if !leader {
+            self.stop_consumers();
+            return;
+        }
+        let mut present = HashSet::new();
+        for record in records {
+            let key = (record.namespace.clone(), record.name.clone());
+            let unchanged = self.consumer_specs.lock().unwrap().get(&key) == Some(&record.spec);
+            let wanted = {
+                let spec = spec_of(record);
+                spec.kind == TriggerType::Amqp && spec.enabled
+            };
+            if wanted {
+                if !unchanged {
+                    self.sync_consumer(record);
+                }
+                present.insert(key);
+            }
+        }
+        let gone: Vec<_> = self
+            .consumers
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.stop_consumer(&key);
+        }
+    }
+
+    /// Stops every consumer (no longer leading, or shutting down).
+    pub fn stop_consumers(&self) {
+        self.consumer_specs.lock().unwrap().clear();
         for (_, consumer) in self.consumers.lock().unwrap().drain() {
             consumer.stop();
         }
+    }
+
+    pub fn shutdown(&self) {
+        self.stop_consumers();
     }
 }
 
@@ -154,6 +224,9 @@ async fn cron_loop(triggers: std::sync::Weak<Triggers>, tick: Duration) {
     loop {
         interval.tick().await;
         let Some(triggers) = triggers.upgrade() else { return };
+        if !triggers.leadership.is_leader() {
+            continue; // the leader fires; the compare-and-set below is the second guard
+        }
         if let Err(e) = fire_due(&triggers).await {
             tracing::warn!(error = %e, "checking cron triggers failed");
         }

@@ -1,0 +1,227 @@
+//! Built artifacts shared through an object store, so that a replica that
+//! did not build a version can still run it. After a build the artifact
+//! directory is packed as a gzipped tarball and stored content-addressed,
+//! `artifacts/{fingerprint}/{sha256}.tar.gz`; the sha256 goes back to the
+//! caller (who records it with the version) and is kept beside the local
+//! directory (`{fingerprint}.sha256`). A machine without the directory
+//! fetches the tarball a deploy names, checks its sha256 and unpacks it.
+//!
+//! Two builds of one fingerprint (the same code uploaded to two functions,
+//! or built on two replicas) each store their own tarball under its own
+//! sha256, so neither overwrites what the other recorded; on one machine a
+//! lock per fingerprint makes the second reuse the first one's tarball.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use futures::TryStreamExt;
+use object_store::path::Path as Key;
+use object_store::{ObjectStore, ObjectStoreExt};
+use sha2::{Digest, Sha256};
+use sless_driver::Fingerprint;
+
+/// Artifacts in the shared object store.
+pub struct SharedArtifacts {
+    store: Arc<dyn ObjectStore>,
+    /// One lock per fingerprint: packing or fetching it happens once at a time.
+    locks: Mutex<HashMap<Fingerprint, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl SharedArtifacts {
+    pub fn new(store: Arc<dyn ObjectStore>) -> SharedArtifacts {
+        SharedArtifacts {
+            store,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self, artifact: &Fingerprint) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.lock().unwrap().entry(artifact.clone()).or_default().clone()
+    }
+
+    /// Where the tarball of `artifact` with `digest` is kept.
+    pub fn key(artifact: &Fingerprint, digest: &str) -> Key {
+        Key::from(format!("artifacts/{artifact}/{digest}.tar.gz"))
+    }
+
+    /// Stores the artifact in `dir` unless it was stored (or fetched)
+    /// before; returns the sha256 of its tarball.
+    pub async fn publish(&self, dir: &Path, artifact: &Fingerprint) -> Result<String, String> {
+        let lock = self.lock(artifact);
+        let _held = lock.lock().await;
+        if let Some(digest) = recorded_digest(dir) {
+            return Ok(digest);
+        }
+        let source = dir.to_path_buf();
+        let tarball = tokio::task::spawn_blocking(move || pack(&source))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("packing the artifact: {e}"))?;
+        let digest = hex::encode(Sha256::digest(&tarball));
+        self.store
+            .put(&Self::key(artifact, &digest), tarball.into())
+            .await
+            .map_err(|e| format!("storing the artifact: {e}"))?;
+        record_digest(dir, &digest).map_err(|e| format!("recording the artifact's digest: {e}"))?;
+        tracing::info!(%artifact, %digest, "artifact stored in the object store");
+        Ok(digest)
+    }
+
+    /// Whether any tarball of `artifact` is in the object store.
+    pub async fn exists(&self, artifact: &Fingerprint) -> Result<bool, String> {
+        let prefix = Key::from(format!("artifacts/{artifact}"));
+        let first = self
+            .store
+            .list(Some(&prefix))
+            .try_next()
+            .await
+            .map_err(|e| format!("listing artifacts: {e}"))?;
+        Ok(first.is_some())
+    }
+
+    /// Makes `dir` hold `artifact`: fetches its tarball with `digest`, checks
+    /// the sha256 and unpacks it. Nothing to do when `dir` is there.
+    pub async fn fetch(&self, dir: &Path, artifact: &Fingerprint, digest: &str) -> Result<(), String> {
+        let lock = self.lock(artifact);
+        let _held = lock.lock().await;
+        if dir.is_dir() {
+            return Ok(());
+        }
+        let key = Self::key(artifact, digest);
+        let tarball = self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| format!("fetching artifact {key}: {e}"))?
+            .bytes()
+            .await
+            .map_err(|e| format!("fetching artifact {key}: {e}"))?;
+        let got = hex::encode(Sha256::digest(&tarball));
+        if got != digest {
+            return Err(format!(
+                "artifact {key} is corrupt: its sha256 is {got}, the version recorded {digest}"
+            ));
+        }
+        let parent = dir.parent().ok_or("artifact directory has no parent")?.to_path_buf();
+        let work = parent.join(format!(".fetch-{artifact}-{:08x}", rand::random::<u32>()));
+        let target = work.clone();
+        tokio::task::spawn_blocking(move || unpack(&tarball, &target))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&work);
+                format!("unpacking artifact {key}: {e}")
+            })?;
+        if let Err(e) = std::fs::rename(&work, dir) {
+            let _ = std::fs::remove_dir_all(&work);
+            if !dir.is_dir() {
+                return Err(format!("saving fetched artifact: {e}"));
+            }
+        }
+        record_digest(dir, digest).map_err(|e| format!("recording the artifact's digest: {e}"))?;
+        tracing::info!(%artifact, %digest, "artifact fetched from the object store");
+        Ok(())
+    }
+}
+
+/// The file beside an artifact directory that holds its tarball's sha256.
+fn digest_file(dir: &Path) -> PathBuf {
+    let mut name = dir.as_os_str().to_owned();
+    name.push(".sha256");
+    PathBuf::from(name)
+}
+
+fn recorded_digest(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(digest_file(dir)).ok()?;
+    let digest = text.trim();
+    (digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit())).then(|| digest.to_string())
+}
+
+/// Written to a temporary name and renamed: a reader sees all or nothing.
+fn record_digest(dir: &Path, digest: &str) -> std::io::Result<()> {
+    let file = digest_file(dir);
+    let tmp = file.with_extension(format!("sha256.{:08x}", rand::random::<u32>()));
+    std::fs::write(&tmp, digest)?;
+    std::fs::rename(&tmp, &file)
+}
+
+/// The directory as a gzipped tarball (symlinks kept as links, modes kept).
+fn pack(dir: &Path) -> std::io::Result<Vec<u8>> {
+    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(encoder);
+    tar.follow_symlinks(false);
+    tar.mode(tar::HeaderMode::Complete);
+    tar.append_dir_all(".", dir)?;
+    tar.into_inner()?.finish()
+}
+
+fn unpack(tarball: &[u8], dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tarball));
+    archive.set_preserve_permissions(true);
+    archive.set_overwrite(false);
+    archive.unpack(dir)?;
+    // The tree is read by sandboxed users of their own: a directory they
+    // can enter, files they can read.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn publish_then_fetch_elsewhere_checks_the_digest() {
+        let root = std::env::temp_dir().join(format!("sless-artifacts-{:08x}", rand::random::<u32>()));
+        let blobs = root.join("blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&blobs).unwrap());
+        let shared = SharedArtifacts::new(store.clone());
+        let artifact = Fingerprint::from_stored("f00d");
+        let built = root.join("a").join("f00d");
+        std::fs::create_dir_all(built.join("pkg")).unwrap();
+        std::fs::write(built.join("handler.py"), "x = 1\n").unwrap();
+        std::fs::write(built.join("pkg/mod.py"), "y = 2\n").unwrap();
+        std::os::unix::fs::symlink("handler.py", built.join("link.py")).unwrap();
+
+        let digest = shared.publish(&built, &artifact).await.unwrap();
+        assert_eq!(
+            shared.publish(&built, &artifact).await.unwrap(),
+            digest,
+            "published once"
+        );
+        assert!(shared.exists(&artifact).await.unwrap());
+        assert!(!shared.exists(&Fingerprint::from_stored("beef")).await.unwrap());
+
+        let elsewhere = root.join("b").join("f00d");
+        std::fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
+        shared.fetch(&elsewhere, &artifact, &digest).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(elsewhere.join("pkg/mod.py")).unwrap(),
+            "y = 2\n"
+        );
+        assert_eq!(
+            std::fs::read_link(elsewhere.join("link.py")).unwrap(),
+            Path::new("handler.py")
+        );
+        assert_eq!(recorded_digest(&elsewhere).as_deref(), Some(digest.as_str()));
+
+        let wrong = "0".repeat(64);
+        let third = root.join("c").join("f00d");
+        std::fs::create_dir_all(third.parent().unwrap()).unwrap();
+        store
+            .put(
+                &SharedArtifacts::key(&artifact, &wrong),
+                bytes::Bytes::from_static(b"not it").into(),
+            )
+            .await
+            .unwrap();
+        let refused = shared.fetch(&third, &artifact, &wrong).await.unwrap_err();
+        assert!(refused.contains("corrupt"), "{refused}");
+        assert!(!third.exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

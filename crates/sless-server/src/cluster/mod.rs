@@ -1,0 +1,192 @@
+//! Several `sless server` replicas on one PostgreSQL: who leads
+//! ([`leader`]), what replicas tell each other ([`membership`]), and how each
+//! converges on the store's state ([`reconcile`]). On SQLite there is one
+//! replica: it leads, and nothing here touches the database.
+//!
+//! **Invariant (no stale answer after Ready):** a new version is written
+//! `Ready` only once every live replica has recorded that it serves it (or
+//! refuses to serve anything older); a replica that has not reached the
+//! store for [`FENCE_AFTER`] answers `/fn` with 503 until it has, and
+//! [`FENCE_AFTER`] is shorter than [`membership::LIVENESS`], so a replica
+//! counted out of a rollout is already refusing to serve.
+
+pub mod leader;
+pub mod membership;
+pub mod reconcile;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use sless_driver::FunctionKey;
+
+pub use leader::Leadership;
+use membership::Membership;
+
+/// A replica that has not reached the store for this long refuses `/fn`.
+pub const FENCE_AFTER: Duration = Duration::from_secs(2);
+/// How long a new version waits for the other replicas at most; a live
+/// replica answers well before (it deploys within [`reconcile::DEPLOY_TIMEOUT`]
+/// or stops serving the function).
+const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What this replica's driver serves of one function.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Served {
+    pub version: u64,
+    /// The spec it runs with, as stored.
+    pub spec: Value,
+    /// When the last deploy failed (the function is then not served here);
+    /// the reconciler tries again later.
+    pub failed_at: Option<Instant>,
+}
+
+/// This replica's place among the others.
+pub struct Cluster {
+    pub leadership: Arc<Leadership>,
+    membership: Option<Membership>,
+    /// Milliseconds since `epoch` when the store last answered.
+    last_contact: AtomicU64,
+    epoch: Instant,
+    served: Mutex<HashMap<FunctionKey, Served>>,
+}
+
+impl Cluster {
+    /// The only replica (SQLite).
+    pub fn single() -> Arc<Cluster> {
+        Arc::new(Cluster {
+            leadership: Leadership::always(),
+            membership: None,
+            last_contact: AtomicU64::new(0),
+            epoch: Instant::now(),
+            served: Default::default(),
+        })
+    }
+
+    /// One of several replicas on the PostgreSQL at `url`; `address` is
+    /// where this one listens (for operators reading `cluster_replicas`).
+    pub async fn join(url: &str, address: &str) -> anyhow::Result<Arc<Cluster>> {
+        let replica = format!("{}-{:08x}", hostname(), rand::random::<u32>());
+        let membership = Membership::join(url, replica, address).await?;
+        Ok(Arc::new(Cluster {
+            leadership: Leadership::elect(url.to_string()).await,
+            membership: Some(membership),
+            last_contact: AtomicU64::new(0),
+            epoch: Instant::now(),
+            served: Default::default(),
+        }))
+    }
+
+    /// Whether replicas share state (and so this one follows the store).
+    pub fn shared(&self) -> bool {
+        self.membership.is_some()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leadership.is_leader()
+    }
+
+    /// This replica's id ("single" alone).
+    pub fn replica(&self) -> &str {
+        self.membership.as_ref().map_or("single", |m| m.replica.as_str())
+    }
+
+    /// Notes that the store answered just now.
+    fn touch(&self) {
+        self.last_contact
+            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Whether this replica must refuse `/fn`: it has lost touch with the
+    /// store and may have missed a newer version. One atomic read.
+    pub fn fenced(&self) -> bool {
+        self.membership.is_some()
+            && self.epoch.elapsed().as_millis() as u64
+                > self.last_contact.load(Ordering::Relaxed) + FENCE_AFTER.as_millis() as u64
+    }
+
+    /// What this replica serves of `key`.
+    pub fn served(&self, key: &FunctionKey) -> Option<Served> {
+        self.served.lock().unwrap().get(key).cloned()
+    }
+
+    /// Records a deploy of `version` with `spec` (or a failed one) and
+    /// tells the other replicas.
+    pub async fn deployed(&self, key: &FunctionKey, version: u64, spec: Value, failed: bool) {
+        {
+            let mut served = self.served.lock().unwrap();
+            let newer = served.get(key).is_some_and(|s| s.version > version);
+            if !newer {
+                let failed_at = failed.then(Instant::now);
+                served.insert(
+                    key.clone(),
+                    Served {
+                        version,
+                        spec,
+                        failed_at,
+                    },
+                );
+            }
+        }
+        if let Some(membership) = &self.membership {
+            if let Err(e) = membership.serving(key, version).await {
+                tracing::warn!(function = %key, version, error = %e, "recording the served version failed");
+            }
+        }
+    }
+
+    /// Forgets a removed function.
+    pub async fn removed(&self, key: &FunctionKey) {
+        self.served.lock().unwrap().remove(key);
+        if let Some(membership) = &self.membership {
+            let _ = membership.forget(key).await;
+        }
+    }
+
+    /// Functions this replica serves (for the reconciler's removals).
+    fn served_keys(&self) -> Vec<FunctionKey> {
+        self.served.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Waits until every live replica serves `version` of `key`; returns
+    /// the replicas still lagging when the wait gave up.
+    pub async fn wait_for_replicas(&self, key: &FunctionKey, version: u64) -> Result<(), Vec<String>> {
+        let Some(membership) = &self.membership else {
+            return Ok(());
+        };
+        let deadline = Instant::now() + ROLLOUT_TIMEOUT;
+        loop {
+            match membership.lagging(key, version).await {
+                Ok(lagging) if lagging.is_empty() => return Ok(()),
+                Ok(lagging) if Instant::now() > deadline => return Err(lagging),
+                Ok(_) => {}
+                Err(e) if Instant::now() > deadline => return Err(vec![e.to_string()]),
+                Err(e) => tracing::warn!(function = %key, error = %e, "reading the replicas' versions failed"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops campaigning and, if leading, gives the lock up at once; the
+    /// caller has stopped the leader's work.
+    pub async fn resign(&self) {
+        self.leadership.resign().await;
+    }
+
+    /// Leaves the replicas for good (shutdown).
+    pub async fn leave(&self) {
+        if let Some(membership) = &self.membership {
+            membership.leave().await;
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "replica".into())
+}

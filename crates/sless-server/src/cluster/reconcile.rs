@@ -1,0 +1,268 @@
+//! Each replica converges on the store's state. Every [`POLL_PERIOD`] it
+//! reads one number, the store's change counter (`cluster_revision`, bumped
+//! by a trigger on `resources`), and when it moved reads the functions,
+//! triggers and jobs and makes this replica match them: the version and
+//! spec each function serves, which functions are turned off by their
+//! triggers, and, on the leader, the work that must happen once (builds of
+//! functions left `Building`, job runs asked for, amqp consumers). A
+//! change made through this replica's own API is applied at once by its
+//! handler; the loop brings the others along within a period.
+//!
+//! Polling one row rather than LISTEN/NOTIFY: a notification is lost while
+//! a replica's listening connection is down, so polling would be needed
+//! anyway; a one-row primary-key read four times a second costs the
+//! database nothing, and it doubles as the replica's proof that it still
+//! reaches the store (the `/fn` fence).
+//!
+//! On leadership changes the loop takes the leader's work over (job runs a
+//! dead leader left `Pending`/`Running` end `Failed`, interrupted; builds
+//! left `Building` resume; functions built with another shim rebuild) or
+//! hands it back (this replica's job runs are stopped and end `Failed`,
+//! interrupted; consumers stop).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sless_api::{FunctionSpec, FunctionStatus, Phase};
+use sless_driver::FunctionKey;
+
+use super::Cluster;
+use crate::deploy::{Deployer, Target};
+use crate::jobs::Jobs;
+use crate::store::{Kind, Store};
+use crate::triggers::Triggers;
+
+/// How often a replica reads the change counter.
+pub const POLL_PERIOD: Duration = Duration::from_millis(250);
+/// How often a replica writes its heartbeat.
+const HEARTBEAT_PERIOD: Duration = Duration::from_millis(500);
+/// A replica that cannot deploy a version in this time stops serving the
+/// function (and says so), rather than serve the version before.
+pub const DEPLOY_TIMEOUT: Duration = Duration::from_secs(60);
+/// A failed deploy is tried again after this long.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// What the loop drives.
+pub struct Parts {
+    pub store: Arc<dyn Store>,
+    pub deployer: Arc<Deployer>,
+    pub triggers: Arc<Triggers>,
+    pub jobs: Arc<Jobs>,
+}
+
+/// Where the loop is.
+struct LoopState {
+    /// Whether this replica led at the last step.
+    led: bool,
+    /// The change counter at the last complete pass.
+    seen: Option<i64>,
+    last_heartbeat: Option<tokio::time::Instant>,
+}
+
+/// The convergence loop of one replica.
+pub struct Reconciler {
+    cluster: Arc<Cluster>,
+    parts: Parts,
+    /// Functions with a deploy under way here.
+    deploying: std::sync::Mutex<HashSet<FunctionKey>>,
+    stop: tokio::sync::Notify,
+}
+
+impl Reconciler {
+    /// Takes the first step (so that at start a leader has taken over
+    /// before the server answers), then runs the loop.
+    pub async fn start(cluster: Arc<Cluster>, parts: Parts) -> Arc<Reconciler> {
+        let reconciler = Arc::new(Reconciler {
+            cluster,
+            parts,
+            deploying: Default::default(),
+            stop: tokio::sync::Notify::new(),
+        });
+        let mut state = LoopState {
+            led: false,
+            seen: None,
+            last_heartbeat: None,
+        };
+        reconciler.step(&mut state).await;
+        tokio::spawn(reconciler.clone().run(state));
+        reconciler
+    }
+
+    /// Stops the loop and, if this replica leads, its leader's work; then
+    /// gives the lock up. Returns once another replica may take over.
+    pub async fn shutdown(&self) {
+        self.stop.notify_one();
+        if self.cluster.is_leader() {
+            self.step_down().await;
+        }
+        self.cluster.resign().await;
+    }
+
+    async fn run(self: Arc<Self>, mut state: LoopState) {
+        let mut leading = self.cluster.leadership.watch();
+        let mut poll = tokio::time::interval(POLL_PERIOD);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = self.stop.notified() => return,
+                _ = poll.tick() => {}
+                _ = leading.changed() => {}
+            }
+            self.step(&mut state).await;
+        }
+    }
+
+    /// Follows a change of leadership, then converges if the store changed.
+    async fn step(self: &Arc<Self>, state: &mut LoopState) {
+        let leader = self.cluster.is_leader();
+        let mut force = false;
+        if leader != state.led {
+            state.led = leader;
+            force = true;
+            if leader {
+                self.take_over().await;
+            } else {
+                self.step_down().await;
+            }
+        }
+        let Some(membership) = &self.cluster.membership else {
+            if force && leader {
+                // The only replica: its handlers apply every change; the
+                // leader's pass runs once, at start.
+                self.pass(true).await;
+            }
+            return;
+        };
+        let revision = match membership.revision().await {
+            Ok(revision) => revision,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the store's change counter failed");
+                return;
+            }
+        };
+        self.cluster.touch();
+        if state.last_heartbeat.is_none_or(|at| at.elapsed() >= HEARTBEAT_PERIOD) {
+            match membership.heartbeat(leader).await {
+                Ok(()) => state.last_heartbeat = Some(tokio::time::Instant::now()),
+                Err(e) => tracing::warn!(error = %e, "writing the heartbeat failed"),
+            }
+            if leader {
+                let _ = membership.sweep().await;
+            }
+        }
+        if (force || self.retry_due() || state.seen != Some(revision)) && self.pass(leader).await {
+            state.seen = Some(revision);
+        }
+    }
+
+    /// Whether a failed deploy is due to be tried again.
+    fn retry_due(&self) -> bool {
+        let served = self.cluster.served.lock().unwrap();
+        served
+            .values()
+            .any(|s| s.failed_at.is_some_and(|at| at.elapsed() >= RETRY_AFTER))
+    }
+
+    /// One convergence pass; false when the store could not be read.
+    async fn pass(self: &Arc<Self>, leader: bool) -> bool {
+        let store = &self.parts.store;
+        let (functions, triggers, jobs) =
+            match tokio::try_join!(store.list_all(Kind::Function), store.list_all(Kind::Trigger), async {
+                if leader {
+                    store.list_all(Kind::Job).await
+                } else {
+                    Ok(Vec::new())
+                }
+            }) {
+                Ok(lists) => lists,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the store to converge failed");
+                    return false;
+                }
+            };
+        if self.cluster.shared() {
+            self.converge_functions(&functions).await;
+        }
+        self.parts.triggers.converge(&triggers, leader).await;
+        if leader {
+            self.parts.jobs.converge(&jobs).await;
+            for record in &functions {
+                let Ok(status) = serde_json::from_value::<FunctionStatus>(record.status.clone()) else {
+                    continue;
+                };
+                if let (Phase::Building, Some(code_hash)) = (status.phase, status.code_hash) {
+                    self.parts
+                        .deployer
+                        .start_build(FunctionKey::new(&record.namespace, &record.name), code_hash);
+                }
+            }
+        }
+        true
+    }
+
+    /// Deploys what the store says each function serves, where this replica
+    /// serves something else; removes deleted functions.
+    async fn converge_functions(self: &Arc<Self>, functions: &[crate::store::Record]) {
+        let mut present = HashSet::new();
+        for record in functions {
+            let key = FunctionKey::new(&record.namespace, &record.name);
+            present.insert(key.clone());
+            let Ok(status) = serde_json::from_value::<FunctionStatus>(record.status.clone()) else {
+                continue;
+            };
+            let Some(target) = Target::of(&status) else { continue };
+            let served = self.cluster.served(&key);
+            let wanted = match &served {
+                None => true,
+                Some(s) if s.version < target.version => true,
+                Some(s) if s.version > target.version => false, // the store catches up
+                Some(s) if s.failed_at.is_some_and(|at| at.elapsed() >= RETRY_AFTER) => true,
+                Some(s) => s.failed_at.is_none() && s.spec != record.spec,
+            };
+            if !wanted || !self.deploying.lock().unwrap().insert(key.clone()) {
+                continue;
+            }
+            // A new version was checked where it was built; a spec change
+            // is checked here too, as where it was made (settings whose
+            // handler does not load leave the version serving as it was).
+            let verify = served.is_some_and(|s| s.version == target.version && s.failed_at.is_none());
+            let Ok(spec) = serde_json::from_value::<FunctionSpec>(record.spec.clone()) else {
+                self.deploying.lock().unwrap().remove(&key);
+                continue;
+            };
+            let this = self.clone();
+            let stored_spec = record.spec.clone();
+            tokio::spawn(async move {
+                this.parts
+                    .deployer
+                    .follow(&key, target, spec, stored_spec, verify, DEPLOY_TIMEOUT)
+                    .await;
+                this.deploying.lock().unwrap().remove(&key);
+            });
+        }
+        for key in self.cluster.served_keys() {
+            if !present.contains(&key) {
+                self.parts.deployer.remove(&key).await;
+            }
+        }
+    }
+
+    /// Becoming leader: finish what a dead leader left, then the leader's pass.
+    async fn take_over(self: &Arc<Self>) {
+        tracing::info!(replica = self.cluster.replica(), "taking over the leader's work");
+        if let Err(e) = self.parts.jobs.take_over().await {
+            tracing::warn!(error = %e, "finishing interrupted job runs failed");
+        }
+        if let Err(e) = self.parts.deployer.rebuild_stale().await {
+            tracing::warn!(error = %e, "looking for artifacts of another shim version failed");
+        }
+    }
+
+    /// No longer leading: stop this replica's runs and consumers.
+    async fn step_down(&self) {
+        tracing::info!(replica = self.cluster.replica(), "handing the leader's work back");
+        self.parts.triggers.stop_consumers();
+        self.parts.jobs.step_down().await;
+    }
+}

@@ -1,0 +1,148 @@
+//! Serving what the store says: at start (`restore_all`), on a replica that
+//! did not build a version (`follow`, driven by the reconciler), and on a
+//! new leader whose shims differ from the ones an artifact was built with
+//! (`rebuild_stale`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use sless_api::{FunctionSpec, FunctionStatus, Phase};
+use sless_driver::{Deployment, Fingerprint, FunctionKey};
+
+use super::Deployer;
+use crate::error::{Error, Result};
+use crate::store::Kind;
+
+/// The version a function should serve: the one rolling out, else the
+/// serving one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Target {
+    pub version: u64,
+    pub artifact: Fingerprint,
+    pub digest: Option<String>,
+}
+
+impl Target {
+    pub fn of(status: &FunctionStatus) -> Option<Target> {
+        if let Some(rollout) = status.rollout.as_ref().filter(|r| r.version > status.version) {
+            return Some(Target {
+                version: rollout.version,
+                artifact: Fingerprint::from_stored(rollout.artifact.clone()),
+                digest: rollout.artifact_digest.clone(),
+            });
+        }
+        let artifact = status.artifact.as_ref().filter(|_| status.version > 0)?;
+        Some(Target {
+            version: status.version,
+            artifact: Fingerprint::from_stored(artifact.clone()),
+            digest: status.artifact_digest.clone(),
+        })
+    }
+}
+
+impl Deployer {
+    /// Deploys `target` with `spec` here. A spec change (`verify`) that does
+    /// not load leaves the version serving as it was, as on the replica
+    /// where it was made; a version that cannot be deployed within
+    /// `timeout` stops being served here rather than serve the one before.
+    pub async fn follow(
+        &self,
+        key: &FunctionKey,
+        target: Target,
+        spec: FunctionSpec,
+        stored_spec: Value,
+        verify: bool,
+        timeout: Duration,
+    ) {
+        let version = target.version;
+        let deploy = self.driver.deploy(Deployment {
+            key: key.clone(),
+            version,
+            artifact: target.artifact,
+            digest: target.digest,
+            spec,
+            verify,
+        });
+        let error = match tokio::time::timeout(timeout, deploy).await {
+            Ok(Ok(())) => {
+                tracing::info!(function = %key, version, "serving the version the store names");
+                self.cluster.deployed(key, version, stored_spec, false).await;
+                return;
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("deploying took longer than {}s", timeout.as_secs()),
+        };
+        if verify {
+            tracing::warn!(function = %key, version, %error, "new settings not applied on this replica");
+            self.cluster.deployed(key, version, stored_spec, false).await;
+            return;
+        }
+        tracing::warn!(function = %key, version, %error, "cannot serve the new version here; not serving the function until it can");
+        if let Err(e) = self.driver.remove(key).await {
+            tracing::warn!(function = %key, error = %e, "stopping the old version failed");
+        }
+        self.cluster.deployed(key, version, stored_spec, true).await;
+    }
+
+    /// At start: serve every built version again (on a replica that never
+    /// built it, its artifact is fetched).
+    pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
+        for record in self.store.list_all(Kind::Function).await? {
+            let key = FunctionKey::new(&record.namespace, &record.name);
+            let spec: FunctionSpec = serde_json::from_value(record.spec.clone()).map_err(Error::internal)?;
+            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+            let Some(target) = Target::of(&status) else { continue };
+            if !self
+                .driver
+                .has_artifact(&target.artifact)
+                .await
+                .map_err(Error::internal)?
+            {
+                continue;
+            }
+            let version = target.version;
+            let deployment = Deployment {
+                key: key.clone(),
+                version,
+                artifact: target.artifact,
+                digest: target.digest,
+                spec,
+                verify: false,
+            };
+            let failed = match self.driver.deploy(deployment).await {
+                Ok(()) => false,
+                Err(e) => {
+                    tracing::warn!(function = %key, error = %e, "serving the built version again failed");
+                    true
+                }
+            };
+            self.cluster.deployed(&key, version, record.spec, failed).await;
+        }
+        Ok(())
+    }
+
+    /// On becoming leader: rebuild what was built with other runtime shims
+    /// than this server's (a new sless version rebuilds every function).
+    pub async fn rebuild_stale(self: &Arc<Self>) -> Result<()> {
+        for record in self.store.list_all(Kind::Function).await? {
+            let key = FunctionKey::new(&record.namespace, &record.name);
+            let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
+            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+            let (Some(artifact), Some(built_hash)) = (&status.artifact, &status.built_hash) else {
+                continue;
+            };
+            let current = self
+                .driver
+                .fingerprint(spec.runtime, built_hash)
+                .await
+                .map_err(Error::internal)?;
+            let pending_upload = status.code_hash.as_deref() != Some(built_hash.as_str());
+            if current.as_str() != artifact && !pending_upload && status.phase != Phase::Building {
+                tracing::info!(function = %key, "runtime shim changed: rebuilding");
+                self.start_build(key, built_hash.clone());
+            }
+        }
+        Ok(())
+    }
+}
