@@ -97,6 +97,15 @@ async fn probe(store: &dyn ObjectStore, settings: &BlobSettings, bucket: &str) -
     let Err(e) = result else { return Ok(()) };
     let text = e.to_string();
     let url = &settings.url;
+    // Listing errors come back as generic ones: the S3 error code decides.
+    let refused = [
+        "SignatureDoesNotMatch",
+        "InvalidAccessKeyId",
+        "AccessDenied",
+        "403 Forbidden",
+    ]
+    .iter()
+    .any(|code| text.contains(code));
     Err(match e {
         _ if text.contains("NoSuchBucket") => {
             anyhow::anyhow!("SLESS_BLOB_URL {url:?}: bucket {bucket:?} does not exist on the S3 server ({text})")
@@ -104,14 +113,21 @@ async fn probe(store: &dyn ObjectStore, settings: &BlobSettings, bucket: &str) -
         object_store::Error::NotFound { .. } => anyhow::anyhow!(
             "SLESS_BLOB_URL {url:?}: bucket {bucket:?} was not found (check the bucket and SLESS_S3_ENDPOINT): {text}"
         ),
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => anyhow::anyhow!(
-            "SLESS_S3_ACCESS_KEY_ID / SLESS_S3_SECRET_ACCESS_KEY: the S3 server refused the credentials for bucket {bucket:?}: {text}"
-        ),
+        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => {
+            refused_credentials(bucket, &text)
+        }
+        _ if refused => refused_credentials(bucket, &text),
         _ => anyhow::anyhow!(
             "SLESS_BLOB_URL {url:?} (SLESS_S3_ENDPOINT {:?}): the code store could not be written: {text}",
             settings.s3_endpoint.as_deref().unwrap_or("AWS")
         ),
     })
+}
+
+fn refused_credentials(bucket: &str, text: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "SLESS_S3_ACCESS_KEY_ID / SLESS_S3_SECRET_ACCESS_KEY: the S3 server refused the credentials for bucket {bucket:?}: {text}"
+    )
 }
 
 /// Where a function's archive with the given sha256 is kept.

@@ -6,6 +6,7 @@ mod api {
     mod archive_rules;
     mod auth;
     mod cli;
+    mod cluster;
     mod code_check;
     mod deploys;
     mod functions;

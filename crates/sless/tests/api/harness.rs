@@ -63,6 +63,113 @@ impl Drop for PgDb {
     }
 }
 
+/// Polls `check` until it returns `Ok`, at most for `timeout`; panics with
+/// the last `Err` (what was seen instead). The one way tests wait for a
+/// condition (as kube-rs's `await_condition`), instead of sleeping.
+pub async fn eventually<T, F, Fut>(timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) if std::time::Instant::now() >= deadline => {
+                panic!("condition not met within {timeout:?}: {seen}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(25)).await,
+        }
+    }
+}
+
+/// A real S3-compatible server (`s3s-fs`, installed by `scripts/setup.sh`)
+/// on a loopback port, storing in a private directory; one bucket made.
+pub struct S3Server {
+    pub endpoint: String,
+    pub bucket: String,
+    pub root: tempfile::TempDir,
+    child: Child,
+}
+
+pub const S3_KEY: &str = "sless-test-key";
+pub const S3_SECRET: &str = "sless-test-secret-0123456789";
+
+impl S3Server {
+    pub async fn start() -> S3Server {
+        let root = tempfile::tempdir().expect("temp dir");
+        let bucket = "sless-test".to_string();
+        std::fs::create_dir(root.path().join(&bucket)).expect("bucket dir");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let child = Command::new("s3s-fs")
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
+            .arg(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("s3s-fs is required for these tests: run scripts/setup.sh --services");
+        let server = S3Server {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            bucket,
+            root,
+            child,
+        };
+        eventually(Duration::from_secs(20), || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .map(drop)
+                .map_err(|e| format!("s3s-fs not listening yet: {e}"))
+        })
+        .await;
+        server
+    }
+
+    /// The server settings that store code (and artifacts) in this bucket.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("SLESS_BLOB_URL", format!("s3://{}/sless", self.bucket)),
+            ("SLESS_S3_ENDPOINT", self.endpoint.clone()),
+            ("SLESS_S3_ACCESS_KEY_ID", S3_KEY.into()),
+            ("SLESS_S3_SECRET_ACCESS_KEY", S3_SECRET.into()),
+            ("SLESS_S3_PATH_STYLE", "true".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// Object keys stored under `prefix` (s3s-fs keeps them as files).
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    walk(&path, base, out);
+                } else if let Ok(rel) = path.strip_prefix(base) {
+                    out.push(rel.display().to_string());
+                }
+            }
+        }
+        let base = self.root.path().join(&self.bucket);
+        let mut keys = Vec::new();
+        walk(&base, &base, &mut keys);
+        keys.retain(|k| k.starts_with(prefix));
+        keys.sort();
+        keys
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub fn hex_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
@@ -367,8 +474,7 @@ impl Server {
 
     /// Waits until the build of `code_hash` has finished, Ready or Failed.
     pub async fn wait_build_end(&self, ns: &str, name: &str, code_hash: &str) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        loop {
+        eventually(Duration::from_secs(120), || async {
             let (_, function) = self
                 .call(Method::GET, &format!("/v1/namespaces/{ns}/functions/{name}"), None)
                 .await;
@@ -379,11 +485,12 @@ impl Server {
                 _ => false,
             };
             if done {
-                return function;
+                Ok(function)
+            } else {
+                Err(format!("build did not finish: {function}"))
             }
-            assert!(std::time::Instant::now() < deadline, "build did not finish: {function}");
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        })
+        .await
     }
 
     /// Calls the public gateway; returns status, headers and body text.
@@ -420,18 +527,13 @@ impl Server {
 
     /// Polls `series` until it equals `value` (within `secs`).
     pub async fn wait_metric(&self, series: &str, value: f64, secs: u64) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-        loop {
-            let got = self.metric(series).await;
-            if got == Some(value) {
-                return;
+        eventually(Duration::from_secs(secs), || async {
+            match self.metric(series).await {
+                Some(got) if got == value => Ok(()),
+                got => Err(format!("{series} is at {got:?}, expected {value}")),
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{series} stayed at {got:?}, expected {value}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 }
 
@@ -459,17 +561,44 @@ impl Server {
 
     /// Polls GET `path` until `done` holds for the JSON body (within `secs`).
     pub async fn wait_for(&self, path: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-        loop {
+        eventually(Duration::from_secs(secs), || async {
             let (_, body) = self.call(Method::GET, path, None).await;
             if done(&body) {
-                return body;
+                Ok(body)
+            } else {
+                Err(format!("{path} never reached the expected state: {body}"))
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{path} never reached the expected state: {body}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        })
+        .await
+    }
+
+    /// A replica of its own (own data dir) on `db_url` with `env`.
+    pub fn replica(db_url: &str, env: &[(String, String)]) -> Server {
+        let mut extra_env: Vec<(String, String)> = env.to_vec();
+        extra_env.push(("SLESS_DATABASE_URL".into(), db_url.into()));
+        extra_env.push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
+        let mut server = Server {
+            url: String::new(),
+            admin: ADMIN.into(),
+            data_dir: tempfile::tempdir().expect("temp dir"),
+            db: None,
+            extra_env,
+            child: None,
+            stdout_lines: Vec::new(),
+            client: reqwest::Client::new(),
+        };
+        server.spawn();
+        server
+    }
+
+    /// Whether this server says it leads (false when it does not answer).
+    pub async fn leads(&self) -> bool {
+        match self.request(Method::GET, "/healthz", None).send().await {
+            Ok(response) => response
+                .json::<Value>()
+                .await
+                .is_ok_and(|health| health["leader"] == true),
+            Err(_) => false,
         }
     }
 
