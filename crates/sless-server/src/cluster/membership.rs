@@ -50,14 +50,24 @@ impl Membership {
             .await
     }
 
-    /// Says this replica is alive (and whether it leads).
-    pub async fn heartbeat(&self, leader: bool) -> sqlx::Result<()> {
-        sqlx::query("UPDATE cluster_replicas SET heartbeat_at = now(), leader = $2 WHERE id = $1")
-            .bind(&self.replica)
-            .bind(leader)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+    /// Says this replica is alive (and whether it leads); returns how many
+    /// other replicas are live.
+    pub async fn heartbeat(&self, leader: bool) -> sqlx::Result<i64> {
+        sqlx::query(
+            "INSERT INTO cluster_replicas (id, address, leader) VALUES ($1, '', $2) \
+             ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), leader = $2",
+        )
+        .bind(&self.replica)
+        .bind(leader)
+        .execute(&self.pool)
+        .await?;
+        sqlx::query_scalar(
+            "SELECT count(*) FROM cluster_replicas WHERE id <> $1 AND heartbeat_at > now() - make_interval(secs => $2)",
+        )
+        .bind(&self.replica)
+        .bind(LIVENESS.as_secs_f64())
+        .fetch_one(&self.pool)
+        .await
     }
 
     /// Records that this replica serves `version` of `key` (or nothing older).

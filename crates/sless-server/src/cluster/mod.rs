@@ -6,16 +6,18 @@
 //! **Invariant (no stale answer after Ready):** a new version is written
 //! `Ready` only once every live replica has recorded that it serves it (or
 //! refuses to serve anything older); a replica that has not reached the
-//! store for [`FENCE_AFTER`] answers `/fn` with 503 until it has, and
-//! [`FENCE_AFTER`] is shorter than [`membership::LIVENESS`], so a replica
-//! counted out of a rollout is already refusing to serve.
+//! store for [`FENCE_AFTER`] while other replicas were live answers `/fn`
+//! with 503 until it has, and [`FENCE_AFTER`] is shorter than
+//! [`membership::LIVENESS`], so a replica counted out of a rollout is
+//! already refusing to serve. A replica that was alone keeps serving
+//! through a store outage: no rollout can count it out without a store.
 
 pub mod leader;
 pub mod membership;
 pub mod reconcile;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +51,8 @@ pub struct Cluster {
     membership: Option<Membership>,
     /// Milliseconds since `epoch` when the store last answered.
     last_contact: AtomicU64,
+    /// Whether other replicas were live at the last heartbeat.
+    peers: AtomicBool,
     epoch: Instant,
     served: Mutex<HashMap<FunctionKey, Served>>,
 }
@@ -60,6 +64,7 @@ impl Cluster {
             leadership: Leadership::always(),
             membership: None,
             last_contact: AtomicU64::new(0),
+            peers: AtomicBool::new(false),
             epoch: Instant::now(),
             served: Default::default(),
         })
@@ -74,6 +79,7 @@ impl Cluster {
             leadership: Leadership::elect(url.to_string()).await,
             membership: Some(membership),
             last_contact: AtomicU64::new(0),
+            peers: AtomicBool::new(false),
             epoch: Instant::now(),
             served: Default::default(),
         }))
@@ -100,9 +106,10 @@ impl Cluster {
     }
 
     /// Whether this replica must refuse `/fn`: it has lost touch with the
-    /// store and may have missed a newer version. One atomic read.
+    /// store while other replicas were live, and may have been counted out
+    /// of a rollout. Two atomic reads.
     pub fn fenced(&self) -> bool {
-        self.membership.is_some()
+        self.peers.load(Ordering::Relaxed)
             && self.epoch.elapsed().as_millis() as u64
                 > self.last_contact.load(Ordering::Relaxed) + FENCE_AFTER.as_millis() as u64
     }

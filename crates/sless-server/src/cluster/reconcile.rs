@@ -144,7 +144,12 @@ impl Reconciler {
         self.cluster.touch();
         if state.last_heartbeat.is_none_or(|at| at.elapsed() >= HEARTBEAT_PERIOD) {
             match membership.heartbeat(leader).await {
-                Ok(()) => state.last_heartbeat = Some(tokio::time::Instant::now()),
+                Ok(peers) => {
+                    state.last_heartbeat = Some(tokio::time::Instant::now());
+                    self.cluster
+                        .peers
+                        .store(peers > 0, std::sync::atomic::Ordering::Relaxed);
+                }
                 Err(e) => tracing::warn!(error = %e, "writing the heartbeat failed"),
             }
             if leader {

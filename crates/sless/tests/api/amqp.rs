@@ -12,7 +12,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{hex_id, Backend, Server, TcpProxy};
+use super::harness::{eventually, hex_id, Backend, Server, TcpProxy};
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -86,8 +86,7 @@ async fn setup(broker: &str, queue: &str, extra: Value) -> Server {
 
 /// Waits until the function has `n` amqp invocation records.
 async fn amqp_records(server: &Server, n: usize, secs: u64) -> Vec<Value> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    loop {
+    eventually(Duration::from_secs(secs), || async {
         let records: Vec<Value> = server
             .records("ns", "consumer")
             .await
@@ -95,15 +94,46 @@ async fn amqp_records(server: &Server, n: usize, secs: u64) -> Vec<Value> {
             .filter(|r| r["trigger"] == "amqp")
             .collect();
         if records.len() >= n {
-            return records;
+            Ok(records)
+        } else {
+            Err(format!("only {} of {n} messages handled", records.len()))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "only {} of {n} messages handled",
-            records.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
+}
+
+/// Waits until the trigger's consumer is attached to `queue` (it declares
+/// the queue itself). A passive declare of a missing queue closes its
+/// channel, so each look uses a channel of its own.
+async fn consumer_attached(connection: &Connection, queue: &str) {
+    eventually(Duration::from_secs(30), || async {
+        let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
+        let options = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let declared = channel
+            .queue_declare(queue.into(), options, FieldTable::default())
+            .await
+            .map_err(|e| format!("queue not there yet: {e}"))?;
+        let _ = channel.close(200, "looked".into()).await;
+        match declared.consumer_count() {
+            0 => Err("no consumer yet".into()),
+            _ => Ok(()),
+        }
+    })
+    .await
+}
+
+/// Waits until `queue` holds no ready message.
+async fn drained(channel: &Channel, queue: &str) {
+    eventually(Duration::from_secs(30), || async {
+        match declare(channel, queue).await {
+            0 => Ok(()),
+            n => Err(format!("{n} messages still in {queue}")),
+        }
+    })
+    .await
 }
 
 fn printed_ids(records: &[Value]) -> BTreeSet<u64> {
@@ -122,19 +152,16 @@ fn printed_ids(records: &[Value]) -> BTreeSet<u64> {
 #[tokio::test]
 async fn messages_are_handled_and_acked() {
     let queue = format!("sless-test-{}", hex_id());
-    let (_conn, channel) = channel().await;
+    let (conn, channel) = channel().await;
     let server = setup(BROKER, &queue, json!({"prefetch": 2})).await;
-    // The consumer declares the queue; wait for it to be there.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    declare(&channel, &queue).await;
+    consumer_attached(&conn, &queue).await;
     for id in 0..5 {
         publish(&channel, &queue, json!({"id": id})).await;
     }
     let records = amqp_records(&server, 5, 30).await;
     assert_eq!(printed_ids(&records), (0..5).collect());
     assert!(records.iter().all(|r| r["status"] == "ok"), "{records:?}");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(declare(&channel, &queue).await, 0, "every message was acked");
+    drained(&channel, &queue).await;
     let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/queue", None).await;
     assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
 }
@@ -143,24 +170,25 @@ async fn messages_are_handled_and_acked() {
 async fn failures_retry_then_go_to_the_dead_letter_queue() {
     let queue = format!("sless-test-{}", hex_id());
     let dead = format!("{queue}.failed");
-    let (_conn, channel) = channel().await;
+    let (conn, channel) = channel().await;
     let server = setup(BROKER, &queue, json!({"retry_limit": 2, "dead_letter_queue": dead})).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    declare(&channel, &queue).await;
+    consumer_attached(&conn, &queue).await;
     publish(&channel, &queue, json!({"id": 7, "fail": true})).await;
+    // Dead-lettered after the last try: no try comes after it. (A get from
+    // a queue not declared yet closes its channel: one channel per look.)
+    let message = eventually(Duration::from_secs(30), || async {
+        conn.create_channel()
+            .await
+            .map_err(|e| e.to_string())?
+            .basic_get(dead.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "not in the dead-letter queue yet".to_string())
+    })
+    .await;
     let records = amqp_records(&server, 3, 30).await;
     assert!(records.iter().all(|r| r["status"] == "error"), "{records:?}");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(
-        amqp_records(&server, 3, 5).await.len(),
-        3,
-        "one try and two retries, no more"
-    );
-    let message = channel
-        .basic_get(dead.as_str().into(), BasicGetOptions { no_ack: true })
-        .await
-        .unwrap()
-        .expect("the message is in the dead-letter queue");
+    assert_eq!(records.len(), 3, "one try and two retries, no more");
     assert_eq!(
         serde_json::from_slice::<Value>(&message.delivery.data).unwrap()["id"],
         7
@@ -191,31 +219,26 @@ async fn a_dropped_connection_loses_no_message() {
     let queue = format!("sless-test-{}", hex_id());
     let proxy = TcpProxy::start(5672).await;
     let broker = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
-    let (_conn, channel) = channel().await;
+    let (conn, channel) = channel().await;
     let server = setup(&broker, &queue, json!({"prefetch": 2})).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    declare(&channel, &queue).await;
+    consumer_attached(&conn, &queue).await;
     for id in 0..20 {
         publish(&channel, &queue, json!({"id": id, "sleep": 0.1})).await;
     }
     amqp_records(&server, 5, 30).await;
-    // Cut the consumer's connection mid-stream, then let it back.
+    // Cut the consumer's connection mid-stream for a second (an outage,
+    // not a wait), then let it back.
     proxy.up.store(false, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_secs(1)).await;
     proxy.up.store(true, Ordering::SeqCst);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let records = amqp_records(&server, 1, 5).await;
-        if printed_ids(&records) == (0..20).collect() {
-            break;
+    eventually(Duration::from_secs(60), || async {
+        let handled = printed_ids(&amqp_records(&server, 1, 5).await);
+        if handled == (0..20).collect() {
+            Ok(())
+        } else {
+            Err(format!("messages lost: handled {handled:?}"))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "messages lost: handled {:?}",
-            printed_ids(&records)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(declare(&channel, &queue).await, 0, "nothing left unacked in the queue");
+    })
+    .await;
+    drained(&channel, &queue).await;
 }

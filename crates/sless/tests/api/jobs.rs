@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 const WORKER: &[u8] = br#"
 import os, time
@@ -56,7 +56,7 @@ async fn jobs_skip_run_and_rerun(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::CREATED, "{job}");
     assert_eq!(job["status"]["phase"], "Skipped", "run_id 0 creates without running");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // (The record count after two runs, below, shows it never ran.)
     assert!(server.records("ns", "worker").await.is_empty(), "nothing ran");
 
     let (status, job) = server
@@ -109,19 +109,20 @@ async fn jobs_skip_run_and_rerun(backend: Backend) {
     assert!(err["error"].as_str().unwrap().contains("only go up"), "{err}");
 
     // Every run is an invocation record like any other.
-    let mut jobs: Vec<Value> = Vec::new();
-    for _ in 0..100 {
-        jobs = server
+    let jobs: Vec<Value> = eventually(Duration::from_secs(5), || async {
+        let jobs: Vec<Value> = server
             .records("ns", "worker")
             .await
             .into_iter()
             .filter(|r| r["trigger"] == "job")
             .collect();
         if jobs.len() >= 2 {
-            break;
+            Ok(jobs)
+        } else {
+            Err(format!("{} job records", jobs.len()))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     assert_eq!(jobs.len(), 2);
     assert_eq!(jobs[0]["status"], "ok");
     assert_eq!(
@@ -195,8 +196,22 @@ async fn deleting_a_running_job_stops_it() {
             &[("handler.py", WORKER)],
         )
         .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle = sandboxes(&server);
+    // Settled: the deploy's checked instance gone, the warm pool full (the
+    // same count ten looks in a row).
+    let mut last = (usize::MAX, 0);
+    let idle = eventually(Duration::from_secs(20), || {
+        let now = sandboxes(&server);
+        last = if now == last.0 { (now, last.1 + 1) } else { (now, 1) };
+        let seen = last;
+        async move {
+            if seen.1 >= 10 {
+                Ok(seen.0)
+            } else {
+                Err(format!("{} sandboxes, not settled", seen.0))
+            }
+        }
+    })
+    .await;
     server
         .call(
             Method::POST,
@@ -207,18 +222,22 @@ async fn deleting_a_running_job_stops_it() {
     server
         .wait_for("/v1/namespaces/ns/jobs/long", 30, |j| j["status"]["phase"] == "Running")
         .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(sandboxes(&server) > idle, "the run has an instance of its own");
+    eventually(Duration::from_secs(10), || async {
+        match sandboxes(&server) {
+            n if n > idle => Ok(()),
+            n => Err(format!("{n} sandboxes: the run has no instance of its own")),
+        }
+    })
+    .await;
     let (status, _) = server.call(Method::DELETE, "/v1/namespaces/ns/jobs/long", None).await;
     assert_eq!(status, StatusCode::NO_CONTENT);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while sandboxes(&server) > idle {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the job's instance kept running after delete"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(Duration::from_secs(10), || async {
+        match sandboxes(&server) {
+            n if n <= idle => Ok(()),
+            n => Err(format!("the job's instance kept running after delete ({n} sandboxes)")),
+        }
+    })
+    .await;
 }
 
 #[tokio::test]

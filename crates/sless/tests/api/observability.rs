@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, PgDb, Server, TcpProxy};
+use super::harness::{eventually, Backend, PgDb, Server, TcpProxy};
 
 const PRINTER: &[u8] = br#"
 import sys
@@ -25,7 +25,7 @@ def handle(event, context):
 
 /// Polls the invocation list until it holds `n` records.
 async fn invocations(server: &Server, name: &str, n: usize) -> Vec<Value> {
-    for _ in 0..200 {
+    eventually(Duration::from_secs(10), || async {
         let (status, page) = server
             .call(
                 Method::GET,
@@ -36,11 +36,12 @@ async fn invocations(server: &Server, name: &str, n: usize) -> Vec<Value> {
         assert_eq!(status, StatusCode::OK, "{page}");
         let items = page["items"].as_array().unwrap().clone();
         if items.len() >= n {
-            return items;
+            Ok(items)
+        } else {
+            Err(format!("{} of {n} invocation records", items.len()))
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("fewer than {n} invocation records appeared");
+    })
+    .await
 }
 
 crate::both_stores!(
@@ -239,8 +240,9 @@ async fn follow_receives_lines_as_they_happen() {
         .send()
         .await
         .unwrap();
+    // The handler subscribes before it answers: with the headers here,
+    // every line from now on reaches the stream.
     assert_eq!(response.headers()["content-type"], "text/event-stream");
-    tokio::time::sleep(Duration::from_millis(200)).await;
     server
         .invoke(Method::POST, "/fn/ns/printer", r#"{"say": "live-line"}"#)
         .await;
@@ -282,7 +284,19 @@ async fn a_stopped_database_fails_no_invocation() {
     invocations(&server, "printer", 1).await;
 
     proxy.up.store(false, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The proxy drops its connections within 50 ms of the cut: wait until
+    // a new one through it is closed at once.
+    eventually(Duration::from_secs(5), || async {
+        use tokio::io::AsyncReadExt;
+        let mut probe = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port))
+            .await
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(Duration::from_millis(500), probe.read(&mut [0u8; 1])).await {
+            Ok(Ok(0)) | Ok(Err(_)) => Ok(()),
+            other => Err(format!("the proxy still passes connections: {other:?}")),
+        }
+    })
+    .await;
     let started = std::time::Instant::now();
     for i in 0..60 {
         let (status, _, text) = server
@@ -303,15 +317,15 @@ async fn a_stopped_database_fails_no_invocation() {
 
     proxy.up.store(true, Ordering::SeqCst);
     let written_before = server.metric("sless_invocation_records_written_total").await.unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually(Duration::from_secs(20), || async {
         let written = server.metric("sless_invocation_records_written_total").await.unwrap();
         if written >= written_before + 20.0 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("writes did not resume: {written}"))
         }
-        assert!(std::time::Instant::now() < deadline, "writes did not resume: {written}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     invocations(&server, "printer", 21).await;
     drop(db);
 }
@@ -336,21 +350,17 @@ async fn retention_keeps_the_newest_records() {
     server.kill9();
     server.extra_env.push(("SLESS_INVOCATION_KEEP".into(), "3".into()));
     server.spawn();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let kept = eventually(Duration::from_secs(10), || async {
         let (_, page) = server
             .call(Method::GET, "/v1/namespaces/ns/functions/printer/invocations", None)
             .await;
         let kept = page["items"].as_array().unwrap().clone();
         if kept.len() == 3 {
-            assert_eq!(kept[0]["id"], all[0]["id"], "the newest are kept");
-            break;
+            Ok(kept)
+        } else {
+            Err(format!("retention did not prune: {} records", kept.len()))
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "retention did not prune: {}",
-            kept.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(kept[0]["id"], all[0]["id"], "the newest are kept");
 }
