@@ -13,6 +13,9 @@ use serde_json::{json, Value};
 
 use super::harness::{eventually, zip_of, PgDb, S3Server, Server};
 
+/// Answers of `/fn` calls: when each was sent, to which replica, the `v` got.
+type Answers = Arc<Mutex<Vec<(Instant, usize, Option<u64>)>>>;
+
 /// Replicas sharing a database and a bucket.
 struct Replicas {
     servers: Vec<Server>,
@@ -100,7 +103,7 @@ async fn every_replica_serves_what_any_deployed_and_a_new_version_once_ready() {
 
     // A new version: no replica answers with the old one once the status
     // says Ready, and none fails while it rolls.
-    let answers: Arc<Mutex<Vec<(Instant, usize, Option<u64>)>>> = Default::default();
+    let answers: Answers = Default::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut callers = Vec::new();
     for (i, url) in [a.url.clone(), b.url.clone()].into_iter().enumerate() {
@@ -144,7 +147,7 @@ async fn every_replica_serves_what_any_deployed_and_a_new_version_once_ready() {
     for caller in callers {
         caller.await.unwrap();
     }
-    let answers = answers.lock().unwrap();
+    let answers = std::mem::take(&mut *answers.lock().unwrap());
     for (sent, replica, got) in answers.iter() {
         assert!(
             matches!(got, Some(1) | Some(2)),
