@@ -79,8 +79,9 @@ impl Deployer {
     /// Accepts an uploaded zip: the upload rules and the code-safety gate
     /// run before anything is written; then the archive is stored under its
     /// sha256, the function goes to `Building` and the build starts in the
-    /// background.
-    pub async fn upload(self: &Arc<Self>, key: &FunctionKey, zip: Bytes) -> Result<()> {
+    /// background. Returns the status as it was saved (`Building`: the
+    /// build may be done before the caller reads the function again).
+    pub async fn upload(self: &Arc<Self>, key: &FunctionKey, zip: Bytes) -> Result<FunctionStatus> {
         let Some((_, mut status)) = self.load(key).await? else {
             return Err(Error::NotFound(format!(
                 "function {:?} not found in namespace {:?}",
@@ -115,7 +116,7 @@ impl Deployer {
         self.save(key, &status).await?;
         tracing::info!(function = %key, %code_hash, "code archive stored");
         self.start_build(key.clone(), code_hash);
-        Ok(())
+        Ok(status)
     }
 
     /// Starts building `code_hash` in the background.
