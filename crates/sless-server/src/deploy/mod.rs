@@ -19,11 +19,12 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_api::{FunctionSpec, FunctionStatus, Phase};
 use sless_codecheck::{CodeValidator, SourceFile};
-use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey};
+use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey, VersionRef};
 
 use crate::archive::ArchiveRules;
 use crate::blobs;
 use crate::error::{Error, Result};
+use crate::routes::Routes;
 use crate::store::{Kind, Store};
 
 /// Builds at once at most.
@@ -34,6 +35,7 @@ pub struct Deployer {
     store: Arc<dyn Store>,
     blobs: Arc<dyn ObjectStore>,
     driver: Arc<dyn Driver>,
+    routes: Arc<Routes>,
     metrics: Arc<crate::metrics::Metrics>,
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
@@ -45,6 +47,7 @@ impl Deployer {
         store: Arc<dyn Store>,
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
+        routes: Arc<Routes>,
         metrics: Arc<crate::metrics::Metrics>,
         archive_rules: ArchiveRules,
         code_check: Arc<dyn CodeValidator>,
@@ -53,6 +56,7 @@ impl Deployer {
             store,
             blobs,
             driver,
+            routes,
             metrics,
             archive_rules,
             code_check,
@@ -180,6 +184,7 @@ impl Deployer {
             .await;
         match deployed {
             Ok(()) => {
+                self.promote(key, version).await;
                 status.phase = Phase::Ready;
                 status.version = version;
                 status.artifact = Some(built.artifact.to_string());
@@ -204,6 +209,16 @@ impl Deployer {
             }
         }
         self.save(key, &status).await
+    }
+
+    /// Makes a deployed version `$latest`, then retires the one before.
+    async fn promote(&self, key: &FunctionKey, version: u64) {
+        let before = self.routes.set_latest(key, version);
+        if let Some(old) = before.filter(|old| *old != version) {
+            if let Err(e) = self.driver.retire(&VersionRef::new(key.clone(), old)).await {
+                tracing::warn!(function = %key, version = old, error = %e, "retiring the version before failed");
+            }
+        }
     }
 
     /// Marks a build failed; the serving version, if any, stays.
@@ -261,6 +276,7 @@ impl Deployer {
 
     /// Stops everything of a deleted function in the driver.
     pub async fn remove(&self, key: &FunctionKey) {
+        self.routes.forget(key);
         if let Err(e) = self.driver.remove(key).await {
             tracing::warn!(function = %key, error = %e, "stopping a deleted function's instances failed");
         }
@@ -283,8 +299,9 @@ impl Deployer {
                         spec: spec.clone(),
                         verify: false,
                     };
-                    if let Err(e) = self.driver.deploy(deployment).await {
-                        tracing::warn!(function = %key, error = %e, "serving the built version again failed");
+                    match self.driver.deploy(deployment).await {
+                        Ok(()) => self.promote(&key, status.version).await,
+                        Err(e) => tracing::warn!(function = %key, error = %e, "serving the built version again failed"),
                     }
                 }
                 let current = self
