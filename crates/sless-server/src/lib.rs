@@ -14,6 +14,7 @@ pub mod invoker;
 pub mod jobs;
 pub mod metrics;
 pub mod record;
+pub mod routes;
 pub mod server;
 pub mod state;
 pub mod store;

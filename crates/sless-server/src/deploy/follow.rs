@@ -56,6 +56,9 @@ impl Deployer {
         timeout: Duration,
     ) {
         let version = target.version;
+        if self.routes.latest(key).is_some_and(|latest| latest.version > version) {
+            return; // a newer version serves here already; the store catches up
+        }
         let deploy = self.driver.deploy(Deployment {
             key: key.clone(),
             version,
@@ -67,6 +70,7 @@ impl Deployer {
         let error = match tokio::time::timeout(timeout, deploy).await {
             Ok(Ok(())) => {
                 tracing::info!(function = %key, version, "serving the version the store names");
+                self.promote(key, version).await;
                 self.cluster.deployed(key, version, stored_spec, false).await;
                 return;
             }
@@ -79,9 +83,7 @@ impl Deployer {
             return;
         }
         tracing::warn!(function = %key, version, %error, "cannot serve the new version here; not serving the function until it can");
-        if let Err(e) = self.driver.remove(key).await {
-            tracing::warn!(function = %key, error = %e, "stopping the old version failed");
-        }
+        self.remove(key).await;
         self.cluster.deployed(key, version, stored_spec, true).await;
     }
 
@@ -111,7 +113,10 @@ impl Deployer {
                 verify: false,
             };
             let failed = match self.driver.deploy(deployment).await {
-                Ok(()) => false,
+                Ok(()) => {
+                    self.promote(&key, version).await;
+                    false
+                }
                 Err(e) => {
                     tracing::warn!(function = %key, error = %e, "serving the built version again failed");
                     true

@@ -23,13 +23,14 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_api::{FunctionSpec, FunctionStatus, Phase};
 use sless_codecheck::{CodeValidator, SourceFile};
-use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey};
+use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey, VersionRef};
 
 pub use self::follow::Target;
 use crate::archive::ArchiveRules;
 use crate::blobs;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
+use crate::routes::Routes;
 use crate::store::{Kind, Store};
 
 /// Builds at once at most.
@@ -40,6 +41,7 @@ pub struct Deployer {
     store: Arc<dyn Store>,
     blobs: Arc<dyn ObjectStore>,
     driver: Arc<dyn Driver>,
+    routes: Arc<Routes>,
     metrics: Arc<crate::metrics::Metrics>,
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
@@ -55,6 +57,7 @@ impl Deployer {
         store: Arc<dyn Store>,
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
+        routes: Arc<Routes>,
         metrics: Arc<crate::metrics::Metrics>,
         archive_rules: ArchiveRules,
         code_check: Arc<dyn CodeValidator>,
@@ -64,6 +67,7 @@ impl Deployer {
             store,
             blobs,
             driver,
+            routes,
             metrics,
             archive_rules,
             code_check,
@@ -92,8 +96,9 @@ impl Deployer {
     /// Accepts an uploaded zip: the upload rules and the code-safety gate
     /// run before anything is written; then the archive is stored under its
     /// sha256, the function goes to `Building` and the build starts in the
-    /// background.
-    pub async fn upload(self: &Arc<Self>, key: &FunctionKey, zip: Bytes) -> Result<()> {
+    /// background. Returns the status as it was saved (`Building`: the
+    /// build may be done before the caller reads the function again).
+    pub async fn upload(self: &Arc<Self>, key: &FunctionKey, zip: Bytes) -> Result<FunctionStatus> {
         let Some((_, mut status)) = self.load(key).await? else {
             return Err(Error::NotFound(format!(
                 "function {:?} not found in namespace {:?}",
@@ -132,7 +137,7 @@ impl Deployer {
         if self.cluster.is_leader() {
             self.start_build(key.clone(), code_hash);
         }
-        Ok(())
+        Ok(status)
     }
 
     /// Starts building `code_hash` in the background, unless that build is
@@ -212,6 +217,7 @@ impl Deployer {
             self.fail(key, &mut status, message).await;
             return self.save(key, &status).await;
         }
+        self.promote(key, version).await;
         let spec_value = serde_json::to_value(&spec).map_err(Error::internal)?;
         self.cluster.deployed(key, version, spec_value, false).await;
         let rollout = sless_api::Rollout {
@@ -236,7 +242,7 @@ impl Deployer {
         if status.version >= version {
             return Ok(()); // promoted meanwhile (a leader that took over)
         }
-        promote(&mut status, &rollout);
+        promote_status(&mut status, &rollout);
         let superseded = status.code_hash.as_deref() != Some(code_hash);
         if !superseded {
             status.phase = Phase::Ready;
@@ -249,6 +255,16 @@ impl Deployer {
         tracing::info!(function = %key, version, ms = started.elapsed().as_millis() as u64, "build succeeded");
         self.metrics.builds_succeeded.fetch_add(1, Relaxed);
         self.save(key, &status).await
+    }
+
+    /// Makes a deployed version `$latest`, then retires the one before.
+    async fn promote(&self, key: &FunctionKey, version: u64) {
+        let before = self.routes.set_latest(key, version);
+        if let Some(old) = before.filter(|old| *old != version) {
+            if let Err(e) = self.driver.retire(&VersionRef::new(key.clone(), old)).await {
+                tracing::warn!(function = %key, version = old, error = %e, "retiring the version before failed");
+            }
+        }
     }
 
     /// Marks a build failed; the serving version, if any, stays.
@@ -311,6 +327,7 @@ impl Deployer {
 
     /// Stops everything of a deleted function in the driver.
     pub async fn remove(&self, key: &FunctionKey) {
+        self.routes.forget(key);
         if let Err(e) = self.driver.remove(key).await {
             tracing::warn!(function = %key, error = %e, "stopping a deleted function's instances failed");
         }
@@ -319,7 +336,7 @@ impl Deployer {
 }
 
 /// Makes `rollout` the serving version of `status`.
-fn promote(status: &mut FunctionStatus, rollout: &sless_api::Rollout) {
+fn promote_status(status: &mut FunctionStatus, rollout: &sless_api::Rollout) {
     status.version = rollout.version;
     status.artifact = Some(rollout.artifact.clone());
     status.artifact_digest = rollout.artifact_digest.clone();
