@@ -72,16 +72,26 @@ async fn answer(server: &Server, name: &str) -> Option<u64> {
 }
 
 #[tokio::test]
-async fn every_replica_serves_what_any_deployed_and_a_new_version_once_ready() {
-    let cluster = replicas(2, &[]).await;
-    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+async fn two_replicas_serve_what_either_deployed_and_a_new_version_once_ready() {
+    serve_and_roll(2).await;
+}
+
+#[tokio::test]
+async fn three_replicas_serve_what_any_deployed_and_a_new_version_once_ready() {
+    serve_and_roll(3).await;
+}
+
+async fn serve_and_roll(n: usize) {
+    let cluster = replicas(n, &[]).await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[n - 1]);
 
     // Created, uploaded and built through the follower; built on the leader.
     create(b, "f").await;
     let hash = upload(b, "f", 1).await;
     a.wait_built("ns", "f", &hash).await;
-    assert_eq!(answer(a, "f").await, Some(1), "the leader serves it once Ready");
-    assert_eq!(answer(b, "f").await, Some(1), "the follower serves it once Ready");
+    for (i, server) in cluster.servers.iter().enumerate() {
+        assert_eq!(answer(server, "f").await, Some(1), "replica {i} serves it once Ready");
+    }
     assert!(
         cluster
             .s3
@@ -106,7 +116,7 @@ async fn every_replica_serves_what_any_deployed_and_a_new_version_once_ready() {
     let answers: Answers = Default::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut callers = Vec::new();
-    for (i, url) in [a.url.clone(), b.url.clone()].into_iter().enumerate() {
+    for (i, url) in cluster.servers.iter().map(|s| s.url.clone()).enumerate() {
         let (answers, stop) = (answers.clone(), stop.clone());
         callers.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
@@ -132,9 +142,9 @@ async fn every_replica_serves_what_any_deployed_and_a_new_version_once_ready() {
             .unwrap()
             .iter()
             .filter(|(sent, _, _)| *sent > ready_seen)
-            .fold([0, 0], |mut n, (_, i, _)| {
-                n[*i] += 1;
-                n
+            .fold(vec![0; n], |mut count, (_, i, _)| {
+                count[*i] += 1;
+                count
             });
         if after.iter().all(|n| *n >= 20) {
             Ok(())
