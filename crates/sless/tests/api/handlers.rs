@@ -230,7 +230,8 @@ async fn gateway_errors() {
     let (status, _, _) = server.invoke(Method::POST, "/fn/ns/small", "fits").await;
     assert_eq!(status, StatusCode::OK);
 
-    // A handler that cannot load: the build is Ready (code is data), the call is a 502 naming the problem.
+    // A handler that cannot load: the build is Ready (code is data), the
+    // call is a 502 saying it failed to start; the error itself is the owner's.
     server
         .deploy(
             "ns",
@@ -241,7 +242,8 @@ async fn gateway_errors() {
         .await;
     let (status, _, text) = server.invoke(Method::POST, "/fn/ns/broken", "").await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{text}");
-    assert!(text.contains("SyntaxError"), "{text}");
+    assert!(text.contains("failed to start"), "{text}");
+    assert!(!text.contains("SyntaxError"), "{text}");
 }
 
 #[tokio::test]
