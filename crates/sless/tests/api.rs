@@ -6,7 +6,10 @@ mod api {
     mod archive_rules;
     mod auth;
     mod cli;
+    mod cli_edges;
     mod code_check;
+    mod deleting;
+    mod failures;
     mod functions;
     mod handlers;
     pub mod harness;
