@@ -47,6 +47,15 @@ impl Client {
         self.delete(url).await
     }
 
+    /// `DELETE /v1/namespaces/{ns}/functions/{name}?orphan=true`: the
+    /// function only, leaving the triggers and jobs that name it for the
+    /// caller to delete or re-point (they take no work meanwhile).
+    pub async fn delete_function_orphan(&self, ns: &str, name: &str) -> Result<()> {
+        let mut url = self.ns_url(ns, &["functions", name]);
+        url.query_pairs_mut().append_pair("orphan", "true");
+        self.delete(url).await
+    }
+
     /// `PUT /v1/namespaces/{ns}/functions/{name}/code` with a zip: the
     /// function as it is once the archive is accepted (phase `Building`,
     /// `status.code_hash` naming this upload). Wait for the build with

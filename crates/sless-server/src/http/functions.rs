@@ -137,14 +137,20 @@ pub async fn patch(
 #[serde(deny_unknown_fields)]
 pub struct DeleteQuery {
     /// Also delete the triggers and jobs that name the function; without
-    /// it, a function they name is not deleted (409).
+    /// it (or `orphan`), a function they name is not deleted (409).
     #[serde(default)]
     cascade: bool,
+    /// Delete the function and leave the triggers and jobs that name it as
+    /// they are: they take no work until a function of that name exists
+    /// again. For tools that delete or re-point them themselves (Terraform
+    /// replacing a function keeps its triggers).
+    #[serde(default)]
+    orphan: bool,
 }
 
 /// Delete a function and its code archives. Triggers and jobs that name it
 /// would fire against nothing: they make this a 409 that lists them, unless
-/// `cascade=true` deletes them too.
+/// `cascade=true` deletes them too or `orphan=true` leaves them be.
 #[utoipa::path(delete, path = "/v1/namespaces/{ns}/functions/{name}", operation_id = "delete_function", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), DeleteQuery),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody),
@@ -156,8 +162,16 @@ pub async fn delete(
     query: std::result::Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Result<StatusCode> {
     let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    if query.cascade && query.orphan {
+        return Err(Error::BadRequest(
+            "cascade and orphan exclude each other: delete what names the function, or leave it".into(),
+        ));
+    }
     load(&state, Kind::Function, &ns, &name).await?;
-    let Dependents { triggers, jobs } = dependents(&state, &ns, &name).await?;
+    let Dependents { triggers, jobs } = match query.orphan {
+        true => Dependents::default(),
+        false => dependents(&state, &ns, &name).await?,
+    };
     let named = !(triggers.is_empty() && jobs.is_empty());
     if named && !query.cascade {
         let listed: Vec<String> = (triggers.iter().map(|t| format!("trigger {t:?}")))
@@ -191,6 +205,7 @@ pub async fn delete(
 }
 
 /// The triggers and jobs that name a function.
+#[derive(Default)]
 struct Dependents {
     triggers: Vec<String>,
     jobs: Vec<String>,

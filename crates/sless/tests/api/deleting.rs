@@ -1,7 +1,7 @@
 //! Deleting a function that triggers or jobs still name: refused with the
-//! list of them (409), or done together with them (`?cascade=true`), so
-//! nothing is left firing at a function that is gone. And `fired` only
-//! where it counts something (cron ticks).
+//! list of them (409), done together with them (`?cascade=true`), or, for
+//! a caller that manages them itself, leaving them (`?orphan=true`). And
+//! `fired` only where it counts something (cron ticks).
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -108,6 +108,27 @@ async fn deleting_a_named_function_is_refused_or_cascades(backend: Backend) {
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
     }
+
+    let (status, body) = server
+        .call(
+            Method::DELETE,
+            "/v1/namespaces/ns/functions/hello?cascade=true&orphan=true",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // orphan=true: the function only; what names it stays for the caller
+    // (Terraform) to delete or re-point.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/other?orphan=true", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(names(&server, "functions").await, ["hello"]);
+    assert_eq!(names(&server, "triggers").await, ["theirs", "tick", "web"]);
+    server
+        .deploy("ns", "other", json!({"runtime": "python3.11"}), HELLO)
+        .await;
 
     // cascade=true: the function, its triggers and its job; others stay.
     let (status, body) = server

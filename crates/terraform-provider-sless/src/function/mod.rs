@@ -297,7 +297,10 @@ impl Resource for FunctionResource {
         else {
             return Some(());
         };
-        match client.delete_function(namespace, name).await {
+        // Orphan: the triggers and jobs naming it are Terraform's to delete
+        // (it orders them first when they reference the function) or to
+        // keep (a function replaced for a new runtime keeps its triggers).
+        match client.delete_function_orphan(namespace, name).await {
             Ok(()) => Some(()),
             Err(e) if e.is_not_found() => Some(()),
             Err(e) => {
