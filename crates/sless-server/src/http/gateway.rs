@@ -202,10 +202,10 @@ async fn serve(
         // What went wrong inside (a traceback, an exit status) is for the
         // owner: it is in the invocation record under this request id.
         Err(InvokeError::Crashed { .. }) => Err(Error::BadGateway(format!(
-            "function {key} crashed while handling the request; its owner finds the details in the function's logs under this request id"
+            "function {key} crashed while handling the request; its owner finds why in the function's invocation record with this request id"
         ))),
         Err(InvokeError::StartFailed { .. }) => Err(Error::BadGateway(format!(
-            "function {key} failed to start; its owner finds the details in the function's logs under this request id"
+            "function {key} failed to start; its owner finds why in the function's invocation record with this request id"
         ))),
     }
 }
@@ -223,13 +223,16 @@ async fn not_ready(state: &AppState, key: &FunctionKey) -> Result<Response, Erro
         ns => format!("sless get {} -n {ns}", key.name),
     };
     let (message, retry_after) = match (status.phase, status.version) {
+        // Waiting will not help here: a new upload will.
         (Phase::Failed, 0) => (
             format!("function {key} is not serving: the last build failed: see `{get}`"),
             None,
         ),
+        // Still "no ready version yet" (the contract's Retry-After): its
+        // code may be on the way, as in a pipeline that creates, then uploads.
         (Phase::Pending, 0) if status.code_hash.is_none() => (
             format!("function {key} has no code yet: deploy it with `sless deploy` or PUT .../code"),
-            None,
+            Some(2),
         ),
         _ => (
             format!("function {key} has no ready version yet; retry shortly"),
