@@ -150,6 +150,11 @@ pub struct FunctionStatus {
     pub artifact: Option<String>,
     /// The code_hash `artifact` was built from.
     pub built_hash: Option<String>,
+    /// Why calls get no answer from the function now (no code yet, the
+    /// only build failed, every trigger disabled, replicas 0); absent while
+    /// it serves. Worked out when the function is read, never stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_serving: Option<String>,
 }
 
 /// `POST /v1/namespaces/{ns}/functions` body: a name and the spec.

@@ -6,8 +6,11 @@ mod api {
     mod archive_rules;
     mod auth;
     mod cli;
+    mod cli_edges;
     mod code_check;
+    mod deleting;
     mod deploys;
+    mod failures;
     mod functions;
     mod handlers;
     pub mod harness;
