@@ -159,6 +159,11 @@ pub struct FunctionStatus {
     /// `Ready`) once every live replica serves it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Rollout>,
+    /// Why calls get no answer from the function now (no code yet, the
+    /// only build failed, every trigger disabled, replicas 0); absent while
+    /// it serves. Worked out when the function is read, never stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_serving: Option<String>,
 }
 
 /// A version on its way to every replica (see [`FunctionStatus::rollout`]).

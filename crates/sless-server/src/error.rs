@@ -54,6 +54,14 @@ impl Error {
         Error::Internal(e.to_string())
     }
 
+    /// A body over a configured limit (413), naming the limit and the
+    /// server setting that raises it.
+    pub fn too_large(what: &str, limit: usize, setting: &str) -> Self {
+        Error::PayloadTooLarge(format!(
+            "{what} is larger than the limit of {limit} bytes (the server's {setting} setting raises it)"
+        ))
+    }
+
     pub fn status(&self) -> StatusCode {
         use sless_codecheck::CheckError;
         match self {

@@ -6,9 +6,12 @@ mod api {
     mod archive_rules;
     mod auth;
     mod cli;
+    mod cli_edges;
     mod cluster;
     mod code_check;
+    mod deleting;
     mod deploys;
+    mod failures;
     mod functions;
     mod handlers;
     pub mod harness;

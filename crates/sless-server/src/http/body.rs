@@ -1,6 +1,8 @@
 //! Request-body extraction that answers in the API's JSON error shape (axum's
 //! own rejections are plain text) and refuses unknown fields.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
@@ -8,32 +10,41 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::state::AppState;
 
-/// The raw body, with a too-large body mapped to 413 and read errors to 400.
-pub struct RawBody(pub Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for RawBody {
-    type Rejection = Error;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Bytes::from_request(req, state).await {
-            Ok(bytes) => Ok(RawBody(bytes)),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::PayloadTooLarge(
-                "request body is larger than the limit for this endpoint".into(),
-            )),
-            Err(e) => Err(Error::BadRequest(format!("cannot read request body: {e}"))),
-        }
+/// A body as bytes; above the route's limit a 413 naming that limit and its
+/// setting, a read error a 400. The limits themselves are the
+/// `DefaultBodyLimit` layers in `http/mod.rs`, set from the same config.
+async fn read_body(req: Request, state: &Arc<AppState>, limit: usize, what: &str, setting: &str) -> Result<Bytes> {
+    match Bytes::from_request(req, state).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::too_large(what, limit, setting)),
+        Err(e) => Err(Error::BadRequest(format!("cannot read request body: {e}"))),
     }
 }
 
-/// A JSON object body.
-pub struct JsonObject(pub Map<String, Value>);
+/// A code upload's raw body (limit `SLESS_MAX_UPLOAD_BYTES`).
+pub struct RawBody(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for JsonObject {
+impl FromRequest<Arc<AppState>> for RawBody {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let limit = state.config.max_upload_bytes;
+        let bytes = read_body(req, state, limit, "the code archive", "SLESS_MAX_UPLOAD_BYTES").await?;
+        Ok(RawBody(bytes))
+    }
+}
+
+/// A JSON object body (limit `SLESS_MAX_JSON_BYTES`).
+pub struct JsonObject(pub Map<String, Value>);
+
+impl FromRequest<Arc<AppState>> for JsonObject {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let limit = state.config.max_json_bytes;
+        let bytes = read_body(req, state, limit, "the JSON body", "SLESS_MAX_JSON_BYTES").await?;
         if bytes.is_empty() {
             return Err(Error::BadRequest(
                 "request body is empty: expected a JSON object".into(),

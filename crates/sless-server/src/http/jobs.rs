@@ -33,7 +33,7 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpe
 }
 
 /// List the jobs of a namespace.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs", tag = "jobs",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs", operation_id = "list_jobs", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Job>)), security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Job>>> {
@@ -41,7 +41,7 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 }
 
 /// Create a job. `run_id` 0 creates it without running (phase Skipped); above 0 runs it.
-#[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", tag = "jobs",
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", operation_id = "create_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::JobCreate,
     responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
@@ -81,7 +81,7 @@ pub async fn create(
 }
 
 /// Get one job and its latest run.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "get_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     responses((status = 200, body = Job), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(String, String)>) -> Result<Json<Job>> {
@@ -89,7 +89,7 @@ pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(Str
 }
 
 /// Change a job; raising `run_id` above the last run starts a new run.
-#[utoipa::path(patch, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "patch_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     request_body(content = Object, description = "Any subset of the job's spec fields"),
     responses((status = 200, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
@@ -144,7 +144,7 @@ pub async fn patch(
 }
 
 /// Delete a job; a running one is stopped.
-#[utoipa::path(delete, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "delete_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn delete(

@@ -1,5 +1,6 @@
 //! The HTTP surface: the `/v1` REST API behind bearer auth, the public
-//! `/healthz` and `/fn` gateway, and the layers every request passes.
+//! `/healthz`, `/metrics`, `/v1/openapi.json` and `/fn` gateway, and the
+//! layers every request passes.
 
 mod access_log;
 mod body;
@@ -9,6 +10,7 @@ mod invocations;
 mod jobs;
 mod openapi;
 mod resource;
+mod serving;
 mod system;
 mod tokens;
 mod triggers;
@@ -42,7 +44,6 @@ fn router(state: Arc<AppState>) -> Router {
     // Everything under /v1: bearer auth wraps the routes and the 404 fallback,
     // so an unknown /v1 path without a token is a 401, not a hint.
     let api = Router::new()
-        .route("/v1/openapi.json", get(system::openapi_json))
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
         .route("/v1/tokens/{id}", axum::routing::delete(tokens::delete))
         .route(
@@ -81,9 +82,12 @@ fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), auth_under_v1))
         .with_state(state.clone());
 
+    // Public: health, metrics and the API's own description (as most APIs
+    // publish their schema); matched before the authenticated `/v1` router.
     Router::new()
         .route("/healthz", get(system::healthz))
         .route("/metrics", get(system::metrics))
+        .route("/v1/openapi.json", get(system::openapi_json))
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)

@@ -20,9 +20,8 @@ pub async fn healthz(
     }))
 }
 
-/// This API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI document")),
-    security(("bearer" = [])))]
+/// This API's OpenAPI 3.1 document. Public: no token needed.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI document")))]
 pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
     Json(super::openapi::ApiDoc::openapi())
 }

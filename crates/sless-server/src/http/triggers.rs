@@ -99,15 +99,32 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
 }
 
 /// List the triggers of a namespace.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers", tag = "triggers",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers", operation_id = "list_triggers", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Trigger>)), security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Trigger>>> {
-    Ok(Json(resource::list(&state, Kind::Trigger, &ns).await?))
+    let List { items } = resource::list(&state, Kind::Trigger, &ns).await?;
+    Ok(Json(List {
+        items: items.into_iter().map(shown).collect(),
+    }))
+}
+
+/// A trigger as the API shows it: `fired` only where it counts something
+/// (cron ticks; records stored before that rule carry a 0 for every type).
+fn shown(mut trigger: Trigger) -> Trigger {
+    if trigger.spec.kind != TriggerType::Cron {
+        trigger.status.fired = None;
+    }
+    trigger
+}
+
+/// A stored trigger as the API shows it.
+fn to_shown(record: Record) -> Result<Trigger> {
+    to_api(record).map(shown)
 }
 
 /// Create a trigger for a function of the same namespace.
-#[utoipa::path(post, path = "/v1/namespaces/{ns}/triggers", tag = "triggers",
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/triggers", operation_id = "create_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::TriggerCreate,
     responses((status = 201, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
@@ -140,22 +157,22 @@ pub async fn create(
         )
         .await?;
     tracing::info!(namespace = %record.namespace, trigger = %record.name, kind = spec.kind.as_str(), "trigger created");
-    Ok((StatusCode::CREATED, Json(to_api(record)?)))
+    Ok((StatusCode::CREATED, Json(to_shown(record)?)))
 }
 
 /// Get one trigger.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "get_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     responses((status = 200, body = Trigger), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn get(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<Trigger>> {
-    Ok(Json(to_api(load(&state, Kind::Trigger, &ns, &name).await?)?))
+    Ok(Json(to_shown(load(&state, Kind::Trigger, &ns, &name).await?)?))
 }
 
 /// Change a trigger in place (e.g. `{"enabled": false}`); its type cannot change.
-#[utoipa::path(patch, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "patch_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     request_body(content = Object, description = "Any subset of the trigger's spec fields"),
     responses((status = 200, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
@@ -199,11 +216,11 @@ pub async fn patch(
         .triggers
         .changed(&ns, &name, Some(&record), &[old.function, spec.function.clone()])
         .await?;
-    Ok(Json(to_api(record)?))
+    Ok(Json(to_shown(record)?))
 }
 
 /// Delete a trigger.
-#[utoipa::path(delete, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "delete_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn delete(

@@ -11,18 +11,25 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Parses, with an error that says what is wrong.
+    /// Parses, with an error that says what is wrong: the field and the
+    /// values it allows.
     pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, String> {
-        let fields = schedule.split_whitespace().count();
-        if !(5..=6).contains(&fields) {
+        let fields: Vec<&str> = schedule.split_whitespace().collect();
+        if !(5..=6).contains(&fields.len()) {
             return Err(format!(
-                "invalid schedule {schedule:?}: expected 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; got {fields}"
+                "invalid schedule {schedule:?}: expected {FORMAT}; got {} field{}",
+                fields.len(),
+                if fields.len() == 1 { "" } else { "s" }
             ));
         }
-        let cron = croner::Cron::new(schedule)
-            .with_seconds_optional()
-            .parse()
-            .map_err(|e| format!("invalid schedule {schedule:?}: {e}"))?;
+        let cron = parse_cron(schedule).map_err(|e| match culprit(&fields) {
+            Some((index, name, values)) => format!(
+                "invalid schedule {schedule:?}: the {name} field {:?} is not valid: it takes {values}, \
+                 as one value, a list (a,b), a range (a-b) or a step (*/n); {FORMAT}",
+                fields[index]
+            ),
+            None => format!("invalid schedule {schedule:?}: {e}; {FORMAT}"),
+        })?;
         let tz: Tz = timezone
             .parse()
             .map_err(|_| format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"))?;
@@ -36,6 +43,36 @@ impl Schedule {
             .ok()
             .map(|t| t.with_timezone(&Utc))
     }
+}
+
+/// The accepted shapes, for every message about a schedule.
+const FORMAT: &str = "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first";
+
+fn parse_cron(schedule: &str) -> Result<croner::Cron, croner::errors::CronError> {
+    croner::Cron::new(schedule).with_seconds_optional().parse()
+}
+
+/// The fields of a 6-field schedule and the values each takes; a 5-field
+/// one has no seconds.
+const FIELDS: [(&str, &str); 6] = [
+    ("second", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 (0 and 7 are Sunday) or SUN-SAT"),
+];
+
+/// The first field that is wrong on its own, as `(index, name, values)`:
+/// each field is tried with every other one set to `*`.
+fn culprit(fields: &[&str]) -> Option<(usize, &'static str, &'static str)> {
+    let named = &FIELDS[FIELDS.len() - fields.len()..];
+    named.iter().enumerate().find_map(|(index, &(name, values))| {
+        let probe: Vec<&str> = (0..fields.len())
+            .map(|i| if i == index { fields[i] } else { "*" })
+            .collect();
+        parse_cron(&probe.join(" ")).is_err().then_some((index, name, values))
+    })
 }
 
 #[cfg(test)]
@@ -62,9 +99,28 @@ mod tests {
     #[test]
     fn says_what_is_wrong() {
         assert!(Schedule::parse("* * *", "UTC").unwrap_err().contains("5 fields"));
-        assert!(Schedule::parse("61 * * * *", "UTC")
-            .unwrap_err()
-            .contains("invalid schedule"));
+        let err = Schedule::parse("61 * * * *", "UTC").unwrap_err();
+        assert!(
+            err.contains(r#"minute field "61" is not valid: it takes 0-59"#),
+            "{err}"
+        );
+        let err = Schedule::parse("0 25 * * *", "UTC").unwrap_err();
+        assert!(err.contains(r#"hour field "25" is not valid: it takes 0-23"#), "{err}");
+        let err = Schedule::parse("0 0 * 13 *", "UTC").unwrap_err();
+        assert!(err.contains(r#"month field "13" is not valid: it takes 1-12"#), "{err}");
+        let err = Schedule::parse("0 0 32 * *", "UTC").unwrap_err();
+        assert!(
+            err.contains(r#"day-of-month field "32" is not valid: it takes 1-31"#),
+            "{err}"
+        );
+        let err = Schedule::parse("0 0 * * MON-XYZ", "UTC").unwrap_err();
+        assert!(err.contains("day-of-week field"), "{err}");
+        let err = Schedule::parse("75 0 0 * * *", "UTC").unwrap_err();
+        assert!(
+            err.contains(r#"second field "75" is not valid: it takes 0-59"#),
+            "{err}"
+        );
+        assert!(err.contains("6 with seconds first"), "{err}");
         assert!(Schedule::parse("* * * * *", "Mars/Olympus")
             .unwrap_err()
             .contains("unknown timezone"));
