@@ -84,8 +84,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         driver.clone(),
         routes.clone(),
         metrics.clone(),
-        archive_rules,
-        code_check,
+        crate::deploy::UploadChecks {
+            archive_rules,
+            code_check,
+        },
         cluster.clone(),
     );
     deployer.restore_all().await?;

@@ -24,7 +24,6 @@ struct Cli {
 // Parsed once per process: the size of the server's variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
-#[allow(clippy::large_enum_variant)] // parsed once at start; no copies to save
 enum Command {
     /// Run the server (embedded default: SQLite and a local code directory under ./sless-data).
     Server(sless_server::Config),

@@ -52,6 +52,12 @@ pub struct Deployer {
     building: std::sync::Mutex<std::collections::HashSet<(FunctionKey, String)>>,
 }
 
+/// The checks an upload passes before anything is stored.
+pub struct UploadChecks {
+    pub archive_rules: ArchiveRules,
+    pub code_check: Arc<dyn CodeValidator>,
+}
+
 impl Deployer {
     pub fn new(
         store: Arc<dyn Store>,
@@ -59,8 +65,7 @@ impl Deployer {
         driver: Arc<dyn Driver>,
         routes: Arc<Routes>,
         metrics: Arc<crate::metrics::Metrics>,
-        archive_rules: ArchiveRules,
-        code_check: Arc<dyn CodeValidator>,
+        checks: UploadChecks,
         cluster: Arc<Cluster>,
     ) -> Arc<Self> {
         Arc::new(Deployer {
@@ -69,8 +74,8 @@ impl Deployer {
             driver,
             routes,
             metrics,
-            archive_rules,
-            code_check,
+            archive_rules: checks.archive_rules,
+            code_check: checks.code_check,
             builds: tokio::sync::Semaphore::new(CONCURRENT_BUILDS),
             cluster,
             building: Default::default(),

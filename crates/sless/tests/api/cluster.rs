@@ -433,3 +433,27 @@ async fn a_missing_bucket_or_refused_credentials_stop_the_start_naming_the_setti
         .await;
     assert!(!s3.keys("sless/archives/ns/f/").is_empty(), "{:?}", s3.keys(""));
 }
+
+#[tokio::test]
+async fn a_build_left_building_by_a_dead_leader_finishes_on_the_next() {
+    let mut cluster = replicas(2, &[]).await;
+    let follower = &cluster.servers[1];
+    create(follower, "late").await;
+    // The leader is paused (it still holds the lock), so nobody builds the
+    // upload; then it dies, and the next leader must build it.
+    let leader_pid = cluster.servers[0].pid().to_string();
+    std::process::Command::new("kill")
+        .args(["-STOP", &leader_pid])
+        .status()
+        .unwrap();
+    let hash = upload(follower, "late", 3).await;
+    let (_, function) = follower
+        .call(Method::GET, "/v1/namespaces/ns/functions/late", None)
+        .await;
+    assert_eq!(function["status"]["phase"], "Building", "{function}");
+    cluster.servers[0].kill9();
+    let follower = &cluster.servers[1];
+    follower.wait_built("ns", "late", &hash).await;
+    assert!(follower.leads().await);
+    assert_eq!(answer(follower, "late").await, Some(3));
+}
