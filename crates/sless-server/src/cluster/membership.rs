@@ -74,7 +74,7 @@ impl Membership {
     pub async fn serving(&self, key: &FunctionKey, version: u64) -> sqlx::Result<()> {
         sqlx::query(
             "INSERT INTO served_versions (replica, namespace, name, version) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (replica, namespace, name) DO UPDATE SET version = GREATEST(served_versions.version, $4)",
+             ON CONFLICT (replica, namespace, name) DO UPDATE SET version = $4",
         )
         .bind(&self.replica)
         .bind(&key.namespace)
@@ -89,6 +89,16 @@ impl Membership {
     pub async fn forget(&self, key: &FunctionKey) -> sqlx::Result<()> {
         sqlx::query("DELETE FROM served_versions WHERE replica = $1 AND namespace = $2 AND name = $3")
             .bind(&self.replica)
+            .bind(&key.namespace)
+            .bind(&key.name)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets what every replica served of a deleted function.
+    pub async fn forget_everywhere(&self, key: &FunctionKey) -> sqlx::Result<()> {
+        sqlx::query("DELETE FROM served_versions WHERE namespace = $1 AND name = $2")
             .bind(&key.namespace)
             .bind(&key.name)
             .execute(&self.pool)

@@ -144,7 +144,16 @@ impl Cluster {
         }
     }
 
-    /// Forgets a removed function.
+    /// Forgets what every replica served of a deleted function.
+    pub async fn forget_everywhere(&self, key: &FunctionKey) {
+        if let Some(membership) = &self.membership {
+            if let Err(e) = membership.forget_everywhere(key).await {
+                tracing::warn!(function = %key, error = %e, "forgetting the served versions of a deleted function failed");
+            }
+        }
+    }
+
+    /// Forgets a function removed here.
     pub async fn removed(&self, key: &FunctionKey) {
         self.served.lock().unwrap().remove(key);
         if let Some(membership) = &self.membership {

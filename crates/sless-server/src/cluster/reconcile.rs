@@ -66,6 +66,9 @@ pub struct Reconciler {
     parts: Parts,
     /// Functions with a deploy under way here.
     deploying: std::sync::Mutex<HashSet<FunctionKey>>,
+    /// When each function seen was created: a function deleted and made
+    /// again between two passes is another function.
+    created: std::sync::Mutex<std::collections::HashMap<FunctionKey, chrono::DateTime<chrono::Utc>>>,
     stop: tokio::sync::Notify,
 }
 
@@ -77,6 +80,7 @@ impl Reconciler {
             cluster,
             parts,
             deploying: Default::default(),
+            created: Default::default(),
             stop: tokio::sync::Notify::new(),
         });
         let mut state = LoopState {
@@ -213,6 +217,11 @@ impl Reconciler {
         for record in functions {
             let key = FunctionKey::new(&record.namespace, &record.name);
             present.insert(key.clone());
+            let before = self.created.lock().unwrap().insert(key.clone(), record.created_at);
+            if before.is_some_and(|at| at != record.created_at) {
+                // Deleted and made again: stop what the old one ran here.
+                self.parts.deployer.remove(&key).await;
+            }
             let Ok(status) = serde_json::from_value::<FunctionStatus>(record.status.clone()) else {
                 continue;
             };
@@ -251,6 +260,7 @@ impl Reconciler {
                 self.parts.deployer.remove(&key).await;
             }
         }
+        self.created.lock().unwrap().retain(|key, _| present.contains(key));
     }
 
     /// Becoming leader: finish what a dead leader left, then the leader's pass.

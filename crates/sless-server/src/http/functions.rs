@@ -193,7 +193,11 @@ pub async fn delete(
     if !state.store.delete(Kind::Function, &ns, &name).await? {
         return Err(not_found(Kind::Function, &ns, &name));
     }
-    state.deployer.remove(&FunctionKey::new(&ns, &name)).await;
+    let key = FunctionKey::new(&ns, &name);
+    state.deployer.remove(&key).await;
+    // What every replica served of it means nothing for a function of the
+    // same name made later.
+    state.cluster.forget_everywhere(&key).await;
     remove_archives(&state, &ns, &name).await;
     tracing::info!(namespace = %ns, function = %name, "function deleted");
     Ok(StatusCode::NO_CONTENT)
