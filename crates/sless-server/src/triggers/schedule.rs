@@ -10,22 +10,41 @@ pub struct Schedule {
     tz: Tz,
 }
 
+/// Why a schedule was refused: the field at fault (`schedule` or
+/// `timezone`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl Schedule {
     /// Parses, with an error that says what is wrong.
-    pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, String> {
+    pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
+        let bad_schedule = |message| ScheduleError {
+            field: "schedule",
+            message,
+        };
         let fields = schedule.split_whitespace().count();
         if !(5..=6).contains(&fields) {
-            return Err(format!(
+            return Err(bad_schedule(format!(
                 "invalid schedule {schedule:?}: expected 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; got {fields}"
-            ));
+            )));
         }
         let cron = croner::Cron::new(schedule)
             .with_seconds_optional()
             .parse()
-            .map_err(|e| format!("invalid schedule {schedule:?}: {e}"))?;
-        let tz: Tz = timezone
-            .parse()
-            .map_err(|_| format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"))?;
+            .map_err(|e| bad_schedule(format!("invalid schedule {schedule:?}: {e}")))?;
+        let tz: Tz = timezone.parse().map_err(|_| ScheduleError {
+            field: "timezone",
+            message: format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"),
+        })?;
         Ok(Schedule { cron, tz })
     }
 
@@ -61,12 +80,14 @@ mod tests {
 
     #[test]
     fn says_what_is_wrong() {
-        assert!(Schedule::parse("* * *", "UTC").unwrap_err().contains("5 fields"));
-        assert!(Schedule::parse("61 * * * *", "UTC")
-            .unwrap_err()
-            .contains("invalid schedule"));
-        assert!(Schedule::parse("* * * * *", "Mars/Olympus")
-            .unwrap_err()
-            .contains("unknown timezone"));
+        let fields = Schedule::parse("* * *", "UTC").unwrap_err();
+        assert_eq!(fields.field, "schedule");
+        assert!(fields.message.contains("5 fields"));
+        let range = Schedule::parse("61 * * * *", "UTC").unwrap_err();
+        assert_eq!(range.field, "schedule");
+        assert!(range.message.contains("invalid schedule"));
+        let zone = Schedule::parse("* * * * *", "Mars/Olympus").unwrap_err();
+        assert_eq!(zone.field, "timezone");
+        assert!(zone.message.contains("unknown timezone"));
     }
 }
