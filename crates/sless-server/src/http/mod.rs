@@ -2,15 +2,18 @@
 //! `/healthz` and `/fn` gateway, and the layers every request passes.
 
 mod body;
+mod console;
 mod functions;
 mod gateway;
 mod invocations;
 mod jobs;
 mod openapi;
 mod resource;
+mod stats;
 mod system;
 mod tokens;
 mod triggers;
+mod whoami;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,6 +49,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/v1/openapi.json", get(system::openapi_json))
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
         .route("/v1/tokens/{id}", axum::routing::delete(tokens::delete))
+        .route("/v1/whoami", get(whoami::whoami))
         .route(
             "/v1/namespaces/{ns}/functions",
             get(functions::list).post(functions::create),
@@ -72,6 +76,7 @@ fn router(state: Arc<AppState>) -> Router {
             get(invocations::list),
         )
         .route("/v1/namespaces/{ns}/functions/{name}/logs", get(invocations::logs))
+        .route("/v1/namespaces/{ns}/functions/{name}/stats", get(stats::stats))
         .route(
             "/v1/namespaces/{ns}/functions/{name}/code",
             put(functions::upload_code).layer(upload_limit),
@@ -85,6 +90,7 @@ fn router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(system::healthz))
         .route("/metrics", get(system::metrics))
+        .merge(console::routes())
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)
