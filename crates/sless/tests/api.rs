@@ -5,8 +5,11 @@ mod api {
     mod amqp;
     mod archive_rules;
     mod auth;
+    mod browser;
     mod cli;
     mod code_check;
+    mod console;
+    mod console_api;
     mod functions;
     mod handlers;
     pub mod harness;

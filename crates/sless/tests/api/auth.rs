@@ -16,6 +16,7 @@ fn namespaced_endpoints(ns: &str) -> Vec<(Method, String)> {
         (Method::PATCH, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::DELETE, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::PUT, format!("/v1/namespaces/{ns}/functions/f/code")),
+        (Method::GET, format!("/v1/namespaces/{ns}/functions/f/stats")),
     ]
 }
 
@@ -32,6 +33,7 @@ async fn every_endpoint_needs_a_token(backend: Backend) {
     let mut all = namespaced_endpoints("ns");
     all.extend(admin_endpoints());
     all.push((Method::GET, "/v1/openapi.json".into()));
+    all.push((Method::GET, "/v1/whoami".into()));
     all.push((Method::GET, "/v1/no-such-thing".into()));
     for (method, path) in &all {
         for token in [None, Some("wrong-token"), Some("")] {

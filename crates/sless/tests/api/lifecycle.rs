@@ -168,6 +168,8 @@ async fn openapi_describes_every_endpoint() {
         ("/v1/namespaces/{ns}/functions/{name}", "patch"),
         ("/v1/namespaces/{ns}/functions/{name}", "delete"),
         ("/v1/namespaces/{ns}/functions/{name}/code", "put"),
+        ("/v1/namespaces/{ns}/functions/{name}/stats", "get"),
+        ("/v1/whoami", "get"),
         ("/fn/{ns}/{name}", "post"),
     ] {
         assert!(
