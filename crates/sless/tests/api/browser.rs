@@ -250,6 +250,17 @@ impl Browser {
         .await;
     }
 
+    /// Chooses a local file in an `<input type=file>`.
+    pub async fn choose_file(&self, css: &str, path: &Path) {
+        let element = self.wait(css, 20).await;
+        self.cmd(
+            "POST",
+            &format!("/element/{}/value", element.0),
+            Some(json!({"text": path.display().to_string()})),
+        )
+        .await;
+    }
+
     /// Sets a field's value at once (long texts, where typing is slow) and
     /// tells the page it changed.
     pub async fn set_value(&self, css: &str, value: &str) {

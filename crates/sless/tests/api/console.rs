@@ -10,7 +10,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::browser::Browser;
-use super::harness::{Backend, Server};
+use super::harness::{zip_of, Backend, Server};
 
 const HOSTILE: &str = "<img src=x onerror=alert(1)>";
 
@@ -205,6 +205,39 @@ async fn console_end_to_end() {
         .await;
     browser.screenshot("07-metrics").await;
 
+    // A zip upload whose build fails: npm's output is readable on the page.
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/demo/functions",
+            Some(json!({"name": "broken", "runtime": "nodejs20"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let zip_dir = tempfile::tempdir().unwrap();
+    let zip_path = zip_dir.path().join("broken.zip");
+    std::fs::write(
+        &zip_path,
+        zip_of(&[
+            ("handler.js", b"exports.handle = async () => 1;\n"),
+            (
+                "package.json",
+                br#"{"name": "broken", "version": "1.0.0", "dependencies": {"left-pad": "file:./vendor/left-pad.tgz"}}"#,
+            ),
+            ("vendor/left-pad.tgz", b"not a tarball"),
+        ]),
+    )
+    .unwrap();
+    go(&browser, "#/ns/demo/functions/broken/code").await;
+    browser.wait("#deploy-form", 20).await;
+    browser.set_value("#code-mode", "zip").await;
+    browser.choose_file("#code-zip", &zip_path).await;
+    browser.click("#deploy").await;
+    browser.wait_text("#build-state", "Failed", 120).await;
+    browser.wait_text("#build-output", "TAR_BAD_ARCHIVE", 20).await;
+    browser.wait_text("#function-name", "Failed", 20).await;
+    browser.screenshot("08-failed-build").await;
+
     // The list: phase, version and calls in the last hour.
     browser.click("[data-nav=functions]").await;
     browser.wait_text("[data-row=hello] [data-stat=calls]", "32", 30).await;
@@ -213,12 +246,13 @@ async fn console_end_to_end() {
         row.contains("Ready") && row.contains("v1") && row.contains("python3.11"),
         "{row}"
     );
-    browser.screenshot("08-functions").await;
+    browser.screenshot("09-functions").await;
 
     // Triggers: an API error lands next to its field; create; disable in place.
     browser.click("[data-nav=triggers]").await;
     browser.wait("#trigger-form", 20).await;
     browser.fill("#trigger-name", "nightly").await;
+    browser.set_value("#trigger-function", "hello").await;
     browser.fill("#trigger-schedule", "61 * * * *").await;
     browser.click("#create-trigger").await;
     browser
@@ -237,12 +271,13 @@ async fn console_end_to_end() {
         .await;
     assert_eq!(trigger["enabled"], false, "{trigger}");
     assert_eq!(trigger["event"], json!({"name": "cron"}));
-    browser.screenshot("09-triggers").await;
+    browser.screenshot("10-triggers").await;
 
     // Jobs: create one that runs at once, then run it again and watch.
     browser.click("[data-nav=jobs]").await;
     browser.wait("#job-form", 20).await;
     browser.fill("#job-name", "backfill").await;
+    browser.set_value("#job-function", "hello").await;
     browser
         .set_value("#job-event-input", r#"{"name": "job", "sleep": 3}"#)
         .await;
@@ -281,7 +316,7 @@ async fn console_end_to_end() {
         (job["status"]["run_id"].clone(), job["status"]["phase"].clone()),
         (json!(2), json!("Succeeded"))
     );
-    browser.screenshot("10-jobs").await;
+    browser.screenshot("11-jobs").await;
 
     assert_page_clean(&browser).await;
 
@@ -351,7 +386,7 @@ async fn console_shows_hostile_values_as_text() {
     go(&browser, "#/ns/demo/functions/xss/overview").await;
     browser.wait_text("#env-card", HOSTILE, 30).await;
     check("env value as text").await;
-    browser.screenshot("11-hostile-overview").await;
+    browser.screenshot("12-hostile-overview").await;
 
     // A response body in the invoke panel.
     go(&browser, "#/ns/demo/functions/xss/invoke").await;
@@ -378,7 +413,7 @@ async fn console_shows_hostile_values_as_text() {
     browser.click("[data-row=echo] td").await;
     browser.wait_text("#job-result", HOSTILE, 30).await;
     check("job result as text").await;
-    browser.screenshot("12-hostile-jobs").await;
+    browser.screenshot("13-hostile-jobs").await;
 
     // API error messages that quote what was sent.
     go(&browser, "#/ns/demo/triggers").await;
@@ -410,7 +445,15 @@ async fn console_token_for_another_namespace_sees_nothing_of_this_one() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let token_b = server.token_for(&["team-b"]).await;
+    let (status, created) = server
+        .call(
+            Method::POST,
+            "/v1/tokens",
+            Some(json!({"name": "team-b", "namespaces": ["team-b"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let token_b = created["token"].as_str().unwrap().to_string();
 
     // Asking for team-a at sign-in is refused next to the namespace field.
     browser.goto(&format!("{}/ui/", server.url)).await;
@@ -431,7 +474,7 @@ async fn console_token_for_another_namespace_sees_nothing_of_this_one() {
         )
         .await;
     assert_eq!(options, json!(["team-b"]), "only the token's namespaces are offered");
-    browser.screenshot("13-other-namespace").await;
+    browser.screenshot("14-other-namespace").await;
 
     for hash in [
         "#/ns/team-a/functions",
@@ -451,6 +494,22 @@ async fn console_token_for_another_namespace_sees_nothing_of_this_one() {
         assert_eq!(leaked, json!(false), "{hash} showed team-a's data");
     }
     assert_page_clean(&browser).await;
+
+    // A token revoked while signed in: the next call signs out and says why.
+    let (status, _) = server
+        .call(
+            Method::DELETE,
+            &format!("/v1/tokens/{}", created["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    go(&browser, "#/ns/team-b/jobs").await;
+    browser.wait_text(".signin .notice", "refused the token", 20).await;
+    let stored = browser
+        .js("return sessionStorage.getItem('sless.token')", json!([]))
+        .await;
+    assert_eq!(stored, Value::Null);
 }
 
 fn urlencode(text: &str) -> String {
