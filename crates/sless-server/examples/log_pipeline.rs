@@ -8,8 +8,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sless_api::LogLine;
-use sless_server::driver::TriggerKind;
-use sless_server::invocations::{InvocationLog, LogSettings, Queued, Text};
+use sless_driver::TriggerKind;
+use sless_server::invocations::{InvocationLog, LogSettings};
+use sless_server::record::{Queued, Text};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -7,9 +7,10 @@ use std::time::Instant;
 
 use sless_api::LogLine;
 
-use crate::driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError};
-use crate::invocations::{record_id, status_label, InvocationLog, Queued, Text};
+use crate::invocations::InvocationLog;
 use crate::metrics::Metrics;
+use crate::record::{record_id, status_label, Queued, Text};
+use sless_driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError, RunId};
 
 pub struct Invoker {
     pub driver: Arc<dyn Driver>,
@@ -17,12 +18,12 @@ pub struct Invoker {
     pub metrics: Arc<Metrics>,
 }
 
-/// How an invocation ran, for the record.
-pub enum Run {
+/// Where an invocation runs.
+pub enum Run<'a> {
     /// On the function's serving instances.
-    Pool,
-    /// In an instance of its own (jobs).
-    Dedicated,
+    Serving,
+    /// In an instance of its own (a job run).
+    Dedicated(&'a RunId),
 }
 
 impl Invoker {
@@ -31,7 +32,7 @@ impl Invoker {
         &self,
         key: &FunctionKey,
         invocation: Invocation,
-        run: Run,
+        run: Run<'_>,
     ) -> Result<InvocationResult, InvokeError> {
         self.run(key, invocation, run).await.0
     }
@@ -41,7 +42,7 @@ impl Invoker {
         &self,
         key: &FunctionKey,
         invocation: Invocation,
-        run: Run,
+        run: Run<'_>,
     ) -> (Result<InvocationResult, InvokeError>, Option<String>) {
         let (result, id) = self.run(key, invocation, run).await;
         (result, id.map(record_id))
@@ -53,7 +54,7 @@ impl Invoker {
         &self,
         key: &FunctionKey,
         invocation: Invocation,
-        run: Run,
+        run: Run<'_>,
     ) -> (Result<InvocationResult, InvokeError>, Option<(u64, u32)>) {
         let kind = invocation.kind;
         let request_id = Text::new(&invocation.request_id);
@@ -62,8 +63,8 @@ impl Invoker {
         let started_at = crate::store::now();
         let clock = Instant::now();
         let result = match run {
-            Run::Pool => self.driver.invoke(key, invocation).await,
-            Run::Dedicated => self.driver.run_once(key, invocation).await,
+            Run::Serving => self.driver.invoke(key, invocation).await,
+            Run::Dedicated(id) => self.driver.run_once(key, id, invocation).await,
         };
         let duration = clock.elapsed();
         let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
@@ -76,7 +77,7 @@ impl Invoker {
                 r.logs
                     .iter()
                     .map(|l| LogLine {
-                        stream: if l.stream == 1 { "stdout" } else { "stderr" }.to_string(),
+                        stream: l.stream.as_str().to_string(),
                         text: l.text.clone(),
                     })
                     .collect(),
@@ -126,46 +127,10 @@ impl Invoker {
     }
 }
 
-/// Values as fixed-width lowercase hex, `(value, digits)` each, in one
-/// allocation of the final size (`format!` would grow the string as it goes).
-pub fn hex_id(parts: &[(u64, usize)]) -> String {
-    let mut id = vec![0; parts.iter().map(|(_, digits)| digits).sum()];
-    let mut rest = &mut id[..];
-    for &(value, digits) in parts {
-        let (head, tail) = rest.split_at_mut(digits);
-        write_hex(value, head);
-        rest = tail;
-    }
-    String::from_utf8(id).expect("hex digits")
-}
-
-/// `value` as `out.len()` lowercase hex digits (its low bits, zero-padded).
-pub fn write_hex(value: u64, out: &mut [u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let len = out.len();
-    for (i, digit) in out.iter_mut().enumerate() {
-        let shift = 4 * (len - 1 - i);
-        *digit = DIGITS[(value.checked_shr(shift as u32).unwrap_or(0) & 0xf) as usize];
-    }
-}
-
 /// The `error` field of a JSON error body, else the body's start.
 pub fn error_text(body: &[u8]) -> String {
     serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::hex_id;
-
-    #[test]
-    fn hex_id_is_fixed_width_lowercase_hex() {
-        let (a, b) = (0x0123_4567_89ab_cdefu64, 0xfeu64);
-        assert_eq!(hex_id(&[(a, 16), (b, 8)]), format!("{a:016x}{b:08x}"));
-        assert_eq!(hex_id(&[(u64::MAX, 16)]), "ffffffffffffffff");
-        assert_eq!(hex_id(&[(0, 4)]), "0000");
-    }
 }

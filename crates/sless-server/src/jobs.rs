@@ -12,15 +12,19 @@ use std::time::Duration;
 use serde_json::Value;
 use sless_api::{FunctionStatus, JobPhase, JobSpec, JobStatus, Phase};
 
-use crate::driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
 use crate::invoker::{Invoker, Run};
 use crate::store::{Kind, Store};
+use sless_driver::{FunctionKey, Invocation, InvokeError, RunId, TriggerKind};
+
+/// A run in progress: its run id and the task that runs it.
+type Running = (u64, tokio::task::JoinHandle<()>);
 
 /// Runs jobs and remembers the running ones.
 pub struct Jobs {
     store: Arc<dyn Store>,
     invoker: Arc<Invoker>,
-    running: Mutex<HashMap<(String, String), tokio::task::JoinHandle<()>>>,
+    /// Runs in progress, by job.
+    running: Mutex<HashMap<(String, String), Running>>,
 }
 
 impl Jobs {
@@ -48,30 +52,41 @@ impl Jobs {
     }
 
     /// Starts run `run_id` of a job (stopping a run still going).
-    pub fn run(self: &Arc<Self>, namespace: &str, name: &str, run_id: u64) {
-        let key = (namespace.to_string(), name.to_string());
+    pub async fn run(self: &Arc<Self>, namespace: &str, name: &str, run_id: u64) {
+        self.stop(namespace, name).await;
         let this = self.clone();
-        let (ns, job) = key.clone();
+        let (ns, job) = (namespace.to_string(), name.to_string());
         let task = tokio::spawn(async move {
             if let Err(e) = this.execute(&ns, &job, run_id).await {
                 tracing::error!(namespace = %ns, job = %job, error = %e, "job bookkeeping failed");
             }
         });
-        if let Some(old) = self.running.lock().unwrap().insert(key, task) {
+        let key = (namespace.to_string(), name.to_string());
+        if let Some((_, old)) = self.running.lock().unwrap().insert(key, (run_id, task)) {
             old.abort();
         }
     }
 
-    /// Stops a running job (its instance stops with it).
-    pub fn stop(&self, namespace: &str, name: &str) {
-        if let Some(task) = self
+    /// Stops a running job: the driver cancels its run (and waits for its
+    /// instance to be gone), then the run's task ends.
+    pub async fn stop(&self, namespace: &str, name: &str) {
+        let running = self
             .running
             .lock()
             .unwrap()
-            .remove(&(namespace.to_string(), name.to_string()))
-        {
-            task.abort();
+            .remove(&(namespace.to_string(), name.to_string()));
+        let Some((run, task)) = running else {
+            return;
+        };
+        let id = RunId {
+            namespace: namespace.to_string(),
+            job: name.to_string(),
+            run,
+        };
+        if let Err(e) = self.invoker.driver.cancel_run(&id).await {
+            tracing::warn!(run = %id, error = %e, "cancelling a job run failed");
         }
+        task.abort();
     }
 
     /// Writes a status if the job still belongs to this run.
@@ -143,7 +158,15 @@ impl Jobs {
             body: Default::default(),
             event: Some(spec.event.clone()),
         };
-        let (result, record) = self.invoker.invoke_recorded(&key, invocation, Run::Dedicated).await;
+        let run = RunId {
+            namespace: namespace.to_string(),
+            job: name.to_string(),
+            run: run_id,
+        };
+        let (result, record) = self
+            .invoker
+            .invoke_recorded(&key, invocation, Run::Dedicated(&run))
+            .await;
         status.finished_at = Some(crate::store::now());
         status.invocation_id = record;
         match result {
@@ -169,10 +192,11 @@ impl Jobs {
         }
         tracing::info!(namespace, job = name, run_id, phase = ?status.phase, "job run finished");
         self.save(namespace, name, &status).await?;
-        self.running
-            .lock()
-            .unwrap()
-            .remove(&(namespace.to_string(), name.to_string()));
+        let mut running = self.running.lock().unwrap();
+        let key = (namespace.to_string(), name.to_string());
+        if running.get(&key).is_some_and(|(run, _)| *run == run_id) {
+            running.remove(&key);
+        }
         Ok(())
     }
 }

@@ -36,14 +36,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         max_entries: config.max_archive_entries,
         ..ArchiveRules::default()
     };
-    let driver: Arc<dyn crate::driver::Driver> = Arc::new(crate::local::LocalDriver::start(
+    let driver: Arc<dyn sless_driver::Driver> = Arc::new(sless_driver_local::LocalDriver::start(
         &config.data_dir,
-        crate::local::LocalSettings {
+        sless_driver_local::LocalSettings {
             python: config.python.clone(),
             node: config.node.clone(),
             npm: config.npm.clone(),
             warm_per_runtime: config.warm_instances,
-            pool: crate::local::PoolSettings {
+            pool: sless_driver_local::PoolSettings {
                 idle_timeout: Duration::from_secs(config.idle_timeout_sec),
                 max_queue: config.max_queue,
                 load_timeout: Duration::from_secs(30),
@@ -67,7 +67,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         log,
         metrics: metrics.clone(),
     });
-    let deployer = crate::deploy::Deployer::new(store.clone(), blobs.clone(), driver.clone(), metrics.clone());
+    let deployer = crate::deploy::Deployer::new(
+        store.clone(),
+        blobs.clone(),
+        driver.clone(),
+        metrics.clone(),
+        archive_rules,
+        code_check,
+    );
     deployer.restore_all().await?;
     let triggers = crate::triggers::Triggers::start(
         store.clone(),
@@ -80,8 +87,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config,
         store,
         blobs,
-        archive_rules,
-        code_check,
         check_metrics,
         driver: driver.clone(),
         invoker,

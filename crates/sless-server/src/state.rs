@@ -4,21 +4,17 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 
-use crate::archive::ArchiveRules;
 use crate::config::Config;
 use crate::deploy::Deployer;
-use crate::driver::Driver;
 use crate::store::Store;
-use sless_codecheck::{CheckMetrics, CodeValidator};
+use sless_codecheck::CheckMetrics;
+use sless_driver::Driver;
 
 /// Shared by every handler through axum's router state.
 pub struct AppState {
     pub config: Config,
     pub store: Arc<dyn Store>,
     pub blobs: Arc<dyn ObjectStore>,
-    pub archive_rules: ArchiveRules,
-    /// The code-safety gate run on every upload.
-    pub code_check: Arc<dyn CodeValidator>,
     pub check_metrics: Arc<CheckMetrics>,
     pub driver: Arc<dyn Driver>,
     pub invoker: Arc<crate::invoker::Invoker>,

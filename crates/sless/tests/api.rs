@@ -10,6 +10,7 @@ mod api {
     mod code_check;
     mod console;
     mod console_api;
+    mod deploys;
     mod functions;
     mod handlers;
     pub mod harness;

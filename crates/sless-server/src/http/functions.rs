@@ -6,17 +6,15 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
-use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List, Phase};
+use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List};
 
 use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
 use super::resource::{self, load, not_found, to_api};
 use crate::blobs;
-use crate::driver::FunctionKey;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
-use object_store::ObjectStoreExt as _;
+use sless_driver::FunctionKey;
 
 fn checked_spec(value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
@@ -116,6 +114,7 @@ pub async fn patch(
         .store
         .update_spec(Kind::Function, &ns, &name, &record.spec)
         .await?;
+    state.deployer.apply_spec(&FunctionKey::new(&ns, &name)).await?;
     let function: Function = to_api(
         state
             .store
@@ -123,10 +122,6 @@ pub async fn patch(
             .await?
             .ok_or_else(|| not_found(Kind::Function, &ns, &name))?,
     )?;
-    state
-        .deployer
-        .apply_spec(&FunctionKey::new(&ns, &name), function.spec.clone(), &function.status)
-        .await;
     Ok(Json(function))
 }
 
@@ -144,7 +139,7 @@ pub async fn delete(
     if !state.store.delete(Kind::Function, &ns, &name).await? {
         return Err(not_found(Kind::Function, &ns, &name));
     }
-    state.driver.remove(&FunctionKey::new(&ns, &name)).await;
+    state.deployer.remove(&FunctionKey::new(&ns, &name)).await;
     remove_archives(&state, &ns, &name).await;
     tracing::info!(namespace = %ns, function = %name, "function deleted");
     Ok(StatusCode::NO_CONTENT)
@@ -183,44 +178,7 @@ pub async fn upload_code(
     RawBody(zip): RawBody,
 ) -> Result<(StatusCode, Json<Function>)> {
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
-    let rules = state.archive_rules.clone();
-    let checked_zip = zip.clone();
-    let unpacked = tokio::task::spawn_blocking(move || rules.check(&checked_zip))
-        .await
-        .map_err(Error::internal)??;
-    let files: Vec<_> = unpacked
-        .files
-        .iter()
-        .map(|f| sless_codecheck::SourceFile::new(f.path.clone(), f.contents.clone()))
-        .collect();
-    let verdict = state.code_check.check(&files).await.inspect_err(|e| {
-        tracing::warn!(namespace = %ns, function = %name, error = %e, "upload refused by the code check");
-    })?;
-    let code_hash = hex::encode(Sha256::digest(&zip));
-    state
-        .blobs
-        .put(&blobs::archive_key(&ns, &name, &code_hash), zip.into())
-        .await?;
-    let mut status: FunctionStatus = serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
-    status.code_hash = Some(code_hash.clone());
-    status.phase = Phase::Building;
-    status.validation = Some(verdict.summary().to_string());
-    status.message = format!(
-        "archive accepted ({} files, {} bytes unpacked); waiting for the build",
-        unpacked.files.len(),
-        unpacked.total_bytes
-    );
+    let status = state.deployer.upload(&FunctionKey::new(&ns, &name), zip).await?;
     record.status = to_value(&status)?;
-    state
-        .store
-        .update_status(Kind::Function, &ns, &name, &record.status)
-        .await?;
-    tracing::info!(namespace = %ns, function = %name, code_hash = %code_hash, "code archive stored");
-    state.deployer.start_build(FunctionKey::new(&ns, &name), code_hash);
-    let record = state
-        .store
-        .get(Kind::Function, &ns, &name)
-        .await?
-        .ok_or_else(|| not_found(Kind::Function, &ns, &name))?;
     Ok((StatusCode::ACCEPTED, Json(to_api(record)?)))
 }

@@ -5,7 +5,6 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::Request;
@@ -19,12 +18,11 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use percent_encoding::percent_decode_str;
 use sless_api::validate_name;
 use tower::Service;
-use tracing::Instrument;
 
-use crate::driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
 use crate::error::Error;
 use crate::state::AppState;
 use crate::store::Kind;
+use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
 
 /// Hop-by-hop headers a handler may not set on the response.
 const HOP_BY_HOP: &[&str] = &[
@@ -108,26 +106,12 @@ impl Target {
         (status = 503, body = sless_api::ErrorBody, description = "No ready version yet (Retry-After) or disabled"),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
 async fn invoke(state: Arc<AppState>, target: Target, request: Request) -> Response {
-    // The router's trace layer, for the requests that skip it.
-    let span = tracing::info_span!("request", method = %request.method(), path = %request.uri().path());
-    async move {
-        let started = Instant::now();
-        let (parts, body) = request.into_parts();
-        let request_id = request_id(&parts.headers);
-        let response = match serve(&state, target, parts, body, &request_id).await {
-            Ok(response) => response,
-            Err(e) => e.into_response_for(&request_id),
-        };
-        let status = response.status().as_u16();
-        let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-        tracing::info!(status, latency_ms, "request");
-        if status >= 500 {
-            tracing::warn!(status, latency_ms, "response failed");
-        }
-        response
+    let (parts, body) = request.into_parts();
+    let request_id = request_id(&parts.headers);
+    match serve(&state, target, parts, body, &request_id).await {
+        Ok(response) => response,
+        Err(e) => e.into_response_for(&request_id),
     }
-    .instrument(span)
-    .await
 }
 
 async fn serve(
@@ -163,11 +147,15 @@ async fn serve(
         method: parts.method.as_str().to_string(),
         path,
         query: parts.uri.query().unwrap_or("").to_string(),
-        headers: parts.headers,
+        headers: header_pairs(&parts.headers),
         body,
         event: None,
     };
-    match state.invoker.invoke(&key, invocation, crate::invoker::Run::Pool).await {
+    match state
+        .invoker
+        .invoke(&key, invocation, crate::invoker::Run::Serving)
+        .await
+    {
         Ok(result) => {
             let mut response = Response::new(Body::from(result.body));
             *response.status_mut() = StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -211,6 +199,22 @@ async fn serve(
     }
 }
 
+/// The request's headers as the handler sees them: lowercase names, a
+/// repeated header's values joined with ", ".
+fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
+    let mut pairs = Vec::with_capacity(headers.keys_len());
+    for name in headers.keys() {
+        let mut values = headers.get_all(name).iter();
+        let mut value = String::from_utf8_lossy(values.next().map_or(&[][..], |v| v.as_bytes())).into_owned();
+        for more in values {
+            value.push_str(", ");
+            value.push_str(&String::from_utf8_lossy(more.as_bytes()));
+        }
+        pairs.push((name.as_str().to_string(), value));
+    }
+    pairs
+}
+
 fn not_found(key: &FunctionKey) -> Error {
     Error::NotFound(format!(
         "function {:?} not found in namespace {:?}",
@@ -227,5 +231,5 @@ fn request_id(headers: &HeaderMap) -> String {
             !v.is_empty() && v.len() <= 64 && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
         .map(str::to_string)
-        .unwrap_or_else(|| crate::invoker::hex_id(&[(rand::random::<u64>(), 16)]))
+        .unwrap_or_else(|| crate::record::hex_id(&[(rand::random::<u64>(), 16)]))
 }

@@ -77,7 +77,7 @@ pub async fn create(
     };
     state.store.create(Kind::Job, &record).await?;
     if spec.run_id > 0 {
-        state.jobs.run(&record.namespace, &record.name, spec.run_id);
+        state.jobs.run(&record.namespace, &record.name, spec.run_id).await;
     }
     Ok((StatusCode::CREATED, Json(to_api(record)?)))
 }
@@ -137,7 +137,7 @@ pub async fn patch(
             .store
             .update_status(Kind::Job, &ns, &name, &to_value(&pending)?)
             .await?;
-        state.jobs.run(&ns, &name, spec.run_id);
+        state.jobs.run(&ns, &name, spec.run_id).await;
     }
     let record = state
         .store
@@ -156,7 +156,7 @@ pub async fn delete(
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<StatusCode> {
     load(&state, Kind::Job, &ns, &name).await?;
-    state.jobs.stop(&ns, &name);
+    state.jobs.stop(&ns, &name).await;
     state.store.delete(Kind::Job, &ns, &name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

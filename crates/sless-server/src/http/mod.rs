@@ -1,6 +1,7 @@
 //! The HTTP surface: the `/v1` REST API behind bearer auth, the public
 //! `/healthz` and `/fn` gateway, and the layers every request passes.
 
+mod access_log;
 mod body;
 mod console;
 mod functions;
@@ -16,26 +17,24 @@ mod triggers;
 mod whoami;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::Response;
 use axum::routing::{get, post, put};
 use axum::Router;
-use tower_http::trace::{DefaultOnFailure, TraceLayer};
-use tracing::Level;
 
 pub use openapi::ApiDoc;
 
 use crate::state::AppState;
 
-/// The whole application: the `/fn` gateway and the router for the rest.
-pub fn app(state: Arc<AppState>) -> gateway::App {
-    gateway::App {
+/// The whole application: the `/fn` gateway and the router for the rest,
+/// both under the one access log.
+pub fn app(state: Arc<AppState>) -> access_log::AccessLog<gateway::App> {
+    access_log::AccessLog(gateway::App {
         router: router(state.clone()),
         state,
-    }
+    })
 }
 
 /// Every route but the gateway's.
@@ -94,22 +93,6 @@ fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)
-        // One log line per request with method, path, status and latency.
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(
-                    |req: &Request| tracing::info_span!("request", method = %req.method(), path = %req.uri().path()),
-                )
-                .on_request(())
-                .on_response(|res: &Response, latency: Duration, _span: &tracing::Span| {
-                    tracing::info!(
-                        status = res.status().as_u16(),
-                        latency_ms = latency.as_secs_f64() * 1000.0,
-                        "request"
-                    );
-                })
-                .on_failure(DefaultOnFailure::new().level(Level::WARN)),
-        )
 }
 
 /// Paths under `/v1` need a token; anything else falling through to the API

@@ -38,15 +38,15 @@ pub async fn metrics(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        render_metrics(&state),
+        render_metrics(&state).await,
     )
 }
 
-fn render_metrics(state: &crate::state::AppState) -> String {
+async fn render_metrics(state: &crate::state::AppState) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     out.push_str("# HELP sless_instances Running instances per function.\n# TYPE sless_instances gauge\n");
-    let stats = state.driver.stats();
+    let stats = state.driver.stats().await;
     for (key, s) in &stats {
         let _ = writeln!(
             out,

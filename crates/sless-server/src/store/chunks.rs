@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use sless_api::{InvocationRecord, LogLine};
 
 use crate::error::{Error, Result};
-use crate::invocations::{status_label, Queued};
+use crate::record::{status_label, Queued};
 
 /// A record as a chunk stores it: id, version, trigger, request id, start
 /// (microseconds since the epoch), duration in ms, status, error, bytes in,
@@ -337,7 +337,7 @@ mod tests {
 
     /// A queued record whose id is `format!("{id:024x}")`.
     fn record(function: &str, id: u32) -> Queued {
-        use crate::invocations::Text;
+        use crate::record::Text;
         Queued {
             namespace: Text::new("ns"),
             function: Text::new(function),
@@ -345,7 +345,7 @@ mod tests {
             id: (0, id),
             started_at: chrono::Utc::now(),
             version: 1,
-            kind: crate::driver::TriggerKind::Http,
+            kind: sless_driver::TriggerKind::Http,
             status: 200,
             duration_ms: 1.0,
             error: None,
@@ -389,7 +389,7 @@ mod tests {
         });
         r.cold_start = true;
         r.status = 502;
-        r.request_id = crate::invocations::Text::new("req \"7\"");
+        r.request_id = crate::record::Text::new("req \"7\"");
         let chunk = &chunks_of(std::slice::from_ref(&r))[0];
         let json = String::from_utf8(json_of(&chunk.data).unwrap().into_owned()).unwrap();
         assert!(!json.contains("\"namespace\""), "the row holds what the columns do not");

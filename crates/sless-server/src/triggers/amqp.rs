@@ -17,9 +17,9 @@ use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use sless_api::TriggerSpec;
 
-use crate::driver::{FunctionKey, Invocation, TriggerKind};
 use crate::invoker::{Invoker, Run};
 use crate::store::Store;
+use sless_driver::{FunctionKey, Invocation, TriggerKind};
 
 const RETRIES_HEADER: &str = "x-sless-retries";
 const ERROR_HEADER: &str = "x-sless-error";
@@ -157,7 +157,7 @@ impl Worker {
             body: Default::default(),
             event: Some(event),
         };
-        let error = match self.invoker.invoke(&self.key, invocation, Run::Pool).await {
+        let error = match self.invoker.invoke(&self.key, invocation, Run::Serving).await {
             Ok(r) if r.status < 400 => None,
             Ok(r) => Some(crate::invoker::error_text(&r.body)),
             Err(e) => Some(e.to_string()),

@@ -12,9 +12,9 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use sless_api::{TriggerSpec, TriggerStatus, TriggerType};
 
-use crate::driver::{FunctionKey, Invocation, TriggerKind};
 use crate::invoker::{Invoker, Run};
 use crate::store::{Kind, Record, Store};
+use sless_driver::{FunctionKey, Invocation, TriggerKind};
 
 use self::schedule::Schedule;
 
@@ -116,10 +116,14 @@ impl Triggers {
         let any_enabled = specs.iter().any(|s| s.enabled);
         let has_http = specs.iter().any(|s| s.kind == TriggerType::Http);
         let http_enabled = specs.iter().any(|s| s.kind == TriggerType::Http && s.enabled);
-        self.invoker
+        if let Err(e) = self
+            .invoker
             .driver
             .set_enabled(key, specs.is_empty() || any_enabled)
-            .await;
+            .await
+        {
+            tracing::warn!(function = %key, error = %e, "turning a function on or off failed");
+        }
         let mut blocked = self.http_blocked.write().unwrap();
         if has_http && !http_enabled {
             blocked.insert(key.clone());
@@ -207,7 +211,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
                 body: Default::default(),
                 event: Some(spec.event.clone().unwrap_or_else(|| json!({}))),
             };
-            let error = match triggers.invoker.invoke(&key, invocation, Run::Pool).await {
+            let error = match triggers.invoker.invoke(&key, invocation, Run::Serving).await {
                 Ok(r) if r.status < 400 => None,
                 Ok(r) => Some(crate::invoker::error_text(&r.body)),
                 Err(e) => Some(e.to_string()),

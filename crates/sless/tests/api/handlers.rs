@@ -229,19 +229,6 @@ async fn gateway_errors() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
     let (status, _, _) = server.invoke(Method::POST, "/fn/ns/small", "fits").await;
     assert_eq!(status, StatusCode::OK);
-
-    // A handler that cannot load: the build is Ready (code is data), the call is a 502 naming the problem.
-    server
-        .deploy(
-            "ns",
-            "broken",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", b"def handle(e, c) oops\n")],
-        )
-        .await;
-    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/broken", "").await;
-    assert_eq!(status, StatusCode::BAD_GATEWAY, "{text}");
-    assert!(text.contains("SyntaxError"), "{text}");
 }
 
 #[tokio::test]

@@ -334,6 +334,26 @@ impl Server {
         self.wait_built(ns, name, &hash).await
     }
 
+    /// Like [`Server::deploy`] for code that must not go live: waits for the
+    /// build to end and panics unless it is Failed; returns the function.
+    pub async fn deploy_fails(&self, ns: &str, name: &str, spec: Value, files: &[(&str, &[u8])]) -> Value {
+        let mut body = spec.clone();
+        body["name"] = Value::String(name.into());
+        let (status, _) = self
+            .call(Method::POST, &format!("/v1/namespaces/{ns}/functions"), Some(body))
+            .await;
+        assert!(
+            status == StatusCode::CREATED || status == StatusCode::CONFLICT,
+            "{status}"
+        );
+        let (status, uploaded) = self.upload(ns, name, zip_of(files)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+        let hash = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
+        let function = self.wait_build_end(ns, name, &hash).await;
+        assert_eq!(function["status"]["phase"], "Failed", "{}", function["status"]);
+        function
+    }
+
     /// Waits until the build of `code_hash` has finished; panics unless it is Ready.
     pub async fn wait_built(&self, ns: &str, name: &str, code_hash: &str) -> Value {
         let function = self.wait_build_end(ns, name, code_hash).await;

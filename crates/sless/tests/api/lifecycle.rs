@@ -16,7 +16,7 @@ async fn kill9_loses_nothing(backend: Backend) {
         .call(
             Method::POST,
             "/v1/namespaces/ns/functions",
-            Some(json!({"name": "keep", "runtime": "nodejs20", "memory_mb": 128})),
+            Some(json!({"name": "keep", "runtime": "python3.11", "memory_mb": 128})),
         )
         .await;
     let zip = hello_zip();

@@ -17,7 +17,7 @@ use super::launcher::{link_tree, Launcher};
 use super::process::{Output, ShimProcess};
 use super::sandbox::limit_memory_tree;
 use super::warm::WarmPool;
-use crate::driver::{FunctionKey, InvokeError};
+use sless_driver::{FunctionKey, FunctionLoad, InvokeError};
 
 /// Scaling settings shared by every function of this server.
 #[derive(Debug, Clone)]
@@ -125,13 +125,41 @@ impl FunctionPool {
         pool
     }
 
-    /// Makes `generation` the serving one; the old instances drain and stop.
-    pub fn set_generation(&self, generation: Generation) {
+    /// Loads the handler of `generation` into a new instance, which is then
+    /// handed to [`FunctionPool::set_generation`] (as its first instance
+    /// when the function keeps instances warm): a version that cannot load
+    /// never serves.
+    pub async fn preload(&self, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
+        load_instance(self, generation).await
+    }
+
+    /// Makes `generation` the serving one, with `loaded` (from
+    /// [`FunctionPool::preload`]) as its first instance; the old instances
+    /// drain and stop.
+    pub fn set_generation(self: &Arc<Self>, generation: Generation, loaded: Option<Arc<ShimProcess>>) {
+        let generation = Arc::new(generation);
         let old = {
             let mut st = self.state.lock().unwrap();
-            st.generation = Some(Arc::new(generation));
+            st.generation = Some(generation.clone());
             st.last_start_error = None;
-            std::mem::take(&mut st.instances)
+            let old = std::mem::take(&mut st.instances);
+            if let Some(process) = loaded {
+                // It serves when the function keeps instances warm anyway;
+                // a function that scales to zero starts at zero.
+                let keep_min = generation.spec.replicas.unwrap_or(generation.spec.min_instances);
+                if st.enabled && !st.removed && keep_min > 0 {
+                    st.instances.push(Arc::new(Instance {
+                        process: process.clone(),
+                        generation,
+                        inflight: AtomicUsize::new(0),
+                        last_used: Mutex::new(Instant::now()),
+                    }));
+                    tokio::spawn(watch_death(Arc::downgrade(self), process));
+                } else {
+                    process.kill();
+                }
+            }
+            old
         };
         for instance in old {
             tokio::spawn(drain(instance));
@@ -167,27 +195,17 @@ impl FunctionPool {
         self.changed.notify_waiters();
     }
 
-    /// The serving version's timeout (0 before any version).
-    pub fn timeout_sec(&self) -> u32 {
-        self.state
-            .lock()
-            .unwrap()
-            .generation
-            .as_ref()
-            .map_or(0, |g| g.spec.timeout_sec)
-    }
-
-    pub fn stats(&self) -> crate::driver::PoolStats {
+    pub fn stats(&self) -> FunctionLoad {
         let st = self.state.lock().unwrap();
-        crate::driver::PoolStats {
+        FunctionLoad {
             instances: st.instances.len(),
             waiting: st.waiting,
         }
     }
 
-    /// Runs one invocation in a fresh instance of the serving version that
-    /// no other request shares; the instance stops afterwards.
-    pub async fn run_once(&self, frame: bytes::BytesMut) -> Result<(Output, u64), InvokeError> {
+    /// A fresh instance of the serving version that no other request
+    /// shares (a job run), with the generation it loaded.
+    pub async fn dedicated(&self) -> Result<(Arc<ShimProcess>, Arc<Generation>), InvokeError> {
         let generation = self
             .state
             .lock()
@@ -197,26 +215,11 @@ impl FunctionPool {
             .ok_or_else(|| InvokeError::NotReady(self.key.clone()))?;
         let process = load_instance(self, &generation)
             .await
-            .map_err(|reason| InvokeError::StartFailed {
+            .map_err(|failure| InvokeError::StartFailed {
                 key: self.key.clone(),
-                reason,
+                reason: failure.to_string(),
             })?;
-        // Stops the instance however this ends, also when the caller gives
-        // up (a deleted job drops this future).
-        let process = KillOnDrop(process);
-        let timeout = Duration::from_secs(u64::from(generation.spec.timeout_sec));
-        let result = tokio::time::timeout(timeout, process.0.invoke(frame)).await;
-        match result {
-            Ok(Ok(output)) => Ok((output, generation.version)),
-            Ok(Err(reason)) => Err(InvokeError::Crashed {
-                key: self.key.clone(),
-                reason,
-            }),
-            Err(_) => Err(InvokeError::Timeout {
-                key: self.key.clone(),
-                after: timeout,
-            }),
-        }
+        Ok((process, generation))
     }
 
     /// Waits for a free slot on an instance, starting instances as needed.
@@ -344,22 +347,35 @@ fn least_busy(instances: &[Arc<Instance>], concurrency: usize) -> Option<Arc<Ins
 /// Runs one invocation on a leased instance with the function's timeout;
 /// past it the instance is recycled.
 pub async fn run(lease: &Lease, frame: bytes::BytesMut, key: &FunctionKey) -> Result<Output, InvokeError> {
-    let timeout = Duration::from_secs(u64::from(lease.instance.generation.spec.timeout_sec));
-    match tokio::time::timeout(timeout, lease.instance.process.invoke(frame)).await {
+    let instance = &lease.instance;
+    let result = run_dedicated(&instance.process, &instance.generation, frame, key).await;
+    if let Err(InvokeError::Timeout { .. }) = result {
+        tracing::warn!(function = %key, instance = instance.process.id, "invocation timed out; recycling the instance");
+        instance.process.kill();
+        lease.pool.forget(instance.process.id);
+    }
+    result
+}
+
+/// Runs one invocation on `process` with the function's timeout (the
+/// caller stops a process that timed out).
+pub async fn run_dedicated(
+    process: &ShimProcess,
+    generation: &Generation,
+    frame: bytes::BytesMut,
+    key: &FunctionKey,
+) -> Result<Output, InvokeError> {
+    let timeout = Duration::from_secs(u64::from(generation.spec.timeout_sec));
+    match tokio::time::timeout(timeout, process.invoke(frame)).await {
         Ok(Ok(output)) => Ok(output),
         Ok(Err(reason)) => Err(InvokeError::Crashed {
             key: key.clone(),
             reason,
         }),
-        Err(_) => {
-            tracing::warn!(function = %key, instance = lease.instance.process.id, "invocation timed out; recycling the instance");
-            lease.instance.process.kill();
-            lease.pool.forget(lease.instance.process.id);
-            Err(InvokeError::Timeout {
-                key: key.clone(),
-                after: timeout,
-            })
-        }
+        Err(_) => Err(InvokeError::Timeout {
+            key: key.clone(),
+            after: timeout,
+        }),
     }
 }
 
@@ -387,7 +403,8 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
                 process.kill();
             }
         }
-        Err(error) => {
+        Err(failure) => {
+            let error = failure.to_string();
             tracing::warn!(function = %pool.key, %error, "instance failed to start");
             st.last_start_error = Some((Instant::now(), error));
         }
@@ -396,18 +413,40 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
     pool.changed.notify_waiters();
 }
 
-async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, String> {
+/// Why an instance did not start.
+#[derive(Debug)]
+pub enum StartFailure {
+    /// The handler did not load: the user's error (traceback of their code).
+    Load(String),
+    /// The instance itself could not start.
+    Start(String),
+}
+
+impl std::fmt::Display for StartFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartFailure::Load(error) => write!(f, "loading the handler failed: {error}"),
+            StartFailure::Start(error) => f.write_str(error),
+        }
+    }
+}
+
+async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
     let runtime = generation.spec.runtime;
     let process = match pool.warm.take() {
         Some(p) => p,
-        None => pool.launcher.spawn_generic(runtime).await?,
+        None => pool
+            .launcher
+            .spawn_generic(runtime)
+            .await
+            .map_err(StartFailure::Start)?,
     };
     let from = generation.artifact_dir.clone();
     let slot = process.slot.clone();
     tokio::task::spawn_blocking(move || link_tree(&from, &slot))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("linking code into the instance: {e}"))?;
+        .map_err(|e| StartFailure::Start(e.to_string()))?
+        .map_err(|e| StartFailure::Start(format!("linking code into the instance: {e}")))?;
     let memory = (u64::from(generation.spec.memory_mb) + 64) << 20;
     limit_memory_tree(process.pid, memory);
     let code = pool.launcher.code_path(&process);
@@ -427,7 +466,7 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
     });
     if let Err(e) = process.load(&load, pool.settings.load_timeout).await {
         process.kill();
-        return Err(format!("loading handler {:?}: {e}", generation.spec.entrypoint));
+        return Err(StartFailure::Load(e));
     }
     Ok(process)
 }
@@ -512,14 +551,5 @@ async fn supervise(pool: Weak<FunctionPool>) {
             tracing::info!(function = %pool.key, instance = instance.process.id, "stopping idle instance");
             instance.process.kill();
         }
-    }
-}
-
-/// Kills a dedicated instance when its run ends or is abandoned.
-struct KillOnDrop(Arc<ShimProcess>);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        self.0.kill();
     }
 }

@@ -15,7 +15,7 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
 use super::frame::{self, kind};
-use crate::driver::LogChunk;
+use sless_driver::{LogChunk, OutputStream};
 
 static NEXT_PROCESS: AtomicU64 = AtomicU64::new(1);
 
@@ -180,7 +180,14 @@ impl ShimProcess {
             }
             kind::LOG => {
                 let (stream, text) = match f.payload.split_first() {
-                    Some((stream, text)) => (*stream, String::from_utf8_lossy(text).into_owned()),
+                    Some((stream, text)) => (
+                        if *stream == 1 {
+                            OutputStream::Stdout
+                        } else {
+                            OutputStream::Stderr
+                        },
+                        String::from_utf8_lossy(text).into_owned(),
+                    ),
                     None => return,
                 };
                 let mut pending = self.pending.lock().unwrap();
@@ -202,7 +209,7 @@ impl ShimProcess {
                         p.logs.push(LogChunk { stream, text });
                         if p.log_bytes >= LOG_CAP_BYTES {
                             p.logs.push(LogChunk {
-                                stream: 2,
+                                stream: OutputStream::Stderr,
                                 text: format!("[sless: output capped at {LOG_CAP_BYTES} bytes]\n"),
                             });
                         }
@@ -293,6 +300,16 @@ impl ShimProcess {
             return Err(e);
         }
         rx.await.unwrap_or_else(|_| Err("instance went away".into()))
+    }
+
+    /// Kills the process and waits until it has exited.
+    pub async fn stop(&self) {
+        let child = self.child.lock().unwrap().take();
+        self.mark_dead("instance stopped".into());
+        if let Some(mut child) = child {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
     }
 
     /// Kills the process tree; in-flight invocations fail.

@@ -10,24 +10,26 @@ mod process;
 mod sandbox;
 mod warm;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sless_api::Runtime;
+use sless_driver::{
+    BuildError, BuildJob, Built, Deployment, Driver, DriverError, Fingerprint, FunctionKey, FunctionLoad, Invocation,
+    InvocationResult, InvokeError, RunId,
+};
 
 pub use launcher::shim_version;
 pub use pool::PoolSettings;
 
 use self::builder::Builder;
 use self::launcher::Launcher;
-use self::pool::{FunctionPool, Generation};
+use self::pool::{FunctionPool, Generation, StartFailure};
+use self::process::{Output, ShimProcess};
 use self::warm::WarmPool;
-use crate::driver::{
-    BuildError, BuildJob, Built, Deployment, Driver, FunctionKey, Invocation, InvocationResult, InvokeError,
-};
 
 /// Settings of the local driver.
 #[derive(Debug, Clone)]
@@ -45,7 +47,9 @@ pub struct LocalDriver {
     warm: HashMap<Runtime, Arc<WarmPool>>,
     pools: RwLock<HashMap<FunctionKey, Arc<FunctionPool>>>,
     /// Functions turned off before (or after) they were deployed.
-    disabled: RwLock<std::collections::HashSet<FunctionKey>>,
+    disabled: RwLock<HashSet<FunctionKey>>,
+    /// The instances of running job runs, for `cancel_run`.
+    runs: Mutex<HashMap<RunId, Arc<ShimProcess>>>,
     settings: LocalSettings,
 }
 
@@ -73,6 +77,7 @@ impl LocalDriver {
             warm,
             pools: RwLock::new(HashMap::new()),
             disabled: RwLock::new(Default::default()),
+            runs: Mutex::new(HashMap::new()),
             settings,
         })
     }
@@ -80,55 +85,64 @@ impl LocalDriver {
     fn pool(&self, key: &FunctionKey) -> Option<Arc<FunctionPool>> {
         self.pools.read().unwrap().get(key).cloned()
     }
+
+    /// The function's pool, made on its first deploy.
+    fn pool_for(&self, deployment: &Deployment) -> Arc<FunctionPool> {
+        let mut pools = self.pools.write().unwrap();
+        pools
+            .entry(deployment.key.clone())
+            .or_insert_with(|| {
+                let pool = FunctionPool::new(
+                    deployment.key.clone(),
+                    self.launcher.clone(),
+                    self.warm[&deployment.spec.runtime].clone(),
+                    self.settings.pool.clone(),
+                );
+                if self.disabled.read().unwrap().contains(&deployment.key) {
+                    pool.set_enabled(false);
+                }
+                pool
+            })
+            .clone()
+    }
 }
 
 #[async_trait]
 impl Driver for LocalDriver {
     async fn build(&self, job: BuildJob) -> Result<Built, BuildError> {
-        let artifact = self.artifact_id(job.runtime, &job.code_hash);
+        let artifact = Fingerprint::of(job.runtime, &shim_version(), &job.code_hash);
         self.builder.build(job, artifact).await
     }
 
-    async fn has_artifact(&self, artifact: &str) -> bool {
-        self.builder.artifact_dir(artifact).is_dir()
+    async fn fingerprint(&self, runtime: Runtime, code_hash: &str) -> Result<Fingerprint, DriverError> {
+        Ok(Fingerprint::of(runtime, &shim_version(), code_hash))
     }
 
-    fn artifact_id(&self, runtime: Runtime, code_hash: &str) -> String {
-        use sha2::{Digest, Sha256};
-        let digest = Sha256::new()
-            .chain_update(runtime.as_str())
-            .chain_update(code_hash)
-            .chain_update(shim_version())
-            .finalize();
-        hex::encode(&digest[..16])
+    async fn has_artifact(&self, artifact: &Fingerprint) -> Result<bool, DriverError> {
+        Ok(self.builder.artifact_dir(artifact).is_dir())
     }
 
-    async fn deploy(&self, deployment: Deployment) {
-        let pool = {
-            let mut pools = self.pools.write().unwrap();
-            pools
-                .entry(deployment.key.clone())
-                .or_insert_with(|| {
-                    FunctionPool::new(
-                        deployment.key.clone(),
-                        self.launcher.clone(),
-                        self.warm[&deployment.spec.runtime].clone(),
-                        self.settings.pool.clone(),
-                    )
-                })
-                .clone()
-        };
-        if self.disabled.read().unwrap().contains(&deployment.key) {
-            pool.set_enabled(false);
-        }
-        pool.set_generation(Generation {
+    async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
+        let pool = self.pool_for(&deployment);
+        let generation = Generation {
             version: deployment.version,
             artifact_dir: self.builder.artifact_dir(&deployment.artifact),
             spec: deployment.spec,
-        });
+        };
+        let loaded = if deployment.verify {
+            match pool.preload(&generation).await {
+                Ok(process) => Some(process),
+                Err(StartFailure::Load(error)) => return Err(DriverError::LoadFailed(error)),
+                Err(StartFailure::Start(error)) => return Err(DriverError::Unavailable(error)),
+            }
+        } else {
+            None
+        };
+        pool.set_generation(generation, loaded);
+        Ok(())
     }
 
-    async fn set_enabled(&self, key: &FunctionKey, enabled: bool) {
+    async fn set_enabled(&self, key: &FunctionKey, enabled: bool) -> Result<(), DriverError> {
         {
             let mut disabled = self.disabled.write().unwrap();
             if enabled {
@@ -140,6 +154,7 @@ impl Driver for LocalDriver {
         if let Some(pool) = self.pool(key) {
             pool.set_enabled(enabled);
         }
+        Ok(())
     }
 
     async fn invoke(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
@@ -148,43 +163,53 @@ impl Driver for LocalDriver {
         let frame = invocation_frame(&invocation, lease.instance.generation.spec.timeout_sec);
         let version = lease.instance.generation.version;
         let output = pool::run(&lease, frame, key).await?;
-        Ok(InvocationResult {
-            status: output.status,
-            headers: output.headers,
-            body: output.body,
-            logs: output.logs,
-            logs_truncated: output.logs_truncated,
-            cold_start,
-            version,
-        })
+        Ok(result(output, cold_start, version))
     }
 
-    async fn run_once(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
+    async fn run_once(
+        &self,
+        key: &FunctionKey,
+        run: &RunId,
+        invocation: Invocation,
+    ) -> Result<InvocationResult, InvokeError> {
         let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
-        let frame = invocation_frame(&invocation, pool.timeout_sec());
-        let (output, version) = pool.run_once(frame).await?;
-        Ok(InvocationResult {
-            status: output.status,
-            headers: output.headers,
-            body: output.body,
-            logs: output.logs,
-            logs_truncated: output.logs_truncated,
-            cold_start: true,
-            version,
-        })
+        let (process, generation) = pool.dedicated().await?;
+        // Stops the instance however the run ends; `cancel_run` stops it early.
+        struct Registered<'a>(&'a LocalDriver, &'a RunId, Arc<ShimProcess>);
+        impl Drop for Registered<'_> {
+            fn drop(&mut self) {
+                self.0.runs.lock().unwrap().remove(self.1);
+                self.2.kill();
+            }
+        }
+        self.runs.lock().unwrap().insert(run.clone(), process.clone());
+        let _registered = Registered(self, run, process.clone());
+        let frame = invocation_frame(&invocation, generation.spec.timeout_sec);
+        let output = pool::run_dedicated(&process, &generation, frame, key).await?;
+        Ok(result(output, true, generation.version))
     }
 
-    fn stats(&self) -> Vec<(FunctionKey, crate::driver::PoolStats)> {
+    async fn cancel_run(&self, run: &RunId) -> Result<(), DriverError> {
+        let process = self.runs.lock().unwrap().remove(run);
+        if let Some(process) = process {
+            process.stop().await;
+        }
+        Ok(())
+    }
+
+    async fn stats(&self) -> Vec<(FunctionKey, FunctionLoad)> {
         let pools = self.pools.read().unwrap();
         let mut counts: Vec<_> = pools.iter().map(|(k, p)| (k.clone(), p.stats())).collect();
-        counts.sort_by(|a, b| (&a.0.namespace, &a.0.name).cmp(&(&b.0.namespace, &b.0.name)));
+        counts.sort_by(|a, b| a.0.cmp(&b.0));
         counts
     }
 
-    async fn remove(&self, key: &FunctionKey) {
-        if let Some(pool) = self.pools.write().unwrap().remove(key) {
+    async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
+        let removed = self.pools.write().unwrap().remove(key);
+        if let Some(pool) = removed {
             pool.remove();
         }
+        Ok(())
     }
 
     async fn shutdown(&self) {
@@ -199,34 +224,26 @@ impl Driver for LocalDriver {
     }
 }
 
+fn result(output: Output, cold_start: bool, version: u64) -> InvocationResult {
+    InvocationResult {
+        status: output.status,
+        headers: output.headers,
+        body: output.body,
+        logs: output.logs,
+        logs_truncated: output.logs_truncated,
+        cold_start,
+        version,
+    }
+}
+
 /// The INVOKE frame (runtimes/PROTOCOL.md), its id still to be set; a zero
 /// timeout leaves the deadline to the pool's own timeout.
 fn invocation_frame(invocation: &Invocation, timeout_sec: u32) -> bytes::BytesMut {
-    /// Serializes the headers as a JSON object of lowercase names, repeated
-    /// ones joined with ", ", without copying the single ones.
-    struct Headers<'a>(&'a axum::http::HeaderMap);
+    /// Serializes the headers as a JSON object.
+    struct Headers<'a>(&'a [(String, String)]);
     impl serde::Serialize for Headers<'_> {
         fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-            serializer.collect_map(self.0.keys().map(|name| {
-                let mut values = self
-                    .0
-                    .get_all(name)
-                    .iter()
-                    .map(|v| String::from_utf8_lossy(v.as_bytes()));
-                let first = values.next().unwrap_or_default();
-                let value = match values.next() {
-                    None => first,
-                    Some(second) => {
-                        let mut joined = first.into_owned();
-                        for v in std::iter::once(second).chain(values) {
-                            joined.push_str(", ");
-                            joined.push_str(&v);
-                        }
-                        joined.into()
-                    }
-                };
-                (name.as_str(), value)
-            }))
+            serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
         }
     }
     /// Empty fields are left out: the shims read them as empty, and every

@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 
 use super::launcher::Launcher;
 use super::sandbox::{make_owned_dir, Limits, Spec};
-use crate::driver::{BuildError, BuildJob, Built};
+use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
 
 /// Lines of the build log kept for `status.message`.
 const LOG_TAIL_LINES: usize = 20;
@@ -49,11 +49,11 @@ impl Builder {
         })
     }
 
-    pub fn artifact_dir(&self, artifact: &str) -> PathBuf {
-        self.artifacts_dir.join(artifact)
+    pub fn artifact_dir(&self, artifact: &Fingerprint) -> PathBuf {
+        self.artifacts_dir.join(artifact.as_str())
     }
 
-    pub async fn build(&self, job: BuildJob, artifact: String) -> Result<Built, BuildError> {
+    pub async fn build(&self, job: BuildJob, artifact: Fingerprint) -> Result<Built, BuildError> {
         let dir = self.artifact_dir(&artifact);
         if dir.is_dir() {
             return Ok(Built {
@@ -69,7 +69,14 @@ impl Builder {
         let result = self.build_in(&job, &work, uid).await;
         match result {
             Ok(log) => {
-                std::fs::rename(&work, &dir).map_err(|e| BuildError::Internal(format!("saving artifact: {e}")))?;
+                if let Err(e) = std::fs::rename(&work, &dir) {
+                    let _ = std::fs::remove_dir_all(&work);
+                    // The same code built at the same time by another
+                    // function: its artifact is this one.
+                    if !dir.is_dir() {
+                        return Err(BuildError::Internal(format!("saving artifact: {e}")));
+                    }
+                }
                 Ok(Built {
                     artifact,
                     log_tail: tail(&log),

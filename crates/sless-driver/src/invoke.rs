@@ -1,0 +1,113 @@
+//! One call of a handler: what goes in, what comes out, and how it fails.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::FunctionKey;
+
+/// What fired an invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TriggerKind {
+    Http,
+    Cron,
+    Amqp,
+    Job,
+}
+
+impl TriggerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerKind::Http => "http",
+            TriggerKind::Cron => "cron",
+            TriggerKind::Amqp => "amqp",
+            TriggerKind::Job => "job",
+        }
+    }
+}
+
+/// One call of a handler.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub kind: TriggerKind,
+    pub request_id: String,
+    pub method: String,
+    /// The path after `/fn/{ns}/{name}`: empty or starting with `/`.
+    pub path: String,
+    pub query: String,
+    /// The request's headers as `(lowercase name, value)`, a repeated
+    /// header's values joined with ", "; empty for non-HTTP kinds.
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    /// The event for non-HTTP kinds.
+    pub event: Option<Value>,
+}
+
+/// Names one job run, so that it can be cancelled.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunId {
+    pub namespace: String,
+    pub job: String,
+    pub run: u64,
+}
+
+impl std::fmt::Display for RunId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}#{}", self.namespace, self.job, self.run)
+    }
+}
+
+/// Which output stream a handler wrote to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputStream {
+    Stdout,
+    Stderr,
+}
+
+impl OutputStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputStream::Stdout => "stdout",
+            OutputStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Text the handler printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogChunk {
+    pub stream: OutputStream,
+    pub text: String,
+}
+
+/// The handler's answer.
+#[derive(Debug, Clone)]
+pub struct InvocationResult {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+    pub logs: Vec<LogChunk>,
+    /// The handler printed more than the per-invocation cap.
+    pub logs_truncated: bool,
+    /// Whether this call waited for a new instance.
+    pub cold_start: bool,
+    pub version: u64,
+}
+
+/// Why an invocation has no answer from the handler.
+#[derive(Debug, thiserror::Error)]
+pub enum InvokeError {
+    #[error("function {0} has no ready version yet")]
+    NotReady(FunctionKey),
+    #[error("function {0} is disabled")]
+    Disabled(FunctionKey),
+    #[error("function {0} is at capacity: too many requests waiting")]
+    QueueFull(FunctionKey),
+    #[error("function {key} did not answer within {}s", after.as_secs())]
+    Timeout { key: FunctionKey, after: Duration },
+    #[error("function {key} crashed while handling the request: {reason}")]
+    Crashed { key: FunctionKey, reason: String },
+    #[error("function {key} could not start: {reason}")]
+    StartFailed { key: FunctionKey, reason: String },
+}

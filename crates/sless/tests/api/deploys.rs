@@ -1,0 +1,170 @@
+//! A deploy that cannot load never goes live: every build ends with the
+//! handler loaded as an instance loads it, a load failure is a failed build
+//! with the user's own traceback (and a hint where the mistake is a common
+//! one), and the version before keeps serving.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server};
+
+const GOOD_V1: &[u8] = b"def handle(event, context):\n    return 'v1'\n";
+const SYNTAX_ERROR: &[u8] = b"def handle(event, context)\n    return 'v2'\n";
+
+fn message(function: &Value) -> String {
+    function["status"]["message"].as_str().unwrap_or_default().to_string()
+}
+
+crate::both_stores!(a_broken_update_leaves_the_working_version_serving);
+
+async fn a_broken_update_leaves_the_working_version_serving(backend: Backend) {
+    let server = Server::start(backend).await;
+    let py = json!({"runtime": "python3.11"});
+    server
+        .deploy("ns", "live", py.clone(), &[("handler.py", GOOD_V1)])
+        .await;
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/live", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"v1\""));
+
+    let failed = server
+        .deploy_fails("ns", "live", py, &[("handler.py", SYNTAX_ERROR)])
+        .await;
+    let text = message(&failed);
+    assert!(text.contains("SyntaxError"), "{text}");
+    assert!(text.contains("handler.py\", line 1"), "the user's own frame: {text}");
+    assert!(!text.contains("sless_shim"), "no frames of the shim: {text}");
+    assert!(text.contains("version 1 keeps serving"), "{text}");
+    assert_eq!(failed["status"]["version"], 1, "no new version");
+    for _ in 0..5 {
+        let (status, _, body) = server.invoke(Method::GET, "/fn/ns/live", "").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "\"v1\""), "v1 still answers");
+    }
+}
+
+#[tokio::test]
+async fn handlers_that_cannot_load_fail_the_build_with_the_users_error() {
+    let server = Server::start(Backend::Sqlite).await;
+    let py = json!({"runtime": "python3.11"});
+
+    // A syntax error on the first deploy: Failed, and /fn does not serve it.
+    let failed = server
+        .deploy_fails("ns", "syntax", py.clone(), &[("handler.py", SYNTAX_ERROR)])
+        .await;
+    assert!(
+        message(&failed).contains("SyntaxError: expected ':'"),
+        "{}",
+        message(&failed)
+    );
+    assert_eq!(failed["status"]["version"], 0);
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/syntax", "").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{text}");
+
+    // A module without the entrypoint function.
+    let failed = server
+        .deploy_fails(
+            "ns",
+            "noentry",
+            py.clone(),
+            &[("handler.py", b"def other(event, context):\n    return 1\n")],
+        )
+        .await;
+    let text = message(&failed);
+    assert!(text.contains("handle"), "names the missing function: {text}");
+
+    // An import that raises: the user's traceback, their frame included.
+    let failed = server
+        .deploy_fails(
+            "ns",
+            "raises",
+            py.clone(),
+            &[("handler.py", b"import os\nraise RuntimeError('needs DB_URL')\n")],
+        )
+        .await;
+    let text = message(&failed);
+    assert!(text.contains("RuntimeError: needs DB_URL"), "{text}");
+    assert!(text.contains("line 2"), "{text}");
+
+    // No handler file at all.
+    let failed = server
+        .deploy_fails("ns", "nofile", py.clone(), &[("README.md", b"hello\n")])
+        .await;
+    assert!(message(&failed).contains("handler"), "{}", message(&failed));
+
+    // The handler zipped inside its folder: a hint says what to do.
+    let failed = server
+        .deploy_fails("ns", "nested", py.clone(), &[("hello-python/handler.py", GOOD_V1)])
+        .await;
+    let text = message(&failed);
+    assert!(
+        text.contains("found hello-python/handler.py: zip the contents of hello-python/"),
+        "{text}"
+    );
+
+    // Node code deployed as Python.
+    let failed = server
+        .deploy_fails(
+            "ns",
+            "wrongrt",
+            py.clone(),
+            &[("handler.js", b"exports.handle = async () => 1;\n")],
+        )
+        .await;
+    let text = message(&failed);
+    assert!(text.contains("found handler.js, which is Node.js code"), "{text}");
+    assert!(text.contains("runtime nodejs20"), "{text}");
+
+    // Node: a syntax error fails too.
+    let failed = server
+        .deploy_fails(
+            "ns",
+            "nodebad",
+            json!({"runtime": "nodejs20"}),
+            &[("handler.js", b"exports.handle = async (e) => {\n")],
+        )
+        .await;
+    assert!(message(&failed).contains("SyntaxError"), "{}", message(&failed));
+}
+
+#[tokio::test]
+async fn settings_that_break_the_load_are_not_applied() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code: &[u8] = b"import os\nif os.environ.get('BREAK'):\n    raise RuntimeError('BREAK is set')\ndef handle(event, context):\n    return os.environ.get('GREETING', 'none')\n";
+    server
+        .deploy(
+            "ns",
+            "env",
+            json!({"runtime": "python3.11", "env": {"GREETING": "hi"}}),
+            &[("handler.py", code)],
+        )
+        .await;
+    let (status, patched) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/env",
+            Some(json!({"env": {"GREETING": "new", "BREAK": "1"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert_eq!(patched["status"]["phase"], "Failed", "{patched}");
+    let text = message(&patched);
+    assert!(text.contains("not applied") && text.contains("BREAK is set"), "{text}");
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/env", "").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, "\"hi\""),
+        "the old settings serve"
+    );
+
+    // Fixed settings apply and the function is Ready again.
+    let (status, patched) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/env",
+            Some(json!({"env": {"BREAK": null}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert_eq!(patched["status"]["phase"], "Ready", "{patched}");
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/env", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"new\""));
+}
