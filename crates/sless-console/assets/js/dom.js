@@ -16,7 +16,9 @@ export function h(tag, props = {}, ...children) {
     else if (key === "text") el.textContent = String(value);
     else if (key === "dataset") Object.assign(el.dataset, value);
     else if (key.startsWith("on") && typeof value === "function") el.addEventListener(key.slice(2), value);
-    else if (["hidden", "disabled", "checked", "value", "selected", "multiple", "required"].includes(key)) el[key] = value;
+    else if (key === "checked") el.checked = el.defaultChecked = value;
+    else if (key === "selected") el.selected = el.defaultSelected = value;
+    else if (["hidden", "disabled", "value", "multiple", "required"].includes(key)) el[key] = value;
     else if (key === "style" || key.startsWith("on")) throw new Error(`refusing attribute ${key}`);
     else el.setAttribute(key, value === true ? "" : String(value));
   }

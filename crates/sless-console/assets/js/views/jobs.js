@@ -1,5 +1,5 @@
 // Jobs of a namespace: list, create, run again (raise run_id) and watch the
-// phase change; one job's event, result and error on the side.
+// phase change; one job's event, result and error beside the form.
 
 import { h, replace, badge, facts, table } from "../dom.js";
 import { get, post, patch, del, ns } from "../api.js";
@@ -57,9 +57,9 @@ function createForm(namespace, functions, done) {
 export async function jobsView(main, { signal, namespace }) {
   const notice = h("div", { class: "notice error", role: "alert", hidden: true, id: "job-error-notice" });
   const list = h("section", { class: "card" }, h("p", { class: "empty" }, "Loading…"));
-  const side = h("div", { class: "stack" });
+  const side = h("div", { class: "columns" });
   const detailCard = h("section", { class: "card", id: "job-detail" }, h("p", { class: "empty" }, "Pick a job to see its event, result and error."));
-  replace(main, h("div", { class: "page-head" }, h("h1", {}, "Jobs")), notice, h("div", { class: "columns wide-left" }, list, side));
+  replace(main, h("div", { class: "page-head" }, h("h1", {}, "Jobs")), notice, list, side);
   let selected = null;
   let watchUntil = 0;
   const showError = (e) => {

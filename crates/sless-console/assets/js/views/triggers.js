@@ -6,7 +6,7 @@ import { field, form, input, select, textarea, parseJson } from "../forms.js";
 import { ago, cut } from "../format.js";
 
 function details(t) {
-  if (t.type === "cron") return [h("code", {}, t.schedule), ` ${t.timezone || "UTC"}`, t.event !== undefined ? h("div", { class: "muted cut" }, cut(JSON.stringify(t.event), 80)) : null];
+  if (t.type === "cron") return [h("code", {}, t.schedule), ` ${t.timezone || "UTC"}`, t.event !== undefined ? h("div", { class: "muted cut block" }, cut(JSON.stringify(t.event), 80)) : null];
   if (t.type === "amqp") return [h("code", {}, t.queue), h("div", { class: "muted" }, `prefetch ${t.prefetch ?? 1}, retries ${t.retry_limit ?? 3}`)];
   return t.status?.url ? h("code", {}, t.status.url) : "-";
 }
@@ -84,8 +84,8 @@ function createForm(namespace, functions, done) {
 export async function triggersView(main, { signal, namespace }) {
   const notice = h("div", { class: "notice error", role: "alert", hidden: true, id: "trigger-error" });
   const list = h("section", { class: "card" }, h("p", { class: "empty" }, "Loading…"));
-  const side = h("section", { class: "card" }, h("h3", {}, "New trigger"));
-  replace(main, h("div", { class: "page-head" }, h("h1", {}, "Triggers")), notice, h("div", { class: "columns wide-left" }, list, side));
+  const side = h("section", { class: "card narrow-card" }, h("h3", {}, "New trigger"));
+  replace(main, h("div", { class: "page-head" }, h("h1", {}, "Triggers")), notice, list, side);
   const showError = (e) => {
     notice.textContent = e.message;
     notice.hidden = false;
