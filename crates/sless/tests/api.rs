@@ -5,10 +5,13 @@ mod api {
     mod amqp;
     mod archive_rules;
     mod auth;
+    mod browser;
     mod cli;
     mod cli_edges;
     mod cluster;
     mod code_check;
+    mod console;
+    mod console_api;
     mod deleting;
     mod deploys;
     mod failures;

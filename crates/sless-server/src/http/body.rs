@@ -59,16 +59,33 @@ impl FromRequest<Arc<AppState>> for JsonObject {
 }
 
 /// Deserializes `value` as `T`, turning serde's message (which names unknown
-/// or mistyped fields) into a 400.
+/// or mistyped fields) into a 400 that names the top-level field.
 pub fn from_value<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, Error> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {
-            Error::BadRequest(format!("invalid {what}: {}", e.inner()))
+            let message = format!("invalid {what}: {}", e.inner());
+            // serde names a missing or unknown field in backticks.
+            let named = e.inner().to_string();
+            match named
+                .strip_prefix("missing field `")
+                .or_else(|| named.strip_prefix("unknown field `"))
+                .and_then(|rest| rest.split_once('`'))
+            {
+                Some((field, _)) => Error::invalid(field, message),
+                None => Error::BadRequest(message),
+            }
         } else {
-            Error::BadRequest(format!("invalid {what}: {path}: {}", e.inner()))
+            let field = path.split(['.', '[']).next().unwrap_or(&path).to_string();
+            Error::invalid(field, format!("invalid {what}: {path}: {}", e.inner()))
         }
     })
+}
+
+/// Checks a name given in the body's `field` (a DNS label), naming the field
+/// when it is not one.
+pub fn check_name(field: &str, what: &'static str, name: &str) -> Result<(), Error> {
+    sless_api::validate_name(what, name).map_err(|e| Error::invalid(field, e))
 }
 
 /// Applies a JSON merge patch (RFC 7396) to `target`.
@@ -95,27 +112,25 @@ pub fn merge_patch(target: &mut Value, patch: Value) {
 /// be a string, the namespace (if given) must match the path, status is
 /// read-only.
 pub fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<String>> {
-    if body.remove("status").is_some() {
-        return Err(Error::BadRequest("status is read-only and cannot be set".into()));
-    }
-    for field in ["created_at", "updated_at"] {
+    for field in ["status", "created_at", "updated_at"] {
         if body.remove(field).is_some() {
-            return Err(Error::BadRequest(format!("{field} is read-only and cannot be set")));
+            return Err(Error::invalid(field, format!("{field} is read-only and cannot be set")));
         }
     }
     match body.remove("namespace") {
         None => {}
         Some(Value::String(given)) if given == ns => {}
         Some(other) => {
-            return Err(Error::BadRequest(format!(
-                "namespace in the body ({other}) does not match the namespace in the path ({ns:?})"
-            )))
+            return Err(Error::invalid(
+                "namespace",
+                format!("namespace in the body ({other}) does not match the namespace in the path ({ns:?})"),
+            ))
         }
     }
     match body.remove("name") {
         None => Ok(None),
         Some(Value::String(name)) => Ok(Some(name)),
-        Some(other) => Err(Error::BadRequest(format!("name must be a string, got {other}"))),
+        Some(other) => Err(Error::invalid("name", format!("name must be a string, got {other}"))),
     }
 }
 

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List};
 
-use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
+use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
 use super::resource::{self, load, not_found, to_api};
 use super::serving;
 use crate::blobs;
@@ -21,7 +21,8 @@ use sless_driver::FunctionKey;
 
 fn checked_spec(value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
-    spec.check().map_err(Error::BadRequest)?;
+    spec.check_field()
+        .map_err(|(field, message)| Error::invalid(field, message))?;
     Ok(spec)
 }
 
@@ -49,8 +50,8 @@ pub async fn create(
     JsonObject(mut body): JsonObject,
 ) -> Result<(StatusCode, Json<Function>)> {
     validate_name("namespace", &ns)?;
-    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
-    validate_name("function", &name)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
+    check_name("name", "function", &name)?;
     let spec = checked_spec(Value::Object(body))?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
@@ -99,17 +100,21 @@ pub async fn patch(
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
-            return Err(Error::BadRequest(format!(
-                "name cannot be changed (path says {name:?}, body says {given:?}); create a new function instead"
-            )));
+            return Err(Error::invalid(
+                "name",
+                format!(
+                    "name cannot be changed (path says {name:?}, body says {given:?}); create a new function instead"
+                ),
+            ));
         }
     }
     let old_runtime = record.spec.get("runtime").cloned();
     merge_patch(&mut record.spec, Value::Object(body));
     let spec = checked_spec(record.spec.clone())?;
     if record.spec.get("runtime") != old_runtime.as_ref() {
-        return Err(Error::BadRequest(
-            "runtime cannot be changed in place; delete and re-create the function".into(),
+        return Err(Error::invalid(
+            "runtime",
+            "runtime cannot be changed in place; delete and re-create the function",
         ));
     }
     record.spec = to_value(&spec)?;

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::Value;
 use sless_api::{validate_name, Job, JobPhase, JobSpec, JobStatus, List};
 
-use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject};
 use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -16,18 +16,21 @@ use crate::store::{Kind, Record};
 
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpec> {
     let spec: JobSpec = from_value("job", value)?;
-    validate_name("function", &spec.function)?;
+    check_name("function", "function", &spec.function)?;
     if state.store.get(Kind::Function, ns, &spec.function).await?.is_none() {
-        return Err(Error::BadRequest(format!(
-            "function {:?} does not exist in namespace {ns:?}; a job names a function of its own namespace",
-            spec.function
-        )));
+        return Err(Error::invalid(
+            "function",
+            format!(
+                "function {:?} does not exist in namespace {ns:?}; a job names a function of its own namespace",
+                spec.function
+            ),
+        ));
     }
     if spec.wait_timeout_sec > 86_400 {
-        return Err(Error::BadRequest(format!(
-            "wait_timeout_sec must be at most 86400, got {}",
-            spec.wait_timeout_sec
-        )));
+        return Err(Error::invalid(
+            "wait_timeout_sec",
+            format!("wait_timeout_sec must be at most 86400, got {}", spec.wait_timeout_sec),
+        ));
     }
     Ok(spec)
 }
@@ -51,8 +54,8 @@ pub async fn create(
     JsonObject(mut body): JsonObject,
 ) -> Result<(StatusCode, Json<Job>)> {
     validate_name("namespace", &ns)?;
-    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
-    validate_name("job", &name)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
+    check_name("name", "job", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
     let status = JobStatus {
         phase: if spec.run_id == 0 {
@@ -102,9 +105,10 @@ pub async fn patch(
     let record = load(&state, Kind::Job, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
-            return Err(Error::BadRequest(format!(
-                "name cannot be changed (path says {name:?}, body says {given:?})"
-            )));
+            return Err(Error::invalid(
+                "name",
+                format!("name cannot be changed (path says {name:?}, body says {given:?})"),
+            ));
         }
     }
     let old: JobSpec = serde_json::from_value(record.spec.clone()).map_err(Error::internal)?;
@@ -112,10 +116,13 @@ pub async fn patch(
     merge_patch(&mut merged, Value::Object(body));
     let spec = checked_spec(&state, &ns, merged).await?;
     if spec.run_id < old.run_id {
-        return Err(Error::BadRequest(format!(
-            "run_id can only go up (it is {}, got {}); raise it to run the job again",
-            old.run_id, spec.run_id
-        )));
+        return Err(Error::invalid(
+            "run_id",
+            format!(
+                "run_id can only go up (it is {}, got {}); raise it to run the job again",
+                old.run_id, spec.run_id
+            ),
+        ));
     }
     state
         .store

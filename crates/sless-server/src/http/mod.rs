@@ -4,6 +4,7 @@
 
 mod access_log;
 mod body;
+mod console;
 mod functions;
 mod gateway;
 mod invocations;
@@ -11,9 +12,11 @@ mod jobs;
 mod openapi;
 mod resource;
 mod serving;
+mod stats;
 mod system;
 mod tokens;
 mod triggers;
+mod whoami;
 
 use std::sync::Arc;
 
@@ -46,6 +49,7 @@ fn router(state: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
         .route("/v1/tokens/{id}", axum::routing::delete(tokens::delete))
+        .route("/v1/whoami", get(whoami::whoami))
         .route(
             "/v1/namespaces/{ns}/functions",
             get(functions::list).post(functions::create),
@@ -72,6 +76,7 @@ fn router(state: Arc<AppState>) -> Router {
             get(invocations::list),
         )
         .route("/v1/namespaces/{ns}/functions/{name}/logs", get(invocations::logs))
+        .route("/v1/namespaces/{ns}/functions/{name}/stats", get(stats::stats))
         .route(
             "/v1/namespaces/{ns}/functions/{name}/code",
             put(functions::upload_code).layer(upload_limit),
@@ -88,6 +93,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(system::healthz))
         .route("/metrics", get(system::metrics))
         .route("/v1/openapi.json", get(system::openapi_json))
+        .merge(console::routes())
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)

@@ -36,6 +36,8 @@ use super::{functions, system, tokens};
         super::jobs::patch,
         super::jobs::delete,
         super::invocations::logs,
+        super::stats::stats,
+        super::whoami::whoami,
         super::gateway::invoke,
     ),
     components(schemas(
@@ -63,6 +65,9 @@ use super::{functions, system, tokens};
         sless_api::JobPhase,
         sless_api::InvocationRecord,
         sless_api::LogLine,
+        sless_api::FunctionStats,
+        sless_api::StatsPoint,
+        sless_api::WhoAmI,
     )),
     modifiers(&BearerAuth, &GatewayPaths),
 )]

@@ -10,29 +10,50 @@ pub struct Schedule {
     tz: Tz,
 }
 
+/// Why a schedule was refused: the field at fault (`schedule` or
+/// `timezone`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl Schedule {
-    /// Parses, with an error that says what is wrong: the field and the
-    /// values it allows.
-    pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, String> {
+    /// Parses, with an error that says what is wrong: the field at fault
+    /// and the values it allows.
+    pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
+        let bad_schedule = |message| ScheduleError {
+            field: "schedule",
+            message,
+        };
         let fields: Vec<&str> = schedule.split_whitespace().collect();
         if !(5..=6).contains(&fields.len()) {
-            return Err(format!(
+            return Err(bad_schedule(format!(
                 "invalid schedule {schedule:?}: expected {FORMAT}; got {} field{}",
                 fields.len(),
                 if fields.len() == 1 { "" } else { "s" }
-            ));
+            )));
         }
-        let cron = parse_cron(schedule).map_err(|e| match culprit(&fields) {
-            Some((index, name, values)) => format!(
-                "invalid schedule {schedule:?}: the {name} field {:?} is not valid: it takes {values}, \
-                 as one value, a list (a,b), a range (a-b) or a step (*/n); {FORMAT}",
-                fields[index]
-            ),
-            None => format!("invalid schedule {schedule:?}: {e}; {FORMAT}"),
+        let cron = parse_cron(schedule).map_err(|e| {
+            bad_schedule(match culprit(&fields) {
+                Some((index, name, values)) => format!(
+                    "invalid schedule {schedule:?}: the {name} field {:?} is not valid: it takes {values}, \
+                     as one value, a list (a,b), a range (a-b) or a step (*/n); {FORMAT}",
+                    fields[index]
+                ),
+                None => format!("invalid schedule {schedule:?}: {e}; {FORMAT}"),
+            })
         })?;
-        let tz: Tz = timezone
-            .parse()
-            .map_err(|_| format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"))?;
+        let tz: Tz = timezone.parse().map_err(|_| ScheduleError {
+            field: "timezone",
+            message: format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"),
+        })?;
         Ok(Schedule { cron, tz })
     }
 
@@ -98,24 +119,27 @@ mod tests {
 
     #[test]
     fn says_what_is_wrong() {
-        assert!(Schedule::parse("* * *", "UTC").unwrap_err().contains("5 fields"));
-        let err = Schedule::parse("61 * * * *", "UTC").unwrap_err();
+        assert!(Schedule::parse("* * *", "UTC")
+            .unwrap_err()
+            .message
+            .contains("5 fields"));
+        let err = Schedule::parse("61 * * * *", "UTC").unwrap_err().message;
         assert!(
             err.contains(r#"minute field "61" is not valid: it takes 0-59"#),
             "{err}"
         );
-        let err = Schedule::parse("0 25 * * *", "UTC").unwrap_err();
+        let err = Schedule::parse("0 25 * * *", "UTC").unwrap_err().message;
         assert!(err.contains(r#"hour field "25" is not valid: it takes 0-23"#), "{err}");
-        let err = Schedule::parse("0 0 * 13 *", "UTC").unwrap_err();
+        let err = Schedule::parse("0 0 * 13 *", "UTC").unwrap_err().message;
         assert!(err.contains(r#"month field "13" is not valid: it takes 1-12"#), "{err}");
-        let err = Schedule::parse("0 0 32 * *", "UTC").unwrap_err();
+        let err = Schedule::parse("0 0 32 * *", "UTC").unwrap_err().message;
         assert!(
             err.contains(r#"day-of-month field "32" is not valid: it takes 1-31"#),
             "{err}"
         );
-        let err = Schedule::parse("0 0 * * MON-XYZ", "UTC").unwrap_err();
+        let err = Schedule::parse("0 0 * * MON-XYZ", "UTC").unwrap_err().message;
         assert!(err.contains("day-of-week field"), "{err}");
-        let err = Schedule::parse("75 0 0 * * *", "UTC").unwrap_err();
+        let err = Schedule::parse("75 0 0 * * *", "UTC").unwrap_err().message;
         assert!(
             err.contains(r#"second field "75" is not valid: it takes 0-59"#),
             "{err}"
@@ -123,6 +147,10 @@ mod tests {
         assert!(err.contains("6 with seconds first"), "{err}");
         assert!(Schedule::parse("* * * * *", "Mars/Olympus")
             .unwrap_err()
+            .message
             .contains("unknown timezone"));
+        let zone = Schedule::parse("* * * * *", "Mars/Olympus").unwrap_err();
+        assert_eq!(zone.field, "timezone");
+        assert_eq!(Schedule::parse("61 * * * *", "UTC").unwrap_err().field, "schedule");
     }
 }

@@ -16,6 +16,7 @@ fn namespaced_endpoints(ns: &str) -> Vec<(Method, String)> {
         (Method::PATCH, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::DELETE, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::PUT, format!("/v1/namespaces/{ns}/functions/f/code")),
+        (Method::GET, format!("/v1/namespaces/{ns}/functions/f/stats")),
     ]
 }
 
@@ -31,6 +32,7 @@ async fn every_endpoint_needs_a_token(backend: Backend) {
     let server = Server::start(backend).await;
     let mut all = namespaced_endpoints("ns");
     all.extend(admin_endpoints());
+    all.push((Method::GET, "/v1/whoami".into()));
     all.push((Method::GET, "/v1/no-such-thing".into()));
     all.push((Method::GET, "/v1/openapi.jsonx".into()));
     all.push((Method::GET, "/v1/openapi.json/x".into()));

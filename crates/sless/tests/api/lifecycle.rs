@@ -172,6 +172,8 @@ async fn openapi_describes_every_endpoint() {
         ("/v1/namespaces/{ns}/functions/{name}", "patch"),
         ("/v1/namespaces/{ns}/functions/{name}", "delete"),
         ("/v1/namespaces/{ns}/functions/{name}/code", "put"),
+        ("/v1/namespaces/{ns}/functions/{name}/stats", "get"),
+        ("/v1/whoami", "get"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),
