@@ -14,6 +14,8 @@ cargo build --release --locked -p sless
 python3 bench/bench.py --sless "$CARGO_TARGET_DIR/release/sless" "$@"
 # Leader takeover after kill -9 (two replicas on the PostgreSQL on 127.0.0.1:5432).
 python3 bench/takeover.py --sless "$CARGO_TARGET_DIR/release/sless"
+# One handler uploaded to 1000 functions, 8 uploads at a time: all must end Ready.
+python3 bench/same_code.py --sless "$CARGO_TARGET_DIR/release/sless" --functions 1000
 # The invocation-record pipeline into the PostgreSQL on 127.0.0.1:5432, and into SQLite.
 cargo run --release --locked -q -p sless-server --example log_pipeline -- postgres://root@127.0.0.1:5432/test 200000
 pipeline_db="$(mktemp -d)"
