@@ -43,6 +43,9 @@ pub struct Served {
     /// When the last deploy failed (the function is then not served here);
     /// the reconciler tries again later.
     pub failed_at: Option<Instant>,
+    /// When it was deployed here (store time): what was deployed before a
+    /// function of the same name was made belongs to the deleted one.
+    pub deployed_at: chrono::DateTime<chrono::Utc>,
 }
 
 /// This replica's place among the others.
@@ -124,18 +127,20 @@ impl Cluster {
     pub async fn deployed(&self, key: &FunctionKey, version: u64, spec: Value, failed: bool) {
         {
             let mut served = self.served.lock().unwrap();
-            let newer = served.get(key).is_some_and(|s| s.version > version);
-            if !newer {
-                let failed_at = failed.then(Instant::now);
-                served.insert(
-                    key.clone(),
-                    Served {
-                        version,
-                        spec,
-                        failed_at,
-                    },
-                );
+            if served.get(key).is_some_and(|s| s.version > version) {
+                return; // a newer version serves here already
             }
+            let failed_at = failed.then(Instant::now);
+            let deployed_at = crate::store::now();
+            served.insert(
+                key.clone(),
+                Served {
+                    version,
+                    spec,
+                    failed_at,
+                    deployed_at,
+                },
+            );
         }
         if let Some(membership) = &self.membership {
             if let Err(e) = membership.serving(key, version).await {

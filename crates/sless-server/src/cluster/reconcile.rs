@@ -218,8 +218,13 @@ impl Reconciler {
             let key = FunctionKey::new(&record.namespace, &record.name);
             present.insert(key.clone());
             let before = self.created.lock().unwrap().insert(key.clone(), record.created_at);
-            if before.is_some_and(|at| at != record.created_at) {
-                // Deleted and made again: stop what the old one ran here.
+            let older = self
+                .cluster
+                .served(&key)
+                .is_some_and(|s| s.deployed_at < record.created_at);
+            if before.is_some_and(|at| at != record.created_at) && older {
+                // Deleted and made again: stop what the old one ran here
+                // (not what was deployed here for the new one already).
                 self.parts.deployer.remove(&key).await;
             }
             let Ok(status) = serde_json::from_value::<FunctionStatus>(record.status.clone()) else {

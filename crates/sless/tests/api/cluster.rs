@@ -457,3 +457,27 @@ async fn a_build_left_building_by_a_dead_leader_finishes_on_the_next() {
     assert!(follower.leads().await);
     assert_eq!(answer(follower, "late").await, Some(3));
 }
+
+#[tokio::test]
+async fn a_function_deleted_and_made_again_serves_its_new_code_on_every_replica() {
+    let cluster = replicas(2, &[]).await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+    create(a, "again").await;
+    let hash = upload(a, "again", 1).await;
+    a.wait_built("ns", "again", &hash).await;
+    assert_eq!(answer(b, "again").await, Some(1));
+    // Deleted and made again at once: its first version is version 1 too.
+    let (status, body) = a.call(Method::DELETE, "/v1/namespaces/ns/functions/again", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    create(a, "again").await;
+    let hash = upload(a, "again", 2).await;
+    let function = a.wait_built("ns", "again", &hash).await;
+    assert_eq!(function["status"]["version"], 1, "{function}");
+    for (i, server) in cluster.servers.iter().enumerate() {
+        assert_eq!(
+            answer(server, "again").await,
+            Some(2),
+            "replica {i} serves the new code once Ready"
+        );
+    }
+}
