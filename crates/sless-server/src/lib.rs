@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod auth;
 pub mod blobs;
+pub mod bounds;
 pub mod config;
 pub mod deploy;
 pub mod error;

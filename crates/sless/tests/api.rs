@@ -14,6 +14,7 @@ mod api {
     mod jobs;
     mod lifecycle;
     mod observability;
+    mod poisoning;
     mod sandbox;
     mod scaling;
     mod triggers;

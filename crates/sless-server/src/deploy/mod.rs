@@ -270,8 +270,16 @@ impl Deployer {
     pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
         for record in self.store.list_all(Kind::Function).await? {
             let key = FunctionKey::new(&record.namespace, &record.name);
-            let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
-            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+            let decoded = serde_json::from_value::<FunctionSpec>(record.spec)
+                .and_then(|spec| Ok((spec, serde_json::from_value::<FunctionStatus>(record.status)?)));
+            let (spec, status) = match decoded {
+                Ok(decoded) => decoded,
+                Err(e) => {
+                    // One bad record does not keep the others from serving.
+                    tracing::warn!(function = %key, error = %e, "not serving a stored function that cannot be read; delete it and create it again");
+                    continue;
+                }
+            };
             if let (Some(artifact), Some(built_hash)) = (&status.artifact, &status.built_hash) {
                 let artifact = Fingerprint::from_stored(artifact.clone());
                 if self.driver.has_artifact(&artifact).await.map_err(Error::internal)? {

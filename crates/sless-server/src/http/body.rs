@@ -40,7 +40,16 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
             ));
         }
         match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(map)) => Ok(JsonObject(map)),
+            Ok(Value::Object(map)) => {
+                // What is stored must read back: bounded depth (the body's
+                // size is bounded by the JSON body limit).
+                let body = Value::Object(map);
+                crate::bounds::check_depth("request body", &body).map_err(Error::BadRequest)?;
+                let Value::Object(map) = body else {
+                    unreachable!("just made an object")
+                };
+                Ok(JsonObject(map))
+            }
             Ok(_) => Err(Error::BadRequest("request body must be a JSON object".into())),
             Err(e) => Err(Error::BadRequest(format!("request body is not valid JSON: {e}"))),
         }

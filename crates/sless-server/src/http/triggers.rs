@@ -173,7 +173,8 @@ pub async fn patch(
             )));
         }
     }
-    let old = crate::triggers::spec_of(&record);
+    let old = crate::triggers::spec_of(&record)
+        .ok_or_else(|| crate::store::unreadable(Kind::Trigger, &ns, &name, "its spec does not read back"))?;
     let mut merged = record.spec.clone();
     merge_patch(&mut merged, Value::Object(body));
     if merged.get("type") != record.spec.get("type") {
@@ -210,9 +211,21 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    let record = load(&state, Kind::Trigger, &ns, &name).await?;
-    let spec = crate::triggers::spec_of(&record);
-    state.store.delete(Kind::Trigger, &ns, &name).await?;
-    state.triggers.changed(&ns, &name, None, &[spec.function]).await?;
+    validate_name("namespace", &ns)?;
+    validate_name("trigger", &name)?;
+    // A trigger that does not read back can be deleted too: it named no
+    // function this server ran it for.
+    let function = match state.store.get(Kind::Trigger, &ns, &name).await {
+        Ok(record) => record.as_ref().and_then(crate::triggers::spec_of).map(|s| s.function),
+        Err(e) => {
+            tracing::warn!(namespace = %ns, trigger = %name, error = %e, "deleting a trigger that cannot be read");
+            None
+        }
+    };
+    if !state.store.delete(Kind::Trigger, &ns, &name).await? {
+        return Err(not_found(Kind::Trigger, &ns, &name));
+    }
+    let functions: Vec<String> = function.into_iter().collect();
+    state.triggers.changed(&ns, &name, None, &functions).await?;
     Ok(StatusCode::NO_CONTENT)
 }

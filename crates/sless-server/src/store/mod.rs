@@ -65,10 +65,13 @@ pub struct TokenRecord {
 pub trait Store: Send + Sync + 'static {
     /// Inserts a new resource; `Error::Conflict` when the name is taken.
     async fn create(&self, kind: Kind, record: &Record) -> Result<()>;
+    /// One resource; [`unreadable`] when it does not read back.
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Record>>;
-    /// Resources of one namespace, ordered by name.
+    /// Resources of one namespace, ordered by name; records that do not
+    /// read back are left out (and logged), so one cannot stop a list.
     async fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Record>>;
-    /// Resources of every namespace, ordered by namespace and name.
+    /// Resources of every namespace, ordered by namespace and name; records
+    /// that do not read back are left out (and logged).
     async fn list_all(&self, kind: Kind) -> Result<Vec<Record>>;
     /// Replaces spec and status; `Error::NotFound` when it is gone.
     async fn update(&self, kind: Kind, record: &Record) -> Result<()>;
@@ -76,7 +79,7 @@ pub trait Store: Send + Sync + 'static {
     async fn update_status(&self, kind: Kind, namespace: &str, name: &str, status: &Value) -> Result<()>;
     /// Replaces only the spec.
     async fn update_spec(&self, kind: Kind, namespace: &str, name: &str, spec: &Value) -> Result<()>;
-    /// Returns whether a resource was deleted.
+    /// Returns whether a resource was deleted (whether or not it reads back).
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
 
     /// Sets the status only if it still equals `expected` (compare-and-set):
@@ -103,6 +106,15 @@ pub trait Store: Send + Sync + 'static {
     async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
     async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
     async fn delete_token(&self, id: &str) -> Result<bool>;
+}
+
+/// The error for a stored resource that does not read back (written by an
+/// older version, or damaged): it names the resource and the way out.
+pub fn unreadable(kind: Kind, namespace: &str, name: &str, why: impl std::fmt::Display) -> crate::Error {
+    crate::Error::Internal(format!(
+        "the stored {} {name:?} in namespace {namespace:?} cannot be read ({why}); delete it and create it again",
+        kind.as_str()
+    ))
 }
 
 /// Now, at the precision the store keeps (microseconds), so a record reads

@@ -61,15 +61,45 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            fn record(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<Record> {
-                Ok(Record {
-                    namespace: row.try_get("namespace")?,
-                    name: row.try_get("name")?,
-                    spec: parse_json(row.try_get::<&str, _>("spec")?)?,
-                    status: parse_json(row.try_get::<&str, _>("status")?)?,
-                    created_at: parse_time(row.try_get::<&str, _>("created_at")?)?,
-                    updated_at: parse_time(row.try_get::<&str, _>("updated_at")?)?,
-                })
+            /// A stored resource; one that does not read back is an error
+            /// that names it and says how to get rid of it.
+            fn record(kind: Kind, row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<Record> {
+                let namespace: String = row.try_get("namespace")?;
+                let name: String = row.try_get("name")?;
+                let decoded = (|| {
+                    Ok::<_, Error>((
+                        parse_json(row.try_get::<&str, _>("spec")?)?,
+                        parse_json(row.try_get::<&str, _>("status")?)?,
+                        parse_time(row.try_get::<&str, _>("created_at")?)?,
+                        parse_time(row.try_get::<&str, _>("updated_at")?)?,
+                    ))
+                })();
+                match decoded {
+                    Ok((spec, status, created_at, updated_at)) => Ok(Record {
+                        namespace,
+                        name,
+                        spec,
+                        status,
+                        created_at,
+                        updated_at,
+                    }),
+                    Err(e) => Err($crate::store::unreadable(kind, &namespace, &name, e)),
+                }
+            }
+
+            /// The records of `rows` that read back; the others are
+            /// reported in the log and left out, so one bad record cannot
+            /// stop a list or the server's start.
+            fn readable(kind: Kind, rows: &[<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row]) -> Vec<Record> {
+                rows.iter()
+                    .filter_map(|row| match Self::record(kind, row) {
+                        Ok(record) => Some(record),
+                        Err(e) => {
+                            tracing::warn!(kind = kind.as_str(), error = %e, "left out a stored record that cannot be read");
+                            None
+                        }
+                    })
+                    .collect()
             }
 
             /// Sets one JSON column (`spec` or `status`) and `updated_at`.
@@ -194,7 +224,7 @@ macro_rules! sql_store {
                     .bind(name)
                     .fetch_optional(&self.pool)
                     .await?;
-                row.as_ref().map(Self::record).transpose()
+                row.as_ref().map(|row| Self::record(kind, row)).transpose()
             }
 
             async fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Record>> {
@@ -206,7 +236,7 @@ macro_rules! sql_store {
                     .bind(namespace)
                     .fetch_all(&self.pool)
                     .await?;
-                rows.iter().map(Self::record).collect()
+                Ok(Self::readable(kind, &rows))
             }
 
             async fn list_all(&self, kind: Kind) -> Result<Vec<Record>> {
@@ -214,7 +244,7 @@ macro_rules! sql_store {
                     "SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY namespace, name"
                 );
                 let rows = sqlx::query(&sql).bind(kind.as_str()).fetch_all(&self.pool).await?;
-                rows.iter().map(Self::record).collect()
+                Ok(Self::readable(kind, &rows))
             }
 
             async fn update(&self, kind: Kind, r: &Record) -> Result<()> {

@@ -39,7 +39,8 @@ impl Triggers {
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
         for record in &all {
-            functions.insert(FunctionKey::new(&record.namespace, spec_of(record).function));
+            let Some(spec) = spec_of(record) else { continue };
+            functions.insert(FunctionKey::new(&record.namespace, spec.function));
             triggers.sync_consumer(record);
         }
         for key in functions {
@@ -85,7 +86,7 @@ impl Triggers {
     /// Runs an enabled amqp trigger's consumer; stops it otherwise.
     fn sync_consumer(&self, record: &Record) {
         let key = (record.namespace.clone(), record.name.clone());
-        let spec = spec_of(record);
+        let Some(spec) = spec_of(record) else { return };
         let mut consumers = self.consumers.lock().unwrap();
         if let Some(old) = consumers.remove(&key) {
             old.stop();
@@ -110,7 +111,7 @@ impl Triggers {
             .list(Kind::Trigger, &key.namespace)
             .await?
             .iter()
-            .map(spec_of)
+            .filter_map(spec_of)
             .filter(|s| s.function == key.name)
             .collect();
         let any_enabled = specs.iter().any(|s| s.enabled);
@@ -140,8 +141,15 @@ impl Triggers {
     }
 }
 
-pub fn spec_of(record: &Record) -> TriggerSpec {
-    serde_json::from_value(record.spec.clone()).expect("stored trigger specs are valid")
+/// A stored trigger's spec; None (and a warning) when it does not read
+/// back, so one bad record stops neither the start nor the cron loop.
+pub fn spec_of(record: &Record) -> Option<TriggerSpec> {
+    serde_json::from_value(record.spec.clone())
+        .inspect_err(|e| {
+            tracing::warn!(namespace = %record.namespace, trigger = %record.name, error = %e,
+                "left out a stored trigger that cannot be read; delete it and create it again")
+        })
+        .ok()
 }
 
 /// Every `tick`: fire the cron triggers that are due. A tick is claimed by a
@@ -163,7 +171,7 @@ async fn cron_loop(triggers: std::sync::Weak<Triggers>, tick: Duration) {
 async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
     let now = crate::store::now();
     for record in triggers.store.list_all(Kind::Trigger).await? {
-        let spec = spec_of(&record);
+        let Some(spec) = spec_of(&record) else { continue };
         if spec.kind != TriggerType::Cron || !spec.enabled {
             continue;
         }
@@ -227,6 +235,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
 
 /// Sets or clears `last_error` without losing a concurrent claim.
 pub async fn record_outcome(store: &dyn Store, namespace: &str, name: &str, error: Option<String>) {
+    let error = error.map(|e| crate::bounds::clip(e, crate::bounds::MAX_ERROR_BYTES));
     for _ in 0..5 {
         let Ok(Some(record)) = store.get(Kind::Trigger, namespace, name).await else {
             return;
