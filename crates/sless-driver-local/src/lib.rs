@@ -55,6 +55,7 @@ pub struct LocalDriver {
 
 impl LocalDriver {
     pub fn start(data_dir: &Path, settings: LocalSettings) -> anyhow::Result<LocalDriver> {
+        frame::set_max_frame(settings.pool.max_response_bytes);
         let launcher = Arc::new(Launcher::new(data_dir, settings.python.clone(), settings.node.clone())?);
         let builder = Builder::new(
             data_dir.join("artifacts"),

@@ -96,6 +96,30 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_INVOKE_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_invoke_bytes: usize,
 
+    /// Largest response a handler may give (body); the shim refuses a
+    /// larger one with a 500, and the server closes an instance that sends more.
+    #[arg(long, env = "SLESS_MAX_RESPONSE_BYTES", default_value_t = 6 * 1024 * 1024)]
+    pub max_response_bytes: usize,
+
+    /// Connections open at once at most; beyond it a connection gets a 503
+    /// and is closed (also capped at half the open-files limit).
+    #[arg(long, env = "SLESS_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// Seconds a client has to send a request's head (and a kept-alive
+    /// connection may sit idle between requests).
+    #[arg(long, env = "SLESS_HEADER_TIMEOUT_SEC", default_value_t = 10)]
+    pub header_timeout_sec: u64,
+
+    /// Seconds a client has to send a request's whole body.
+    #[arg(long, env = "SLESS_BODY_TIMEOUT_SEC", default_value_t = 60)]
+    pub body_timeout_sec: u64,
+
+    /// Seconds a response write may make no progress (a client that does
+    /// not read) before the connection is closed.
+    #[arg(long, env = "SLESS_WRITE_TIMEOUT_SEC", default_value_t = 30)]
+    pub write_timeout_sec: u64,
+
     /// Seconds an instance may sit idle before it is stopped (scale to zero).
     #[arg(long, env = "SLESS_IDLE_TIMEOUT_SEC", default_value_t = 300)]
     pub idle_timeout_sec: u64,

@@ -12,6 +12,7 @@ pub mod http;
 pub mod invocations;
 pub mod invoker;
 pub mod jobs;
+pub mod listener;
 pub mod metrics;
 pub mod record;
 pub mod server;

@@ -36,6 +36,8 @@ pub struct Metrics {
     functions: Mutex<BTreeMap<String, BTreeMap<String, FunctionSeries>>>,
     pub builds_succeeded: AtomicU64,
     pub builds_failed: AtomicU64,
+    /// Connections open, and refused over the limit.
+    pub connections: std::sync::Arc<crate::listener::ConnectionStats>,
 }
 
 impl Metrics {
@@ -135,6 +137,17 @@ impl Metrics {
             out,
             "sless_builds_total{{result=\"failed\"}} {}",
             self.builds_failed.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sless_connections Open client connections.\n# TYPE sless_connections gauge\nsless_connections {}",
+            self.connections.open.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sless_connections_refused_total Connections answered 503 over the connection limit.\n\
+             # TYPE sless_connections_refused_total counter\nsless_connections_refused_total {}",
+            self.connections.refused.load(Ordering::Relaxed)
         );
     }
 }

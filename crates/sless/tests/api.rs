@@ -17,5 +17,6 @@ mod api {
     mod poisoning;
     mod sandbox;
     mod scaling;
+    mod starving;
     mod triggers;
 }

@@ -13,7 +13,6 @@ use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
-use crate::triggers::schedule::Schedule;
 
 /// Checks a spec against its type's rules and fills defaults.
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {
@@ -61,7 +60,9 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                 .as_deref()
                 .ok_or_else(|| Error::BadRequest("schedule is required for a cron trigger".into()))?;
             let timezone = spec.timezone.get_or_insert_with(|| "UTC".into());
-            Schedule::parse(schedule, timezone).map_err(Error::BadRequest)?;
+            crate::triggers::schedule::checked(schedule, timezone)
+                .await
+                .map_err(Error::BadRequest)?;
         }
         TriggerType::Amqp => {
             let url = spec

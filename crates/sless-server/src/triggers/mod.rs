@@ -25,6 +25,16 @@ pub struct Triggers {
     /// Functions whose http triggers are all disabled.
     http_blocked: RwLock<HashSet<FunctionKey>>,
     consumers: Mutex<HashMap<(String, String), amqp::Consumer>>,
+    /// Each cron trigger's next tick, computed once per fire (or spec
+    /// change) on a blocking thread, not on every pass of the loop.
+    due: Mutex<HashMap<(String, String), Due>>,
+}
+
+/// A cron trigger's next tick after `base`, for the spec it was computed from.
+struct Due {
+    spec: Value,
+    base: chrono::DateTime<chrono::Utc>,
+    at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Triggers {
@@ -35,6 +45,7 @@ impl Triggers {
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
             consumers: Mutex::new(HashMap::new()),
+            due: Mutex::new(HashMap::new()),
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
@@ -170,27 +181,43 @@ async fn cron_loop(triggers: std::sync::Weak<Triggers>, tick: Duration) {
 
 async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
     let now = crate::store::now();
+    let mut seen = HashSet::new();
     for record in triggers.store.list_all(Kind::Trigger).await? {
         let Some(spec) = spec_of(&record) else { continue };
         if spec.kind != TriggerType::Cron || !spec.enabled {
             continue;
         }
-        let schedule = match Schedule::parse(
-            spec.schedule.as_deref().unwrap_or_default(),
-            spec.timezone.as_deref().unwrap_or("UTC"),
-        ) {
-            Ok(s) => s,
-            Err(_) => continue, // refused at the API; nothing to fire
-        };
         let status: TriggerStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
         let base = status.last_fired_at.unwrap_or(record.created_at);
-        let Some(due) = schedule.next_after(base) else { continue };
+        let key = (record.namespace.clone(), record.name.clone());
+        seen.insert(key.clone());
+        let cached = triggers
+            .due
+            .lock()
+            .unwrap()
+            .get(&key)
+            .filter(|d| d.base == base && d.spec == record.spec)
+            .map(|d| d.at);
+        let due = match cached {
+            Some(at) => at,
+            None => {
+                let at = next_tick(&spec, base).await;
+                let due = Due {
+                    spec: record.spec.clone(),
+                    base,
+                    at,
+                };
+                triggers.due.lock().unwrap().insert(key, due);
+                at
+            }
+        };
+        let Some(due) = due else { continue };
         if due > now {
             continue;
         }
         let mut claimed = status.clone();
         claimed.last_fired_at = Some(now);
-        claimed.next_fire_at = schedule.next_after(now);
+        claimed.next_fire_at = next_tick(&spec, now).await;
         claimed.fired += 1;
         let claimed_value = serde_json::to_value(&claimed).map_err(crate::Error::internal)?;
         if !triggers
@@ -230,7 +257,23 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
             record_outcome(&*triggers.store, &record.namespace, &record.name, error).await;
         });
     }
+    triggers.due.lock().unwrap().retain(|key, _| seen.contains(key));
     Ok(())
+}
+
+/// A cron trigger's first tick after `after`, searched on a blocking thread
+/// (a rare schedule's search takes milliseconds); None for a schedule that
+/// does not parse (the API refuses those) or never fires.
+async fn next_tick(spec: &TriggerSpec, after: chrono::DateTime<chrono::Utc>) -> Option<chrono::DateTime<chrono::Utc>> {
+    let schedule = Schedule::parse(
+        spec.schedule.as_deref().unwrap_or_default(),
+        spec.timezone.as_deref().unwrap_or("UTC"),
+    )
+    .ok()?;
+    tokio::task::spawn_blocking(move || schedule.next_after(after))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Sets or clears `last_error` without losing a concurrent claim.
