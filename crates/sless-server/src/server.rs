@@ -35,6 +35,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let archive_rules = ArchiveRules {
         max_unpacked_bytes: config.max_unpacked_bytes,
         max_entries: config.max_archive_entries,
+        // Off, the gate reads nothing: archives are checked in a fixed buffer.
+        keep_contents: config.code_check != sless_codecheck::Mode::Off,
         ..ArchiveRules::default()
     };
     let driver: Arc<dyn sless_driver::Driver> = Arc::new(sless_driver_local::LocalDriver::start(

@@ -214,3 +214,49 @@ async fn connections_over_the_cap_get_a_503_and_the_server_raises_its_files_limi
         .collect();
     assert_eq!(files[3], files[4], "soft limit raised to the hard one: {limits}");
 }
+
+/// The server's peak resident memory in KiB (VmHWM).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn an_upload_is_checked_in_bounded_memory_whatever_it_unpacks_to() {
+    use std::io::Write;
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "big", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // 160 MiB unpacked from a few MiB: a 16 KiB random block repeated,
+    // which deflate shrinks about 30 times (under the bomb ratio).
+    let block: Vec<u8> = (0..16 * 1024).map(|_| rand::random::<u8>()).collect();
+    let entry: Vec<u8> = block.iter().copied().cycle().take(1 << 20).collect();
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    writer.start_file("handler.py", options).unwrap();
+    writer
+        .write_all(b"def handle(event, context):\n    return 1\n")
+        .unwrap();
+    for i in 0..160 {
+        writer.start_file(format!("data/{i}.bin"), options).unwrap();
+        writer.write_all(&entry).unwrap();
+    }
+    let zip = writer.finish().unwrap().into_inner();
+    assert!(zip.len() < 16 << 20, "{} bytes", zip.len());
+    let before = peak_rss_kib(server.pid());
+    let (status, body) = server.upload("ns", "big", zip).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["status"]["message"].as_str().unwrap().contains("167772"), "{body}");
+    let grown = peak_rss_kib(server.pid()).saturating_sub(before);
+    assert!(
+        grown < 96 * 1024,
+        "checking the upload grew the server's peak memory by {grown} KiB"
+    );
+}
