@@ -156,9 +156,13 @@ pub struct Config {
     #[arg(long, env = "SLESS_INVOCATION_RETENTION_DAYS", default_value_t = 7)]
     pub invocation_retention_days: u64,
 
-    /// Most invocation records kept in all.
-    #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 1_000_000)]
+    /// Most invocation records kept per namespace.
+    #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 100_000)]
     pub invocation_keep: i64,
+
+    /// Most bytes of stored (compressed) invocation records kept per namespace.
+    #[arg(long, env = "SLESS_INVOCATION_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub invocation_max_bytes: i64,
 
     /// How often (milliseconds) the scheduler looks for due cron ticks.
     #[arg(long, env = "SLESS_CRON_TICK_MS", default_value_t = 500)]

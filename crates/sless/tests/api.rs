@@ -18,5 +18,6 @@ mod api {
     mod sandbox;
     mod scaling;
     mod starving;
+    mod tenants;
     mod triggers;
 }

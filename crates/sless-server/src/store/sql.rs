@@ -363,7 +363,7 @@ macro_rules! sql_store {
                 Ok(newest.into_items())
             }
 
-            async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64> {
+            async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64, max_bytes: i64) -> Result<u64> {
                 use $crate::store::chunks::{decode, without};
                 // Ids start with the start time in hex microseconds.
                 let cutoff_id = format!("{:016x}", cutoff.timestamp_micros().max(0));
@@ -384,39 +384,61 @@ macro_rules! sql_store {
                 .fetch_all(&mut *tx)
                 .await?;
                 for row in &straddling {
-                    let trimmed = without(row.try_get("data")?, |id| id < cutoff_id.as_str())?;
+                    // A chunk that does not decode goes whole: it cannot be trimmed.
+                    let trimmed = without(row.try_get("data")?, |id| id < cutoff_id.as_str()).unwrap_or(None);
                     removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
                     Self::rewrite_chunk(&mut tx, row, trimmed).await?;
                 }
-                // Over the count: the chunks past the newest `keep` records,
-                // and the older part of the one that crosses it.
-                let boundary = sqlx::query(
+                // Over the count, per namespace (one tenant's calls never
+                // prune another's records): the chunks past the newest
+                // `keep` records, and the older part of the one that crosses it.
+                let boundaries = sqlx::query(
                     "SELECT namespace, function, last_id, records, data, seen - records AS newer FROM \
                      (SELECT namespace, function, last_id, data, records, \
-                      CAST(SUM(records) OVER (ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
+                      CAST(SUM(records) OVER (PARTITION BY namespace ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
                       FROM invocation_chunks) counted \
-                     WHERE seen > $1 ORDER BY last_id DESC LIMIT 1",
+                     WHERE seen > $1 AND seen - records <= $1",
                 )
                 .bind(keep)
-                .fetch_optional(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?;
-                if let Some(row) = boundary {
-                    let gone: Vec<i64> =
-                        sqlx::query_scalar("DELETE FROM invocation_chunks WHERE last_id < $1 RETURNING records")
-                            .bind(row.try_get::<&str, _>("last_id")?)
-                            .fetch_all(&mut *tx)
-                            .await?;
+                for row in &boundaries {
+                    let gone: Vec<i64> = sqlx::query_scalar(
+                        "DELETE FROM invocation_chunks WHERE namespace = $1 AND last_id < $2 RETURNING records",
+                    )
+                    .bind(row.try_get::<&str, _>("namespace")?)
+                    .bind(row.try_get::<&str, _>("last_id")?)
+                    .fetch_all(&mut *tx)
+                    .await?;
                     removed += gone.iter().sum::<i64>();
                     let (namespace, function, data) =
                         (row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?);
                     // A chunk's records are in id order: keep its last `room`.
                     let room = (keep - row.try_get::<i64, _>("newer")?).max(0) as usize;
-                    let records = decode(namespace, function, data)?;
-                    let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
-                    let trimmed = without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?;
-                    removed += records.len() as i64 - trimmed.as_ref().map_or(0, |t| t.1);
-                    Self::rewrite_chunk(&mut tx, &row, trimmed).await?;
+                    let trimmed = match decode(namespace, function, data) {
+                        Ok(records) => {
+                            let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
+                            without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?
+                        }
+                        Err(_) => None,
+                    };
+                    removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
+                    Self::rewrite_chunk(&mut tx, row, trimmed).await?;
                 }
+                // Over the size, per namespace: whole chunks past the newest
+                // `max_bytes` of stored data.
+                let gone: Vec<i64> = sqlx::query_scalar(
+                    "DELETE FROM invocation_chunks WHERE (namespace, function, last_id) IN \
+                     (SELECT namespace, function, last_id FROM \
+                      (SELECT namespace, function, last_id, \
+                       CAST(SUM(LENGTH(data)) OVER (PARTITION BY namespace ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS bytes \
+                       FROM invocation_chunks) sized WHERE bytes > $1) \
+                     RETURNING records",
+                )
+                .bind(max_bytes)
+                .fetch_all(&mut *tx)
+                .await?;
+                removed += gone.iter().sum::<i64>();
                 tx.commit().await?;
                 Ok(removed as u64)
             }
