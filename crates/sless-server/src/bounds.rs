@@ -64,6 +64,16 @@ pub fn clip(mut text: String, max: usize) -> String {
     text
 }
 
+/// Text a tenant controls as one line of the server's log: `\r` and `\n`
+/// escaped, so it can neither overwrite a line on a terminal nor forge one.
+pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains(['\r', '\n']) {
+        std::borrow::Cow::Owned(text.replace('\r', "\\r").replace('\n', "\\n"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -120,6 +120,15 @@ pub struct Config {
     #[arg(long, env = "SLESS_WRITE_TIMEOUT_SEC", default_value_t = 30)]
     pub write_timeout_sec: u64,
 
+    /// RabbitMQ brokers amqp triggers may connect to, comma-separated
+    /// `host` or `host:port`; empty (the default): none.
+    #[arg(long, env = "SLESS_AMQP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub amqp_allowed_hosts: Vec<String>,
+
+    /// Bearer token that may read `/metrics` besides the admin token.
+    #[arg(long, env = "SLESS_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
     /// Seconds an instance may sit idle before it is stopped (scale to zero).
     #[arg(long, env = "SLESS_IDLE_TIMEOUT_SEC", default_value_t = 300)]
     pub idle_timeout_sec: u64,
@@ -260,6 +269,12 @@ impl Config {
         ] {
             if !std::path::Path::new(path).exists() {
                 anyhow::bail!("{name} {path:?}: no such file; install it or point {name} at the binary");
+            }
+        }
+        crate::triggers::brokers::BrokerAllowList::parse(&self.amqp_allowed_hosts).map_err(anyhow::Error::msg)?;
+        if let Some(token) = &self.metrics_token {
+            if token.len() < 16 {
+                anyhow::bail!("SLESS_METRICS_TOKEN is too short: use at least 16 characters");
             }
         }
         if let Some(token) = &self.admin_token {

@@ -78,6 +78,17 @@ impl Metrics {
         }
     }
 
+    /// Drops a deleted function's series.
+    pub fn forget(&self, namespace: &str, function: &str) {
+        let mut functions = self.functions.lock().unwrap();
+        if let Some(in_namespace) = functions.get_mut(namespace) {
+            in_namespace.remove(function);
+            if in_namespace.is_empty() {
+                functions.remove(namespace);
+            }
+        }
+    }
+
     /// Appends this registry's series to `out`.
     pub fn render(&self, out: &mut String) {
         let functions = self.functions.lock().unwrap();
@@ -197,6 +208,12 @@ mod tests {
             has(r#"sless_invocation_duration_seconds_count{namespace="a",function="g"} 1"#),
             "{out}"
         );
+        // A deleted function's series go.
+        metrics.forget("a", "g");
+        let mut after = String::new();
+        metrics.render(&mut after);
+        assert!(!after.contains("function=\"g\""), "{after}");
+        assert!(after.contains("function=\"f\""), "{after}");
         // Cold starts only for functions that had one.
         let cold: Vec<&str> = series
             .iter()

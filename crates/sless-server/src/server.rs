@@ -85,6 +85,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store.clone(),
         invoker.clone(),
         Duration::from_millis(config.cron_tick_ms),
+        crate::triggers::brokers::BrokerAllowList::parse(&config.amqp_allowed_hosts).map_err(anyhow::Error::msg)?,
     )
     .await?;
     let jobs = crate::jobs::Jobs::start(store.clone(), invoker.clone()).await?;

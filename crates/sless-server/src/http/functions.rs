@@ -135,6 +135,7 @@ pub async fn delete(
         return Err(not_found(Kind::Function, &ns, &name));
     }
     state.deployer.remove(&FunctionKey::new(&ns, &name)).await;
+    state.metrics.forget(&ns, &name);
     remove_archives(&state, &ns, &name).await;
     tracing::info!(namespace = %ns, function = %name, "function deleted");
     Ok(StatusCode::NO_CONTENT)

@@ -74,6 +74,11 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                     "broker_url {url:?} must start with amqp:// or amqps://"
                 )));
             }
+            state
+                .triggers
+                .brokers
+                .check(url)
+                .map_err(|e| Error::BadRequest(format!("broker_url: {e}")))?;
             match spec.queue.as_deref() {
                 Some(q) if !q.trim().is_empty() && q.len() <= 255 => {}
                 _ => {

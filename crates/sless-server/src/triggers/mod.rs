@@ -3,6 +3,7 @@
 //! off when all its triggers are disabled.
 
 mod amqp;
+pub mod brokers;
 pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
@@ -25,6 +26,8 @@ pub struct Triggers {
     /// Functions whose http triggers are all disabled.
     http_blocked: RwLock<HashSet<FunctionKey>>,
     consumers: Mutex<HashMap<(String, String), amqp::Consumer>>,
+    /// The brokers amqp triggers may connect to.
+    pub brokers: brokers::BrokerAllowList,
     /// Each cron trigger's next tick, computed once per fire (or spec
     /// change) on a blocking thread, not on every pass of the loop.
     due: Mutex<HashMap<(String, String), Due>>,
@@ -39,8 +42,14 @@ struct Due {
 
 impl Triggers {
     /// Starts the cron loop and everything already configured.
-    pub async fn start(store: Arc<dyn Store>, invoker: Arc<Invoker>, tick: Duration) -> anyhow::Result<Arc<Triggers>> {
+    pub async fn start(
+        store: Arc<dyn Store>,
+        invoker: Arc<Invoker>,
+        tick: Duration,
+        brokers: brokers::BrokerAllowList,
+    ) -> anyhow::Result<Arc<Triggers>> {
         let triggers = Arc::new(Triggers {
+            brokers,
             store,
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
@@ -109,6 +118,7 @@ impl Triggers {
                 spec,
                 self.invoker.clone(),
                 self.store.clone(),
+                self.brokers.clone(),
             );
             consumers.insert(key, consumer);
         }
@@ -252,6 +262,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
                 Err(e) => Some(e.to_string()),
             };
             if let Some(error) = &error {
+                let error = crate::bounds::one_line(error);
                 tracing::warn!(trigger = %record.name, function = %key, %error, "cron invocation failed");
             }
             record_outcome(&*triggers.store, &record.namespace, &record.name, error).await;

@@ -73,7 +73,14 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
         OutputFormat::Json => print_json(&as_json(&response))?,
         OutputFormat::Table => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&response.body)?;
+            if out.is_terminal() {
+                // What a handler answers is shown, not obeyed, on a terminal;
+                // a pipe or a file gets the bytes as they are.
+                let text = String::from_utf8_lossy(&response.body);
+                out.write_all(super::output::printable(&text).as_bytes())?;
+            } else {
+                out.write_all(&response.body)?;
+            }
             if out.is_terminal() && !response.body.is_empty() && !response.body.ends_with(b"\n") {
                 writeln!(out)?;
             }

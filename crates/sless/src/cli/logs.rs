@@ -6,7 +6,7 @@ use std::io::Write;
 use clap::Args;
 
 use super::context::ConnArgs;
-use super::output::{first_line, or_dash, print_json, time, OutputFormat, Table};
+use super::output::{first_line, or_dash, print_json, printable, time, OutputFormat, Table};
 
 #[derive(Args)]
 pub struct LogsArgs {
@@ -40,6 +40,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
     let cx = args.conn.context()?;
     if !args.follow {
         let text = cx.client.logs(&cx.namespace, &args.name, args.tail).await?;
+        let text = printable(&text);
         print!("{text}");
         if !text.is_empty() && !text.ends_with('\n') {
             println!();
@@ -50,7 +51,7 @@ pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
     let mut out = std::io::stdout();
     while let Some(line) = stream.next_line().await? {
         // Flush each line: a pipe reader wants it now, not at 8 KiB.
-        writeln!(out, "{line}")?;
+        writeln!(out, "{}", printable(&line))?;
         out.flush()?;
     }
     Ok(())

@@ -67,7 +67,7 @@ pub fn main(command: Command, top: fn() -> clap::Command) -> i32 {
     match runtime.block_on(run(command)) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::printable(&format!("{e:#}")));
             1
         }
     }
