@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use sless_api::Runtime;
 use sless_driver::{
     BuildError, BuildJob, Built, Deployment, Driver, DriverError, Fingerprint, FunctionKey, FunctionLoad, Invocation,
-    InvocationResult, InvokeError, RunId,
+    InvocationResult, InvokeError, RunId, VersionRef,
 };
 
 pub use launcher::shim_version;
@@ -45,7 +45,8 @@ pub struct LocalDriver {
     launcher: Arc<Launcher>,
     builder: Builder,
     warm: HashMap<Runtime, Arc<WarmPool>>,
-    pools: RwLock<HashMap<FunctionKey, Arc<FunctionPool>>>,
+    /// One pool per deployed version.
+    pools: RwLock<HashMap<VersionRef, Arc<FunctionPool>>>,
     /// Functions turned off before (or after) they were deployed.
     disabled: RwLock<HashSet<FunctionKey>>,
     /// The instances of running job runs, for `cancel_run`.
@@ -83,18 +84,19 @@ impl LocalDriver {
         })
     }
 
-    fn pool(&self, key: &FunctionKey) -> Option<Arc<FunctionPool>> {
-        self.pools.read().unwrap().get(key).cloned()
+    fn pool(&self, target: &VersionRef) -> Result<Arc<FunctionPool>, InvokeError> {
+        let pool = self.pools.read().unwrap().get(target).cloned();
+        pool.ok_or_else(|| InvokeError::NotDeployed(target.clone()))
     }
 
-    /// The function's pool, made on its first deploy.
+    /// The version's pool, made on its first deploy.
     fn pool_for(&self, deployment: &Deployment) -> Arc<FunctionPool> {
         let mut pools = self.pools.write().unwrap();
         pools
-            .entry(deployment.key.clone())
+            .entry(deployment.version_ref())
             .or_insert_with(|| {
                 let pool = FunctionPool::new(
-                    deployment.key.clone(),
+                    deployment.version_ref(),
                     self.launcher.clone(),
                     self.warm[&deployment.spec.runtime].clone(),
                     self.settings.pool.clone(),
@@ -123,6 +125,16 @@ impl Driver for LocalDriver {
         Ok(self.builder.artifact_dir(artifact).is_dir())
     }
 
+    async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
+        // Running instances hold hard links of their own to the files.
+        let dir = self.builder.artifact_dir(artifact);
+        match tokio::fs::remove_dir_all(&dir).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(DriverError::Internal(format!("removing artifact {artifact}: {e}"))),
+        }
+    }
+
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
         let pool = self.pool_for(&deployment);
         let generation = Generation {
@@ -143,6 +155,14 @@ impl Driver for LocalDriver {
         Ok(())
     }
 
+    async fn retire(&self, version: &VersionRef) -> Result<(), DriverError> {
+        let retired = self.pools.write().unwrap().remove(version);
+        if let Some(pool) = retired {
+            pool.retire();
+        }
+        Ok(())
+    }
+
     async fn set_enabled(&self, key: &FunctionKey, enabled: bool) -> Result<(), DriverError> {
         {
             let mut disabled = self.disabled.write().unwrap();
@@ -152,28 +172,36 @@ impl Driver for LocalDriver {
                 disabled.insert(key.clone());
             }
         }
-        if let Some(pool) = self.pool(key) {
+        let pools: Vec<_> = self
+            .pools
+            .read()
+            .unwrap()
+            .iter()
+            .filter(|(target, _)| &target.key == key)
+            .map(|(_, pool)| pool.clone())
+            .collect();
+        for pool in pools {
             pool.set_enabled(enabled);
         }
         Ok(())
     }
 
-    async fn invoke(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError> {
-        let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
+    async fn invoke(&self, target: &VersionRef, invocation: &Invocation) -> Result<InvocationResult, InvokeError> {
+        let pool = self.pool(target)?;
         let (lease, cold_start) = pool.acquire().await?;
-        let frame = invocation_frame(&invocation, lease.instance.generation.spec.timeout_sec);
+        let frame = invocation_frame(invocation, lease.instance.generation.spec.timeout_sec);
         let version = lease.instance.generation.version;
-        let output = pool::run(&lease, frame, key).await?;
+        let output = pool::run(&lease, frame, &target.key).await?;
         Ok(result(output, cold_start, version))
     }
 
     async fn run_once(
         &self,
-        key: &FunctionKey,
+        target: &VersionRef,
         run: &RunId,
-        invocation: Invocation,
+        invocation: &Invocation,
     ) -> Result<InvocationResult, InvokeError> {
-        let pool = self.pool(key).ok_or_else(|| InvokeError::NotReady(key.clone()))?;
+        let pool = self.pool(target)?;
         let (process, generation) = pool.dedicated().await?;
         // Stops the instance however the run ends; `cancel_run` stops it early.
         struct Registered<'a>(&'a LocalDriver, &'a RunId, Arc<ShimProcess>);
@@ -185,8 +213,8 @@ impl Driver for LocalDriver {
         }
         self.runs.lock().unwrap().insert(run.clone(), process.clone());
         let _registered = Registered(self, run, process.clone());
-        let frame = invocation_frame(&invocation, generation.spec.timeout_sec);
-        let output = pool::run_dedicated(&process, &generation, frame, key).await?;
+        let frame = invocation_frame(invocation, generation.spec.timeout_sec);
+        let output = pool::run_dedicated(&process, &generation, frame, &target.key).await?;
         Ok(result(output, true, generation.version))
     }
 
@@ -198,7 +226,7 @@ impl Driver for LocalDriver {
         Ok(())
     }
 
-    async fn stats(&self) -> Vec<(FunctionKey, FunctionLoad)> {
+    async fn stats(&self) -> Vec<(VersionRef, FunctionLoad)> {
         let pools = self.pools.read().unwrap();
         let mut counts: Vec<_> = pools.iter().map(|(k, p)| (k.clone(), p.stats())).collect();
         counts.sort_by(|a, b| a.0.cmp(&b.0));
@@ -206,8 +234,12 @@ impl Driver for LocalDriver {
     }
 
     async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
-        let removed = self.pools.write().unwrap().remove(key);
-        if let Some(pool) = removed {
+        let removed: Vec<_> = {
+            let mut pools = self.pools.write().unwrap();
+            let versions: Vec<_> = pools.keys().filter(|target| &target.key == key).cloned().collect();
+            versions.iter().filter_map(|target| pools.remove(target)).collect()
+        };
+        for pool in removed {
             pool.remove();
         }
         Ok(())

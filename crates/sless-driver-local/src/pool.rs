@@ -1,8 +1,8 @@
-//! The instances of one function: scale from zero on demand, per-instance
-//! concurrency, more instances while requests wait (up to the maximum), a
-//! bounded wait queue (429 beyond it), idle scale-down, pinned replicas, and
-//! rollouts where a new version's instances replace the old ones, which
-//! drain.
+//! The instances of one version of a function: scale from zero on demand,
+//! per-instance concurrency, more instances while requests wait (up to the
+//! maximum), a bounded wait queue (429 beyond it), idle scale-down, pinned
+//! replicas, new settings whose instances replace the old ones (which
+//! drain), and retirement (drain, then stop).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +17,7 @@ use super::launcher::{link_tree, Launcher};
 use super::process::{Output, ShimProcess};
 use super::sandbox::limit_memory_tree;
 use super::warm::WarmPool;
-use sless_driver::{FunctionKey, FunctionLoad, InvokeError};
+use sless_driver::{FunctionKey, FunctionLoad, InvokeError, VersionRef};
 
 /// Scaling settings shared by every function of this server.
 #[derive(Debug, Clone)]
@@ -29,7 +29,8 @@ pub struct PoolSettings {
     pub max_response_bytes: usize,
 }
 
-/// One deployed version with its spec.
+/// One deployed version with its spec (a pool's version keeps its number;
+/// new settings make a new generation of it).
 pub struct Generation {
     pub version: u64,
     pub artifact_dir: PathBuf,
@@ -54,9 +55,10 @@ struct PoolState {
     last_start_error: Option<(Instant, String)>,
 }
 
-/// The instances of one function.
+/// The instances of one version of a function.
 pub struct FunctionPool {
     key: FunctionKey,
+    version: u64,
     launcher: Arc<Launcher>,
     warm: Arc<WarmPool>,
     settings: PoolSettings,
@@ -105,9 +107,10 @@ impl Drop for Queued<'_> {
 }
 
 impl FunctionPool {
-    pub fn new(key: FunctionKey, launcher: Arc<Launcher>, warm: Arc<WarmPool>, settings: PoolSettings) -> Arc<Self> {
+    pub fn new(target: VersionRef, launcher: Arc<Launcher>, warm: Arc<WarmPool>, settings: PoolSettings) -> Arc<Self> {
         let pool = Arc::new(FunctionPool {
-            key,
+            key: target.key,
+            version: target.version,
             launcher,
             warm,
             settings,
@@ -135,9 +138,9 @@ impl FunctionPool {
         load_instance(self, generation).await
     }
 
-    /// Makes `generation` the serving one, with `loaded` (from
-    /// [`FunctionPool::preload`]) as its first instance; the old instances
-    /// drain and stop.
+    /// Makes `generation` (this pool's version, perhaps with new settings)
+    /// the serving one, with `loaded` (from [`FunctionPool::preload`]) as
+    /// its first instance; the old instances drain and stop.
     pub fn set_generation(self: &Arc<Self>, generation: Generation, loaded: Option<Arc<ShimProcess>>) {
         let generation = Arc::new(generation);
         let old = {
@@ -185,6 +188,21 @@ impl FunctionPool {
         self.changed.notify_waiters();
     }
 
+    /// Takes no new calls ([`InvokeError::NotDeployed`]); the instances
+    /// finish what they hold, then stop.
+    pub fn retire(&self) {
+        let old = {
+            let mut st = self.state.lock().unwrap();
+            st.removed = true;
+            std::mem::take(&mut st.instances)
+        };
+        for instance in old {
+            tokio::spawn(drain(instance));
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Stops every instance at once (the function was deleted).
     pub fn remove(&self) {
         let old = {
             let mut st = self.state.lock().unwrap();
@@ -208,13 +226,11 @@ impl FunctionPool {
     /// A fresh instance of the serving version that no other request
     /// shares (a job run), with the generation it loaded.
     pub async fn dedicated(&self) -> Result<(Arc<ShimProcess>, Arc<Generation>), InvokeError> {
-        let generation = self
-            .state
-            .lock()
-            .unwrap()
-            .generation
-            .clone()
-            .ok_or_else(|| InvokeError::NotReady(self.key.clone()))?;
+        let generation = {
+            let st = self.state.lock().unwrap();
+            st.generation.clone().filter(|_| !st.removed)
+        }
+        .ok_or_else(|| self.not_deployed())?;
         let process = load_instance(self, &generation)
             .await
             .map_err(|failure| InvokeError::StartFailed {
@@ -250,7 +266,7 @@ impl FunctionPool {
             {
                 let mut st = self.state.lock().unwrap();
                 let generation = match (&st.generation, st.removed) {
-                    (_, true) | (None, _) => return Err(InvokeError::NotReady(self.key.clone())),
+                    (_, true) | (None, _) => return Err(self.not_deployed()),
                     (Some(g), false) => g.clone(),
                 };
                 if !st.enabled || generation.spec.replicas == Some(0) {
@@ -324,6 +340,10 @@ impl FunctionPool {
             return None;
         }
         least_busy(&st.instances, generation.spec.concurrency.max(1) as usize)
+    }
+
+    fn not_deployed(&self) -> InvokeError {
+        InvokeError::NotDeployed(VersionRef::new(self.key.clone(), self.version))
     }
 
     /// Removes a dead or stopped instance.

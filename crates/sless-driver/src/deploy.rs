@@ -2,9 +2,10 @@
 
 use sless_api::FunctionSpec;
 
-use crate::{Fingerprint, FunctionKey};
+use crate::{Fingerprint, FunctionKey, VersionRef};
 
-/// A version of a function to run.
+/// A version of a function to run. Deploying version 8 does not stop
+/// version 7: both serve calls addressed to them until one is retired.
 #[derive(Debug, Clone)]
 pub struct Deployment {
     pub key: FunctionKey,
@@ -12,9 +13,17 @@ pub struct Deployment {
     pub artifact: Fingerprint,
     pub spec: FunctionSpec,
     /// Load the handler once before this version serves, and refuse the
-    /// deploy (the previous version keeps serving) when it cannot load. Off
+    /// deploy when it cannot load (nothing changes: versions already
+    /// deployed, this one included, keep serving as they were). Off
     /// when serving again what was checked before (a restart).
     pub verify: bool,
+}
+
+impl Deployment {
+    /// The version this deployment runs.
+    pub fn version_ref(&self) -> VersionRef {
+        VersionRef::new(self.key.clone(), self.version)
+    }
 }
 
 /// Load figures of one function.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::FunctionKey;
+use crate::{FunctionKey, VersionRef};
 
 /// What fired an invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +98,11 @@ pub struct InvocationResult {
 /// Why an invocation has no answer from the handler.
 #[derive(Debug, thiserror::Error)]
 pub enum InvokeError {
-    #[error("function {0} has no ready version yet")]
-    NotReady(FunctionKey),
+    /// The version is not deployed (never, not yet, or retired): the
+    /// caller decides whether that means "no ready version" or whether to
+    /// deploy it and try again.
+    #[error("version {0} is not deployed")]
+    NotDeployed(VersionRef),
     #[error("function {0} is disabled")]
     Disabled(FunctionKey),
     #[error("function {0} is at capacity: too many requests waiting")]

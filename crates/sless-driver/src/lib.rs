@@ -21,10 +21,19 @@ pub use build::{BuildError, BuildJob, Built, Fingerprint};
 pub use deploy::{Deployment, FunctionLoad};
 pub use error::DriverError;
 pub use invoke::{Invocation, InvocationResult, InvokeError, LogChunk, OutputStream, RunId, TriggerKind};
-pub use key::FunctionKey;
+pub use key::{FunctionKey, VersionRef};
 
 /// The execution backend. Chosen once at start; nothing above it knows
 /// which one runs. Every operation that can fail says so.
+///
+/// A function can have several versions deployed at once, each addressed by
+/// a [`VersionRef`]: [`Driver::deploy`] adds one (or applies new settings to
+/// one already running), [`Driver::retire`] stops one, and every invocation
+/// names the version it is for. Which version a call should go to (the
+/// newest build, an alias, a weighted split) is decided above the driver;
+/// a driver never picks a version itself. A Kubernetes driver maps each
+/// deployed version to a Deployment of its own; the local driver keeps an
+/// instance pool per version.
 #[async_trait]
 pub trait Driver: Send + Sync + 'static {
     /// Builds an archive into an artifact (dependencies installed); the
@@ -35,30 +44,45 @@ pub trait Driver: Send + Sync + 'static {
     async fn fingerprint(&self, runtime: Runtime, code_hash: &str) -> Result<Fingerprint, DriverError>;
     /// Whether an artifact built earlier is still there to deploy.
     async fn has_artifact(&self, artifact: &Fingerprint) -> Result<bool, DriverError>;
-    /// Makes `deployment` the serving version; older instances drain. Also
-    /// applies spec changes (scaling, env) to a running version. With
+    /// Deletes an artifact no version uses any more; one already gone is
+    /// not an error. The caller makes sure no deployed version runs it.
+    async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError>;
+    /// Deploys version `deployment.version` of a function next to the
+    /// versions already deployed, which keep serving. Deploying a version
+    /// that runs already applies the new spec (scaling, env) to it: its
+    /// instances are replaced and the old ones drain. With
     /// `deployment.verify`, the handler is loaded once first and an error
-    /// (the user's load error) leaves the previous version serving.
+    /// (the user's load error) changes nothing. Once this returns, calls
+    /// addressed to the version are served by the new spec only.
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError>;
-    /// Stops taking work (false) or resumes (true); false frees instances.
+    /// Stops one version: calls addressed to it from now on get
+    /// [`InvokeError::NotDeployed`]; calls it already holds finish, then its
+    /// instances stop (scale to zero and forget the version). Retiring a
+    /// version that is not deployed is not an error; the artifact stays.
+    async fn retire(&self, version: &VersionRef) -> Result<(), DriverError>;
+    /// Stops taking work (false) or resumes (true) for every version of the
+    /// function; false frees instances. Also holds for versions deployed later.
     async fn set_enabled(&self, key: &FunctionKey, enabled: bool) -> Result<(), DriverError>;
-    /// Runs one invocation on the serving version.
-    async fn invoke(&self, key: &FunctionKey, invocation: Invocation) -> Result<InvocationResult, InvokeError>;
-    /// Runs one invocation in an instance of its own, stopped afterwards
-    /// (jobs). Stopping it early is [`Driver::cancel_run`]'s work: a caller
-    /// that gives up cancels explicitly and waits for it.
+    /// Runs one invocation on the instances of `target`;
+    /// [`InvokeError::NotDeployed`] when that version is not deployed. The
+    /// invocation is borrowed, so a caller can send it again elsewhere
+    /// (the version it resolved was retired meanwhile, a retry).
+    async fn invoke(&self, target: &VersionRef, invocation: &Invocation) -> Result<InvocationResult, InvokeError>;
+    /// Runs one invocation of `target` in an instance of its own, stopped
+    /// afterwards (jobs). Stopping it early is [`Driver::cancel_run`]'s
+    /// work: a caller that gives up cancels explicitly and waits for it.
     async fn run_once(
         &self,
-        key: &FunctionKey,
+        target: &VersionRef,
         run: &RunId,
-        invocation: Invocation,
+        invocation: &Invocation,
     ) -> Result<InvocationResult, InvokeError>;
     /// Stops a run started by [`Driver::run_once`] and returns once its
     /// instance is gone; a run that already ended is not an error.
     async fn cancel_run(&self, run: &RunId) -> Result<(), DriverError>;
-    /// Instances and waiting requests per deployed function.
-    async fn stats(&self) -> Vec<(FunctionKey, FunctionLoad)>;
-    /// Stops everything of a deleted function.
+    /// Instances and waiting requests per deployed version.
+    async fn stats(&self) -> Vec<(VersionRef, FunctionLoad)>;
+    /// Stops everything of a deleted function, every version.
     async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError>;
     /// Stops every instance (server shutdown).
     async fn shutdown(&self);

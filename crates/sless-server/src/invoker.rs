@@ -10,17 +10,20 @@ use sless_api::LogLine;
 use crate::invocations::InvocationLog;
 use crate::metrics::Metrics;
 use crate::record::{record_id, status_label, Queued, Text};
-use sless_driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError, RunId};
+use crate::routes::Routes;
+use sless_driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError, RunId, VersionRef};
 
 pub struct Invoker {
     pub driver: Arc<dyn Driver>,
+    pub routes: Arc<Routes>,
     pub log: Arc<InvocationLog>,
     pub metrics: Arc<Metrics>,
 }
 
 /// Where an invocation runs.
+#[derive(Clone, Copy)]
 pub enum Run<'a> {
-    /// On the function's serving instances.
+    /// On the instances of the function's `$latest` version.
     Serving,
     /// In an instance of its own (a job run).
     Dedicated(&'a RunId),
@@ -62,11 +65,7 @@ impl Invoker {
             invocation.body.len() as u64 + invocation.event.as_ref().map_or(0, |e| e.to_string().len() as u64);
         let started_at = crate::store::now();
         let clock = Instant::now();
-        let result = match run {
-            Run::Serving => self.driver.invoke(key, invocation).await,
-            Run::Dedicated(id) => self.driver.run_once(key, id, invocation).await,
-        }
-        .map(checked_status);
+        let result = self.call(key, invocation, run).await.map(checked_status);
         let duration = clock.elapsed();
         let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
             Ok(r) => (
@@ -126,6 +125,39 @@ impl Invoker {
         let id = record.id;
         self.log.record(record);
         (result, Some(id))
+    }
+}
+
+impl Invoker {
+    /// Resolves the version and has the driver run the call. A version
+    /// retired between resolving and calling (`$latest` moved on) is
+    /// resolved again; [`InvokeError::NotDeployed`] with version 0 means
+    /// the function has no ready version here.
+    async fn call(
+        &self,
+        key: &FunctionKey,
+        invocation: Invocation,
+        run: Run<'_>,
+    ) -> Result<InvocationResult, InvokeError> {
+        // Bounded: each retry follows a move of `$latest`.
+        for _ in 0..3 {
+            let target = self
+                .routes
+                .latest(key)
+                .unwrap_or_else(|| VersionRef::new(key.clone(), 0));
+            if target.version == 0 {
+                return Err(InvokeError::NotDeployed(target));
+            }
+            let result = match run {
+                Run::Serving => self.driver.invoke(&target, &invocation).await,
+                Run::Dedicated(id) => self.driver.run_once(&target, id, &invocation).await,
+            };
+            match result {
+                Err(InvokeError::NotDeployed(_)) if self.routes.latest(key).as_ref() != Some(&target) => continue,
+                other => return other,
+            }
+        }
+        Err(InvokeError::NotDeployed(VersionRef::new(key.clone(), 0)))
     }
 }
 

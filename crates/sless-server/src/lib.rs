@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod listener;
 pub mod metrics;
 pub mod record;
+pub mod routes;
 pub mod server;
 pub mod state;
 pub mod store;

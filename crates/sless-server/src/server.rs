@@ -67,8 +67,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             enabled: config.invocation_log,
         },
     );
+    let routes = Arc::new(crate::routes::Routes::default());
     let invoker = Arc::new(crate::invoker::Invoker {
         driver: driver.clone(),
+        routes: routes.clone(),
         log,
         metrics: metrics.clone(),
     });
@@ -76,6 +78,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store.clone(),
         blobs.clone(),
         driver.clone(),
+        routes.clone(),
         metrics.clone(),
         archive_rules,
         code_check,

@@ -123,15 +123,6 @@ pub fn parse_import_id(
     Ok((namespace, name))
 }
 
-/// After an apply, the planned value unless the plan left it unknown, in
-/// which case the server's: Terraform requires known planned values back
-/// exactly as planned.
-pub fn settle<T>(planned: &mut Value<T>, server: Value<T>) {
-    if planned.is_unknown() {
-        *planned = server;
-    }
-}
-
 /// Checks a name attribute is a DNS label, with the error on the attribute.
 pub fn check_name(diags: &mut Diagnostics, what: &'static str, value: &Value<String>, attribute: &'static str) {
     if let Some(name) = value.as_ref_option() {

@@ -2,10 +2,12 @@
 //! `sless_job` resources over the REST API, served with Terraform's plugin
 //! protocol v6 by the `tf-provider` framework.
 //!
-//! Each resource keeps its plan logic in plain functions over its state
-//! struct (no I/O), so the unit tests can check what a change plans without a
-//! server; the `Resource` impls around them do the REST calls through
-//! `sless-client`.
+//! What the resources share is written once in `resource` (the Terraform
+//! calls, IDs, import, patches, which changes replace); each resource module
+//! says only what differs: its attribute table, its plan logic in plain
+//! functions over its state struct (no I/O, so the unit tests check what a
+//! change plans without a server), and its REST calls through
+//! `sless-client`. `resource`'s module doc says how to add one.
 
 mod code;
 mod connection;
@@ -14,6 +16,7 @@ mod diagnostics;
 mod function;
 mod job;
 mod provider;
+mod resource;
 mod schema;
 mod trigger;
 

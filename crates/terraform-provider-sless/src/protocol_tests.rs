@@ -1,6 +1,7 @@
-//! Protocol-level checks: every schema matches its state struct, states
-//! decode from the msgpack Terraform sends (unknown values included), and
-//! the `Resource` impls answer plan requests with the right replacements.
+//! Protocol-level checks: every schema matches its state struct and every
+//! attribute says what a change to it does, states decode from the msgpack
+//! Terraform sends (unknown values included), and the `Resource` impls
+//! answer plan requests with the right replacements.
 
 use std::collections::BTreeSet;
 
@@ -13,6 +14,7 @@ use crate::connection::{Connection, Shared};
 use crate::function::{FunctionResource, FunctionState};
 use crate::job::{JobResource, JobState};
 use crate::proposal::propose;
+use crate::resource::{all_fields, fields, ApiResource, Managed};
 use crate::trigger::{TriggerResource, TriggerState};
 use crate::SlessProvider;
 
@@ -41,9 +43,11 @@ fn state_keys<S: serde::Serialize + Default>() -> BTreeSet<String> {
 #[test]
 fn every_schema_matches_its_state_struct() {
     let mut diags = Diagnostics::default();
-    let function = FunctionResource::new(shared()).schema(&mut diags).unwrap();
-    let trigger = TriggerResource::new(shared()).schema(&mut diags).unwrap();
-    let job = JobResource::new(shared()).schema(&mut diags).unwrap();
+    let function = Managed::new(FunctionResource::default(), shared())
+        .schema(&mut diags)
+        .unwrap();
+    let trigger = Managed::new(TriggerResource, shared()).schema(&mut diags).unwrap();
+    let job = Managed::new(JobResource, shared()).schema(&mut diags).unwrap();
     assert_eq!(attribute_names(&function), state_keys::<FunctionState>());
     assert_eq!(attribute_names(&trigger), state_keys::<TriggerState>());
     assert_eq!(attribute_names(&job), state_keys::<JobState>());
@@ -59,6 +63,52 @@ fn every_schema_matches_its_state_struct() {
     }
     assert!(trigger.block.attributes["broker_url"].sensitive);
     assert!(diags.errors.is_empty());
+}
+
+/// Every field of the state struct has one row in the attribute table, which
+/// says what a change to it does consistently with its schema entry and
+/// description.
+fn check_table<R: ApiResource>() {
+    let fields = all_fields::<R>();
+    if let Err(problem) = fields::check(&fields) {
+        panic!("sless_{}: {problem}", R::NOUN);
+    }
+    let names: BTreeSet<String> = fields.iter().map(|field| field.name.to_string()).collect();
+    assert_eq!(
+        names.len(),
+        fields.len(),
+        "sless_{}: an attribute is listed twice",
+        R::NOUN
+    );
+    assert_eq!(
+        names,
+        state_keys::<R::State>(),
+        "sless_{}: the attribute table and the state struct differ",
+        R::NOUN
+    );
+}
+
+#[test]
+fn every_attribute_says_whether_a_change_replaces_or_updates_in_place() {
+    check_table::<FunctionResource>();
+    check_table::<TriggerResource>();
+    check_table::<JobResource>();
+    let replacing = |fields: Vec<fields::Field>| {
+        fields
+            .into_iter()
+            .filter(|field| field.on_change == fields::OnChange::Replace)
+            .map(|field| field.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        replacing(all_fields::<FunctionResource>()),
+        ["name", "namespace", "runtime"]
+    );
+    assert_eq!(
+        replacing(all_fields::<TriggerResource>()),
+        ["name", "namespace", "type"]
+    );
+    assert_eq!(replacing(all_fields::<JobResource>()), ["name", "namespace", "run_id"]);
 }
 
 #[test]
@@ -182,7 +232,7 @@ fn function_config(code_hash: &str, runtime: &str) -> FunctionState {
 
 #[tokio::test]
 async fn function_plans_update_code_in_place_and_replace_a_new_runtime() {
-    let resource = FunctionResource::new(shared());
+    let resource = Managed::new(FunctionResource::default(), shared());
     let schema = resource.schema(&mut Diagnostics::default()).unwrap();
     let (a, b) = ("a".repeat(64), "b".repeat(64));
     let mut diags = Diagnostics::default();
@@ -208,7 +258,7 @@ async fn function_plans_update_code_in_place_and_replace_a_new_runtime() {
 
 #[tokio::test]
 async fn trigger_plans_toggle_enabled_in_place() {
-    let resource = TriggerResource::new(shared());
+    let resource = Managed::new(TriggerResource, shared());
     let schema = resource.schema(&mut Diagnostics::default()).unwrap();
     let config = |enabled: bool| TriggerState {
         name: s("web"),
@@ -234,7 +284,7 @@ async fn trigger_plans_toggle_enabled_in_place() {
 
 #[tokio::test]
 async fn job_plans_replace_on_a_new_run_id() {
-    let resource = JobResource::new(shared());
+    let resource = Managed::new(JobResource, shared());
     let schema = resource.schema(&mut Diagnostics::default()).unwrap();
     let config = |run_id: i64| JobState {
         name: s("greet"),

@@ -15,6 +15,7 @@ use crate::connection::{Connection, Shared};
 use crate::diagnostics::error;
 use crate::function::FunctionResource;
 use crate::job::JobResource;
+use crate::resource::Managed;
 use crate::schema::{optional, schema, sensitive};
 use crate::trigger::TriggerResource;
 
@@ -157,9 +158,12 @@ impl Provider for SlessProvider {
     fn get_resources(&self, _diags: &mut Diagnostics) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
         let shared = &self.shared;
         let resources: [(&str, Box<dyn DynamicResource>); 3] = [
-            ("function", Box::new(FunctionResource::new(shared.clone()))),
-            ("trigger", Box::new(TriggerResource::new(shared.clone()))),
-            ("job", Box::new(JobResource::new(shared.clone()))),
+            (
+                "function",
+                Box::new(Managed::new(FunctionResource::default(), shared.clone())),
+            ),
+            ("trigger", Box::new(Managed::new(TriggerResource, shared.clone()))),
+            ("job", Box::new(Managed::new(JobResource, shared.clone()))),
         ];
         Some(resources.into_iter().map(|(name, r)| (name.to_string(), r)).collect())
     }

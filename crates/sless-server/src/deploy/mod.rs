@@ -19,11 +19,12 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_api::{FunctionSpec, FunctionStatus, Phase};
 use sless_codecheck::{CodeValidator, SourceFile};
-use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey};
+use sless_driver::{BuildJob, Deployment, Driver, DriverError, Fingerprint, FunctionKey, VersionRef};
 
 use crate::archive::ArchiveRules;
 use crate::blobs;
 use crate::error::{Error, Result};
+use crate::routes::Routes;
 use crate::store::{Kind, Store};
 
 /// Builds at once at most.
@@ -37,6 +38,7 @@ pub struct Deployer {
     store: Arc<dyn Store>,
     blobs: Arc<dyn ObjectStore>,
     driver: Arc<dyn Driver>,
+    routes: Arc<Routes>,
     metrics: Arc<crate::metrics::Metrics>,
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
@@ -49,6 +51,7 @@ impl Deployer {
         store: Arc<dyn Store>,
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
+        routes: Arc<Routes>,
         metrics: Arc<crate::metrics::Metrics>,
         archive_rules: ArchiveRules,
         code_check: Arc<dyn CodeValidator>,
@@ -57,6 +60,7 @@ impl Deployer {
             store,
             blobs,
             driver,
+            routes,
             metrics,
             archive_rules,
             code_check,
@@ -84,8 +88,9 @@ impl Deployer {
     /// Accepts an uploaded zip: the upload rules and the code-safety gate
     /// run before anything is written; then the archive is stored under its
     /// sha256, the function goes to `Building` and the build starts in the
-    /// background.
-    pub async fn upload(self: &Arc<Self>, key: &FunctionKey, zip: Bytes) -> Result<()> {
+    /// background. Returns the status as it was saved (`Building`: the
+    /// build may be done before the caller reads the function again).
+    pub async fn upload(self: &Arc<Self>, key: &FunctionKey, zip: Bytes) -> Result<FunctionStatus> {
         let Some((_, mut status)) = self.load(key).await? else {
             return Err(Error::NotFound(format!(
                 "function {:?} not found in namespace {:?}",
@@ -125,7 +130,7 @@ impl Deployer {
         self.save(key, &status).await?;
         tracing::info!(function = %key, %code_hash, "code archive stored");
         self.start_build(key.clone(), code_hash);
-        Ok(())
+        Ok(status)
     }
 
     /// Starts building `code_hash` in the background.
@@ -189,6 +194,7 @@ impl Deployer {
             .await;
         match deployed {
             Ok(()) => {
+                self.promote(key, version).await;
                 status.phase = Phase::Ready;
                 status.version = version;
                 status.artifact = Some(built.artifact.to_string());
@@ -213,6 +219,16 @@ impl Deployer {
             }
         }
         self.save(key, &status).await
+    }
+
+    /// Makes a deployed version `$latest`, then retires the one before.
+    async fn promote(&self, key: &FunctionKey, version: u64) {
+        let before = self.routes.set_latest(key, version);
+        if let Some(old) = before.filter(|old| *old != version) {
+            if let Err(e) = self.driver.retire(&VersionRef::new(key.clone(), old)).await {
+                tracing::warn!(function = %key, version = old, error = %e, "retiring the version before failed");
+            }
+        }
     }
 
     /// Marks a build failed; the serving version, if any, stays.
@@ -270,6 +286,7 @@ impl Deployer {
 
     /// Stops everything of a deleted function in the driver.
     pub async fn remove(&self, key: &FunctionKey) {
+        self.routes.forget(key);
         if let Err(e) = self.driver.remove(key).await {
             tracing::warn!(function = %key, error = %e, "stopping a deleted function's instances failed");
         }
@@ -300,8 +317,9 @@ impl Deployer {
                         spec: spec.clone(),
                         verify: false,
                     };
-                    if let Err(e) = self.driver.deploy(deployment).await {
-                        tracing::warn!(function = %key, error = %e, "serving the built version again failed");
+                    match self.driver.deploy(deployment).await {
+                        Ok(()) => self.promote(&key, status.version).await,
+                        Err(e) => tracing::warn!(function = %key, error = %e, "serving the built version again failed"),
                     }
                 }
                 let current = self

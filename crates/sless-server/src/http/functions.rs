@@ -173,12 +173,8 @@ pub async fn upload_code(
     Path((ns, name)): Path<(String, String)>,
     RawBody(zip): RawBody,
 ) -> Result<(StatusCode, Json<Function>)> {
-    load(&state, Kind::Function, &ns, &name).await?;
-    state.deployer.upload(&FunctionKey::new(&ns, &name), zip).await?;
-    let record = state
-        .store
-        .get(Kind::Function, &ns, &name)
-        .await?
-        .ok_or_else(|| not_found(Kind::Function, &ns, &name))?;
+    let mut record = load(&state, Kind::Function, &ns, &name).await?;
+    let status = state.deployer.upload(&FunctionKey::new(&ns, &name), zip).await?;
+    record.status = to_value(&status)?;
     Ok((StatusCode::ACCEPTED, Json(to_api(record)?)))
 }

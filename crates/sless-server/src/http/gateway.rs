@@ -177,7 +177,7 @@ async fn serve(
             }
             Ok(response)
         }
-        Err(InvokeError::NotReady(_)) => {
+        Err(InvokeError::NotDeployed(_)) => {
             // Not deployed: either no such function or no ready version yet.
             match state.store.get(Kind::Function, &key.namespace, &key.name).await? {
                 None => Err(not_found(&key)),

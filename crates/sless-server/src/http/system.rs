@@ -52,7 +52,19 @@ async fn render_metrics(state: &crate::state::AppState) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     out.push_str("# HELP sless_instances Running instances per function.\n# TYPE sless_instances gauge\n");
-    let stats = state.driver.stats().await;
+    // Summed over the deployed versions of each function.
+    let mut stats: Vec<(sless_driver::FunctionKey, sless_driver::FunctionLoad)> = Vec::new();
+    let mut versions = state.driver.stats().await;
+    versions.sort_by(|a, b| a.0.cmp(&b.0));
+    for (target, load) in versions {
+        match stats.last_mut() {
+            Some((key, sum)) if *key == target.key => {
+                sum.instances += load.instances;
+                sum.waiting += load.waiting;
+            }
+            _ => stats.push((target.key, load)),
+        }
+    }
     for (key, s) in &stats {
         let _ = writeln!(
             out,

@@ -1,6 +1,8 @@
-//! `sless_function`: create, read, update in place (spec changes and new
-//! code), replace on name/namespace/runtime, delete, import.
+//! `sless_function`: a function and its code. Spec changes and new code
+//! (a new `code_hash`) apply in place, and apply waits for the build; a new
+//! runtime replaces it.
 
+mod deploy;
 mod plan;
 mod state;
 
@@ -8,352 +10,127 @@ mod state;
 mod tests;
 
 use async_trait::async_trait;
-use sless_api::{Function, FunctionCreate, Phase};
+use serde_json::Value as Json;
+use sless_api::{Function, FunctionCreate, FunctionSpec};
 use sless_client::Client;
-use tf_provider::schema::Schema;
-use tf_provider::value::{Value, ValueEmpty};
-use tf_provider::{AttributePath, Diagnostics, Resource};
+use tf_provider::Diagnostics;
 
 pub use state::FunctionState;
 
-use crate::code::{file_sha256, read_archive, upload_and_build};
-use crate::connection::Shared;
-use crate::convert::{merge_diff, parse_import_id, settle};
-use crate::diagnostics::{api_error, error};
-use state::{from_api, spec_json, spec_of, FIELDS};
+use crate::code::{file_sha256, read_archive};
+use crate::diagnostics::error;
+use crate::resource::fields::Field;
+use crate::resource::{ApiResource, Identity, Key, Outcome, Written};
 
 /// The `sless_function` resource.
 #[derive(Debug, Clone)]
 pub struct FunctionResource {
-    shared: Shared,
+    /// The sha256 of a file when it can be read while planning (a seam for
+    /// the plan's unit tests).
+    file_hash: fn(&str) -> Option<String>,
 }
 
-impl FunctionResource {
-    pub fn new(shared: Shared) -> FunctionResource {
-        FunctionResource { shared }
+impl Default for FunctionResource {
+    fn default() -> FunctionResource {
+        FunctionResource { file_hash: file_sha256 }
     }
-}
-
-/// Reads the zip, checks it is the one planned, uploads it and waits for the
-/// build. Returns the function as the server then reports it (None when the
-/// upload never happened); errors are in `diags`.
-async fn deploy_code(
-    diags: &mut Diagnostics,
-    client: &Client,
-    planned: &FunctionState,
-    namespace: &str,
-    name: &str,
-) -> Option<Function> {
-    let filename = planned.filename.as_deref_option().unwrap_or_default();
-    let archive = match read_archive(filename).await {
-        Ok(archive) => archive,
-        Err(message) => {
-            error(diags, "Cannot read the function's code", message, Some("filename"));
-            return None;
-        }
-    };
-    if let Some(planned_hash) = planned.code_hash.as_ref_option() {
-        if !planned_hash.eq_ignore_ascii_case(&archive.sha256) {
-            error(
-                diags,
-                "The zip is not the one planned",
-                format!(
-                    "{filename:?} has sha256 {} but code_hash is {planned_hash}: set code_hash = filesha256({filename:?}), \
-                     and plan again if the file changed after planning.",
-                    archive.sha256
-                ),
-                Some("code_hash"),
-            );
-            return None;
-        }
-    }
-    let hash = archive.sha256.clone();
-    let timeout = planned.build_timeout_sec.as_ref_option().copied().unwrap_or(300);
-    let timeout = u32::try_from(timeout).unwrap_or(300);
-    let label = format!("{namespace}/{name}");
-    match upload_and_build(client, namespace, name, archive, timeout).await {
-        Ok(function) if function.status.phase == Phase::Failed => {
-            let serving = match function.status.version {
-                0 => String::new(),
-                n => format!("\n\nVersion {n} keeps serving."),
-            };
-            error(
-                diags,
-                format!("The build of function {label} failed"),
-                format!(
-                    "sless could not build {filename:?} (code_hash {hash}). The build log ends with:\n\n{}{serving}",
-                    function.status.message.trim_end()
-                ),
-                Some("filename"),
-            );
-            Some(function)
-        }
-        Ok(function) => Some(function),
-        Err(e) => {
-            api_error(diags, format!("Cannot deploy the code of function {label}"), &e, FIELDS);
-            client.get_function(namespace, name).await.ok()
-        }
-    }
-}
-
-/// The state after a failed apply step: the server's view, with the
-/// practitioner's filename.
-fn partial(function: &Function, planned: &FunctionState) -> FunctionState {
-    from_api(function, planned.filename.clone())
-}
-
-/// The state after a successful apply: the plan, with its unknowns filled in
-/// from the server.
-fn settled(mut planned: FunctionState, function: &Function) -> FunctionState {
-    let server = from_api(function, planned.filename.clone());
-    settle(&mut planned.code_hash, server.code_hash);
-    settle(&mut planned.phase, server.phase);
-    settle(&mut planned.version, server.version);
-    settle(&mut planned.url, server.url);
-    settle(&mut planned.id, server.id);
-    settle(&mut planned.namespace, server.namespace);
-    planned
 }
 
 #[async_trait]
-impl Resource for FunctionResource {
-    type State<'a> = FunctionState;
-    type PrivateState<'a> = ValueEmpty;
-    type ProviderMetaState<'a> = ValueEmpty;
+impl ApiResource for FunctionResource {
+    type State = FunctionState;
+    type Spec = FunctionSpec;
+    type Api = Function;
 
-    fn schema(&self, _diags: &mut Diagnostics) -> Option<Schema> {
-        Some(state::schema())
+    const NOUN: &'static str = "function";
+    const DESCRIPTION: &'static str =
+        "A function: its code (a zip) and how it runs. Create and update wait until the build is Ready.";
+
+    fn fields() -> Vec<Field> {
+        state::fields()
     }
 
-    async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
-        plan::validate(diags, &config);
-        Some(())
-    }
-
-    async fn read<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        state: Self::State<'a>,
-        private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let (Some(namespace), Some(name)) = (state.namespace.as_ref_option(), state.name.as_ref_option()) else {
-            return Some((state, private_state));
-        };
-        match client.get_function(namespace, name).await {
-            Ok(function) => Some((from_api(&function, state.filename.clone()), private_state)),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => {
-                api_error(diags, format!("Cannot read function {}", state.label()), &e, FIELDS);
-                Some((state, private_state))
-            }
+    fn identity(state: &mut FunctionState) -> Identity<'_> {
+        Identity {
+            id: &mut state.id,
+            namespace: &mut state.namespace,
+            name: &mut state.name,
         }
     }
 
-    async fn plan_create<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        proposed_state: Self::State<'a>,
-        config_state: Self::State<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        check_planned_hash(diags, &config_state);
-        let namespace = self.shared.namespace();
-        let (planned, _) = plan::plan(None, &config_state, proposed_state, &namespace, &file_sha256);
-        Some((planned, ValueEmpty::Null))
+    fn validate(diags: &mut Diagnostics, config: &FunctionState) {
+        plan::validate(diags, config);
     }
 
-    async fn plan_update<'a>(
+    fn plan(
         &self,
         diags: &mut Diagnostics,
-        prior_state: Self::State<'a>,
-        proposed_state: Self::State<'a>,
-        config_state: Self::State<'a>,
-        prior_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
-        check_planned_hash(diags, &config_state);
-        let namespace = self.shared.namespace();
-        let (planned, replace) = plan::plan(
-            Some(&prior_state),
-            &config_state,
-            proposed_state,
-            &namespace,
-            &file_sha256,
-        );
-        let replace = replace.into_iter().map(AttributePath::new).collect();
-        Some((planned, prior_private_state, replace))
+        prior: Option<&FunctionState>,
+        config: &FunctionState,
+        planned: &mut FunctionState,
+    ) {
+        plan::check_planned_hash(diags, config, self.file_hash);
+        plan::plan(prior, config, planned, self.file_hash);
     }
 
-    async fn plan_destroy<'a>(
-        &self,
-        _diags: &mut Diagnostics,
-        _prior_state: Self::State<'a>,
-        prior_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<Self::PrivateState<'a>> {
-        Some(prior_private_state)
+    fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
+        state::spec_json(diags, state)
     }
 
-    async fn create<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        planned_state: Self::State<'a>,
-        _config_state: Self::State<'a>,
-        planned_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let spec = spec_of(diags, &planned_state)?;
-        let namespace = planned_state.namespace.as_ref_option()?.clone();
-        let name = planned_state.name.as_ref_option()?.clone();
-        // Fail on a missing zip before anything exists on the server.
-        if let Err(message) = read_archive(planned_state.filename.as_deref_option().unwrap_or_default()).await {
+    fn from_api(function: &Function, previous: &FunctionState) -> FunctionState {
+        state::from_api(function, previous.filename.clone())
+    }
+
+    async fn get(client: &Client, key: &Key) -> sless_client::Result<Function> {
+        client.get_function(&key.namespace, &key.name).await
+    }
+
+    async fn create(client: &Client, key: &Key, spec: FunctionSpec) -> sless_client::Result<Function> {
+        let name = key.name.clone();
+        client
+            .create_function(&key.namespace, &FunctionCreate { name, spec })
+            .await
+    }
+
+    async fn patch(client: &Client, key: &Key, patch: &Json) -> sless_client::Result<Function> {
+        client.patch_function(&key.namespace, &key.name, patch).await
+    }
+
+    async fn delete(client: &Client, key: &Key) -> sless_client::Result<()> {
+        client.delete_function(&key.namespace, &key.name).await
+    }
+
+    /// Fails on a missing zip before anything exists on the server.
+    async fn before_create(&self, diags: &mut Diagnostics, planned: &FunctionState) -> Option<()> {
+        let filename = planned.filename.as_deref_option().unwrap_or_default();
+        if let Err(message) = read_archive(filename).await {
             error(diags, "Cannot read the function's code", message, Some("filename"));
             return None;
         }
-        let create = FunctionCreate {
-            name: name.clone(),
-            spec,
-        };
-        let created = match client.create_function(&namespace, &create).await {
-            Ok(function) => function,
-            Err(e) => {
-                api_error(diags, format!("Cannot create function {namespace}/{name}"), &e, FIELDS);
-                return None;
-            }
-        };
-        let errors = diags.errors.len();
-        let deployed = deploy_code(diags, &client, &planned_state, &namespace, &name).await;
-        let function = deployed.unwrap_or(created);
-        if diags.errors.len() > errors {
-            // It exists but is not what was planned: Terraform taints it.
-            return Some((partial(&function, &planned_state), planned_private_state));
-        }
-        Some((settled(planned_state, &function), planned_private_state))
+        Some(())
     }
 
-    async fn update<'a>(
+    /// Uploads the code and waits for its build: always after a create,
+    /// and after an update that plans new code. A failed build or upload is
+    /// an error, and a created function is tainted.
+    async fn after_write(
         &self,
         diags: &mut Diagnostics,
-        prior_state: Self::State<'a>,
-        planned_state: Self::State<'a>,
-        _config_state: Self::State<'a>,
-        planned_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let namespace = planned_state.namespace.as_ref_option()?.clone();
-        let name = planned_state.name.as_ref_option()?.clone();
-        let label = format!("{namespace}/{name}");
-        let errors = diags.errors.len();
-        let patch = merge_diff(&spec_json(diags, &prior_state), &spec_json(diags, &planned_state));
-        if diags.errors.len() > errors {
-            return None;
-        }
-        let mut latest = None;
-        if let Some(patch) = patch {
-            match client.patch_function(&namespace, &name, &patch).await {
-                Ok(function) => latest = Some(function),
-                Err(e) => {
-                    api_error(diags, format!("Cannot update function {label}"), &e, FIELDS);
-                    return None;
-                }
-            }
-        }
+        client: &Client,
+        key: &Key,
+        planned: &FunctionState,
+        written: Written<Function>,
+    ) -> Outcome<Function> {
         // The plan leaves `version` unknown exactly when new code goes up.
-        if planned_state.version.is_unknown() {
-            let deployed = deploy_code(diags, &client, &planned_state, &namespace, &name).await;
-            if diags.errors.len() > errors {
-                return deployed
-                    .or(latest)
-                    .map(|function| (partial(&function, &planned_state), planned_private_state));
-            }
-            latest = deployed;
+        if matches!(written, Written::Updated(_)) && !planned.version.is_unknown() {
+            return Outcome::AsPlanned(written.latest());
         }
-        let function = match latest {
-            Some(function) => function,
-            None => match client.get_function(&namespace, &name).await {
-                Ok(function) => function,
-                Err(e) => {
-                    api_error(diags, format!("Cannot read function {label}"), &e, FIELDS);
-                    return None;
-                }
-            },
-        };
-        Some((settled(planned_state, &function), planned_private_state))
-    }
-
-    async fn destroy<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        prior_state: Self::State<'a>,
-        _planned_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<()> {
-        let client = self.shared.client(diags)?;
-        let (Some(namespace), Some(name)) = (prior_state.namespace.as_ref_option(), prior_state.name.as_ref_option())
-        else {
-            return Some(());
-        };
-        match client.delete_function(namespace, name).await {
-            Ok(()) => Some(()),
-            Err(e) if e.is_not_found() => Some(()),
-            Err(e) => {
-                api_error(
-                    diags,
-                    format!("Cannot delete function {}", prior_state.label()),
-                    &e,
-                    FIELDS,
-                );
-                None
-            }
-        }
-    }
-
-    async fn import<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        id: String,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let (namespace, name) = match parse_import_id("function", &id, &self.shared.namespace()) {
-            Ok(parts) => parts,
-            Err(message) => {
-                error(diags, format!("Invalid import ID {id:?}"), message, None);
-                return None;
-            }
-        };
-        match client.get_function(&namespace, &name).await {
-            Ok(function) => Some((from_api(&function, Value::Null), ValueEmpty::Null)),
-            Err(e) => {
-                api_error(diags, format!("Cannot import function {namespace}/{name}"), &e, FIELDS);
-                None
-            }
-        }
-    }
-}
-
-/// A `code_hash` that is not the sha256 of `filename` as it is now cannot
-/// converge: say so while planning rather than after creating things.
-fn check_planned_hash(diags: &mut Diagnostics, config: &FunctionState) {
-    let (Some(filename), Some(hash)) = (config.filename.as_ref_option(), config.code_hash.as_ref_option()) else {
-        return;
-    };
-    if !crate::code::is_sha256_hex(hash) {
-        return; // `validate` has said what is wrong with it
-    }
-    if let Some(actual) = file_sha256(filename) {
-        if !actual.eq_ignore_ascii_case(hash) {
-            error(
-                diags,
-                "code_hash does not match filename",
-                format!(
-                    "{filename:?} has sha256 {actual} but code_hash is {hash}: set code_hash = filesha256({filename:?})."
-                ),
-                Some("code_hash"),
-            );
+        let errors = diags.errors.len();
+        let deployed = deploy::deploy_code(diags, client, planned, key).await;
+        match deployed.or(written.latest()) {
+            Some(function) if diags.errors.len() > errors => Outcome::Partly(function),
+            None if diags.errors.len() > errors => Outcome::Failed,
+            latest => Outcome::AsPlanned(latest),
         }
     }
 }

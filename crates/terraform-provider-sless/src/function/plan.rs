@@ -1,26 +1,25 @@
-//! What a `sless_function` change plans, without I/O: the server's defaults
-//! for unset attributes, `code_hash` (and so whether code is uploaded), the
-//! computed attributes, and which changes replace the function.
+//! What a `sless_function` change plans: the server's defaults for unset
+//! attributes, `code_hash` (and so whether code is uploaded) and the
+//! computed attributes. The only I/O is the `file_hash` passed in. (Which
+//! changes replace the function is in the attribute table, `state::fields`.)
 
 use sless_api::FunctionSpec;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
-use super::state::{default_spec, spec_json, FunctionState, FIELDS, NUMBERS};
+use super::state::{default_spec, spec_json, FunctionState, NUMBERS};
+use super::FunctionResource;
 use crate::code::is_sha256_hex;
-use crate::convert::{check_name, resource_id, to_u32};
+use crate::convert::to_u32;
 use crate::diagnostics::{error, guess_attribute};
-
-/// Attributes whose change replaces the function.
-pub const REPLACE: &[&str] = &["name", "namespace", "runtime"];
+use crate::resource::settable;
 
 /// The runtimes sless builds.
 pub const RUNTIMES: &[&str] = &["python3.11", "nodejs20"];
 
-/// Checks what can be checked of a configuration without the server.
+/// Checks what can be checked of a configuration without the server (its
+/// name and namespace are checked already).
 pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
-    check_name(diags, "function", &config.name, "name");
-    check_name(diags, "namespace", &config.namespace, "namespace");
     if let Some(runtime) = config.runtime.as_ref_option() {
         if !RUNTIMES.contains(&runtime.as_str()) {
             error(
@@ -66,27 +65,45 @@ pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
         }
         if let Ok(spec) = serde_json::from_value::<FunctionSpec>(merged) {
             if let Err(message) = spec.check() {
-                let attribute = guess_attribute(&message, FIELDS);
+                let attribute = guess_attribute(&message, &settable::<FunctionResource>());
                 error(diags, "Invalid function settings", format!("{message}."), attribute);
             }
         }
     }
 }
 
-/// The planned state of a create (`prior` is `None`) or an update, and the
-/// attributes that force a replacement. `file_hash` reads a file's sha256
-/// when it can (for a `code_hash` left unset).
+/// A `code_hash` that is not the sha256 of `filename` as it is now cannot
+/// converge: say so while planning rather than after creating things.
+pub fn check_planned_hash(diags: &mut Diagnostics, config: &FunctionState, file_hash: fn(&str) -> Option<String>) {
+    let (Some(filename), Some(hash)) = (config.filename.as_ref_option(), config.code_hash.as_ref_option()) else {
+        return;
+    };
+    if !is_sha256_hex(hash) {
+        return; // `validate` has said what is wrong with it
+    }
+    if let Some(actual) = file_hash(filename) {
+        if !actual.eq_ignore_ascii_case(hash) {
+            error(
+                diags,
+                "code_hash does not match filename",
+                format!(
+                    "{filename:?} has sha256 {actual} but code_hash is {hash}: set code_hash = filesha256({filename:?})."
+                ),
+                Some("code_hash"),
+            );
+        }
+    }
+}
+
+/// Plans the defaults, the code and the computed attributes of a create
+/// (`prior` is `None`) or an update. `file_hash` reads a file's sha256 when
+/// it can (for a `code_hash` left unset).
 pub fn plan(
     prior: Option<&FunctionState>,
     config: &FunctionState,
-    proposed: FunctionState,
-    default_namespace: &Value<String>,
-    file_hash: &dyn Fn(&str) -> Option<String>,
-) -> (FunctionState, Vec<&'static str>) {
-    let mut planned = proposed;
-    if config.namespace.is_null() {
-        planned.namespace = default_namespace.clone();
-    }
+    planned: &mut FunctionState,
+    file_hash: fn(&str) -> Option<String>,
+) {
     let defaults = default_spec();
     if config.entrypoint.is_null() {
         planned.entrypoint = Value::Value(defaults.entrypoint.clone());
@@ -107,7 +124,6 @@ pub fn plan(
             *planned.number_mut(field) = Value::Value(default.into());
         }
     }
-    planned.id = resource_id(&planned.namespace, &planned.name);
 
     if config.code_hash.is_null() {
         planned.code_hash = match planned.filename.as_ref_option().and_then(|f| file_hash(f)) {
@@ -133,18 +149,4 @@ pub fn plan(
     if prior.is_none() {
         planned.url = Value::Unknown;
     }
-
-    let replace = match prior {
-        None => Vec::new(),
-        Some(prior) => REPLACE
-            .iter()
-            .copied()
-            .filter(|field| match *field {
-                "name" => prior.name != planned.name,
-                "namespace" => prior.namespace != planned.namespace,
-                _ => prior.runtime != planned.runtime,
-            })
-            .collect(),
-    };
-    (planned, replace)
 }

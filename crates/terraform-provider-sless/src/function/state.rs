@@ -1,35 +1,18 @@
 //! `sless_function`'s attributes: the state struct Terraform exchanges, its
-//! schema, and the mapping to and from the API's `Function`.
+//! attribute table, and the mapping to and from the API's `Function`.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value as Json};
 use sless_api::{Function, FunctionSpec, Phase};
-use tf_provider::schema::{AttributeType, Schema};
+use tf_provider::schema::AttributeType;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use crate::convert::{resource_id, to_u32};
-use crate::schema::{computed, defaulted, optional, required, schema as block, string_map};
-
-/// Attributes an API message may name, for pointing a diagnostic at one.
-pub const FIELDS: &[&str] = &[
-    "name",
-    "namespace",
-    "runtime",
-    "entrypoint",
-    "env",
-    "memory_mb",
-    "timeout_sec",
-    "concurrency",
-    "min_instances",
-    "max_instances",
-    "replicas",
-    "build_timeout_sec",
-    "filename",
-    "code_hash",
-];
+use crate::resource::fields::{replaces, reported, updates, Field};
+use crate::schema::{defaulted, optional, required, string_map};
 
 /// The number attributes that are spec fields of the same name.
 pub const NUMBERS: &[&str] = &[
@@ -93,15 +76,6 @@ impl FunctionState {
             other => unreachable!("{other} is not a number attribute of sless_function"),
         }
     }
-
-    /// `namespace/name`, for messages.
-    pub fn label(&self) -> String {
-        format!(
-            "{}/{}",
-            self.namespace.as_deref_option().unwrap_or("?"),
-            self.name.as_deref_option().unwrap_or("?")
-        )
-    }
 }
 
 /// The server's defaults for every spec field but `runtime`.
@@ -109,32 +83,27 @@ pub fn default_spec() -> FunctionSpec {
     serde_json::from_value(json!({ "runtime": "python3.11" })).expect("a runtime is all a spec needs")
 }
 
-pub fn schema() -> Schema {
+/// Every attribute but the identity, and what a change to it does.
+pub fn fields() -> Vec<Field> {
     let string = || AttributeType::String;
     let number = || AttributeType::Number;
-    block(
-        "A function: its code (a zip) and how it runs. Create and update wait until the build is Ready.",
-        vec![
-            ("id", computed(string(), "namespace/name.")),
-            ("name", required(string(), "Function name (a DNS label). Changing it replaces the function.")),
-            ("namespace", defaulted(string(), "Namespace (default: the provider's). Changing it replaces the function.")),
-            ("runtime", required(string(), "python3.11 or nodejs20. Changing it replaces the function.")),
-            ("entrypoint", defaulted(string(), "module.function (Python) or file.export (Node); default handler.handle.")),
-            ("env", defaulted(string_map(), "Environment variables of the handler.")),
-            ("memory_mb", defaulted(number(), "Memory limit per instance in MiB (default 256).")),
-            ("timeout_sec", defaulted(number(), "Time limit of one invocation in seconds (default 30).")),
-            ("concurrency", defaulted(number(), "Invocations one instance serves at once (default 8).")),
-            ("min_instances", defaulted(number(), "Instances kept running when idle (default 0).")),
-            ("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
-            ("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
-            ("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
-            ("filename", required(string(), "Path of the zip of the function's code.")),
-            ("code_hash", defaulted(string(), "sha256 of the zip: set it to filesha256(filename) so a new zip is uploaded and built in place. Default: the file's sha256 when it can be read while planning.")),
-            ("phase", computed(string(), "Pending, Building, Ready or Failed.")),
-            ("version", computed(number(), "Increments on every successful build.")),
-            ("url", computed(string(), "Public URL of the function.")),
-        ],
-    )
+    vec![
+        replaces("runtime", required(string(), "python3.11 or nodejs20. Changing it replaces the function.")),
+        updates("entrypoint", defaulted(string(), "module.function (Python) or file.export (Node); default handler.handle.")),
+        updates("env", defaulted(string_map(), "Environment variables of the handler.")),
+        updates("memory_mb", defaulted(number(), "Memory limit per instance in MiB (default 256).")),
+        updates("timeout_sec", defaulted(number(), "Time limit of one invocation in seconds (default 30).")),
+        updates("concurrency", defaulted(number(), "Invocations one instance serves at once (default 8).")),
+        updates("min_instances", defaulted(number(), "Instances kept running when idle (default 0).")),
+        updates("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
+        updates("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
+        updates("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
+        updates("filename", required(string(), "Path of the zip of the function's code.")),
+        updates("code_hash", defaulted(string(), "sha256 of the zip: set it to filesha256(filename) so a new zip is uploaded and built in place. Default: the file's sha256 when it can be read while planning.")),
+        reported("phase", string(), "Pending, Building, Ready or Failed."),
+        reported("version", number(), "Increments on every successful build."),
+        reported("url", string(), "Public URL of the function."),
+    ]
 }
 
 /// The spec fields that are known and set, as the API's JSON (the shape of
@@ -160,27 +129,6 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
         }
     }
     Json::Object(spec)
-}
-
-/// The whole spec of a planned state (every value known), as `FunctionSpec`.
-pub fn spec_of(diags: &mut Diagnostics, state: &FunctionState) -> Option<FunctionSpec> {
-    let errors = diags.errors.len();
-    let json = spec_json(diags, state);
-    if diags.errors.len() > errors {
-        return None;
-    }
-    match serde_json::from_value(json) {
-        Ok(spec) => Some(spec),
-        Err(e) => {
-            crate::diagnostics::error(
-                diags,
-                format!("Invalid function {}", state.label()),
-                e.to_string(),
-                None,
-            );
-            None
-        }
-    }
 }
 
 /// The phase as the API spells it.

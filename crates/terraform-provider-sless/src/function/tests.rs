@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
-use super::plan::{plan, validate};
-use super::state::{schema, FunctionState};
+use super::{FunctionResource, FunctionState};
 use crate::proposal::propose;
+use crate::resource::{plan, schema, validate};
 
 const HASH_A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
 const HASH_B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -51,10 +51,25 @@ fn no_file(_: &str) -> Option<String> {
     None
 }
 
+/// Plans `config` over `prior` as Terraform would ask, in `namespace`,
+/// with files hashed by `file_hash`.
+fn plan_with(
+    file_hash: fn(&str) -> Option<String>,
+    namespace: &str,
+    prior: Option<&FunctionState>,
+    config: &FunctionState,
+) -> (FunctionState, Vec<&'static str>) {
+    let proposed = propose(&schema::<FunctionResource>(), prior, config);
+    let mut diags = Diagnostics::default();
+    let resource = FunctionResource { file_hash };
+    let planned = plan(&resource, &mut diags, prior, config.clone(), proposed, &s(namespace));
+    assert!(diags.errors.is_empty(), "{:?}", diags.errors);
+    planned
+}
+
 /// Plans `config` over `prior` as Terraform would ask.
 fn plan_of(prior: Option<&FunctionState>, config: &FunctionState) -> (FunctionState, Vec<&'static str>) {
-    let proposed = propose(&schema(), prior, config);
-    plan(prior, config, proposed, &s("default"), &no_file)
+    plan_with(no_file, "default", prior, config)
 }
 
 #[test]
@@ -152,8 +167,7 @@ fn an_unset_code_hash_follows_the_file() {
     };
     let prior = applied();
     let file_b = |_: &str| Some(HASH_B.to_string());
-    let proposed = propose(&schema(), Some(&prior), &config);
-    let (planned, _) = plan(Some(&prior), &config, proposed, &s("default"), &file_b);
+    let (planned, _) = plan_with(file_b, "default", Some(&prior), &config);
     assert_eq!(planned.code_hash, s(HASH_B));
     assert_eq!(planned.version, Value::Unknown);
 
@@ -177,15 +191,14 @@ fn a_failed_build_is_applied_again() {
 
 #[test]
 fn the_provider_namespace_is_planned_when_none_is_set() {
-    let proposed = propose(&schema(), None, &config());
-    let (planned, _) = plan(None, &config(), proposed, &s("team-a"), &no_file);
+    let (planned, _) = plan_with(no_file, "team-a", None, &config());
     assert_eq!(planned.namespace, s("team-a"));
     assert_eq!(planned.id, s("team-a/hello"));
 }
 
 fn errors_of(config: &FunctionState) -> Vec<(String, String)> {
     let mut diags = Diagnostics::default();
-    validate(&mut diags, config);
+    validate::<FunctionResource>(&mut diags, config.clone());
     diags
         .errors
         .iter()

@@ -1,16 +1,13 @@
-//! What a `sless_job` change plans, without I/O: defaults, the run's
-//! outcome (unknown until it ran, `Skipped` for run_id 0), and which changes
-//! replace the job (and so run it again).
+//! What a `sless_job` change plans, without I/O: defaults and the run's
+//! outcome (unknown until it ran, `Skipped` for run_id 0). (A new run_id
+//! replaces the job, and so runs it again: see `state::fields`.)
 
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::JobState;
-use crate::convert::{check_name, parse_json, resource_id, to_u32};
+use crate::convert::{check_name, parse_json, to_u32};
 use crate::diagnostics::error;
-
-/// Attributes whose change replaces the job: a new `run_id` is a new run.
-pub const REPLACE: &[&str] = &["name", "namespace", "run_id"];
 
 /// Longest `wait_timeout_sec` the server takes.
 pub const MAX_WAIT_TIMEOUT_SEC: u32 = 86_400;
@@ -19,10 +16,9 @@ pub const MAX_WAIT_TIMEOUT_SEC: u32 = 86_400;
 pub const DEFAULT_EVENT: &str = "{}";
 pub const DEFAULT_WAIT_TIMEOUT_SEC: i64 = 300;
 
-/// Checks what can be checked of a configuration without the server.
+/// Checks what can be checked of a configuration without the server (its
+/// name and namespace are checked already).
 pub fn validate(diags: &mut Diagnostics, config: &JobState) {
-    check_name(diags, "job", &config.name, "name");
-    check_name(diags, "namespace", &config.namespace, "namespace");
     check_name(diags, "function", &config.function, "function");
     if let Some(event) = config.event.as_ref_option() {
         parse_json(diags, event, "event");
@@ -49,19 +45,9 @@ pub fn validate(diags: &mut Diagnostics, config: &JobState) {
     }
 }
 
-/// The planned state of a create (`prior` is `None`) or an update, and the
-/// attributes that force a replacement.
-pub fn plan(
-    prior: Option<&JobState>,
-    config: &JobState,
-    proposed: JobState,
-    default_namespace: &Value<String>,
-) -> (JobState, Vec<&'static str>) {
-    let mut planned = proposed;
-    if config.namespace.is_null() {
-        planned.namespace = default_namespace.clone();
-    }
-    planned.id = resource_id(&planned.namespace, &planned.name);
+/// Plans the defaults and the run's outcome of a create (`prior` is `None`)
+/// or an update.
+pub fn plan(prior: Option<&JobState>, config: &JobState, planned: &mut JobState) {
     if config.event.is_null() {
         planned.event = Value::Value(DEFAULT_EVENT.to_string());
     }
@@ -77,17 +63,4 @@ pub fn plan(
             _ => (Value::Unknown, Value::Unknown, Value::Unknown),
         };
     }
-    let replace = match prior {
-        None => Vec::new(),
-        Some(prior) => REPLACE
-            .iter()
-            .copied()
-            .filter(|field| match *field {
-                "name" => prior.name != planned.name,
-                "namespace" => prior.namespace != planned.namespace,
-                _ => prior.run_id != planned.run_id,
-            })
-            .collect(),
-    };
-    (planned, replace)
 }

@@ -1,19 +1,17 @@
-//! `sless_job`'s attributes: the state struct, its schema, and the mapping to
-//! and from the API's `Job`.
+//! `sless_job`'s attributes: the state struct, its attribute table, and the
+//! mapping to and from the API's `Job`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value as Json};
-use sless_api::{Job, JobPhase, JobSpec};
-use tf_provider::schema::{AttributeType, Schema};
+use sless_api::{Job, JobPhase};
+use tf_provider::schema::AttributeType;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use crate::convert::{json_attribute, parse_json, resource_id, to_u32};
 use crate::diagnostics::error;
-use crate::schema::{computed, defaulted, required, schema as block};
-
-/// Attributes an API message may name, for pointing a diagnostic at one.
-pub const FIELDS: &[&str] = &["name", "namespace", "function", "event", "run_id", "wait_timeout_sec"];
+use crate::resource::fields::{replaces, reported, updates, Field};
+use crate::schema::{defaulted, required};
 
 /// A `sless_job` as Terraform holds it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -31,35 +29,19 @@ pub struct JobState {
     pub error: Value<String>,
 }
 
-impl JobState {
-    /// `namespace/name`, for messages.
-    pub fn label(&self) -> String {
-        format!(
-            "{}/{}",
-            self.namespace.as_deref_option().unwrap_or("?"),
-            self.name.as_deref_option().unwrap_or("?")
-        )
-    }
-}
-
-pub fn schema() -> Schema {
+/// Every attribute but the identity, and what a change to it does.
+pub fn fields() -> Vec<Field> {
     let string = || AttributeType::String;
     let number = || AttributeType::Number;
-    block(
-        "One run of a function with a JSON event. Apply waits for the run; a failed run is an apply error.",
-        vec![
-            ("id", computed(string(), "namespace/name.")),
-            ("name", required(string(), "Job name (a DNS label). Changing it replaces the job.")),
-            ("namespace", defaulted(string(), "Namespace (default: the provider's). Changing it replaces the job.")),
-            ("function", required(string(), "Name of a function of the same namespace.")),
-            ("event", defaulted(string(), "JSON event of the handler, e.g. jsonencode({ name = \"you\" }) (default {}). Used by the next run.")),
-            ("run_id", defaulted(number(), "0 creates the job without running it (phase Skipped). Changing it replaces the job, which runs it again.")),
-            ("wait_timeout_sec", defaulted(number(), "Seconds a run may wait for the function to have a ready version (default 300).")),
-            ("phase", computed(string(), "Skipped, Pending, Running, Succeeded or Failed.")),
-            ("result", computed(string(), "The handler's return value, as JSON.")),
-            ("error", computed(string(), "Why the run failed.")),
-        ],
-    )
+    vec![
+        updates("function", required(string(), "Name of a function of the same namespace.")),
+        updates("event", defaulted(string(), "JSON event of the handler, e.g. jsonencode({ name = \"you\" }) (default {}). Used by the next run.")),
+        replaces("run_id", defaulted(number(), "0 creates the job without running it (phase Skipped). Changing it replaces the job, which runs it again.")),
+        updates("wait_timeout_sec", defaulted(number(), "Seconds a run may wait for the function to have a ready version (default 300).")),
+        reported("phase", string(), "Skipped, Pending, Running, Succeeded or Failed."),
+        reported("result", string(), "The handler's return value, as JSON."),
+        reported("error", string(), "Why the run failed."),
+    ]
 }
 
 /// The spec fields that are known and set, as the API's JSON.
@@ -88,22 +70,6 @@ pub fn spec_json(diags: &mut Diagnostics, state: &JobState) -> Json {
         spec.insert("wait_timeout_sec".into(), json!(n));
     }
     Json::Object(spec)
-}
-
-/// The whole spec of a planned state, as `JobSpec`.
-pub fn spec_of(diags: &mut Diagnostics, state: &JobState) -> Option<JobSpec> {
-    let errors = diags.errors.len();
-    let json = spec_json(diags, state);
-    if diags.errors.len() > errors {
-        return None;
-    }
-    match serde_json::from_value(json) {
-        Ok(spec) => Some(spec),
-        Err(e) => {
-            error(diags, format!("Invalid job {}", state.label()), e.to_string(), None);
-            None
-        }
-    }
 }
 
 pub fn phase_name(phase: JobPhase) -> String {

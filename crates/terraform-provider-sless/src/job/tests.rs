@@ -4,9 +4,9 @@
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
-use super::plan::{plan, validate};
-use super::state::{schema, JobState};
+use super::{JobResource, JobState};
 use crate::proposal::propose;
+use crate::resource::{plan, schema, validate};
 
 fn s(text: &str) -> Value<String> {
     Value::Value(text.to_string())
@@ -23,8 +23,11 @@ fn config() -> JobState {
 }
 
 fn plan_of(prior: Option<&JobState>, config: &JobState) -> (JobState, Vec<&'static str>) {
-    let proposed = propose(&schema(), prior, config);
-    plan(prior, config, proposed, &s("default"))
+    let proposed = propose(&schema::<JobResource>(), prior, config);
+    let mut diags = Diagnostics::default();
+    let planned = plan(&JobResource, &mut diags, prior, config.clone(), proposed, &s("default"));
+    assert!(diags.errors.is_empty(), "{:?}", diags.errors);
+    planned
 }
 
 fn applied(config: &JobState) -> JobState {
@@ -94,7 +97,7 @@ fn event_changes_update_in_place() {
 fn validation_names_the_attribute() {
     let attributes = |config: &JobState| {
         let mut diags = Diagnostics::default();
-        validate(&mut diags, config);
+        validate::<JobResource>(&mut diags, config.clone());
         diags.errors.iter().map(|d| d.attribute.to_string()).collect::<Vec<_>>()
     };
     assert!(attributes(&config()).is_empty());

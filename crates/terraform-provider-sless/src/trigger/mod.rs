@@ -1,5 +1,6 @@
-//! `sless_trigger`: create, read, update in place (`enabled`, schedule, ...),
-//! replace on name/namespace/type, delete, import.
+//! `sless_trigger`: an http route, a cron schedule or a RabbitMQ queue that
+//! fires a function; `enabled` and the settings change in place, a new
+//! `type` replaces it.
 
 mod plan;
 mod state;
@@ -8,217 +9,80 @@ mod state;
 mod tests;
 
 use async_trait::async_trait;
-use sless_api::{Trigger, TriggerCreate};
-use tf_provider::schema::Schema;
-use tf_provider::value::ValueEmpty;
-use tf_provider::{AttributePath, Diagnostics, Resource};
+use serde_json::Value as Json;
+use sless_api::{Trigger, TriggerCreate, TriggerSpec};
+use sless_client::Client;
+use tf_provider::Diagnostics;
 
 pub use state::TriggerState;
 
-use crate::connection::Shared;
-use crate::convert::{merge_diff, parse_import_id, settle};
-use crate::diagnostics::{api_error, error};
-use state::{from_api, spec_json, spec_of, FIELDS};
+use crate::resource::fields::Field;
+use crate::resource::{ApiResource, Identity, Key};
 
 /// The `sless_trigger` resource.
-#[derive(Debug, Clone)]
-pub struct TriggerResource {
-    shared: Shared,
-}
-
-impl TriggerResource {
-    pub fn new(shared: Shared) -> TriggerResource {
-        TriggerResource { shared }
-    }
-}
-
-/// The plan, with its unknowns filled in from the server.
-fn settled(mut planned: TriggerState, trigger: &Trigger) -> TriggerState {
-    let server = from_api(trigger, &planned);
-    settle(&mut planned.url, server.url);
-    settle(&mut planned.timezone, server.timezone);
-    settle(&mut planned.id, server.id);
-    settle(&mut planned.namespace, server.namespace);
-    planned
-}
+#[derive(Debug, Clone, Default)]
+pub struct TriggerResource;
 
 #[async_trait]
-impl Resource for TriggerResource {
-    type State<'a> = TriggerState;
-    type PrivateState<'a> = ValueEmpty;
-    type ProviderMetaState<'a> = ValueEmpty;
+impl ApiResource for TriggerResource {
+    type State = TriggerState;
+    type Spec = TriggerSpec;
+    type Api = Trigger;
 
-    fn schema(&self, _diags: &mut Diagnostics) -> Option<Schema> {
-        Some(state::schema())
+    const NOUN: &'static str = "trigger";
+    const DESCRIPTION: &'static str =
+        "What fires a function besides a direct call: an HTTP route, a cron schedule or a RabbitMQ queue.";
+
+    fn fields() -> Vec<Field> {
+        state::fields()
     }
 
-    async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
-        plan::validate(diags, &config);
-        Some(())
-    }
-
-    async fn read<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        state: Self::State<'a>,
-        private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let (Some(namespace), Some(name)) = (state.namespace.as_ref_option(), state.name.as_ref_option()) else {
-            return Some((state, private_state));
-        };
-        match client.get_trigger(namespace, name).await {
-            Ok(trigger) => Some((from_api(&trigger, &state), private_state)),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => {
-                api_error(diags, format!("Cannot read trigger {}", state.label()), &e, FIELDS);
-                Some((state, private_state))
-            }
+    fn identity(state: &mut TriggerState) -> Identity<'_> {
+        Identity {
+            id: &mut state.id,
+            namespace: &mut state.namespace,
+            name: &mut state.name,
         }
     }
 
-    async fn plan_create<'a>(
-        &self,
-        _diags: &mut Diagnostics,
-        proposed_state: Self::State<'a>,
-        config_state: Self::State<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let (planned, _) = plan::plan(None, &config_state, proposed_state, &self.shared.namespace());
-        Some((planned, ValueEmpty::Null))
+    fn validate(diags: &mut Diagnostics, config: &TriggerState) {
+        plan::validate(diags, config);
     }
 
-    async fn plan_update<'a>(
+    fn plan(
         &self,
-        _diags: &mut Diagnostics,
-        prior_state: Self::State<'a>,
-        proposed_state: Self::State<'a>,
-        config_state: Self::State<'a>,
-        prior_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
-        let (planned, replace) = plan::plan(
-            Some(&prior_state),
-            &config_state,
-            proposed_state,
-            &self.shared.namespace(),
-        );
-        let replace = replace.into_iter().map(AttributePath::new).collect();
-        Some((planned, prior_private_state, replace))
+        _: &mut Diagnostics,
+        prior: Option<&TriggerState>,
+        config: &TriggerState,
+        planned: &mut TriggerState,
+    ) {
+        plan::plan(prior, config, planned);
     }
 
-    async fn plan_destroy<'a>(
-        &self,
-        _diags: &mut Diagnostics,
-        _prior_state: Self::State<'a>,
-        prior_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<Self::PrivateState<'a>> {
-        Some(prior_private_state)
+    fn spec_json(diags: &mut Diagnostics, state: &TriggerState) -> Json {
+        state::spec_json(diags, state)
     }
 
-    async fn create<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        planned_state: Self::State<'a>,
-        _config_state: Self::State<'a>,
-        planned_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let spec = spec_of(diags, &planned_state)?;
-        let namespace = planned_state.namespace.as_ref_option()?.clone();
-        let name = planned_state.name.as_ref_option()?.clone();
-        let create = TriggerCreate {
-            name: name.clone(),
-            spec,
-        };
-        match client.create_trigger(&namespace, &create).await {
-            Ok(trigger) => Some((settled(planned_state, &trigger), planned_private_state)),
-            Err(e) => {
-                api_error(diags, format!("Cannot create trigger {namespace}/{name}"), &e, FIELDS);
-                None
-            }
-        }
+    fn from_api(trigger: &Trigger, previous: &TriggerState) -> TriggerState {
+        state::from_api(trigger, previous)
     }
 
-    async fn update<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        prior_state: Self::State<'a>,
-        planned_state: Self::State<'a>,
-        _config_state: Self::State<'a>,
-        planned_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let namespace = planned_state.namespace.as_ref_option()?.clone();
-        let name = planned_state.name.as_ref_option()?.clone();
-        let errors = diags.errors.len();
-        let patch = merge_diff(&spec_json(diags, &prior_state), &spec_json(diags, &planned_state));
-        if diags.errors.len() > errors {
-            return None;
-        }
-        let answer = match patch {
-            Some(patch) => client.patch_trigger(&namespace, &name, &patch).await,
-            None => client.get_trigger(&namespace, &name).await,
-        };
-        match answer {
-            Ok(trigger) => Some((settled(planned_state, &trigger), planned_private_state)),
-            Err(e) => {
-                api_error(diags, format!("Cannot update trigger {namespace}/{name}"), &e, FIELDS);
-                None
-            }
-        }
+    async fn get(client: &Client, key: &Key) -> sless_client::Result<Trigger> {
+        client.get_trigger(&key.namespace, &key.name).await
     }
 
-    async fn destroy<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        prior_state: Self::State<'a>,
-        _planned_private_state: Self::PrivateState<'a>,
-        _meta: Self::ProviderMetaState<'a>,
-    ) -> Option<()> {
-        let client = self.shared.client(diags)?;
-        let (Some(namespace), Some(name)) = (prior_state.namespace.as_ref_option(), prior_state.name.as_ref_option())
-        else {
-            return Some(());
-        };
-        match client.delete_trigger(namespace, name).await {
-            Ok(()) => Some(()),
-            Err(e) if e.is_not_found() => Some(()),
-            Err(e) => {
-                api_error(
-                    diags,
-                    format!("Cannot delete trigger {}", prior_state.label()),
-                    &e,
-                    FIELDS,
-                );
-                None
-            }
-        }
+    async fn create(client: &Client, key: &Key, spec: TriggerSpec) -> sless_client::Result<Trigger> {
+        let name = key.name.clone();
+        client
+            .create_trigger(&key.namespace, &TriggerCreate { name, spec })
+            .await
     }
 
-    async fn import<'a>(
-        &self,
-        diags: &mut Diagnostics,
-        id: String,
-    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
-        let client = self.shared.client(diags)?;
-        let (namespace, name) = match parse_import_id("trigger", &id, &self.shared.namespace()) {
-            Ok(parts) => parts,
-            Err(message) => {
-                error(diags, format!("Invalid import ID {id:?}"), message, None);
-                return None;
-            }
-        };
-        match client.get_trigger(&namespace, &name).await {
-            Ok(trigger) => Some((from_api(&trigger, &TriggerState::default()), ValueEmpty::Null)),
-            Err(e) => {
-                api_error(diags, format!("Cannot import trigger {namespace}/{name}"), &e, FIELDS);
-                None
-            }
-        }
+    async fn patch(client: &Client, key: &Key, patch: &Json) -> sless_client::Result<Trigger> {
+        client.patch_trigger(&key.namespace, &key.name, patch).await
+    }
+
+    async fn delete(client: &Client, key: &Key) -> sless_client::Result<()> {
+        client.delete_trigger(&key.namespace, &key.name).await
     }
 }

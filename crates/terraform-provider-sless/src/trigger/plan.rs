@@ -1,26 +1,22 @@
 //! What a `sless_trigger` change plans, without I/O: defaults (`enabled`,
-//! a cron trigger's `timezone`), the URL, and which changes replace it.
+//! a cron trigger's `timezone`) and the URL. (Which changes replace it is
+//! in the attribute table, `state::fields`.)
 
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::{TriggerState, AMQP_FIELDS, CRON_FIELDS};
-use crate::convert::{check_name, parse_json, resource_id, to_u32};
+use crate::convert::{check_name, parse_json, to_u32};
 use crate::diagnostics::error;
-
-/// Attributes whose change replaces the trigger (the API cannot change a
-/// trigger's type in place).
-pub const REPLACE: &[&str] = &["name", "namespace", "type"];
 
 pub const TYPES: &[&str] = &["http", "cron", "amqp"];
 
 /// The timezone the server stores for a cron trigger that names none.
 pub const DEFAULT_TIMEZONE: &str = "UTC";
 
-/// Checks what can be checked of a configuration without the server.
+/// Checks what can be checked of a configuration without the server (its
+/// name and namespace are checked already).
 pub fn validate(diags: &mut Diagnostics, config: &TriggerState) {
-    check_name(diags, "trigger", &config.name, "name");
-    check_name(diags, "namespace", &config.namespace, "namespace");
     check_name(diags, "function", &config.function, "function");
     if let Some(event) = config.event.as_ref_option() {
         parse_json(diags, event, "event");
@@ -85,19 +81,9 @@ pub fn validate(diags: &mut Diagnostics, config: &TriggerState) {
     }
 }
 
-/// The planned state of a create (`prior` is `None`) or an update, and the
-/// attributes that force a replacement.
-pub fn plan(
-    prior: Option<&TriggerState>,
-    config: &TriggerState,
-    proposed: TriggerState,
-    default_namespace: &Value<String>,
-) -> (TriggerState, Vec<&'static str>) {
-    let mut planned = proposed;
-    if config.namespace.is_null() {
-        planned.namespace = default_namespace.clone();
-    }
-    planned.id = resource_id(&planned.namespace, &planned.name);
+/// Plans the defaults and the URL of a create (`prior` is `None`) or an
+/// update.
+pub fn plan(prior: Option<&TriggerState>, config: &TriggerState, planned: &mut TriggerState) {
     if config.enabled.is_null() {
         planned.enabled = Value::Value(true);
     }
@@ -119,17 +105,4 @@ pub fn plan(
             _ => Value::Unknown,
         };
     }
-    let replace = match prior {
-        None => Vec::new(),
-        Some(prior) => REPLACE
-            .iter()
-            .copied()
-            .filter(|field| match *field {
-                "name" => prior.name != planned.name,
-                "namespace" => prior.namespace != planned.namespace,
-                _ => prior.kind != planned.kind,
-            })
-            .collect(),
-    };
-    (planned, replace)
 }

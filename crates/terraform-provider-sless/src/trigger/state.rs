@@ -1,33 +1,16 @@
-//! `sless_trigger`'s attributes: the state struct, its schema, and the
-//! mapping to and from the API's `Trigger`.
+//! `sless_trigger`'s attributes: the state struct, its attribute table, and
+//! the mapping to and from the API's `Trigger`.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value as Json};
-use sless_api::{Trigger, TriggerSpec};
-use tf_provider::schema::{AttributeType, Schema};
+use sless_api::Trigger;
+use tf_provider::schema::AttributeType;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use crate::convert::{json_attribute, parse_json, resource_id, to_u32};
-use crate::diagnostics::error;
-use crate::schema::{computed, defaulted, optional, required, schema as block, sensitive};
-
-/// Attributes an API message may name, for pointing a diagnostic at one.
-pub const FIELDS: &[&str] = &[
-    "name",
-    "namespace",
-    "function",
-    "type",
-    "enabled",
-    "schedule",
-    "timezone",
-    "event",
-    "broker_url",
-    "queue",
-    "prefetch",
-    "retry_limit",
-    "dead_letter_queue",
-];
+use crate::resource::fields::{replaces, reported, updates, Field};
+use crate::schema::{defaulted, optional, required, sensitive};
 
 /// Settings of cron triggers only.
 pub const CRON_FIELDS: &[&str] = &["schedule", "timezone", "event"];
@@ -57,15 +40,6 @@ pub struct TriggerState {
 }
 
 impl TriggerState {
-    /// `namespace/name`, for messages.
-    pub fn label(&self) -> String {
-        format!(
-            "{}/{}",
-            self.namespace.as_deref_option().unwrap_or("?"),
-            self.name.as_deref_option().unwrap_or("?")
-        )
-    }
-
     /// Whether the type-specific setting `field` is set (or unknown).
     pub fn has(&self, field: &str) -> bool {
         let set = |v: &Value<String>| !v.is_null();
@@ -83,92 +57,72 @@ impl TriggerState {
     }
 }
 
-pub fn schema() -> Schema {
+/// Every attribute but the identity, and what a change to it does.
+pub fn fields() -> Vec<Field> {
     let string = || AttributeType::String;
     let number = || AttributeType::Number;
-    block(
-        "What fires a function besides a direct call: an HTTP route, a cron schedule or a RabbitMQ queue.",
-        vec![
-            ("id", computed(string(), "namespace/name.")),
-            (
-                "name",
-                required(
-                    string(),
-                    "Trigger name (a DNS label). Changing it replaces the trigger.",
-                ),
+    vec![
+        updates(
+            "function",
+            required(string(), "Name of a function of the same namespace."),
+        ),
+        replaces(
+            "type",
+            required(string(), "http, cron or amqp. Changing it replaces the trigger."),
+        ),
+        updates(
+            "enabled",
+            defaulted(
+                AttributeType::Bool,
+                "False stops the function taking work from this trigger (changed in place; default true).",
             ),
-            (
-                "namespace",
-                defaulted(
-                    string(),
-                    "Namespace (default: the provider's). Changing it replaces the trigger.",
-                ),
+        ),
+        updates(
+            "schedule",
+            optional(
+                string(),
+                "cron: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first.",
             ),
-            (
-                "function",
-                required(string(), "Name of a function of the same namespace."),
+        ),
+        updates(
+            "timezone",
+            defaulted(string(), "cron: IANA time zone of the schedule (default UTC)."),
+        ),
+        updates(
+            "event",
+            optional(
+                string(),
+                "cron: JSON event passed to the handler, e.g. jsonencode({ task = \"report\" }).",
             ),
-            (
-                "type",
-                required(string(), "http, cron or amqp. Changing it replaces the trigger."),
+        ),
+        updates(
+            "broker_url",
+            sensitive(optional(
+                string(),
+                "amqp: broker URL, e.g. amqp://guest:guest@127.0.0.1:5672/%2f.",
+            )),
+        ),
+        updates("queue", optional(string(), "amqp: queue to consume.")),
+        updates(
+            "prefetch",
+            optional(
+                number(),
+                "amqp: unacknowledged messages in flight at once (server default 1).",
             ),
-            (
-                "enabled",
-                defaulted(
-                    AttributeType::Bool,
-                    "False stops the function taking work from this trigger (changed in place; default true).",
-                ),
+        ),
+        updates(
+            "retry_limit",
+            optional(number(), "amqp: retries before dead-lettering (server default 3)."),
+        ),
+        updates(
+            "dead_letter_queue",
+            optional(
+                string(),
+                "amqp: queue for messages whose retries ran out (server default {queue}.dead).",
             ),
-            (
-                "schedule",
-                optional(
-                    string(),
-                    "cron: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first.",
-                ),
-            ),
-            (
-                "timezone",
-                defaulted(string(), "cron: IANA time zone of the schedule (default UTC)."),
-            ),
-            (
-                "event",
-                optional(
-                    string(),
-                    "cron: JSON event passed to the handler, e.g. jsonencode({ task = \"report\" }).",
-                ),
-            ),
-            (
-                "broker_url",
-                sensitive(optional(
-                    string(),
-                    "amqp: broker URL, e.g. amqp://guest:guest@127.0.0.1:5672/%2f.",
-                )),
-            ),
-            ("queue", optional(string(), "amqp: queue to consume.")),
-            (
-                "prefetch",
-                optional(
-                    number(),
-                    "amqp: unacknowledged messages in flight at once (server default 1).",
-                ),
-            ),
-            (
-                "retry_limit",
-                optional(number(), "amqp: retries before dead-lettering (server default 3)."),
-            ),
-            (
-                "dead_letter_queue",
-                optional(
-                    string(),
-                    "amqp: queue for messages whose retries ran out (server default {queue}.dead).",
-                ),
-            ),
-            (
-                "url",
-                computed(string(), "http: the public URL that fires the function."),
-            ),
-        ],
-    )
+        ),
+        reported("url", string(), "http: the public URL that fires the function."),
+    ]
 }
 
 /// The spec fields that are known and set, as the API's JSON.
@@ -201,28 +155,6 @@ pub fn spec_json(diags: &mut Diagnostics, state: &TriggerState) -> Json {
     );
     put("dead_letter_queue", text(&state.dead_letter_queue));
     Json::Object(spec)
-}
-
-/// The whole spec of a planned state, as `TriggerSpec`.
-pub fn spec_of(diags: &mut Diagnostics, state: &TriggerState) -> Option<TriggerSpec> {
-    let errors = diags.errors.len();
-    let json = spec_json(diags, state);
-    if diags.errors.len() > errors {
-        return None;
-    }
-    match serde_json::from_value(json) {
-        Ok(spec) => Some(spec),
-        Err(e) => {
-            let attribute = crate::diagnostics::guess_attribute(&e.to_string(), FIELDS);
-            error(
-                diags,
-                format!("Invalid trigger {}", state.label()),
-                e.to_string(),
-                attribute,
-            );
-            None
-        }
-    }
 }
 
 /// The state of a trigger as the server reports it; `event` keeps the

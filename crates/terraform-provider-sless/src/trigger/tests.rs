@@ -4,9 +4,9 @@
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
-use super::plan::{plan, validate};
-use super::state::{schema, TriggerState};
+use super::{TriggerResource, TriggerState};
 use crate::proposal::propose;
+use crate::resource::{plan, schema, validate};
 
 fn s(text: &str) -> Value<String> {
     Value::Value(text.to_string())
@@ -33,8 +33,18 @@ fn cron() -> TriggerState {
 }
 
 fn plan_of(prior: Option<&TriggerState>, config: &TriggerState) -> (TriggerState, Vec<&'static str>) {
-    let proposed = propose(&schema(), prior, config);
-    plan(prior, config, proposed, &s("default"))
+    let proposed = propose(&schema::<TriggerResource>(), prior, config);
+    let mut diags = Diagnostics::default();
+    let planned = plan(
+        &TriggerResource,
+        &mut diags,
+        prior,
+        config.clone(),
+        proposed,
+        &s("default"),
+    );
+    assert!(diags.errors.is_empty(), "{:?}", diags.errors);
+    planned
 }
 
 /// The state after applying `config`, as the server reports it.
@@ -100,7 +110,7 @@ fn a_type_change_replaces_and_a_function_change_does_not() {
 
 fn attributes_of(config: &TriggerState) -> Vec<String> {
     let mut diags = Diagnostics::default();
-    validate(&mut diags, config);
+    validate::<TriggerResource>(&mut diags, config.clone());
     diags.errors.iter().map(|d| d.attribute.to_string()).collect()
 }
 
