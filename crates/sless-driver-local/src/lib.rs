@@ -4,6 +4,8 @@
 
 mod builder;
 mod frame;
+#[cfg(test)]
+mod fuzz_frames;
 mod launcher;
 mod pool;
 mod process;

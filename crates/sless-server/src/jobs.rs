@@ -206,7 +206,7 @@ impl Jobs {
 
 /// The handler's answer as the job's `result` (its JSON, else its text),
 /// or why it is not kept: deeper or larger than a stored status may hold.
-fn kept_result(body: &[u8]) -> Result<Value, String> {
+pub(crate) fn kept_result(body: &[u8]) -> Result<Value, String> {
     use crate::bounds::{check_depth, MAX_JOB_RESULT_BYTES};
     if body.len() > MAX_JOB_RESULT_BYTES {
         return Err(format!(

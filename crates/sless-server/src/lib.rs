@@ -8,6 +8,8 @@ pub mod bounds;
 pub mod config;
 pub mod deploy;
 pub mod error;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
 pub mod invocations;
 pub mod invoker;

@@ -2,13 +2,13 @@
 //! `/healthz` and `/fn` gateway, and the layers every request passes.
 
 mod access_log;
-mod body;
+pub(crate) mod body;
 mod functions;
 mod gateway;
 mod invocations;
 mod jobs;
 mod openapi;
-mod resource;
+pub(crate) mod resource;
 mod system;
 mod tokens;
 mod triggers;
