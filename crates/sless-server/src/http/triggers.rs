@@ -19,7 +19,7 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
     let mut spec: TriggerSpec = from_value("trigger", value)?;
     validate_name("function", &spec.function)?;
     if state.store.get(Kind::Function, ns, &spec.function).await?.is_none() {
-        return Err(Error::BadRequest(format!(
+        return Err(Error::NotFound(format!(
             "function {:?} does not exist in namespace {ns:?}; a trigger names a function of its own namespace",
             spec.function
         )));
