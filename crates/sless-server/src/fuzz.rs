@@ -58,7 +58,7 @@ pub fn run(target: &str, check: impl Fn(&[u8])) {
                 String::from_utf8_lossy(&input)
             );
         }
-        if runs % 64 == 0 && corpus.len() < 256 {
+        if runs.is_multiple_of(64) && corpus.len() < 256 {
             corpus.push(input);
         }
         runs += 1;

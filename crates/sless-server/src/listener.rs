@@ -63,7 +63,7 @@ pub async fn serve<S>(
                 Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of descriptors, mostly: wait for some to come back.
-                    if accept_errors % 100 == 0 {
+                    if accept_errors.is_multiple_of(100) {
                         tracing::warn!(error = %e, "accepting a connection failed");
                     }
                     accept_errors += 1;
@@ -251,7 +251,7 @@ pub fn raise_open_files_limit() -> u64 {
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         limit.current = limit.maximum;
-        if let Err(e) = setrlimit(Resource::Nofile, limit.clone()) {
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
             tracing::warn!(error = %e, "could not raise the open files limit");
         }
     }

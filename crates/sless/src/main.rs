@@ -18,6 +18,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per run: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the server (embedded default: SQLite and a local code directory under ./sless-data).
     Server(sless_server::Config),
