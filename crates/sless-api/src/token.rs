@@ -35,3 +35,15 @@ pub struct TokenCreated {
     /// The bearer token. Stored hashed; shown once.
     pub token: String,
 }
+
+/// `GET /v1/whoami`: the calling token, so a client can offer its namespaces.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct WhoAmI {
+    /// The token's name (`admin` for the configured admin token).
+    pub name: String,
+    /// An admin token covers every namespace.
+    pub admin: bool,
+    /// The namespaces the token covers; for an admin token, the namespaces
+    /// that hold a function, trigger or job (it may use others too).
+    pub namespaces: Vec<String>,
+}

@@ -77,8 +77,10 @@ pub struct TriggerStatus {
     pub last_error: Option<String>,
     /// cron: when it fires next.
     pub next_fire_at: Option<DateTime<Utc>>,
-    /// Times it has fired.
-    pub fired: u64,
+    /// cron: ticks it has fired. Absent for http and amqp triggers, whose
+    /// calls are counted per function in `/metrics` and the invocation log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fired: Option<u64>,
 }
 
 /// `POST .../triggers` body.

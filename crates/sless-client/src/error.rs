@@ -14,16 +14,15 @@ pub enum Error {
     Api {
         status: StatusCode,
         message: String,
-        /// The parsed error body, when the server sent one.
-        body: Option<ErrorBody>,
+        /// The parsed error body, when the server sent one (boxed: it is
+        /// large next to the other variants).
+        body: Option<Box<ErrorBody>>,
     },
     /// The request never got an answer (connection refused, TLS, timeout).
-    #[error("cannot reach {url}: {source}")]
-    Transport {
-        url: String,
-        #[source]
-        source: reqwest::Error,
-    },
+    /// Says where and the innermost cause once (reqwest's own chain repeats
+    /// the URL at every level), so `cause` is not also the error's source.
+    #[error("cannot reach {}: {}", origin(url), root_cause(cause))]
+    Transport { url: String, cause: reqwest::Error },
     /// The server answered 2xx with a body this client does not understand.
     #[error("unexpected answer from {url}: {message}")]
     Decode { url: String, message: String },
@@ -59,6 +58,15 @@ impl Error {
         self.status() == Some(StatusCode::CONFLICT)
     }
 
+    /// For a transport error where no connection could be made (nothing
+    /// listening, unknown host): the server's origin, `http://host:port`.
+    pub fn unreachable_server(&self) -> Option<String> {
+        match self {
+            Error::Transport { url, cause } if cause.is_connect() => Some(origin(url)),
+            _ => None,
+        }
+    }
+
     /// Builds the error for a non-2xx answer from its status and body.
     pub(crate) fn from_answer(status: StatusCode, body: &[u8]) -> Error {
         match serde_json::from_slice::<ErrorBody>(body) {
@@ -72,7 +80,7 @@ impl Error {
                 Error::Api {
                     status,
                     message,
-                    body: Some(parsed),
+                    body: Some(Box::new(parsed)),
                 }
             }
             Err(_) => {
@@ -90,4 +98,19 @@ impl Error {
             }
         }
     }
+}
+
+/// `scheme://host:port` of a URL (the URL itself if it does not parse).
+fn origin(url: &str) -> String {
+    reqwest::Url::parse(url).map_or_else(|_| url.to_string(), |u| u.origin().ascii_serialization())
+}
+
+/// The innermost error under `error`: `Connection refused (os error 111)`
+/// rather than the layers of client machinery above it.
+fn root_cause(error: &reqwest::Error) -> String {
+    let mut cause: &dyn std::error::Error = error;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
 }

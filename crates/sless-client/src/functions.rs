@@ -33,9 +33,27 @@ impl Client {
             .await
     }
 
-    /// `DELETE /v1/namespaces/{ns}/functions/{name}`.
+    /// `DELETE /v1/namespaces/{ns}/functions/{name}`: a conflict (409)
+    /// while triggers or jobs name the function.
     pub async fn delete_function(&self, ns: &str, name: &str) -> Result<()> {
         self.delete(self.ns_url(ns, &["functions", name])).await
+    }
+
+    /// `DELETE /v1/namespaces/{ns}/functions/{name}?cascade=true`: the
+    /// function and the triggers and jobs that name it.
+    pub async fn delete_function_cascade(&self, ns: &str, name: &str) -> Result<()> {
+        let mut url = self.ns_url(ns, &["functions", name]);
+        url.query_pairs_mut().append_pair("cascade", "true");
+        self.delete(url).await
+    }
+
+    /// `DELETE /v1/namespaces/{ns}/functions/{name}?orphan=true`: the
+    /// function only, leaving the triggers and jobs that name it for the
+    /// caller to delete or re-point (they take no work meanwhile).
+    pub async fn delete_function_orphan(&self, ns: &str, name: &str) -> Result<()> {
+        let mut url = self.ns_url(ns, &["functions", name]);
+        url.query_pairs_mut().append_pair("orphan", "true");
+        self.delete(url).await
     }
 
     /// `PUT /v1/namespaces/{ns}/functions/{name}/code` with a zip: the

@@ -58,15 +58,15 @@ impl Client {
             .body(request.body)
             .send()
             .await
-            .map_err(|source| Error::Transport {
+            .map_err(|cause| Error::Transport {
                 url: url.to_string(),
-                source,
+                cause,
             })?;
         let status = response.status();
         let headers = response.headers().clone();
-        let body = response.bytes().await.map_err(|source| Error::Transport {
+        let body = response.bytes().await.map_err(|cause| Error::Transport {
             url: url.to_string(),
-            source,
+            cause,
         })?;
         Ok(InvokeResponse {
             status,

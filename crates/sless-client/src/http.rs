@@ -126,9 +126,9 @@ impl Client {
 
     /// Sends `request`; a non-2xx answer becomes `Error::Api`.
     pub(crate) async fn send(&self, request: RequestBuilder, url: &Url) -> Result<Response> {
-        let response = request.send().await.map_err(|source| Error::Transport {
+        let response = request.send().await.map_err(|cause| Error::Transport {
             url: url.to_string(),
-            source,
+            cause,
         })?;
         if response.status().is_success() {
             return Ok(response);
@@ -141,9 +141,9 @@ impl Client {
     /// Sends `request` and decodes the JSON answer as `T`.
     pub(crate) async fn json<T: DeserializeOwned>(&self, request: RequestBuilder, url: &Url) -> Result<T> {
         let response = self.send(request, url).await?;
-        let bytes = response.bytes().await.map_err(|source| Error::Transport {
+        let bytes = response.bytes().await.map_err(|cause| Error::Transport {
             url: url.to_string(),
-            source,
+            cause,
         })?;
         serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
             url: url.to_string(),

@@ -37,9 +37,9 @@ impl Client {
     pub async fn logs(&self, ns: &str, name: &str, tail: Option<u32>) -> Result<String> {
         let url = self.logs_url(ns, name, false, tail);
         let response = self.send(self.api(Method::GET, &url), &url).await?;
-        response.text().await.map_err(|source| Error::Transport {
+        response.text().await.map_err(|cause| Error::Transport {
             url: url.to_string(),
-            source,
+            cause,
         })
     }
 
@@ -108,10 +108,10 @@ impl LogStream {
             match self.response.chunk().await {
                 Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk),
                 Ok(None) => self.done = true,
-                Err(source) => {
+                Err(cause) => {
                     return Err(Error::Transport {
                         url: self.url.to_string(),
-                        source,
+                        cause,
                     })
                 }
             }

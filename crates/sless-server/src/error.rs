@@ -12,6 +12,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     #[error("{0}")]
     BadRequest(String),
+    /// A 400 about one field of the request body (`field` in the answer).
+    #[error("{message}")]
+    Invalid { field: String, message: String },
     /// An archive entry broke an upload rule.
     #[error("{message}")]
     Archive {
@@ -54,10 +57,26 @@ impl Error {
         Error::Internal(e.to_string())
     }
 
+    /// A body over a configured limit (413), naming the limit and the
+    /// server setting that raises it.
+    pub fn too_large(what: &str, limit: usize, setting: &str) -> Self {
+        Error::PayloadTooLarge(format!(
+            "{what} is larger than the limit of {limit} bytes (the server's {setting} setting raises it)"
+        ))
+    }
+
+    /// A 400 naming the request field it is about.
+    pub fn invalid(field: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Error::Invalid {
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
+
     pub fn status(&self) -> StatusCode {
         use sless_codecheck::CheckError;
         match self {
-            Error::BadRequest(_) | Error::Archive { .. } => StatusCode::BAD_REQUEST,
+            Error::BadRequest(_) | Error::Invalid { .. } | Error::Archive { .. } => StatusCode::BAD_REQUEST,
             Error::CodeCheck(CheckError::Rejected { .. }) => StatusCode::BAD_REQUEST,
             Error::Unauthorized => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
@@ -92,8 +111,13 @@ impl Error {
             Error::Archive { entry, rule, .. } => (entry.clone(), Some(rule.to_string())),
             _ => (None, None),
         };
+        let field = match &self {
+            Error::Invalid { field, .. } => Some(field.clone()),
+            _ => None,
+        };
         let body = ErrorBody {
             error: self.to_string(),
+            field,
             entry,
             rule,
             request_id,

@@ -93,8 +93,23 @@ impl Invoker {
                 let error = crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES);
                 (code, Some(error), 0, 0, false, Vec::new(), false)
             }
-            // Nothing ran: no record.
-            Err(_) => return (result, None),
+            // The handler could not be loaded (an import that fails, say): the
+            // call failed as surely as a crash, and the load error (the user's
+            // traceback) is what the owner needs to see in `sless logs`.
+            Err(InvokeError::StartFailed { reason, .. }) => {
+                let first_line = reason.lines().next().unwrap_or_default();
+                let (text, truncated) = capped(reason, START_ERROR_CAP);
+                let logs = vec![LogLine {
+                    stream: "stderr".to_string(),
+                    text: text.to_string(),
+                }];
+                let error = format!("the function failed to start: {first_line}");
+                (502, Some(error), 0, 0, false, logs, truncated)
+            }
+            // Nothing ran (no version, disabled, queue full): no record.
+            Err(InvokeError::NotDeployed(_) | InvokeError::Disabled(_) | InvokeError::QueueFull(_)) => {
+                return (result, None)
+            }
         };
         self.metrics.invocation(
             &key.namespace,
@@ -161,6 +176,22 @@ impl Invoker {
     }
 }
 
+/// The most of a start-up error kept in a record's log (a handler's own
+/// output is capped alike).
+const START_ERROR_CAP: usize = 64 * 1024;
+
+/// `text` cut to at most `max` bytes on a character boundary, and whether it was cut.
+fn capped(text: &str, max: usize) -> (&str, bool) {
+    if text.len() <= max {
+        return (text, false);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&text[..end], true)
+}
+
 /// Statuses a handler may answer with. Anything else (1xx would switch
 /// protocols or hang the caller, and numbers outside 100-999 are not HTTP)
 /// becomes a 502 that says why, for the caller, the record and the metrics.
@@ -194,4 +225,16 @@ pub fn error_text(body: &[u8]) -> String {
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
     crate::bounds::clip(text, crate::bounds::MAX_ERROR_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::capped;
+
+    #[test]
+    fn start_errors_are_capped_on_a_character_boundary() {
+        assert_eq!(capped("short", 10), ("short", false));
+        assert_eq!(capped("aé", 2), ("a", true));
+        assert_eq!(capped("aéb", 3), ("aé", true));
+    }
 }

@@ -11,6 +11,7 @@ pub mod error;
 #[cfg(test)]
 mod fuzz;
 pub mod http;
+pub mod invocation_stats;
 pub mod invocations;
 pub mod invoker;
 pub mod jobs;

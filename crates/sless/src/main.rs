@@ -8,15 +8,21 @@ mod cli;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(name = "sless", version, about = "Self-hosted Function-as-a-Service")]
 struct Cli {
+    /// The client's connection and output flags: global, so they go before
+    /// or after the subcommand (`sless -n demo trigger ls`).
+    #[command(flatten)]
+    conn: cli::ConnArgs,
     #[command(subcommand)]
     command: Command,
 }
 
+// Parsed once per process: the size of the server's variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 // Parsed once per run: the size of its largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
@@ -28,11 +34,20 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match cli.command {
         Command::Server(config) => config,
-        Command::Client(command) => std::process::exit(cli::main(command, Cli::command)),
+        Command::Client(command) => std::process::exit(cli::main(command, cli.conn, Cli::command)),
     };
+    if let Some(flag) = cli::ConnArgs::given_on_command_line(&matches) {
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{flag} is a client flag; `sless server` does not take it (see `sless server --help`)"),
+            )
+            .exit();
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")

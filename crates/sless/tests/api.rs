@@ -5,9 +5,15 @@ mod api {
     mod amqp;
     mod archive_rules;
     mod auth;
+    mod browser;
     mod cli;
+    mod cli_edges;
     mod code_check;
+    mod console;
+    mod console_api;
+    mod deleting;
     mod deploys;
+    mod failures;
     mod functions;
     mod handlers;
     pub mod harness;

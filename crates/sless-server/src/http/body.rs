@@ -1,6 +1,8 @@
 //! Request-body extraction that answers in the API's JSON error shape (axum's
 //! own rejections are plain text) and refuses unknown fields.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::StatusCode;
@@ -8,32 +10,41 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
+use crate::state::AppState;
 
-/// The raw body, with a too-large body mapped to 413 and read errors to 400.
-pub struct RawBody(pub Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for RawBody {
-    type Rejection = Error;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Bytes::from_request(req, state).await {
-            Ok(bytes) => Ok(RawBody(bytes)),
-            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::PayloadTooLarge(
-                "request body is larger than the limit for this endpoint".into(),
-            )),
-            Err(e) => Err(Error::BadRequest(format!("cannot read request body: {e}"))),
-        }
+/// A body as bytes; above the route's limit a 413 naming that limit and its
+/// setting, a read error a 400. The limits themselves are the
+/// `DefaultBodyLimit` layers in `http/mod.rs`, set from the same config.
+async fn read_body(req: Request, state: &Arc<AppState>, limit: usize, what: &str, setting: &str) -> Result<Bytes> {
+    match Bytes::from_request(req, state).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::too_large(what, limit, setting)),
+        Err(e) => Err(Error::BadRequest(format!("cannot read request body: {e}"))),
     }
 }
 
-/// A JSON object body.
-pub struct JsonObject(pub Map<String, Value>);
+/// A code upload's raw body (limit `SLESS_MAX_UPLOAD_BYTES`).
+pub struct RawBody(pub Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for JsonObject {
+impl FromRequest<Arc<AppState>> for RawBody {
     type Rejection = Error;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let RawBody(bytes) = RawBody::from_request(req, state).await?;
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let limit = state.config.max_upload_bytes;
+        let bytes = read_body(req, state, limit, "the code archive", "SLESS_MAX_UPLOAD_BYTES").await?;
+        Ok(RawBody(bytes))
+    }
+}
+
+/// A JSON object body (limit `SLESS_MAX_JSON_BYTES`).
+pub struct JsonObject(pub Map<String, Value>);
+
+impl FromRequest<Arc<AppState>> for JsonObject {
+    type Rejection = Error;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let limit = state.config.max_json_bytes;
+        let bytes = read_body(req, state, limit, "the JSON body", "SLESS_MAX_JSON_BYTES").await?;
         if bytes.is_empty() {
             return Err(Error::BadRequest(
                 "request body is empty: expected a JSON object".into(),
@@ -57,7 +68,7 @@ impl<S: Send + Sync> FromRequest<S> for JsonObject {
 }
 
 /// Deserializes `value` as `T`, turning serde's message (which names unknown
-/// or mistyped fields) into a 400.
+/// or mistyped fields) into a 400 that names the top-level field.
 pub fn from_value<T: DeserializeOwned>(what: &str, mut value: Value) -> Result<T, Error> {
     // JSON Schema counts 1.0 as an integer: so do the spec's own fields
     // (not the values inside them, such as an event, which reach handlers as sent).
@@ -73,11 +84,28 @@ pub fn from_value<T: DeserializeOwned>(what: &str, mut value: Value) -> Result<T
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {
-            Error::BadRequest(format!("invalid {what}: {}", e.inner()))
+            let message = format!("invalid {what}: {}", e.inner());
+            // serde names a missing or unknown field in backticks.
+            let named = e.inner().to_string();
+            match named
+                .strip_prefix("missing field `")
+                .or_else(|| named.strip_prefix("unknown field `"))
+                .and_then(|rest| rest.split_once('`'))
+            {
+                Some((field, _)) => Error::invalid(field, message),
+                None => Error::BadRequest(message),
+            }
         } else {
-            Error::BadRequest(format!("invalid {what}: {path}: {}", e.inner()))
+            let field = path.split(['.', '[']).next().unwrap_or(&path).to_string();
+            Error::invalid(field, format!("invalid {what}: {path}: {}", e.inner()))
         }
     })
+}
+
+/// Checks a name given in the body's `field` (a DNS label), naming the field
+/// when it is not one.
+pub fn check_name(field: &str, what: &'static str, name: &str) -> Result<(), Error> {
+    sless_api::validate_name(what, name).map_err(|e| Error::invalid(field, e))
 }
 
 /// Applies a JSON merge patch (RFC 7396) to `target`.
@@ -104,27 +132,25 @@ pub fn merge_patch(target: &mut Value, patch: Value) {
 /// be a string, the namespace (if given) must match the path, status is
 /// read-only.
 pub fn take_identity(body: &mut Map<String, Value>, ns: &str) -> Result<Option<String>> {
-    if body.remove("status").is_some() {
-        return Err(Error::BadRequest("status is read-only and cannot be set".into()));
-    }
-    for field in ["created_at", "updated_at"] {
+    for field in ["status", "created_at", "updated_at"] {
         if body.remove(field).is_some() {
-            return Err(Error::BadRequest(format!("{field} is read-only and cannot be set")));
+            return Err(Error::invalid(field, format!("{field} is read-only and cannot be set")));
         }
     }
     match body.remove("namespace") {
         None => {}
         Some(Value::String(given)) if given == ns => {}
         Some(other) => {
-            return Err(Error::BadRequest(format!(
-                "namespace in the body ({other}) does not match the namespace in the path ({ns:?})"
-            )))
+            return Err(Error::invalid(
+                "namespace",
+                format!("namespace in the body ({other}) does not match the namespace in the path ({ns:?})"),
+            ))
         }
     }
     match body.remove("name") {
         None => Ok(None),
         Some(Value::String(name)) => Ok(Some(name)),
-        Some(other) => Err(Error::BadRequest(format!("name must be a string, got {other}"))),
+        Some(other) => Err(Error::invalid("name", format!("name must be a string, got {other}"))),
     }
 }
 

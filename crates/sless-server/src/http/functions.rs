@@ -2,14 +2,17 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
+use serde::Deserialize;
 use serde_json::Value;
 use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List};
 
-use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
+use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
 use super::resource::{self, load, not_found, to_api};
+use super::serving;
 use crate::blobs;
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -18,21 +21,25 @@ use sless_driver::FunctionKey;
 
 fn checked_spec(value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
-    spec.check().map_err(Error::BadRequest)?;
+    spec.check_field()
+        .map_err(|(field, message)| Error::invalid(field, message))?;
     Ok(spec)
 }
 
 /// List the functions of a namespace.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions", tag = "functions",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions", operation_id = "list_functions", tag = "functions",
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Function>), (status = 401, body = sless_api::ErrorBody), (status = 403, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Function>>> {
-    Ok(Json(resource::list(&state, Kind::Function, &ns).await?))
+    let List { items } = resource::list(&state, Kind::Function, &ns).await?;
+    Ok(Json(List {
+        items: serving::with_reasons(&state, &ns, items).await?,
+    }))
 }
 
 /// Create a function. It has no code until `PUT .../code`.
-#[utoipa::path(post, path = "/v1/namespaces/{ns}/functions", tag = "functions",
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/functions", operation_id = "create_function", tag = "functions",
     params(("ns" = String, Path, description = "Namespace")),
     request_body = sless_api::FunctionCreate,
     responses((status = 201, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
@@ -43,8 +50,8 @@ pub async fn create(
     JsonObject(mut body): JsonObject,
 ) -> Result<(StatusCode, Json<Function>)> {
     validate_name("namespace", &ns)?;
-    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
-    validate_name("function", &name)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
+    check_name("name", "function", &name)?;
     let spec = checked_spec(Value::Object(body))?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
@@ -62,11 +69,12 @@ pub async fn create(
     };
     state.store.create(Kind::Function, &record).await?;
     tracing::info!(namespace = %record.namespace, function = %record.name, "function created");
-    Ok((StatusCode::CREATED, Json(to_api(record)?)))
+    let function = serving::with_reason(&state, to_api(record)?).await?;
+    Ok((StatusCode::CREATED, Json(function)))
 }
 
 /// Get one function with its status.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}", tag = "functions",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}", operation_id = "get_function", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     responses((status = 200, body = Function), (status = 404, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
@@ -74,11 +82,12 @@ pub async fn get(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<Function>> {
-    Ok(Json(to_api(load(&state, Kind::Function, &ns, &name).await?)?))
+    let function = to_api(load(&state, Kind::Function, &ns, &name).await?)?;
+    Ok(Json(serving::with_reason(&state, function).await?))
 }
 
 /// Partially update a function (JSON merge patch of its spec; `null` resets a field to its default).
-#[utoipa::path(patch, path = "/v1/namespaces/{ns}/functions/{name}", tag = "functions",
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/functions/{name}", operation_id = "patch_function", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     request_body(content = Object, description = "Any subset of the function's spec fields"),
     responses((status = 200, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
@@ -91,17 +100,21 @@ pub async fn patch(
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
-            return Err(Error::BadRequest(format!(
-                "name cannot be changed (path says {name:?}, body says {given:?}); create a new function instead"
-            )));
+            return Err(Error::invalid(
+                "name",
+                format!(
+                    "name cannot be changed (path says {name:?}, body says {given:?}); create a new function instead"
+                ),
+            ));
         }
     }
     let old_runtime = record.spec.get("runtime").cloned();
     merge_patch(&mut record.spec, Value::Object(body));
     let spec = checked_spec(record.spec.clone())?;
     if record.spec.get("runtime") != old_runtime.as_ref() {
-        return Err(Error::BadRequest(
-            "runtime cannot be changed in place; delete and re-create the function".into(),
+        return Err(Error::invalid(
+            "runtime",
+            "runtime cannot be changed in place; delete and re-create the function",
         ));
     }
     record.spec = to_value(&spec)?;
@@ -117,20 +130,76 @@ pub async fn patch(
             .await?
             .ok_or_else(|| not_found(Kind::Function, &ns, &name))?,
     )?;
-    Ok(Json(function))
+    Ok(Json(serving::with_reason(&state, function).await?))
 }
 
-/// Delete a function and its code archives.
-#[utoipa::path(delete, path = "/v1/namespaces/{ns}/functions/{name}", tag = "functions",
-    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
-    responses((status = 204), (status = 404, body = sless_api::ErrorBody)),
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteQuery {
+    /// Also delete the triggers and jobs that name the function; without
+    /// it (or `orphan`), a function they name is not deleted (409).
+    #[serde(default)]
+    cascade: bool,
+    /// Delete the function and leave the triggers and jobs that name it as
+    /// they are: they take no work until a function of that name exists
+    /// again. For tools that delete or re-point them themselves (Terraform
+    /// replacing a function keeps its triggers).
+    #[serde(default)]
+    orphan: bool,
+}
+
+/// Delete a function and its code archives. Triggers and jobs that name it
+/// would fire against nothing: they make this a 409 that lists them, unless
+/// `cascade=true` deletes them too or `orphan=true` leaves them be.
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/functions/{name}", operation_id = "delete_function", tag = "functions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), DeleteQuery),
+    responses((status = 204), (status = 404, body = sless_api::ErrorBody),
+        (status = 409, body = sless_api::ErrorBody, description = "Triggers or jobs name the function; the message lists them")),
     security(("bearer" = [])))]
 pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
+    query: std::result::Result<Query<DeleteQuery>, QueryRejection>,
 ) -> Result<StatusCode> {
+    let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    if query.cascade && query.orphan {
+        return Err(Error::BadRequest(
+            "cascade and orphan exclude each other: delete what names the function, or leave it".into(),
+        ));
+    }
     validate_name("namespace", &ns)?;
     validate_name("function", &name)?;
+    // Looked up, not read: a function whose record does not read back is deleted too.
+    if let Ok(None) = state.store.get(Kind::Function, &ns, &name).await {
+        return Err(not_found(Kind::Function, &ns, &name));
+    }
+    let Dependents { triggers, jobs } = match query.orphan {
+        true => Dependents::default(),
+        false => dependents(&state, &ns, &name).await?,
+    };
+    let named = !(triggers.is_empty() && jobs.is_empty());
+    if named && !query.cascade {
+        let listed: Vec<String> = (triggers.iter().map(|t| format!("trigger {t:?}")))
+            .chain(jobs.iter().map(|j| format!("job {j:?}")))
+            .collect();
+        return Err(Error::Conflict(format!(
+            "function {name:?} is still named by {}: delete them first, or delete with cascade=true (`sless rm --cascade {name}`) to remove them too",
+            listed.join(", ")
+        )));
+    }
+    for trigger in &triggers {
+        state.store.delete(Kind::Trigger, &ns, trigger).await?;
+        state
+            .triggers
+            .changed(&ns, trigger, None, std::slice::from_ref(&name))
+            .await?;
+        tracing::info!(namespace = %ns, function = %name, %trigger, "trigger deleted with its function");
+    }
+    for job in &jobs {
+        state.jobs.stop(&ns, job).await;
+        state.store.delete(Kind::Job, &ns, job).await?;
+        tracing::info!(namespace = %ns, function = %name, %job, "job deleted with its function");
+    }
     if !state.store.delete(Kind::Function, &ns, &name).await? {
         return Err(not_found(Kind::Function, &ns, &name));
     }
@@ -139,6 +208,27 @@ pub async fn delete(
     remove_archives(&state, &ns, &name).await;
     tracing::info!(namespace = %ns, function = %name, "function deleted");
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// The triggers and jobs that name a function.
+#[derive(Default)]
+struct Dependents {
+    triggers: Vec<String>,
+    jobs: Vec<String>,
+}
+
+async fn dependents(state: &AppState, ns: &str, name: &str) -> Result<Dependents> {
+    let naming = |records: Vec<Record>| -> Vec<String> {
+        records
+            .into_iter()
+            .filter(|r| r.spec.get("function").and_then(Value::as_str) == Some(name))
+            .map(|r| r.name)
+            .collect()
+    };
+    Ok(Dependents {
+        triggers: naming(state.store.list(Kind::Trigger, ns).await?),
+        jobs: naming(state.store.list(Kind::Job, ns).await?),
+    })
 }
 
 /// Best effort: a leftover archive wastes space but breaks nothing.
@@ -162,7 +252,7 @@ async fn remove_archives(state: &AppState, ns: &str, name: &str) {
 
 /// Upload the function's code as a zip. The archive is checked against the
 /// upload rules, stored under its sha256, and the function goes to `Building`.
-#[utoipa::path(put, path = "/v1/namespaces/{ns}/functions/{name}/code", tag = "functions",
+#[utoipa::path(put, path = "/v1/namespaces/{ns}/functions/{name}/code", operation_id = "upload_code", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     request_body(content = Vec<u8>, content_type = "application/zip"),
     responses((status = 202, body = Function), (status = 400, body = sless_api::ErrorBody, description = "An upload rule was broken; `entry` and `rule` say which"),
@@ -176,5 +266,6 @@ pub async fn upload_code(
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
     let status = state.deployer.upload(&FunctionKey::new(&ns, &name), zip).await?;
     record.status = to_value(&status)?;
-    Ok((StatusCode::ACCEPTED, Json(to_api(record)?)))
+    let function = serving::with_reason(&state, to_api(record)?).await?;
+    Ok((StatusCode::ACCEPTED, Json(function)))
 }

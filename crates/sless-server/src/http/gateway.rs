@@ -16,7 +16,7 @@ use futures::future::{BoxFuture, Either};
 use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use percent_encoding::percent_decode_str;
-use sless_api::validate_name;
+use sless_api::{validate_name, FunctionStatus, Phase};
 use tower::Service;
 
 use crate::error::Error;
@@ -96,14 +96,15 @@ impl Target {
     }
 }
 
-/// Invoke a function. Public: no token needed. Any method; the path after
-/// the function name, the query, headers and body reach the handler.
+/// Invoke a function. Public: no token needed. Any method, with or without
+/// a path after the function name (`/fn/{ns}/{name}/{rest}`); that path,
+/// the query, headers and body reach the handler.
 #[utoipa::path(post, path = "/fn/{ns}/{name}", tag = "gateway",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     responses((status = 200, description = "The handler's answer"), (status = 404, body = sless_api::ErrorBody),
         (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting (Retry-After)"),
-        (status = 502, body = sless_api::ErrorBody, description = "The instance crashed"),
-        (status = 503, body = sless_api::ErrorBody, description = "No ready version yet (Retry-After) or disabled"),
+        (status = 502, body = sless_api::ErrorBody, description = "The handler crashed or failed to start (details in the invocation record under request_id)"),
+        (status = 503, body = sless_api::ErrorBody, description = "No ready version yet (Retry-After), no code, the only build failed, or disabled"),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
 async fn invoke(state: Arc<AppState>, target: Target, request: Request) -> Response {
     let (parts, body) = request.into_parts();
@@ -135,8 +136,10 @@ async fn serve(
     let body = match Limited::new(body, state.config.max_invoke_bytes).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => {
-            return Err(Error::PayloadTooLarge(
-                "request body is larger than the limit for this endpoint".into(),
+            return Err(Error::too_large(
+                "the request body",
+                state.config.max_invoke_bytes,
+                "SLESS_MAX_INVOKE_BYTES",
             ))
         }
         Err(e) => return Err(Error::BadRequest(format!("cannot read request body: {e}"))),
@@ -177,16 +180,7 @@ async fn serve(
             }
             Ok(response)
         }
-        Err(InvokeError::NotDeployed(_)) => {
-            // Not deployed: either no such function or no ready version yet.
-            match state.store.get(Kind::Function, &key.namespace, &key.name).await? {
-                None => Err(not_found(&key)),
-                Some(_) => Err(Error::Unavailable {
-                    message: format!("function {key} has no ready version yet; retry shortly"),
-                    retry_after: Some(2),
-                }),
-            }
-        }
+        Err(InvokeError::NotDeployed(_)) => not_ready(state, &key).await,
         Err(e @ InvokeError::Disabled(_)) => Err(Error::Unavailable {
             message: e.to_string(),
             retry_after: None,
@@ -196,9 +190,14 @@ async fn serve(
             retry_after: 1,
         }),
         Err(e @ InvokeError::Timeout { .. }) => Err(Error::GatewayTimeout(e.to_string())),
-        Err(e @ (InvokeError::Crashed { .. } | InvokeError::StartFailed { .. })) => {
-            Err(Error::BadGateway(e.to_string()))
-        }
+        // What went wrong inside (a traceback, an exit status) is for the
+        // owner: it is in the invocation record under this request id.
+        Err(InvokeError::Crashed { .. }) => Err(Error::BadGateway(format!(
+            "function {key} crashed while handling the request; its owner finds why in the function's invocation record with this request id"
+        ))),
+        Err(InvokeError::StartFailed { .. }) => Err(Error::BadGateway(format!(
+            "function {key} failed to start; its owner finds why in the function's invocation record with this request id"
+        ))),
     }
 }
 
@@ -242,6 +241,38 @@ fn header_pairs(headers: &HeaderMap) -> Vec<(String, String)> {
         pairs.push((name.as_str().to_string(), value));
     }
     pairs
+}
+
+/// Why a function the driver does not serve gives no answer: it does not
+/// exist (404), or its status says what is missing (503). Read only on this
+/// error path.
+async fn not_ready(state: &AppState, key: &FunctionKey) -> Result<Response, Error> {
+    let Some(record) = state.store.get(Kind::Function, &key.namespace, &key.name).await? else {
+        return Err(not_found(key));
+    };
+    let status: FunctionStatus = serde_json::from_value(record.status).unwrap_or_default();
+    let get = match key.namespace.as_str() {
+        "default" => format!("sless get {}", key.name),
+        ns => format!("sless get {} -n {ns}", key.name),
+    };
+    let (message, retry_after) = match (status.phase, status.version) {
+        // Waiting will not help here: a new upload will.
+        (Phase::Failed, 0) => (
+            format!("function {key} is not serving: the last build failed: see `{get}`"),
+            None,
+        ),
+        // Still "no ready version yet" (the contract's Retry-After): its
+        // code may be on the way, as in a pipeline that creates, then uploads.
+        (Phase::Pending, 0) if status.code_hash.is_none() => (
+            format!("function {key} has no code yet: deploy it with `sless deploy` or PUT .../code"),
+            Some(2),
+        ),
+        _ => (
+            format!("function {key} has no ready version yet; retry shortly"),
+            Some(2),
+        ),
+    };
+    Err(Error::Unavailable { message, retry_after })
 }
 
 fn not_found(key: &FunctionKey) -> Error {

@@ -52,7 +52,7 @@ async fn check_function(state: &AppState, ns: &str, name: &str) -> Result<()> {
 }
 
 /// A function's invocations, newest first.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/invocations", tag = "functions",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/invocations", operation_id = "list_invocations", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), PageQuery),
     responses((status = 200, body = InvocationPage), (status = 404, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
@@ -82,7 +82,7 @@ pub async fn list(
 /// The lines a function's handler printed: `{time} {request_id} {stream} {text}`
 /// as text, or Server-Sent Events (one JSON object per line) when the client
 /// accepts `text/event-stream`. `follow=true` streams new lines as they happen.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/logs", tag = "functions",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/logs", operation_id = "get_logs", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), LogsQuery),
     responses((status = 200, description = "Log lines", content_type = "text/plain"), (status = 404, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::Value;
 use sless_api::{validate_name, Job, JobPhase, JobSpec, JobStatus, List};
 
-use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject};
 use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -16,24 +16,27 @@ use crate::store::{Kind, Record};
 
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpec> {
     let spec: JobSpec = from_value("job", value)?;
-    validate_name("function", &spec.function)?;
+    check_name("function", "function", &spec.function)?;
     if state.store.get(Kind::Function, ns, &spec.function).await?.is_none() {
-        return Err(Error::NotFound(format!(
-            "function {:?} does not exist in namespace {ns:?}; a job names a function of its own namespace",
-            spec.function
-        )));
+        return Err(Error::invalid(
+            "function",
+            format!(
+                "function {:?} does not exist in namespace {ns:?}; a job names a function of its own namespace",
+                spec.function
+            ),
+        ));
     }
     if spec.wait_timeout_sec > 86_400 {
-        return Err(Error::BadRequest(format!(
-            "wait_timeout_sec must be at most 86400, got {}",
-            spec.wait_timeout_sec
-        )));
+        return Err(Error::invalid(
+            "wait_timeout_sec",
+            format!("wait_timeout_sec must be at most 86400, got {}", spec.wait_timeout_sec),
+        ));
     }
     Ok(spec)
 }
 
 /// List the jobs of a namespace.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs", tag = "jobs",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs", operation_id = "list_jobs", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Job>)), security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Job>>> {
@@ -41,7 +44,7 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 }
 
 /// Create a job. `run_id` 0 creates it without running (phase Skipped); above 0 runs it.
-#[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", tag = "jobs",
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", operation_id = "create_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::JobCreate,
     responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
@@ -51,8 +54,8 @@ pub async fn create(
     JsonObject(mut body): JsonObject,
 ) -> Result<(StatusCode, Json<Job>)> {
     validate_name("namespace", &ns)?;
-    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
-    validate_name("job", &name)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
+    check_name("name", "job", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
     let status = JobStatus {
         phase: if spec.run_id == 0 {
@@ -80,7 +83,7 @@ pub async fn create(
 }
 
 /// Get one job and its latest run.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "get_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     responses((status = 200, body = Job), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(String, String)>) -> Result<Json<Job>> {
@@ -88,7 +91,7 @@ pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(Str
 }
 
 /// Change a job; raising `run_id` above the last run starts a new run.
-#[utoipa::path(patch, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "patch_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     request_body(content = Object, description = "Any subset of the job's spec fields"),
     responses((status = 200, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
@@ -101,9 +104,10 @@ pub async fn patch(
     let record = load(&state, Kind::Job, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
-            return Err(Error::BadRequest(format!(
-                "name cannot be changed (path says {name:?}, body says {given:?})"
-            )));
+            return Err(Error::invalid(
+                "name",
+                format!("name cannot be changed (path says {name:?}, body says {given:?})"),
+            ));
         }
     }
     let old: JobSpec = serde_json::from_value(record.spec.clone()).map_err(Error::internal)?;
@@ -111,10 +115,13 @@ pub async fn patch(
     merge_patch(&mut merged, Value::Object(body));
     let spec = checked_spec(&state, &ns, merged).await?;
     if spec.run_id < old.run_id {
-        return Err(Error::BadRequest(format!(
-            "run_id can only go up (it is {}, got {}); raise it to run the job again",
-            old.run_id, spec.run_id
-        )));
+        return Err(Error::invalid(
+            "run_id",
+            format!(
+                "run_id can only go up (it is {}, got {}); raise it to run the job again",
+                old.run_id, spec.run_id
+            ),
+        ));
     }
     state
         .store
@@ -141,7 +148,7 @@ pub async fn patch(
 }
 
 /// Delete a job; a running one is stopped.
-#[utoipa::path(delete, path = "/v1/namespaces/{ns}/jobs/{name}", tag = "jobs",
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "delete_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn delete(

@@ -1,8 +1,10 @@
 //! The HTTP surface: the `/v1` REST API behind bearer auth, the public
-//! `/healthz` and `/fn` gateway, and the layers every request passes.
+//! `/healthz`, `/metrics`, `/v1/openapi.json` and `/fn` gateway, and the
+//! layers every request passes.
 
 mod access_log;
 pub(crate) mod body;
+mod console;
 mod functions;
 mod gateway;
 mod invocations;
@@ -10,9 +12,12 @@ mod jobs;
 mod openapi;
 mod openapi_rules;
 pub(crate) mod resource;
+mod serving;
+mod stats;
 mod system;
 mod tokens;
 mod triggers;
+mod whoami;
 
 use std::sync::Arc;
 
@@ -43,9 +48,9 @@ fn router(state: Arc<AppState>) -> Router {
     // Everything under /v1: bearer auth wraps the routes and the 404 fallback,
     // so an unknown /v1 path without a token is a 401, not a hint.
     let api = Router::new()
-        .route("/v1/openapi.json", get(system::openapi_json))
         .route("/v1/tokens", post(tokens::create).get(tokens::list))
         .route("/v1/tokens/{id}", axum::routing::delete(tokens::delete))
+        .route("/v1/whoami", get(whoami::whoami))
         .route(
             "/v1/namespaces/{ns}/functions",
             get(functions::list).post(functions::create),
@@ -72,6 +77,7 @@ fn router(state: Arc<AppState>) -> Router {
             get(invocations::list),
         )
         .route("/v1/namespaces/{ns}/functions/{name}/logs", get(invocations::logs))
+        .route("/v1/namespaces/{ns}/functions/{name}/stats", get(stats::stats))
         .route(
             "/v1/namespaces/{ns}/functions/{name}/code",
             put(functions::upload_code).layer(upload_limit),
@@ -82,9 +88,13 @@ fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), auth_under_v1))
         .with_state(state.clone());
 
+    // Public: health, metrics and the API's own description (as most APIs
+    // publish their schema); matched before the authenticated `/v1` router.
     Router::new()
         .route("/healthz", get(system::healthz))
         .route("/metrics", get(system::metrics))
+        .route("/v1/openapi.json", get(system::openapi_json))
+        .merge(console::routes())
         .method_not_allowed_fallback(system::method_not_allowed)
         .fallback_service(api)
         .with_state(state)

@@ -1,6 +1,9 @@
 //! The OpenAPI document, generated from the handlers' annotations.
 
+use utoipa::openapi::path::{HttpMethod, ParameterBuilder, ParameterIn, PathItem};
+use utoipa::openapi::schema::{ObjectBuilder, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::Required;
 use utoipa::{Modify, OpenApi};
 
 use super::{functions, system, tokens};
@@ -33,6 +36,8 @@ use super::{functions, system, tokens};
         super::jobs::patch,
         super::jobs::delete,
         super::invocations::logs,
+        super::stats::stats,
+        super::whoami::whoami,
         super::gateway::invoke,
     ),
     components(schemas(
@@ -59,8 +64,11 @@ use super::{functions, system, tokens};
         sless_api::JobPhase,
         sless_api::InvocationRecord,
         sless_api::LogLine,
+        sless_api::FunctionStats,
+        sless_api::StatsPoint,
+        sless_api::WhoAmI,
     )),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &GatewayPaths),
 )]
 pub struct ApiDoc;
 
@@ -73,5 +81,55 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// The gateway takes any method, with or without a path after the function
+/// name; OpenAPI has no "any method", so the one annotated operation
+/// (`gateway::invoke`, POST) is repeated for every method on both paths,
+/// each with an operation id of its own.
+struct GatewayPaths;
+
+impl GatewayPaths {
+    const BASE: &'static str = "/fn/{ns}/{name}";
+    const REST: &'static str = "/fn/{ns}/{name}/{rest}";
+    const METHODS: [(HttpMethod, &'static str); 7] = [
+        (HttpMethod::Get, "get"),
+        (HttpMethod::Post, "post"),
+        (HttpMethod::Put, "put"),
+        (HttpMethod::Patch, "patch"),
+        (HttpMethod::Delete, "delete"),
+        (HttpMethod::Head, "head"),
+        (HttpMethod::Options, "options"),
+    ];
+}
+
+impl Modify for GatewayPaths {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let paths = &mut openapi.paths.paths;
+        let Some(invoke) = paths.remove(Self::BASE).and_then(|item| item.post) else {
+            return;
+        };
+        let mut with_rest = invoke.clone();
+        with_rest.parameters.get_or_insert_with(Vec::new).push(
+            ParameterBuilder::new()
+                .name("rest")
+                .parameter_in(ParameterIn::Path)
+                .required(Required::True)
+                .description(Some(
+                    "The rest of the path (may hold further `/`), passed to the handler as context.path",
+                ))
+                .schema(Some(ObjectBuilder::new().schema_type(Type::String)))
+                .build(),
+        );
+        for (path, operation, id) in [(Self::BASE, invoke, "invoke"), (Self::REST, with_rest, "invoke_path")] {
+            let mut item = PathItem::default();
+            for (method, name) in Self::METHODS {
+                let mut operation = operation.clone();
+                operation.operation_id = Some(format!("{id}_{name}"));
+                item.merge_operations(PathItem::new(method, operation));
+            }
+            paths.insert(path.to_string(), item);
+        }
     }
 }

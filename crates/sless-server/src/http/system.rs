@@ -12,9 +12,8 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// This API's OpenAPI 3.1 document.
-#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI document")),
-    security(("bearer" = [])))]
+/// This API's OpenAPI 3.1 document. Public: no token needed.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI document")))]
 pub async fn openapi_json() -> Json<Value> {
     Json(super::openapi_rules::document())
 }

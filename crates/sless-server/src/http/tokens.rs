@@ -26,7 +26,7 @@ fn to_token(record: TokenRecord) -> Token {
 
 /// Create a token scoped to namespaces (or an admin token). The secret is in
 /// this answer only; the server keeps its hash.
-#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = TokenCreate,
+#[utoipa::path(post, path = "/v1/tokens", operation_id = "create_token", tag = "tokens", request_body = TokenCreate,
     responses((status = 201, body = TokenCreated), (status = 400, body = sless_api::ErrorBody), (status = 403, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(
@@ -66,7 +66,7 @@ pub async fn create(
 }
 
 /// List tokens (never their secrets).
-#[utoipa::path(get, path = "/v1/tokens", tag = "tokens",
+#[utoipa::path(get, path = "/v1/tokens", operation_id = "list_tokens", tag = "tokens",
     responses((status = 200, body = List<Token>), (status = 403, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<List<Token>>> {
@@ -75,7 +75,7 @@ pub async fn list(State(state): State<Arc<AppState>>) -> Result<Json<List<Token>
 }
 
 /// Revoke a token.
-#[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens",
+#[utoipa::path(delete, path = "/v1/tokens/{id}", operation_id = "delete_token", tag = "tokens",
     params(("id" = String, Path, description = "Token id")),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::Value;
 use sless_api::{validate_name, List, Trigger, TriggerSpec, TriggerType};
 
-use super::body::{from_value, merge_patch, take_identity, to_value, JsonObject};
+use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject};
 use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
@@ -17,12 +17,15 @@ use crate::store::{Kind, Record};
 /// Checks a spec against its type's rules and fills defaults.
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {
     let mut spec: TriggerSpec = from_value("trigger", value)?;
-    validate_name("function", &spec.function)?;
+    check_name("function", "function", &spec.function)?;
     if state.store.get(Kind::Function, ns, &spec.function).await?.is_none() {
-        return Err(Error::NotFound(format!(
-            "function {:?} does not exist in namespace {ns:?}; a trigger names a function of its own namespace",
-            spec.function
-        )));
+        return Err(Error::invalid(
+            "function",
+            format!(
+                "function {:?} does not exist in namespace {ns:?}; a trigger names a function of its own namespace",
+                spec.function
+            ),
+        ));
     }
     let cron_fields = [
         ("schedule", spec.schedule.is_some()),
@@ -47,10 +50,10 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
         TriggerType::Amqp => cron_fields.iter().filter(|f| f.1).map(|f| f.0).collect(),
     };
     if let Some(field) = foreign.first() {
-        return Err(Error::BadRequest(format!(
-            "{field} does not apply to a trigger of type {}",
-            spec.kind.as_str()
-        )));
+        return Err(Error::invalid(
+            *field,
+            format!("{field} does not apply to a trigger of type {}", spec.kind.as_str()),
+        ));
     }
     match spec.kind {
         TriggerType::Http => {}
@@ -58,21 +61,22 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
             let schedule = spec
                 .schedule
                 .as_deref()
-                .ok_or_else(|| Error::BadRequest("schedule is required for a cron trigger".into()))?;
+                .ok_or_else(|| Error::invalid("schedule", "schedule is required for a cron trigger"))?;
             let timezone = spec.timezone.get_or_insert_with(|| "UTC".into());
             crate::triggers::schedule::checked(schedule, timezone)
                 .await
-                .map_err(Error::BadRequest)?;
+                .map_err(|e| Error::invalid(e.field, e.message))?;
         }
         TriggerType::Amqp => {
             let url = spec
                 .broker_url
                 .as_deref()
-                .ok_or_else(|| Error::BadRequest("broker_url is required for an amqp trigger".into()))?;
+                .ok_or_else(|| Error::invalid("broker_url", "broker_url is required for an amqp trigger"))?;
             if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
-                return Err(Error::BadRequest(format!(
-                    "broker_url {url:?} must start with amqp:// or amqps://"
-                )));
+                return Err(Error::invalid(
+                    "broker_url",
+                    format!("broker_url {url:?} must start with amqp:// or amqps://"),
+                ));
             }
             state
                 .triggers
@@ -82,21 +86,26 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
             match spec.queue.as_deref() {
                 Some(q) if !q.trim().is_empty() && q.len() <= 255 => {}
                 _ => {
-                    return Err(Error::BadRequest(
-                        "queue is required for an amqp trigger (1-255 characters)".into(),
+                    return Err(Error::invalid(
+                        "queue",
+                        "queue is required for an amqp trigger (1-255 characters)",
                     ))
                 }
             }
             if let Some(p) = spec.prefetch {
                 if !(1..=1000).contains(&p) {
-                    return Err(Error::BadRequest(format!(
-                        "prefetch must be between 1 and 1000, got {p}"
-                    )));
+                    return Err(Error::invalid(
+                        "prefetch",
+                        format!("prefetch must be between 1 and 1000, got {p}"),
+                    ));
                 }
             }
             if let Some(r) = spec.retry_limit {
                 if r > 100 {
-                    return Err(Error::BadRequest(format!("retry_limit must be at most 100, got {r}")));
+                    return Err(Error::invalid(
+                        "retry_limit",
+                        format!("retry_limit must be at most 100, got {r}"),
+                    ));
                 }
             }
         }
@@ -105,15 +114,32 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
 }
 
 /// List the triggers of a namespace.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers", tag = "triggers",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers", operation_id = "list_triggers", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace")),
     responses((status = 200, body = List<Trigger>)), security(("bearer" = [])))]
 pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) -> Result<Json<List<Trigger>>> {
-    Ok(Json(resource::list(&state, Kind::Trigger, &ns).await?))
+    let List { items } = resource::list(&state, Kind::Trigger, &ns).await?;
+    Ok(Json(List {
+        items: items.into_iter().map(shown).collect(),
+    }))
+}
+
+/// A trigger as the API shows it: `fired` only where it counts something
+/// (cron ticks; records stored before that rule carry a 0 for every type).
+fn shown(mut trigger: Trigger) -> Trigger {
+    if trigger.spec.kind != TriggerType::Cron {
+        trigger.status.fired = None;
+    }
+    trigger
+}
+
+/// A stored trigger as the API shows it.
+fn to_shown(record: Record) -> Result<Trigger> {
+    to_api(record).map(shown)
 }
 
 /// Create a trigger for a function of the same namespace.
-#[utoipa::path(post, path = "/v1/namespaces/{ns}/triggers", tag = "triggers",
+#[utoipa::path(post, path = "/v1/namespaces/{ns}/triggers", operation_id = "create_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::TriggerCreate,
     responses((status = 201, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
@@ -123,8 +149,8 @@ pub async fn create(
     JsonObject(mut body): JsonObject,
 ) -> Result<(StatusCode, Json<Trigger>)> {
     validate_name("namespace", &ns)?;
-    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::BadRequest("name is required".into()))?;
-    validate_name("trigger", &name)?;
+    let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
+    check_name("name", "trigger", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
     let now = crate::store::now();
     let record = Record {
@@ -146,22 +172,22 @@ pub async fn create(
         )
         .await?;
     tracing::info!(namespace = %record.namespace, trigger = %record.name, kind = spec.kind.as_str(), "trigger created");
-    Ok((StatusCode::CREATED, Json(to_api(record)?)))
+    Ok((StatusCode::CREATED, Json(to_shown(record)?)))
 }
 
 /// Get one trigger.
-#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(get, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "get_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     responses((status = 200, body = Trigger), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn get(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<Json<Trigger>> {
-    Ok(Json(to_api(load(&state, Kind::Trigger, &ns, &name).await?)?))
+    Ok(Json(to_shown(load(&state, Kind::Trigger, &ns, &name).await?)?))
 }
 
 /// Change a trigger in place (e.g. `{"enabled": false}`); its type cannot change.
-#[utoipa::path(patch, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(patch, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "patch_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     request_body(content = Object, description = "Any subset of the trigger's spec fields"),
     responses((status = 200, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
@@ -174,9 +200,10 @@ pub async fn patch(
     let record = load(&state, Kind::Trigger, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
-            return Err(Error::BadRequest(format!(
-                "name cannot be changed (path says {name:?}, body says {given:?})"
-            )));
+            return Err(Error::invalid(
+                "name",
+                format!("name cannot be changed (path says {name:?}, body says {given:?})"),
+            ));
         }
     }
     let old = crate::triggers::spec_of(&record)
@@ -184,10 +211,13 @@ pub async fn patch(
     let mut merged = record.spec.clone();
     merge_patch(&mut merged, Value::Object(body));
     if merged.get("type") != record.spec.get("type") {
-        return Err(Error::BadRequest(format!(
-            "type cannot be changed in place (it is {}); delete and re-create the trigger",
-            old.kind.as_str()
-        )));
+        return Err(Error::invalid(
+            "type",
+            format!(
+                "type cannot be changed in place (it is {}); delete and re-create the trigger",
+                old.kind.as_str()
+            ),
+        ));
     }
     let spec = checked_spec(&state, &ns, merged).await?;
     let spec_value = to_value(&spec)?;
@@ -206,11 +236,11 @@ pub async fn patch(
         .triggers
         .changed(&ns, &name, Some(&record), &[old.function, spec.function.clone()])
         .await?;
-    Ok(Json(to_api(record)?))
+    Ok(Json(to_shown(record)?))
 }
 
 /// Delete a trigger.
-#[utoipa::path(delete, path = "/v1/namespaces/{ns}/triggers/{name}", tag = "triggers",
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "delete_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     responses((status = 204), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn delete(

@@ -73,6 +73,8 @@ pub trait Store: Send + Sync + 'static {
     /// Resources of every namespace, ordered by namespace and name; records
     /// that do not read back are left out (and logged).
     async fn list_all(&self, kind: Kind) -> Result<Vec<Record>>;
+    /// The namespaces that hold any resource, by name, at most `limit`.
+    async fn namespaces(&self, limit: i64) -> Result<Vec<String>>;
     /// Replaces spec and status; `Error::NotFound` when it is gone.
     async fn update(&self, kind: Kind, record: &Record) -> Result<()>;
     /// Replaces only the status (spec edits and status updates never overwrite each other).

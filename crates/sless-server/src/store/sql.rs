@@ -247,6 +247,15 @@ macro_rules! sql_store {
                 Ok(Self::readable(kind, &rows))
             }
 
+            async fn namespaces(&self, limit: i64) -> Result<Vec<String>> {
+                Ok(sqlx::query_scalar(
+                    "SELECT DISTINCT namespace FROM resources ORDER BY namespace LIMIT $1",
+                )
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             async fn update(&self, kind: Kind, r: &Record) -> Result<()> {
                 let done = sqlx::query(
                     "UPDATE resources SET spec = $1, status = $2, updated_at = $3 \

@@ -228,7 +228,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
         let mut claimed = status.clone();
         claimed.last_fired_at = Some(now);
         claimed.next_fire_at = next_tick(&spec, now).await;
-        claimed.fired += 1;
+        claimed.fired = Some(claimed.fired.unwrap_or(0) + 1);
         let claimed_value = serde_json::to_value(&claimed).map_err(crate::Error::internal)?;
         if !triggers
             .store
@@ -315,6 +315,7 @@ pub fn initial_status(spec: &TriggerSpec, namespace: &str, external_url: &str) -
     match spec.kind {
         TriggerType::Http => status.url = Some(format!("{external_url}/fn/{namespace}/{}", spec.function)),
         TriggerType::Cron => {
+            status.fired = Some(0);
             if let (Some(s), Some(tz)) = (&spec.schedule, &spec.timezone) {
                 status.next_fire_at = Schedule::parse(s, tz)
                     .ok()

@@ -10,22 +10,50 @@ pub struct Schedule {
     tz: Tz,
 }
 
+/// Why a schedule was refused: the field at fault (`schedule` or
+/// `timezone`) and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 impl Schedule {
-    /// Parses, with an error that says what is wrong.
-    pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, String> {
-        let fields = schedule.split_whitespace().count();
-        if !(5..=6).contains(&fields) {
-            return Err(format!(
-                "invalid schedule {schedule:?}: expected 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first; got {fields}"
-            ));
+    /// Parses, with an error that says what is wrong: the field at fault
+    /// and the values it allows.
+    pub fn parse(schedule: &str, timezone: &str) -> Result<Schedule, ScheduleError> {
+        let bad_schedule = |message| ScheduleError {
+            field: "schedule",
+            message,
+        };
+        let fields: Vec<&str> = schedule.split_whitespace().collect();
+        if !(5..=6).contains(&fields.len()) {
+            return Err(bad_schedule(format!(
+                "invalid schedule {schedule:?}: expected {FORMAT}; got {} field{}",
+                fields.len(),
+                if fields.len() == 1 { "" } else { "s" }
+            )));
         }
-        let cron = croner::Cron::new(schedule)
-            .with_seconds_optional()
-            .parse()
-            .map_err(|e| format!("invalid schedule {schedule:?}: {e}"))?;
-        let tz: Tz = timezone
-            .parse()
-            .map_err(|_| format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"))?;
+        let cron = parse_cron(schedule).map_err(|e| {
+            bad_schedule(match culprit(&fields) {
+                Some((index, name, values)) => format!(
+                    "invalid schedule {schedule:?}: the {name} field {:?} is not valid: it takes {values}, \
+                     as one value, a list (a,b), a range (a-b) or a step (*/n); {FORMAT}",
+                    fields[index]
+                ),
+                None => format!("invalid schedule {schedule:?}: {e}; {FORMAT}"),
+            })
+        })?;
+        let tz: Tz = timezone.parse().map_err(|_| ScheduleError {
+            field: "timezone",
+            message: format!("unknown timezone {timezone:?}: use an IANA name such as UTC or Europe/Berlin"),
+        })?;
         Ok(Schedule { cron, tz })
     }
 
@@ -44,19 +72,53 @@ impl Schedule {
     }
 }
 
-/// Parses `schedule` and checks that it fires within the horizon, on a
-/// blocking thread; the error says what is wrong.
-pub async fn checked(schedule: &str, timezone: &str) -> Result<(), String> {
+/// The accepted shapes, for every message about a schedule.
+const FORMAT: &str = "5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first";
+
+fn parse_cron(schedule: &str) -> Result<croner::Cron, croner::errors::CronError> {
+    croner::Cron::new(schedule).with_seconds_optional().parse()
+}
+
+/// The fields of a 6-field schedule and the values each takes; a 5-field
+/// one has no seconds.
+const FIELDS: [(&str, &str); 6] = [
+    ("second", "0-59"),
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or JAN-DEC"),
+    ("day-of-week", "0-7 (0 and 7 are Sunday) or SUN-SAT"),
+];
+
+/// The first field that is wrong on its own, as `(index, name, values)`:
+/// each field is tried with every other one set to `*`.
+fn culprit(fields: &[&str]) -> Option<(usize, &'static str, &'static str)> {
+    let named = &FIELDS[FIELDS.len() - fields.len()..];
+    named.iter().enumerate().find_map(|(index, &(name, values))| {
+        let probe: Vec<&str> = (0..fields.len())
+            .map(|i| if i == index { fields[i] } else { "*" })
+            .collect();
+        parse_cron(&probe.join(" ")).is_err().then_some((index, name, values))
+    })
+}
+
+/// Parses `schedule` and checks that it fires within the horizon (the
+/// search runs on a blocking thread); the error says what is wrong.
+pub async fn checked(schedule: &str, timezone: &str) -> Result<(), ScheduleError> {
     let parsed = Schedule::parse(schedule, timezone)?;
     let now = crate::store::now();
+    let never = || ScheduleError {
+        field: "schedule",
+        message: format!(
+            "schedule {schedule:?} does not fire within 5 years (in {timezone}); check its day of month and month"
+        ),
+    };
     let next = tokio::task::spawn_blocking(move || parsed.next_after(now))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| never())?;
     match next {
         Some(next) if next - now <= chrono::Duration::days(Schedule::HORIZON_DAYS) => Ok(()),
-        _ => Err(format!(
-            "schedule {schedule:?} does not fire within 5 years (in {timezone}); check its day of month and month"
-        )),
+        _ => Err(never()),
     }
 }
 
@@ -85,7 +147,8 @@ mod tests {
     async fn schedules_that_never_fire_are_refused() {
         for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 11 *"] {
             let refused = super::checked(never, "UTC").await.unwrap_err();
-            assert!(refused.contains("does not fire within 5 years"), "{never}: {refused}");
+            assert_eq!(refused.field, "schedule");
+            assert!(refused.message.contains("does not fire within 5 years"), "{never}: {}", refused.message);
         }
         for rare in ["0 0 29 2 *", "0 9 * * 1-5", "0 0 1 1 *"] {
             assert!(super::checked(rare, "Europe/Berlin").await.is_ok(), "{rare}");
@@ -94,12 +157,38 @@ mod tests {
 
     #[test]
     fn says_what_is_wrong() {
-        assert!(Schedule::parse("* * *", "UTC").unwrap_err().contains("5 fields"));
-        assert!(Schedule::parse("61 * * * *", "UTC")
+        assert!(Schedule::parse("* * *", "UTC")
             .unwrap_err()
-            .contains("invalid schedule"));
+            .message
+            .contains("5 fields"));
+        let err = Schedule::parse("61 * * * *", "UTC").unwrap_err().message;
+        assert!(
+            err.contains(r#"minute field "61" is not valid: it takes 0-59"#),
+            "{err}"
+        );
+        let err = Schedule::parse("0 25 * * *", "UTC").unwrap_err().message;
+        assert!(err.contains(r#"hour field "25" is not valid: it takes 0-23"#), "{err}");
+        let err = Schedule::parse("0 0 * 13 *", "UTC").unwrap_err().message;
+        assert!(err.contains(r#"month field "13" is not valid: it takes 1-12"#), "{err}");
+        let err = Schedule::parse("0 0 32 * *", "UTC").unwrap_err().message;
+        assert!(
+            err.contains(r#"day-of-month field "32" is not valid: it takes 1-31"#),
+            "{err}"
+        );
+        let err = Schedule::parse("0 0 * * MON-XYZ", "UTC").unwrap_err().message;
+        assert!(err.contains("day-of-week field"), "{err}");
+        let err = Schedule::parse("75 0 0 * * *", "UTC").unwrap_err().message;
+        assert!(
+            err.contains(r#"second field "75" is not valid: it takes 0-59"#),
+            "{err}"
+        );
+        assert!(err.contains("6 with seconds first"), "{err}");
         assert!(Schedule::parse("* * * * *", "Mars/Olympus")
             .unwrap_err()
+            .message
             .contains("unknown timezone"));
+        let zone = Schedule::parse("* * * * *", "Mars/Olympus").unwrap_err();
+        assert_eq!(zone.field, "timezone");
+        assert_eq!(Schedule::parse("61 * * * *", "UTC").unwrap_err().field, "schedule");
     }
 }

@@ -11,6 +11,9 @@ pub struct CompletionsArgs {
     pub shell: Shell,
 }
 
-pub fn print(args: &CompletionsArgs, mut command: clap::Command) {
-    clap_complete::generate(args.shell, &mut command, "sless", &mut std::io::stdout());
+pub fn print(args: &CompletionsArgs, mut command: clap::Command) -> anyhow::Result<()> {
+    // Generated whole first: clap_complete panics when its writer fails.
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "sless", &mut script);
+    super::output::write_stdout(&script)
 }

@@ -8,8 +8,10 @@ use sless_client::Client;
 use super::config::SavedConfig;
 use super::output::OutputFormat;
 
-/// The connection flags every client command takes.
+/// The connection flags every client command takes, before or after its
+/// name (global flags of the top-level command).
 #[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Client options")]
 pub struct ConnArgs {
     /// Server URL [default: the one saved by `sless login`].
     #[arg(long, env = "SLESS_ENDPOINT", global = true)]
@@ -23,6 +25,22 @@ pub struct ConnArgs {
     /// How to print results: tables for people, JSON for scripts.
     #[arg(short, long, value_enum, global = true, default_value = "table")]
     pub output: OutputFormat,
+}
+
+impl ConnArgs {
+    /// The first of these flags typed on the command line (not taken from
+    /// the environment or a default), as `--name`: `sless server` refuses
+    /// them rather than ignore them.
+    pub fn given_on_command_line(matches: &clap::ArgMatches) -> Option<String> {
+        let matches = match matches.subcommand() {
+            Some((_, sub)) => sub,
+            None => matches,
+        };
+        ["endpoint", "token", "namespace", "output"]
+            .into_iter()
+            .find(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
+            .map(|id| format!("--{id}"))
+    }
 }
 
 /// A resolved connection: what a command needs to run.

@@ -15,7 +15,7 @@ use sless_client::Wait;
 use super::archive::{human_bytes, zip_dir};
 use super::context::{ConnArgs, Context};
 use super::functions::phase_line;
-use super::output::{print_json, OutputFormat};
+use super::output::{print_json, say, OutputFormat};
 use super::progress::Spinner;
 
 #[derive(Args)]
@@ -46,8 +46,6 @@ pub struct DeployArgs {
     /// How long to wait for the build [default: the function's build timeout + 60 s].
     #[arg(long, value_name = "SECONDS")]
     pub wait_timeout: Option<u64>,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 /// `--runtime` values.
@@ -75,8 +73,8 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     }
 }
 
-pub async fn run(args: DeployArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+pub async fn run(args: DeployArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let name = match &args.name {
         Some(name) => name.clone(),
         None => default_name(&args.dir)?,
@@ -134,8 +132,7 @@ fn report(cx: &Context, function: &Function) -> anyhow::Result<()> {
                 Some(url) => url.clone(),
                 None => cx.client.function_url(&function.namespace, &function.name).to_string(),
             };
-            println!("{url}");
-            Ok(())
+            say(url)
         }
     }
 }

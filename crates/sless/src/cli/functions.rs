@@ -2,35 +2,29 @@
 //! or JSON.
 
 use clap::Args;
-use sless_api::Function;
+use sless_api::{Function, Phase};
 
 use super::context::ConnArgs;
-use super::output::{age, first_line, or_dash, print_json, time, Details, OutputFormat, Table};
-
-#[derive(Args)]
-pub struct ListArgs {
-    #[command(flatten)]
-    pub conn: ConnArgs,
-}
+use super::output::{age, first_line, or_dash, print_json, say, time, Details, OutputFormat, Table};
 
 #[derive(Args)]
 pub struct GetArgs {
     /// Function name.
     pub name: String,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 #[derive(Args)]
 pub struct RemoveArgs {
     /// Function name.
     pub name: String,
-    #[command(flatten)]
-    pub conn: ConnArgs,
+    /// Also delete the triggers and jobs that name the function (without
+    /// it, a function they name is not deleted).
+    #[arg(long)]
+    pub cascade: bool,
 }
 
-pub async fn list(args: ListArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+pub async fn list(conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let functions = cx.client.list_functions(&cx.namespace).await?;
     if cx.output == OutputFormat::Json {
         return print_json(&functions);
@@ -40,7 +34,10 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
         table.row(vec![
             f.name.clone(),
             f.spec.runtime.to_string(),
-            format!("{:?}", f.status.phase),
+            match f.status.not_serving {
+                Some(_) => format!("{:?} (not serving)", f.status.phase),
+                None => format!("{:?}", f.status.phase),
+            },
             f.status.version.to_string(),
             age(f.created_at),
             or_dash(f.status.url.as_ref()),
@@ -49,28 +46,29 @@ pub async fn list(args: ListArgs) -> anyhow::Result<()> {
     if functions.is_empty() {
         eprintln!("no functions in namespace {}", cx.namespace);
     } else {
-        table.print();
+        table.print()?;
     }
     Ok(())
 }
 
-pub async fn get(args: GetArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+pub async fn get(args: GetArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let function = cx.client.get_function(&cx.namespace, &args.name).await?;
     match cx.output {
         OutputFormat::Json => print_json(&function),
-        OutputFormat::Table => {
-            details(&function).print();
-            Ok(())
-        }
+        OutputFormat::Table => details(&function).print(),
     }
 }
 
-pub async fn remove(args: RemoveArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
-    cx.client.delete_function(&cx.namespace, &args.name).await?;
+pub async fn remove(args: RemoveArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
+    if args.cascade {
+        cx.client.delete_function_cascade(&cx.namespace, &args.name).await?;
+    } else {
+        cx.client.delete_function(&cx.namespace, &args.name).await?;
+    }
     if cx.output == OutputFormat::Table {
-        println!("function {} deleted", args.name);
+        say(format_args!("function {} deleted", args.name))?;
     }
     Ok(())
 }
@@ -101,7 +99,7 @@ pub fn details(f: &Function) -> Details {
         .field("timeout", format!("{} s", spec.timeout_sec))
         .field("scaling", scaling)
         .field("env", if env.is_empty() { "-".into() } else { env })
-        .field("phase", format!("{:?}", status.phase))
+        .field("phase", phase(f))
         .field("version", status.version)
         .field("url", or_dash(status.url.as_ref()))
         .field("code hash", or_dash(status.code_hash.as_ref()))
@@ -117,6 +115,17 @@ pub fn details(f: &Function) -> Details {
             },
         );
     d
+}
+
+/// The phase, and next to it why the function does not serve (or which
+/// version still serves after a failed update).
+fn phase(f: &Function) -> String {
+    let status = &f.status;
+    match (&status.not_serving, status.phase) {
+        (Some(why), phase) => format!("{phase:?} (not serving: {why})"),
+        (None, Phase::Failed) => format!("Failed (version {} still serving)", status.version),
+        (None, phase) => format!("{phase:?}"),
+    }
 }
 
 /// One line about a function's state, for progress displays.

@@ -1,7 +1,7 @@
 //! `sless invoke NAME`: one call through the public gateway. The answer's
 //! body goes to stdout as is; a status of 400 or more is a failure.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 
 use anyhow::{bail, Context as _};
 use clap::Args;
@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use sless_client::{InvokeRequest, InvokeResponse, Method};
 
 use super::context::ConnArgs;
-use super::output::{print_json, OutputFormat};
+use super::output::{print_json, write_stdout, OutputFormat};
 
 #[derive(Args)]
 pub struct InvokeArgs {
@@ -27,8 +27,6 @@ pub struct InvokeArgs {
     /// Extra request header `Name: value` (repeatable).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 fn parse_header(text: &str) -> Result<(String, String), String> {
@@ -38,8 +36,8 @@ fn parse_header(text: &str) -> Result<(String, String), String> {
     }
 }
 
-pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+pub async fn run(args: InvokeArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let body = match &args.data {
         None => Vec::new(),
         Some(data) => read_data(data)?,
@@ -72,19 +70,18 @@ pub async fn run(args: InvokeArgs) -> anyhow::Result<()> {
     match cx.output {
         OutputFormat::Json => print_json(&as_json(&response))?,
         OutputFormat::Table => {
-            let mut out = std::io::stdout().lock();
-            if out.is_terminal() {
+            let terminal = std::io::stdout().is_terminal();
+            if terminal {
                 // What a handler answers is shown, not obeyed, on a terminal;
                 // a pipe or a file gets the bytes as they are.
                 let text = String::from_utf8_lossy(&response.body);
-                out.write_all(super::output::printable(&text).as_bytes())?;
+                write_stdout(super::output::printable(&text).as_bytes())?;
             } else {
-                out.write_all(&response.body)?;
+                write_stdout(&response.body)?;
             }
-            if out.is_terminal() && !response.body.is_empty() && !response.body.ends_with(b"\n") {
-                writeln!(out)?;
+            if terminal && !response.body.is_empty() && !response.body.ends_with(b"\n") {
+                write_stdout(b"\n")?;
             }
-            out.flush()?;
         }
     }
     if response.status.as_u16() >= 400 {

@@ -10,7 +10,7 @@ use sless_api::{Job, JobCreate, JobPhase, JobSpec};
 use sless_client::Wait;
 
 use super::context::{ConnArgs, Context};
-use super::output::{age, compact, or_dash, print_json, time, Details, OutputFormat, Table};
+use super::output::{age, compact, or_dash, print_json, say, time, Details, OutputFormat, Table};
 use super::progress::Spinner;
 
 #[derive(Subcommand)]
@@ -19,7 +19,7 @@ pub enum JobCommand {
     Run(RunArgs),
     /// List the jobs of a namespace.
     #[command(visible_alias = "list")]
-    Ls(NoName),
+    Ls,
     /// Show one job and its latest run.
     Get(Named),
     /// Delete a job.
@@ -28,17 +28,9 @@ pub enum JobCommand {
 }
 
 #[derive(Args)]
-pub struct NoName {
-    #[command(flatten)]
-    pub conn: ConnArgs,
-}
-
-#[derive(Args)]
 pub struct Named {
     /// Job name.
     pub name: String,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 #[derive(Args)]
@@ -57,38 +49,33 @@ pub struct RunArgs {
     /// How long to wait for the run [default: the job's wait timeout + the function's timeout + 60 s].
     #[arg(long, value_name = "SECONDS")]
     pub wait_timeout: Option<u64>,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
-pub async fn run(command: JobCommand) -> anyhow::Result<()> {
+pub async fn run(command: JobCommand, conn: &ConnArgs) -> anyhow::Result<()> {
     match command {
-        JobCommand::Run(args) => run_job(args).await,
-        JobCommand::Ls(args) => list(args).await,
+        JobCommand::Run(args) => run_job(args, conn).await,
+        JobCommand::Ls => list(conn).await,
         JobCommand::Get(args) => {
-            let cx = args.conn.context()?;
+            let cx = conn.context()?;
             let job = cx.client.get_job(&cx.namespace, &args.name).await?;
             match cx.output {
                 OutputFormat::Json => print_json(&job),
-                OutputFormat::Table => {
-                    details(&job).print();
-                    Ok(())
-                }
+                OutputFormat::Table => details(&job).print(),
             }
         }
         JobCommand::Rm(args) => {
-            let cx = args.conn.context()?;
+            let cx = conn.context()?;
             cx.client.delete_job(&cx.namespace, &args.name).await?;
             if cx.output == OutputFormat::Table {
-                println!("job {} deleted", args.name);
+                say(format_args!("job {} deleted", args.name))?;
             }
             Ok(())
         }
     }
 }
 
-async fn run_job(args: RunArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+async fn run_job(args: RunArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let event = match &args.event {
         Some(text) => Some(serde_json::from_str::<Value>(text).context("--event must be JSON, e.g. '{\"a\": 1}'")?),
         None => None,
@@ -97,10 +84,7 @@ async fn run_job(args: RunArgs) -> anyhow::Result<()> {
     if args.no_wait {
         return match cx.output {
             OutputFormat::Json => print_json(&job),
-            OutputFormat::Table => {
-                println!("job {} run {run_id} started", job.name);
-                Ok(())
-            }
+            OutputFormat::Table => say(format_args!("job {} run {run_id} started", job.name)),
         };
     }
     let timeout = match args.wait_timeout {
@@ -228,8 +212,8 @@ async fn default_wait(cx: &Context, job: &Job) -> u64 {
     u64::from(job.spec.wait_timeout_sec) + function_timeout + 60
 }
 
-async fn list(args: NoName) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+async fn list(conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let jobs = cx.client.list_jobs(&cx.namespace).await?;
     if cx.output == OutputFormat::Json {
         return print_json(&jobs);
@@ -250,8 +234,7 @@ async fn list(args: NoName) -> anyhow::Result<()> {
             age(j.created_at),
         ]);
     }
-    table.print();
-    Ok(())
+    table.print()
 }
 
 fn details(j: &Job) -> Details {

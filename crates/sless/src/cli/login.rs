@@ -11,34 +11,32 @@ use sless_client::Client;
 
 use super::config::SavedConfig;
 use super::context::ConnArgs;
-use super::output::{print_json, OutputFormat};
+use super::output::{print_json, say, OutputFormat};
 
 #[derive(Args)]
 pub struct LoginArgs {
     /// Server URL, e.g. http://127.0.0.1:8080 [default: --endpoint, SLESS_ENDPOINT, the saved one].
     pub url: Option<String>,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
-pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
+pub async fn run(args: LoginArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let saved = SavedConfig::load()?;
     let Some(endpoint) = args
         .url
         .clone()
-        .or_else(|| args.conn.endpoint.clone())
+        .or_else(|| conn.endpoint.clone())
         .or_else(|| saved.endpoint.clone())
     else {
         bail!("which server? run `sless login URL`, e.g. `sless login http://127.0.0.1:8080`");
     };
-    let token = match &args.conn.token {
+    let token = match &conn.token {
         Some(token) => token.clone(),
         None => read_token()?,
     };
     if token.is_empty() {
         bail!("no token given: pass --token, set SLESS_TOKEN, or type it when asked");
     }
-    let namespace = args.conn.namespace_or(&saved);
+    let namespace = conn.namespace_or(&saved);
     let client = Client::new(&endpoint, token.clone())?;
     client
         .list_functions(&namespace)
@@ -50,16 +48,16 @@ pub async fn run(args: LoginArgs) -> anyhow::Result<()> {
         namespace: Some(namespace.clone()),
     }
     .save()?;
-    match args.conn.output {
+    match conn.output {
         OutputFormat::Json => print_json(&json!({
             "endpoint": endpoint,
             "namespace": namespace,
             "config": path,
         }))?,
-        OutputFormat::Table => println!(
+        OutputFormat::Table => say(format_args!(
             "Logged in to {endpoint} (namespace {namespace}); saved to {}",
             path.display()
-        ),
+        ))?,
     }
     Ok(())
 }

@@ -1,12 +1,10 @@
 //! `sless logs NAME [-f]` (what handlers printed) and `sless invocations
 //! NAME` (one row per call).
 
-use std::io::Write;
-
 use clap::Args;
 
 use super::context::ConnArgs;
-use super::output::{first_line, or_dash, print_json, printable, time, OutputFormat, Table};
+use super::output::{first_line, or_dash, print_json, printable, say, time, write_stdout, OutputFormat, Table};
 
 #[derive(Args)]
 pub struct LogsArgs {
@@ -18,8 +16,6 @@ pub struct LogsArgs {
     /// Start with the last N lines [default: the server's].
     #[arg(long, value_name = "N")]
     pub tail: Option<u32>,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 #[derive(Args)]
@@ -32,33 +28,27 @@ pub struct InvocationsArgs {
     /// Only invocations older than this id (the previous page's last).
     #[arg(long, value_name = "ID")]
     pub before: Option<String>,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
-pub async fn logs(args: LogsArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     if !args.follow {
-        let text = cx.client.logs(&cx.namespace, &args.name, args.tail).await?;
-        let text = printable(&text);
-        print!("{text}");
+        let mut text = printable(&cx.client.logs(&cx.namespace, &args.name, args.tail).await?).into_owned();
         if !text.is_empty() && !text.ends_with('\n') {
-            println!();
+            text.push('\n');
         }
-        return Ok(());
+        return write_stdout(text.as_bytes());
     }
     let mut stream = cx.client.follow_logs(&cx.namespace, &args.name, args.tail).await?;
-    let mut out = std::io::stdout();
     while let Some(line) = stream.next_line().await? {
-        // Flush each line: a pipe reader wants it now, not at 8 KiB.
-        writeln!(out, "{}", printable(&line))?;
-        out.flush()?;
+        // Each line flushed: a pipe reader wants it now, not at 8 KiB.
+        say(printable(&line))?;
     }
     Ok(())
 }
 
-pub async fn invocations(args: InvocationsArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+pub async fn invocations(args: InvocationsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let page = cx
         .client
         .list_invocations(&cx.namespace, &args.name, Some(args.limit), args.before.as_deref())
@@ -86,7 +76,7 @@ pub async fn invocations(args: InvocationsArgs) -> anyhow::Result<()> {
             or_dash(i.error.as_deref().map(|e| first_line(e, 60))),
         ]);
     }
-    table.print();
+    table.print()?;
     if let Some(next) = &page.next_before {
         eprintln!(
             "more: sless invocations {} --limit {} --before {next}",

@@ -19,6 +19,8 @@ mod triggers;
 
 use clap::Subcommand;
 
+pub use context::ConnArgs;
+
 /// The client's subcommands (flattened next to `server`).
 #[derive(Subcommand)]
 pub enum Command {
@@ -28,10 +30,10 @@ pub enum Command {
     Deploy(deploy::DeployArgs),
     /// List the functions of a namespace.
     #[command(visible_alias = "list")]
-    Ls(functions::ListArgs),
+    Ls,
     /// Show one function.
     Get(functions::GetArgs),
-    /// Delete a function.
+    /// Delete a function (refused while triggers or jobs name it, unless --cascade).
     #[command(visible_alias = "delete")]
     Rm(functions::RemoveArgs),
     /// Call a function through the public gateway and print its answer.
@@ -50,41 +52,54 @@ pub enum Command {
     Completions(completions::CompletionsArgs),
 }
 
-/// Runs `command` and returns the process exit code. `top` builds the whole
-/// command tree (for completions).
-pub fn main(command: Command, top: fn() -> clap::Command) -> i32 {
-    if let Command::Completions(args) = &command {
-        completions::print(args, top());
-        return 0;
-    }
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return 1;
-        }
+/// Runs `command` with the connection flags `conn` (given before or after
+/// the subcommand) and returns the process exit code. `top` builds the
+/// whole command tree (for completions).
+pub fn main(command: Command, conn: ConnArgs, top: fn() -> clap::Command) -> i32 {
+    let result = match &command {
+        Command::Completions(args) => completions::print(args, top()),
+        _ => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime.block_on(run(command, &conn)),
+            Err(e) => Err(anyhow::Error::new(e).context("cannot start the async runtime")),
+        },
     };
-    match runtime.block_on(run(command)) {
+    match result {
         Ok(()) => 0,
+        // The reader of our stdout is gone (`| head`): nothing to say to it.
+        Err(e) if e.is::<output::StdoutClosed>() => 0,
         Err(e) => {
             eprintln!("error: {}", output::printable(&format!("{e:#}")));
+            if let Some(hint) = unreachable_hint(&e) {
+                eprintln!("hint: {hint}");
+            }
             1
         }
     }
 }
 
-async fn run(command: Command) -> anyhow::Result<()> {
+/// For a server that could not be reached at all: where the CLI looked and
+/// how to point it elsewhere.
+fn unreachable_hint(e: &anyhow::Error) -> Option<String> {
+    let endpoint = e
+        .chain()
+        .find_map(|cause| cause.downcast_ref::<sless_client::Error>()?.unreachable_server())?;
+    Some(format!(
+        "is `sless server` running at {endpoint}? To use another server, run `sless login URL` (or pass --endpoint)"
+    ))
+}
+
+async fn run(command: Command, conn: &ConnArgs) -> anyhow::Result<()> {
     match command {
-        Command::Login(args) => login::run(args).await,
-        Command::Deploy(args) => deploy::run(args).await,
-        Command::Ls(args) => functions::list(args).await,
-        Command::Get(args) => functions::get(args).await,
-        Command::Rm(args) => functions::remove(args).await,
-        Command::Invoke(args) => invoke::run(args).await,
-        Command::Logs(args) => logs::logs(args).await,
-        Command::Invocations(args) => logs::invocations(args).await,
-        Command::Trigger(command) => triggers::run(command).await,
-        Command::Job(command) => jobs::run(command).await,
+        Command::Login(args) => login::run(args, conn).await,
+        Command::Deploy(args) => deploy::run(args, conn).await,
+        Command::Ls => functions::list(conn).await,
+        Command::Get(args) => functions::get(args, conn).await,
+        Command::Rm(args) => functions::remove(args, conn).await,
+        Command::Invoke(args) => invoke::run(args, conn).await,
+        Command::Logs(args) => logs::logs(args, conn).await,
+        Command::Invocations(args) => logs::invocations(args, conn).await,
+        Command::Trigger(command) => triggers::run(command, conn).await,
+        Command::Job(command) => jobs::run(command, conn).await,
         Command::Completions(_) => unreachable!("handled before the runtime starts"),
     }
 }

@@ -13,12 +13,43 @@ pub enum OutputFormat {
     Json,
 }
 
+/// Stdout went away: the reader of a pipe exited (`sless ... | head`). The
+/// command ends quietly with exit code 0, as other Unix tools do.
+#[derive(Debug)]
+pub struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stdout was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `bytes` to stdout and flushes them (a pipe's reader wants them
+/// now). A closed pipe is `StdoutClosed`; every write to stdout in the CLI
+/// goes through here, so none of them can panic as `print!` would.
+pub fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes).and_then(|()| out.flush()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            anyhow::Error::new(StdoutClosed)
+        } else {
+            anyhow::Error::new(e).context("cannot write to stdout")
+        }
+    })
+}
+
+/// Prints one line on stdout.
+pub fn say(line: impl std::fmt::Display) -> anyhow::Result<()> {
+    write_stdout(format!("{line}\n").as_bytes())
+}
+
 /// Prints `value` as pretty JSON on stdout.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
-    writeln!(out)?;
-    Ok(())
+    let mut text = serde_json::to_vec_pretty(value)?;
+    text.push(b'\n');
+    write_stdout(&text)
 }
 
 /// `text` safe to show on a terminal: control characters (but newlines and
@@ -89,8 +120,8 @@ impl Table {
         text
     }
 
-    pub fn print(&self) {
-        print!("{}", self.render());
+    pub fn print(&self) -> anyhow::Result<()> {
+        write_stdout(self.render().as_bytes())
     }
 }
 
@@ -128,8 +159,8 @@ impl Details {
         text
     }
 
-    pub fn print(&self) {
-        print!("{}", self.render());
+    pub fn print(&self) -> anyhow::Result<()> {
+        write_stdout(self.render().as_bytes())
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 use sless_api::{Trigger, TriggerCreate, TriggerSpec, TriggerType};
 
 use super::context::ConnArgs;
-use super::output::{age, compact, or_dash, print_json, time, Details, OutputFormat, Table};
+use super::output::{age, compact, or_dash, print_json, say, time, Details, OutputFormat, Table};
 
 #[derive(Subcommand)]
 pub enum TriggerCommand {
@@ -15,7 +15,7 @@ pub enum TriggerCommand {
     Create(CreateArgs),
     /// List the triggers of a namespace.
     #[command(visible_alias = "list")]
-    Ls(NoName),
+    Ls,
     /// Show one trigger.
     Get(Named),
     /// Delete a trigger.
@@ -28,17 +28,9 @@ pub enum TriggerCommand {
 }
 
 #[derive(Args)]
-pub struct NoName {
-    #[command(flatten)]
-    pub conn: ConnArgs,
-}
-
-#[derive(Args)]
 pub struct Named {
     /// Trigger name.
     pub name: String,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 #[derive(Args)]
@@ -51,7 +43,7 @@ pub struct CreateArgs {
     /// What fires it.
     #[arg(long = "type", value_enum)]
     pub kind: KindArg,
-    /// cron: 5 fields (minute hour day-of-month month day-of-week), e.g. "*/5 * * * *".
+    /// cron: 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first, e.g. "*/5 * * * *".
     #[arg(long)]
     pub schedule: Option<String>,
     /// cron: IANA time zone of the schedule [server default: UTC].
@@ -78,8 +70,6 @@ pub struct CreateArgs {
     /// Create it switched off.
     #[arg(long)]
     pub disabled: bool,
-    #[command(flatten)]
-    pub conn: ConnArgs,
 }
 
 /// `--type` values.
@@ -100,30 +90,30 @@ impl From<KindArg> for TriggerType {
     }
 }
 
-pub async fn run(command: TriggerCommand) -> anyhow::Result<()> {
+pub async fn run(command: TriggerCommand, conn: &ConnArgs) -> anyhow::Result<()> {
     match command {
-        TriggerCommand::Create(args) => create(args).await,
-        TriggerCommand::Ls(args) => list(args).await,
+        TriggerCommand::Create(args) => create(args, conn).await,
+        TriggerCommand::Ls => list(conn).await,
         TriggerCommand::Get(args) => {
-            let cx = args.conn.context()?;
+            let cx = conn.context()?;
             let trigger = cx.client.get_trigger(&cx.namespace, &args.name).await?;
             show(cx.output, &trigger)
         }
         TriggerCommand::Rm(args) => {
-            let cx = args.conn.context()?;
+            let cx = conn.context()?;
             cx.client.delete_trigger(&cx.namespace, &args.name).await?;
             if cx.output == OutputFormat::Table {
-                println!("trigger {} deleted", args.name);
+                say(format_args!("trigger {} deleted", args.name))?;
             }
             Ok(())
         }
-        TriggerCommand::Enable(args) => set_enabled(args, true).await,
-        TriggerCommand::Disable(args) => set_enabled(args, false).await,
+        TriggerCommand::Enable(args) => set_enabled(args, conn, true).await,
+        TriggerCommand::Disable(args) => set_enabled(args, conn, false).await,
     }
 }
 
-async fn create(args: CreateArgs) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+async fn create(args: CreateArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let event = match &args.event {
         Some(text) => Some(serde_json::from_str::<Value>(text).context("--event must be JSON, e.g. '{\"a\": 1}'")?),
         None => None,
@@ -148,8 +138,8 @@ async fn create(args: CreateArgs) -> anyhow::Result<()> {
     show(cx.output, &trigger)
 }
 
-async fn list(args: NoName) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+async fn list(conn: &ConnArgs) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let triggers = cx.client.list_triggers(&cx.namespace).await?;
     if cx.output == OutputFormat::Json {
         return print_json(&triggers);
@@ -175,17 +165,16 @@ async fn list(args: NoName) -> anyhow::Result<()> {
             t.spec.function.clone(),
             t.spec.enabled.to_string(),
             source(t),
-            t.status.fired.to_string(),
+            or_dash(t.status.fired),
             time(t.status.last_fired_at),
             age(t.created_at),
         ]);
     }
-    table.print();
-    Ok(())
+    table.print()
 }
 
-async fn set_enabled(args: Named, enabled: bool) -> anyhow::Result<()> {
-    let cx = args.conn.context()?;
+async fn set_enabled(args: Named, conn: &ConnArgs, enabled: bool) -> anyhow::Result<()> {
+    let cx = conn.context()?;
     let trigger = cx
         .client
         .set_trigger_enabled(&cx.namespace, &args.name, enabled)
@@ -194,8 +183,7 @@ async fn set_enabled(args: Named, enabled: bool) -> anyhow::Result<()> {
         OutputFormat::Json => print_json(&trigger),
         OutputFormat::Table => {
             let state = if trigger.spec.enabled { "enabled" } else { "disabled" };
-            println!("trigger {} {state}", trigger.name);
-            Ok(())
+            say(format_args!("trigger {} {state}", trigger.name))
         }
     }
 }
@@ -256,12 +244,13 @@ fn show(output: OutputFormat, t: &Trigger) -> anyhow::Result<()> {
                 .field("dead letters", or_dash(spec.dead_letter_queue.as_ref()));
         }
     }
-    d.field("fired", t.status.fired)
-        .field("last fired", time(t.status.last_fired_at))
+    if let Some(fired) = t.status.fired {
+        d.field("fired", fired);
+    }
+    d.field("last fired", time(t.status.last_fired_at))
         .field("last error", or_dash(t.status.last_error.as_ref()))
         .field("created", time(Some(t.created_at)));
-    d.print();
-    Ok(())
+    d.print()
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ fn namespaced_endpoints(ns: &str) -> Vec<(Method, String)> {
         (Method::PATCH, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::DELETE, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::PUT, format!("/v1/namespaces/{ns}/functions/f/code")),
+        (Method::GET, format!("/v1/namespaces/{ns}/functions/f/stats")),
     ]
 }
 
@@ -31,8 +32,10 @@ async fn every_endpoint_needs_a_token(backend: Backend) {
     let server = Server::start(backend).await;
     let mut all = namespaced_endpoints("ns");
     all.extend(admin_endpoints());
-    all.push((Method::GET, "/v1/openapi.json".into()));
+    all.push((Method::GET, "/v1/whoami".into()));
     all.push((Method::GET, "/v1/no-such-thing".into()));
+    all.push((Method::GET, "/v1/openapi.jsonx".into()));
+    all.push((Method::GET, "/v1/openapi.json/x".into()));
     for (method, path) in &all {
         for token in [None, Some("wrong-token"), Some("")] {
             let (status, body) = server.call_as(token, method.clone(), path, None).await;
@@ -56,7 +59,13 @@ async fn every_endpoint_needs_a_token(backend: Backend) {
             "{method} {path} with Basic"
         );
     }
-    // Public endpoints need none.
+    // Public endpoints need none: health, and the API's description (only
+    // GET: nothing else at that path opens).
+    let (status, doc) = server.call_as(None, Method::GET, "/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert!(doc["openapi"].is_string(), "{doc}");
+    let (status, _) = server.call_as(None, Method::POST, "/v1/openapi.json", None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
     let (status, body) = server.call_as(None, Method::GET, "/healthz", None).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["status"], "ok");

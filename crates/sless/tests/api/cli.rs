@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use super::harness::{Backend, Server, ADMIN};
 
 /// A user of the CLI: a HOME of their own (config included).
-struct User {
+pub(super) struct User {
     home: tempfile::TempDir,
     /// `XDG_CONFIG_HOME`; `None` leaves it unset (config under `~/.config`).
     xdg: Option<PathBuf>,
@@ -22,20 +22,20 @@ struct User {
 }
 
 /// What a run printed and how it ended.
-struct Run {
-    ok: bool,
-    stdout: String,
-    stderr: String,
+pub(super) struct Run {
+    pub(super) ok: bool,
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 impl Run {
-    fn json(&self) -> Value {
+    pub(super) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
     }
 }
 
 impl User {
-    fn new() -> User {
+    pub(super) fn new() -> User {
         let home = tempfile::tempdir().expect("temp dir");
         let xdg = Some(home.path().join("xdg"));
         User {
@@ -52,7 +52,7 @@ impl User {
         }
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub(super) fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
         cmd.args(args)
             .env("HOME", self.home.path())
@@ -70,7 +70,7 @@ impl User {
         cmd
     }
 
-    fn run(&self, args: &[&str]) -> Run {
+    pub(super) fn run(&self, args: &[&str]) -> Run {
         let Output { status, stdout, stderr } = self.command(args).output().expect("run sless");
         Run {
             ok: status.success(),
@@ -80,7 +80,7 @@ impl User {
     }
 
     /// Runs and expects exit code 0.
-    fn ok(&self, args: &[&str]) -> Run {
+    pub(super) fn ok(&self, args: &[&str]) -> Run {
         let run = self.run(args);
         assert!(
             run.ok,
@@ -91,7 +91,7 @@ impl User {
     }
 
     /// Runs and expects a non-zero exit with an `error: ...` line.
-    fn fails(&self, args: &[&str]) -> Run {
+    pub(super) fn fails(&self, args: &[&str]) -> Run {
         let run = self.run(args);
         assert!(!run.ok, "sless {args:?} succeeded\nstdout: {}", run.stdout);
         assert!(run.stderr.contains("error: "), "{}", run.stderr);
@@ -99,13 +99,13 @@ impl User {
     }
 
     /// `sless login URL --token ADMIN`.
-    fn login(&self, server: &Server) {
+    pub(super) fn login(&self, server: &Server) {
         self.ok(&["login", &server.url, "--token", ADMIN]);
     }
 }
 
 /// A user logged in as admin to a fresh SQLite server.
-async fn logged_in() -> (Server, User) {
+pub(super) async fn logged_in() -> (Server, User) {
     let server = Server::start(Backend::Sqlite).await;
     let user = User::new();
     user.login(&server);
@@ -113,7 +113,7 @@ async fn logged_in() -> (Server, User) {
 }
 
 /// Writes `files` under a new temp dir named `name`.
-fn dir_of(name: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
+pub(super) fn dir_of(name: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf) {
     let parent = tempfile::tempdir().expect("temp dir");
     let dir = parent.path().join(name);
     for (path, contents) in files {
@@ -140,7 +140,7 @@ fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
-fn path_str(path: &Path) -> &str {
+pub(super) fn path_str(path: &Path) -> &str {
     path.to_str().expect("UTF-8 path")
 }
 
@@ -168,7 +168,7 @@ def handle(event, context):
 "#;
 
 /// Deploys ECHO_PY as `name` and returns the deploy run.
-fn deploy_echo(user: &User, name: &str) -> Run {
+pub(super) fn deploy_echo(user: &User, name: &str) -> Run {
     let (_tmp, dir) = dir_of(name, &[("handler.py", ECHO_PY)]);
     user.ok(&["deploy", path_str(&dir), "--runtime", "python3.11"])
 }

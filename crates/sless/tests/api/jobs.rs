@@ -136,7 +136,7 @@ async fn jobs_skip_run_and_rerun(backend: Backend) {
             Some(json!({"name": "orphan", "function": "missing"})),
         )
         .await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{err}");
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{err}");
 }
 
 #[tokio::test]

@@ -168,13 +168,47 @@ async fn openapi_describes_every_endpoint() {
         ("/v1/namespaces/{ns}/functions/{name}", "patch"),
         ("/v1/namespaces/{ns}/functions/{name}", "delete"),
         ("/v1/namespaces/{ns}/functions/{name}/code", "put"),
-        ("/fn/{ns}/{name}", "post"),
+        ("/v1/namespaces/{ns}/functions/{name}/stats", "get"),
+        ("/v1/whoami", "get"),
     ] {
         assert!(
             paths.get(path).and_then(|p| p.get(method)).is_some(),
             "{method} {path} missing"
         );
     }
+    // The gateway takes any method, with or without a path after the name;
+    // every operation has an id of its own.
+    for path in ["/fn/{ns}/{name}", "/fn/{ns}/{name}/{rest}"] {
+        for method in ["get", "post", "put", "patch", "delete", "head", "options"] {
+            let operation = &paths[path][method];
+            assert!(operation.is_object(), "{method} {path} missing");
+            assert!(operation.get("security").is_none(), "{method} {path} is public");
+        }
+    }
+    let rest = paths["/fn/{ns}/{name}/{rest}"]["get"]["parameters"].as_array().unwrap();
+    assert!(
+        rest.iter().any(|p| p["name"] == "rest" && p["in"] == "path"),
+        "{rest:?}"
+    );
+    let mut ids: Vec<&str> = paths
+        .values()
+        .flat_map(|item| item.as_object().unwrap().values())
+        .filter_map(|operation| operation["operationId"].as_str())
+        .collect();
+    let count = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), count, "operation ids are unique");
+    let delete = &paths["/v1/namespaces/{ns}/functions/{name}"]["delete"];
+    assert!(
+        delete["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "cascade"),
+        "{delete}"
+    );
+    assert!(delete["responses"]["409"].is_object(), "{delete}");
     assert!(doc["components"]["schemas"]["FunctionSpec"]["properties"]["runtime"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }

@@ -96,8 +96,11 @@ impl ApiResource for FunctionResource {
         client.patch_function(&key.namespace, &key.name, patch).await
     }
 
+    /// Orphan: the triggers and jobs naming it are Terraform's to delete (it
+    /// orders them first when they reference the function) or to keep (a
+    /// function replaced for a new runtime keeps its triggers).
     async fn delete(client: &Client, key: &Key) -> sless_client::Result<()> {
-        client.delete_function(&key.namespace, &key.name).await
+        client.delete_function_orphan(&key.namespace, &key.name).await
     }
 
     /// Fails on a missing zip before anything exists on the server.

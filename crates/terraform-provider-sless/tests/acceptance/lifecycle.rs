@@ -190,8 +190,9 @@ fn create_update_rerun_drift_and_destroy() {
     );
     assert_eq!(rest.function(NS, "hello").spec.memory_mb, 128);
 
-    // Deleted outside Terraform: the next plan sees it gone, apply re-creates it.
-    rest.run(rest.client.delete_function(NS, "hello")).unwrap();
+    // Deleted outside Terraform (with what names it, as the server asks):
+    // the next plan sees them gone, apply re-creates them.
+    rest.run(rest.client.delete_function_cascade(NS, "hello")).unwrap();
     let plan = work.plan();
     assert_eq!(plan.code, 2, "{}", plan.output());
     assert!(
@@ -201,7 +202,7 @@ fn create_update_rerun_drift_and_destroy() {
     );
     let run = work.apply();
     assert!(
-        run.stdout.contains("Resources: 1 added, 0 changed, 0 destroyed"),
+        run.stdout.contains("Resources: 5 added, 0 changed, 0 destroyed"),
         "{}",
         run.output()
     );

@@ -1,0 +1,180 @@
+//! The CLI at its edges: a reader that closes stdout early, connection
+//! flags before or after the subcommand, a server that is not there,
+//! deleting a function that triggers name, and saying why a function does
+//! not serve.
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::process::Stdio;
+
+use serde_json::json;
+
+use super::cli::{deploy_echo, logged_in, User};
+use super::harness::ADMIN;
+
+/// Runs `sless ARGS` with a stdout whose reader is already gone (as after
+/// `| head` exits): returns the exit code and stderr.
+fn with_closed_stdout(user: &User, args: &[&str]) -> (Option<i32>, String) {
+    let (ours, theirs) = UnixStream::pair().expect("socket pair");
+    drop(ours);
+    let output = user
+        .command(args)
+        .stdout(Stdio::from(OwnedFd::from(theirs)))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run sless");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_closed_stdout_ends_any_command_quietly() {
+    let user = User::new();
+    let (code, stderr) = with_closed_stdout(&user, &["completions", "bash"]);
+    assert_eq!((code, stderr.as_str()), (Some(0), ""), "completions");
+
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "echo");
+    for args in [
+        &["ls"][..],
+        &["get", "echo", "-o", "json"],
+        &["invoke", "echo", "--data", "{}"],
+        &["trigger", "ls", "-o", "json"],
+        &["logs", "echo"],
+    ] {
+        let (code, stderr) = with_closed_stdout(&user, args);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!((code, stderr.as_str()), (Some(0), ""), "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn connection_flags_go_before_or_after_the_subcommand() {
+    let (server, _) = logged_in().await;
+    // A user who never logged in: everything from flags.
+    let user = User::new();
+    let conn = ["--endpoint", server.url.as_str(), "--token", ADMIN];
+    let mut before = conn.to_vec();
+    before.extend(["-n", "demo", "-o", "json", "trigger", "ls"]);
+    assert_eq!(user.ok(&before).json(), json!([]));
+    let mut after = vec!["trigger", "ls", "-n", "demo", "-o", "json"];
+    after.extend(conn);
+    assert_eq!(user.ok(&after).json(), json!([]));
+    let mut split = vec!["-n", "demo", "trigger"];
+    split.extend(conn);
+    split.extend(["ls", "-o", "json"]);
+    assert_eq!(user.ok(&split).json(), json!([]));
+    let (_tmp, dir) = super::cli::dir_of("hi", &[("handler.py", "def handle(e, c):\n    return 'hi'\n")]);
+    let mut deploy = conn.to_vec();
+    deploy.extend([
+        "-n",
+        "demo",
+        "deploy",
+        super::cli::path_str(&dir),
+        "--runtime",
+        "python3.11",
+    ]);
+    user.ok(&deploy);
+    let mut ls = conn.to_vec();
+    ls.extend(["--namespace", "demo", "ls", "--output", "json"]);
+    assert_eq!(user.ok(&ls).json()[0]["namespace"], "demo");
+
+    // `sless server` takes none of them, and says so instead of ignoring it.
+    let run = user.run(&["server", "--token", "x"]);
+    assert!(!run.ok);
+    assert!(
+        run.stderr
+            .contains("--token is a client flag; `sless server` does not take it"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_one_error_naming_the_endpoint() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let user = User::new();
+    for args in [
+        vec!["--endpoint", &endpoint, "--token", "t0ken", "ls"],
+        vec!["login", &endpoint, "--token", "t0ken"],
+        vec!["--endpoint", &endpoint, "--token", "t0ken", "invoke", "f"],
+    ] {
+        let run = user.fails(&args);
+        let errors = run.stderr.lines().filter(|l| l.starts_with("error:")).count();
+        assert_eq!(errors, 1, "{args:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("cannot reach {endpoint}: Connection refused")),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert_eq!(run.stderr.matches("Connection refused").count(), 1, "{}", run.stderr);
+        let hint = run.stderr.lines().find(|l| l.starts_with("hint:")).expect("a hint");
+        assert!(hint.contains(&endpoint) && hint.contains("sless login"), "{hint}");
+    }
+}
+
+#[tokio::test]
+async fn rm_refuses_a_function_triggers_name_unless_cascade() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "named");
+    user.ok(&["trigger", "create", "web", "--function", "named", "--type", "http"]);
+    let run = user.fails(&["rm", "named"]);
+    assert!(run.stderr.contains("(409 Conflict)"), "{}", run.stderr);
+    assert!(run.stderr.contains(r#"trigger "web""#), "{}", run.stderr);
+    assert!(run.stderr.contains("sless rm --cascade named"), "{}", run.stderr);
+    user.ok(&["get", "named"]);
+    let run = user.ok(&["rm", "--cascade", "named"]);
+    assert_eq!(run.stdout.trim(), "function named deleted");
+    assert_eq!(user.ok(&["trigger", "ls", "-o", "json"]).json(), json!([]));
+}
+
+#[tokio::test]
+async fn get_says_why_a_function_does_not_serve() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "quiet");
+    let phase = |user: &User| {
+        let run = user.ok(&["get", "quiet"]);
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with("phase:"))
+            .expect("a phase line")
+            .to_string()
+    };
+    assert_eq!(phase(&user), "phase:      Ready");
+    user.ok(&[
+        "trigger",
+        "create",
+        "web",
+        "--function",
+        "quiet",
+        "--type",
+        "http",
+        "--disabled",
+    ]);
+    assert_eq!(
+        phase(&user),
+        "phase:      Ready (not serving: disabled: its only trigger is disabled)"
+    );
+    let run = user.ok(&["ls"]);
+    assert!(run.stdout.contains("Ready (not serving)"), "{}", run.stdout);
+}
+
+#[tokio::test]
+async fn schedule_help_names_both_shapes() {
+    let run = User::new().ok(&["trigger", "create", "--help"]);
+    assert!(
+        run.stdout
+            .contains("5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first"),
+        "{}",
+        run.stdout
+    );
+}

@@ -1,0 +1,193 @@
+//! Deleting a function that triggers or jobs still name: refused with the
+//! list of them (409), done together with them (`?cascade=true`), or, for
+//! a caller that manages them itself, leaving them (`?orphan=true`). And
+//! `fired` only where it counts something (cron ticks).
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server};
+
+crate::both_stores!(deleting_a_named_function_is_refused_or_cascades);
+
+const HELLO: &[(&str, &[u8])] = &[("handler.py", b"def handle(e, c):\n    return 'hi'\n")];
+
+async fn create(server: &Server, kind: &str, body: Value) {
+    let (status, created) = server
+        .call(Method::POST, &format!("/v1/namespaces/ns/{kind}"), Some(body))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+}
+
+async fn names(server: &Server, kind: &str) -> Vec<String> {
+    let (status, list) = server
+        .call(Method::GET, &format!("/v1/namespaces/ns/{kind}"), None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn deleting_a_named_function_is_refused_or_cascades(backend: Backend) {
+    let server = Server::start(backend).await;
+    server
+        .deploy("ns", "hello", json!({"runtime": "python3.11"}), HELLO)
+        .await;
+    server
+        .deploy("ns", "other", json!({"runtime": "python3.11"}), HELLO)
+        .await;
+    create(
+        &server,
+        "triggers",
+        json!({"name": "web", "type": "http", "function": "hello"}),
+    )
+    .await;
+    // Every second: it would keep firing at a deleted function.
+    create(
+        &server,
+        "triggers",
+        json!({"name": "tick", "type": "cron", "function": "hello", "schedule": "* * * * * *"}),
+    )
+    .await;
+    create(&server, "jobs", json!({"name": "backfill", "function": "hello"})).await;
+    create(
+        &server,
+        "triggers",
+        json!({"name": "theirs", "type": "http", "function": "other"}),
+    )
+    .await;
+
+    let (status, web) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/triggers/web",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{web}");
+    let (status, _, _) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "its only http trigger is disabled"
+    );
+
+    // Refused, naming each of them; nothing changes.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/hello", None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let message = body["error"].as_str().unwrap();
+    for named in [
+        r#"trigger "tick""#,
+        r#"trigger "web""#,
+        r#"job "backfill""#,
+        "cascade=true",
+    ] {
+        assert!(message.contains(named), "{named} missing: {message}");
+    }
+    assert!(!message.contains("theirs"), "{message}");
+    let (status, _) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/hello", None)
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(names(&server, "triggers").await, ["theirs", "tick", "web"]);
+
+    // A query it does not know is a 400, not a silent plain delete.
+    for query in ["cascade=yes", "force=true"] {
+        let (status, body) = server
+            .call(
+                Method::DELETE,
+                &format!("/v1/namespaces/ns/functions/hello?{query}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+    }
+
+    let (status, body) = server
+        .call(
+            Method::DELETE,
+            "/v1/namespaces/ns/functions/hello?cascade=true&orphan=true",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+
+    // orphan=true: the function only; what names it stays for the caller
+    // (Terraform) to delete or re-point.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/other?orphan=true", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(names(&server, "functions").await, ["hello"]);
+    assert_eq!(names(&server, "triggers").await, ["theirs", "tick", "web"]);
+    server
+        .deploy("ns", "other", json!({"runtime": "python3.11"}), HELLO)
+        .await;
+
+    // cascade=true: the function, its triggers and its job; others stay.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/hello?cascade=true", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(names(&server, "functions").await, ["other"]);
+    assert_eq!(names(&server, "triggers").await, ["theirs"]);
+    assert!(names(&server, "jobs").await.is_empty());
+    let (status, _, _) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // A function of the same name starts clean: the disabled http trigger
+    // deleted with the old one does not hold its /fn shut.
+    server
+        .deploy("ns", "hello", json!({"runtime": "python3.11"}), HELLO)
+        .await;
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+
+    // Nothing names it now: a plain delete works.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/hello", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
+#[tokio::test]
+async fn fired_is_shown_for_cron_triggers_only() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy("ns", "hello", json!({"runtime": "python3.11"}), HELLO)
+        .await;
+    create(
+        &server,
+        "triggers",
+        json!({"name": "web", "type": "http", "function": "hello"}),
+    )
+    .await;
+    create(
+        &server,
+        "triggers",
+        json!({"name": "tick", "type": "cron", "function": "hello", "schedule": "* * * * * *"}),
+    )
+    .await;
+    // http calls are counted in /metrics and the records, not on the trigger.
+    let (status, _, _) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, web) = server.call(Method::GET, "/v1/namespaces/ns/triggers/web", None).await;
+    assert!(web["status"].get("fired").is_none(), "{web}");
+    let tick = server
+        .wait_for("/v1/namespaces/ns/triggers/tick", 30, |t| {
+            t["status"]["fired"].as_u64() >= Some(1)
+        })
+        .await;
+    assert_eq!(tick["type"], "cron");
+    let (_, list) = server.call(Method::GET, "/v1/namespaces/ns/triggers", None).await;
+    for trigger in list["items"].as_array().unwrap() {
+        let shown = trigger["status"].get("fired").is_some();
+        assert_eq!(shown, trigger["type"] == "cron", "{trigger}");
+    }
+}
