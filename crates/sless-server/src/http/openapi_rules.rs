@@ -59,6 +59,18 @@ fn apply(doc: &mut Value) {
                             _ => json!({"type": "integer", "minimum": 0}),
                         };
                     }
+                    // Other query structs derive their parameters as `path`:
+                    // a parameter not in the path is a query parameter.
+                    Some(other) if parameter["in"] == "path" && !path.contains(&format!("{{{other}}}")) => {
+                        parameter["in"] = json!("query");
+                        parameter["required"] = json!(false);
+                        let schema = &mut parameter["schema"];
+                        // An unsigned 64-bit number: up to u64::MAX, not int64's maximum.
+                        if schema["format"] == "int64" && schema["minimum"] == 0 {
+                            schema.as_object_mut().expect("a schema").remove("format");
+                            schema["maximum"] = json!(u64::MAX);
+                        }
+                    }
                     _ => {}
                 }
             }

@@ -148,7 +148,11 @@ mod tests {
         for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 11 *"] {
             let refused = super::checked(never, "UTC").await.unwrap_err();
             assert_eq!(refused.field, "schedule");
-            assert!(refused.message.contains("does not fire within 5 years"), "{never}: {}", refused.message);
+            assert!(
+                refused.message.contains("does not fire within 5 years"),
+                "{never}: {}",
+                refused.message
+            );
         }
         for rare in ["0 0 29 2 *", "0 9 * * 1-5", "0 0 1 1 *"] {
             assert!(super::checked(rare, "Europe/Berlin").await.is_ok(), "{rare}");
