@@ -200,7 +200,7 @@ mod targets {
                             assert!(next > after, "{text:?} ticked back to {next}");
                         }
                     }
-                    Err(why) => assert!(!why.is_empty()),
+                    Err(why) => assert!(!why.message.is_empty()),
                 }
             }
         });

@@ -24,8 +24,6 @@ struct Cli {
 // Parsed once per process: the size of the server's variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
-// Parsed once per run: the size of its largest variant costs nothing.
-#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run the server (embedded default: SQLite and a local code directory under ./sless-data).
     Server(sless_server::Config),
