@@ -106,10 +106,15 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
 
-    /// Seconds a client has to send a request's head (and a kept-alive
-    /// connection may sit idle between requests).
+    /// Seconds a client has to send a request's head, from its first byte.
     #[arg(long, env = "SLESS_HEADER_TIMEOUT_SEC", default_value_t = 10)]
     pub header_timeout_sec: u64,
+
+    /// Seconds a kept-alive connection may sit idle between requests: longer
+    /// than clients keep pooled connections (reqwest 90 s, browsers less),
+    /// so none sends a request on a connection the server is closing.
+    #[arg(long, env = "SLESS_IDLE_CONNECTION_TIMEOUT_SEC", default_value_t = 120)]
+    pub idle_connection_timeout_sec: u64,
 
     /// Seconds a client has to send a request's whole body.
     #[arg(long, env = "SLESS_BODY_TIMEOUT_SEC", default_value_t = 60)]

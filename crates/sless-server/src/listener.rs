@@ -1,9 +1,12 @@
 //! The accept loop in front of the application: at most `max_connections`
 //! open at once (beyond it a connection gets a 503 and is closed, so
-//! descriptors stay for the instances), request heads (and the wait for the
-//! next request of a kept-alive connection) within `header_timeout`, request
-//! bodies within `body_timeout`, and a response write that makes no progress
-//! for `write_timeout` (a client that stopped reading) closes the connection.
+//! descriptors stay for the instances), a request's head within
+//! `header_timeout` of its first byte, a kept-alive connection idle between
+//! requests for `idle_timeout` at most (longer than clients keep pooled
+//! connections, so a client never sends on a connection the server is
+//! closing), request bodies within `body_timeout`, and a response write that
+//! makes no progress for `write_timeout` (a client that stopped reading)
+//! closes the connection.
 //! On shutdown it stops accepting, lets each connection finish the request
 //! it serves, and returns when all are closed.
 
@@ -28,6 +31,7 @@ use tower::Service;
 pub struct Limits {
     pub max_connections: usize,
     pub header_timeout: Duration,
+    pub idle_timeout: Duration,
     pub body_timeout: Duration,
     pub write_timeout: Duration,
 }
@@ -86,10 +90,13 @@ pub async fn serve<S>(
                 let request = request.map(|body| Body::new(TimedBody::new(body, limits.body_timeout)));
                 app.clone().call(request)
             });
-            let io = TokioIo::new(TimedWrites::new(stream, limits.write_timeout));
+            let io = TokioIo::new(TimedWrites::new(stream, limits.write_timeout, limits.header_timeout));
+            // hyper's head timer runs from when it waits for a head, so
+            // it is the idle timeout; the head's own deadline runs from its
+            // first byte (`TimedWrites`).
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout)
+                .header_read_timeout(limits.idle_timeout)
                 .serve_connection(io, service);
             tokio::pin!(connection);
             tokio::select! {
@@ -117,19 +124,61 @@ async fn refuse(mut stream: TcpStream) {
     let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(ANSWER)).await;
 }
 
-/// A stream whose writes fail once one has made no progress for `timeout`.
+/// A stream whose writes fail once one has made no progress for `timeout`,
+/// and whose reads fail when a request's head has not ended (`\r\n\r\n`)
+/// within `head_timeout` of its first byte.
 pub struct TimedWrites<T> {
     io: T,
     timeout: Duration,
     stalled: Option<Pin<Box<Sleep>>>,
+    head_timeout: Duration,
+    head: Head,
+}
+
+/// Where the connection is in reading a request's head.
+enum Head {
+    /// Waiting for a request (the first byte after an answer starts one).
+    Idle,
+    /// Reading one: its deadline, and how many of `\r\n\r\n` were just seen.
+    Reading(Pin<Box<Sleep>>, usize),
+    /// The head ended; the next write (the answer) makes the connection idle.
+    Done,
 }
 
 impl<T> TimedWrites<T> {
-    pub fn new(io: T, timeout: Duration) -> Self {
+    pub fn new(io: T, timeout: Duration, head_timeout: Duration) -> Self {
         TimedWrites {
             io,
             timeout,
             stalled: None,
+            head_timeout,
+            head: Head::Idle,
+        }
+    }
+
+    /// Follows the bytes read through a request's head.
+    fn saw(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if let Head::Idle = self.head {
+            self.head = Head::Reading(Box::pin(tokio::time::sleep(self.head_timeout)), 0);
+        }
+        if let Head::Reading(_, matched) = &mut self.head {
+            const END: &[u8] = b"\r\n\r\n";
+            for &b in bytes {
+                *matched = if b == END[*matched] {
+                    *matched + 1
+                } else if b == b'\r' {
+                    1
+                } else {
+                    0
+                };
+                if *matched == END.len() {
+                    self.head = Head::Done;
+                    return;
+                }
+            }
         }
     }
 
@@ -159,12 +208,35 @@ impl<T> TimedWrites<T> {
 
 impl<T: AsyncRead + Unpin> AsyncRead for TimedWrites<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let this = &mut *self;
+                this.saw(&buf.filled()[before..]);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if let Head::Reading(deadline, _) = &mut self.head {
+                    if deadline.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the request's head did not end in time",
+                        )));
+                    }
+                }
+                Poll::Pending
+            }
+        }
     }
 }
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for TimedWrites<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        // An answer is going out: the next byte read starts the next head.
+        if let Head::Done = self.head {
+            self.head = Head::Idle;
+        }
         let poll = Pin::new(&mut self.io).poll_write(cx, buf);
         self.watch(cx, poll)
     }
@@ -174,6 +246,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedWrites<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        if let Head::Done = self.head {
+            self.head = Head::Idle;
+        }
         let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         self.watch(cx, poll)
     }

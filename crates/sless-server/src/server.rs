@@ -114,6 +114,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let limits = crate::listener::Limits {
         max_connections: state.config.max_connections.min((open_files / 2).max(64) as usize),
         header_timeout: Duration::from_secs(state.config.header_timeout_sec),
+        idle_timeout: Duration::from_secs(state.config.idle_connection_timeout_sec),
         body_timeout: Duration::from_secs(state.config.body_timeout_sec),
         write_timeout: Duration::from_secs(state.config.write_timeout_sec),
     };

@@ -106,6 +106,7 @@ async fn slow_clients_are_timed_out() {
         Backend::Sqlite,
         &[
             ("SLESS_HEADER_TIMEOUT_SEC", "1"),
+            ("SLESS_IDLE_CONNECTION_TIMEOUT_SEC", "2"),
             ("SLESS_BODY_TIMEOUT_SEC", "1"),
             ("SLESS_WRITE_TIMEOUT_SEC", "1"),
             ("SLESS_MAX_RESPONSE_BYTES", "67108864"),
@@ -121,6 +122,21 @@ async fn slow_clients_are_timed_out() {
         )
         .await;
 
+    // A head that never ends: the connection is closed, unanswered, also
+    // while bytes keep trickling in.
+    let mut trickle = connect(&server).await;
+    trickle.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    let mut cut = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if trickle.write_all(b"x-slow: 1\r\n").await.is_err() {
+            cut = true;
+            break;
+        }
+    }
+    let answer = read_to_close(&mut trickle, 5).await;
+    assert!(cut || answer.is_empty() || !String::from_utf8_lossy(&answer).contains("200 OK"));
+    assert!(cut, "a head trickling in for 10 s was still read");
     // A head that never ends: the connection is closed, unanswered.
     let mut slow_head = connect(&server).await;
     slow_head
