@@ -108,6 +108,25 @@ fn failures_say_what_went_wrong_and_where() {
     assert_eq!(rest.function(NS, "broken").status.phase, Phase::Ready);
     work.assert_no_changes();
 
+    // An update whose handler does not load (a syntax error) is a failed
+    // build: the apply error carries the user's traceback on filename, and
+    // the version before keeps serving.
+    work.zip(
+        "broken.zip",
+        &[("handler.py", "def handle(event, context)\n    return 1\n")],
+    );
+    let run = work.apply_fails();
+    assert!(run.stderr.contains("SyntaxError"), "{}", run.output());
+    assert!(run.stderr.contains("version 1 keeps serving"), "{}", run.output());
+    assert!(quotes(&run.stderr, "filename", "\"broken.zip\""), "{}", run.output());
+    let answer = rest
+        .run(rest.client.invoke(NS, "broken", sless_client::InvokeRequest::default()))
+        .unwrap();
+    assert_eq!(answer.status.as_u16(), 200, "the working version still answers");
+    std::fs::copy(work.path().join("good.zip"), work.path().join("broken.zip")).unwrap();
+    work.apply();
+    assert_eq!(rest.function(NS, "broken").status.phase, Phase::Ready);
+
     // The server refuses a trigger of a function that does not exist: its
     // message, pointing at `function`.
     let trigger = "resource \"sless_trigger\" \"orphan\" {\n  name     = \"orphan\"\n  function = \"missing\"\n  type     = \"http\"\n}\n";
