@@ -16,5 +16,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo build --workspace --all-targets --locked
 # The runtime shims' own protocol tests (Python's unittest, both runtimes).
 python3 -m unittest discover -s runtimes/tests -p 'test_*.py'
+# The served OpenAPI document against what the server does (schemathesis).
+./scripts/schemathesis.sh
 # Every crate's tests; nextest's summary closes the run.
 cargo nextest run --workspace --locked --no-fail-fast "$@"

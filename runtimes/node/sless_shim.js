@@ -48,9 +48,18 @@ function sendJson(type, value) {
   sendFrame(type, 0, Buffer.from(JSON.stringify(value)));
 }
 
+// Output goes in frames of at most this many bytes: a huge write never
+// makes a frame the server refuses.
+const LOG_CHUNK = 64 * 1024;
+
 function sendLog(id, stream, bytes) {
-  sendFrame(FRAME.LOG, id, Buffer.of(stream), bytes);
+  for (let at = 0; at < bytes.length; at += LOG_CHUNK) {
+    sendFrame(FRAME.LOG, id, Buffer.of(stream), bytes.subarray(at, at + LOG_CHUNK));
+  }
 }
+
+// The largest response body the server takes (LOAD's max_output_bytes).
+let maxOutput = Infinity;
 
 function currentId() {
   return invocation.getStore() || 0;
@@ -261,6 +270,10 @@ function reply(id, result) {
   } catch (err) {
     response = errorResponse(requestId, err instanceof BadReturn ? err.message : NOT_SERIALIZABLE + err.message);
   }
+  if (response[1].length > maxOutput) {
+    const message = `handler returned a response body of ${response[1].length} bytes, more than the limit of ${maxOutput}`;
+    response = errorResponse(requestId, message);
+  }
   sendOutput(id, response);
 }
 
@@ -313,7 +326,9 @@ function load(payload) {
     return;
   }
   try {
-    loaded = loadFunction(JSON.parse(payload.toString('utf8')));
+    const spec = JSON.parse(payload.toString('utf8'));
+    loaded = loadFunction(spec);
+    if (Number.isInteger(spec.max_output_bytes) && spec.max_output_bytes > 0) maxOutput = spec.max_output_bytes;
   } catch (err) {
     const error = err instanceof LoadError ? err.message : `bad LOAD: ${describeError(err)}`;
     sendJson(FRAME.READY, { ok: false, error });

@@ -125,8 +125,12 @@ class FrameWriter:
     def send_json(self, kind, value):
         self.send(kind, 0, JSON_ENCODER.encode(value).encode())
 
+    LOG_CHUNK = 64 * 1024  # bytes per LOG frame at most: the server refuses huge frames
+
     def send_log(self, inv_id, stream, text):
-        self.send(b"G", inv_id, bytes((stream,)) + text.encode("utf-8", "replace"))
+        data = text.encode("utf-8", "replace")
+        for at in range(0, len(data), self.LOG_CHUNK):
+            self.send(b"G", inv_id, bytes((stream,)) + data[at : at + self.LOG_CHUNK])
 
     def send_output(self, inv_id, head, body):
         frame_head = FRAME_HEAD.pack(len(head) + len(body) + 5, b"O", inv_id)
@@ -261,6 +265,7 @@ class Function:
         self.name = spec.get("function", "")
         self.namespace = spec.get("namespace", "")
         self.version = spec.get("version")
+        self.max_output = int(spec.get("max_output_bytes") or 0) or None  # the server's response limit
         workers = max(1, int(spec.get("concurrency") or 1))
         # With one invocation at a time nothing else can be in flight, so a
         # sync handler runs on the loop thread: no hand-off to a pool thread.
@@ -593,6 +598,10 @@ class Shim:
                 response = to_response(result)
         except BadReturn as exc:
             response = error_response(request_id, str(exc))
+        limit = self.function.max_output
+        if limit is not None and len(response[1]) > limit:
+            message = f"handler returned a response body of {len(response[1])} bytes, more than the limit of {limit}"
+            response = error_response(request_id, message)
         for stream in self.streams:
             if stream._partial:  # only then can this invocation have output pending
                 stream.flush_invocation(inv_id)

@@ -130,7 +130,7 @@ class ShimClient:
         assert kind == b"H", kind
         return hello
 
-    def load(self, code_dir, entrypoint, path, env=None, concurrency=8):
+    def load(self, code_dir, entrypoint, path, env=None, concurrency=8, max_output=None):
         spec = {
             "code_dir": code_dir,
             "path": path,
@@ -141,6 +141,8 @@ class ShimClient:
             "version": 3,
             "concurrency": concurrency,
         }
+        if max_output is not None:
+            spec["max_output_bytes"] = max_output
         self.send(encode_frame(b"L", 0, json.dumps(spec).encode()))
         kind, ready = self.next_control()
         assert kind == b"R", kind
@@ -186,12 +188,14 @@ class ShimContract:
             target.write_text(text)
         return code_dir
 
-    def load(self, fixture, entrypoint="handler.handle", files=None, path=(".",), env=None, concurrency=8):
+    def load(
+        self, fixture, entrypoint="handler.handle", files=None, path=(".",), env=None, concurrency=8, max_output=None
+    ):
         """A fresh shim with `fixture` as the handler module; returns (client, READY)."""
         code_dir = self.make_code_dir({self.handler_file: self.sources[fixture], **(files or {})})
         client = self.spawn()
         paths = [os.path.normpath(os.path.join(code_dir, p)) for p in path]
-        return client, client.load(code_dir, entrypoint, paths, env, concurrency)
+        return client, client.load(code_dir, entrypoint, paths, env, concurrency, max_output)
 
     def start(self, fixture, **load_args):
         client, ready = self.load(fixture, **load_args)
@@ -407,6 +411,20 @@ class ShimContract:
 
     # Framing and lifetime
 
+    def test_a_response_over_the_output_limit_is_a_500(self):
+        client = self.start("echo", max_output=100)
+        self.assertEqual(client.invoke(1, json.dumps("a" * 50).encode()).json(), "a" * 50)
+        refused = client.invoke(2, json.dumps("b" * 200).encode())
+        self.assertEqual(refused.status, 500)
+        self.assertIn("more than the limit of 100", refused.json()["error"])
+
+    def test_a_huge_write_goes_out_in_bounded_log_frames(self):
+        client = self.start("shout")
+        self.assertEqual(client.invoke(1, b"300000").json(), "ok")
+        chunks = [text for stream, text in client.logs[1] if stream == 1]
+        self.assertEqual(sum(len(c) for c in chunks), 300_000)
+        self.assertLessEqual(max(len(c) for c in chunks), 64 * 1024)
+
     def test_frame_split_across_writes(self):
         client = self.start("echo")
         frame = encode_invoke(3, b'{"split": true}')
@@ -450,6 +468,7 @@ class PythonShimTest(ShimContract, unittest.TestCase):
     dep_path = (".deps", ".")
     sources = {
         "echo": "def handle(event, context):\n    return event\n",
+        "shout": 'import sys\n\ndef handle(event, context):\n    sys.stdout.write("z" * event)\n    return "ok"\n',
         "syntax_error": "def handle(event, context)\n    return 1\n",
         "not_callable": "answer = 42\n",
         "import_print": 'print("loading")\n\ndef handle(event, context):\n    return 1\n',
@@ -635,6 +654,7 @@ class NodeShimTest(ShimContract, unittest.TestCase):
     dep_path = ("node_modules",)
     sources = {
         "echo": "exports.handle = (event, context) => event;\n",
+        "shout": "exports.handle = (event) => { process.stdout.write('z'.repeat(event)); return 'ok'; };\n",
         "syntax_error": "exports.handle = (event) => {\n  return event +;\n};\n",
         "not_callable": "exports.answer = 42;\n",
         "import_print": 'console.log("loading");\nexports.handle = () => 1;\n',

@@ -4,7 +4,6 @@
 //! the function's build timeout. Artifacts are content-addressed by code and
 //! shim version, so a rebuild of the same code is free.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -218,9 +217,8 @@ fn unpack(zip_bytes: &[u8], dir: &Path, owner: Option<u32>) -> std::io::Result<u
         if let Some(parent) = path.parent() {
             make_dirs(dir, parent, &own)?;
         }
-        let mut contents = Vec::with_capacity(entry.size() as usize);
-        entry.read_to_end(&mut contents)?;
-        std::fs::write(&path, contents)?;
+        // Streamed to disk: an entry never sits in memory whole.
+        std::io::copy(&mut entry, &mut std::fs::File::create(&path)?)?;
         own(&path)?;
         files += 1;
     }

@@ -14,8 +14,26 @@ pub mod kind {
     pub const LOG: u8 = b'G';
 }
 
-/// Largest frame accepted from a shim (a response body over this is an error).
+/// Largest frame accepted from a shim unless [`set_max_frame`] says otherwise.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
+
+/// Room for an OUTPUT frame's head (status and headers) beside the body.
+pub const HEAD_ROOM: usize = 1024 * 1024;
+
+static FRAME_LIMIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(MAX_FRAME);
+
+/// Sets the largest frame read from a shim, once at start: the response
+/// limit the shims are told, plus [`HEAD_ROOM`]. A larger frame is refused
+/// before it is read (the instance is then stopped): a handler that writes
+/// to the frame channel itself cannot make the server buffer more.
+pub fn set_max_frame(max_response_bytes: usize) {
+    let limit = max_response_bytes.saturating_add(HEAD_ROOM).min(MAX_FRAME);
+    FRAME_LIMIT.store(limit, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn max_frame() -> usize {
+    FRAME_LIMIT.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 #[derive(Debug)]
 pub struct Frame {
@@ -60,6 +78,12 @@ pub fn encode(kind: u8, id: u32, payload: &[u8]) -> Bytes {
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.
 pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<Option<Frame>> {
+    read_limited(reader, max_frame()).await
+}
+
+/// Reads one frame of at most `max` bytes; a larger one is an error before
+/// any of it is buffered.
+pub async fn read_limited<R: AsyncRead + Unpin>(reader: &mut R, max: usize) -> std::io::Result<Option<Frame>> {
     let mut len = [0u8; 4];
     match reader.read_exact(&mut len).await {
         Ok(_) => {}
@@ -67,7 +91,7 @@ pub async fn read<R: AsyncRead + Unpin>(reader: &mut R) -> std::io::Result<Optio
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if !(5..=MAX_FRAME).contains(&len) {
+    if !(5..=max).contains(&len) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("shim sent a frame of {len} bytes (corrupt stream?)"),
@@ -121,5 +145,17 @@ mod tests {
         let (h, body) = split_head(read.payload).unwrap();
         assert_eq!(serde_json::from_slice::<serde_json::Value>(&h).unwrap(), head);
         assert_eq!(&body[..], b"the body");
+    }
+
+    #[tokio::test]
+    async fn a_frame_over_the_limit_is_refused_before_it_is_read() {
+        let frame = encode(kind::OUTPUT, 1, &[7; 100]);
+        assert!(read_limited(&mut &frame[..], 105).await.unwrap().is_some());
+        let refused = read_limited(&mut &frame[..], 104).await.unwrap_err();
+        assert!(refused.to_string().contains("105 bytes"), "{refused}");
+        // Only the length was read: a claimed 4 GiB frame costs nothing.
+        let mut huge: &[u8] = &[0xff, 0xff, 0xff, 0xff, b'O'];
+        assert!(read_limited(&mut huge, MAX_FRAME).await.is_err());
+        assert_eq!(huge, b"O");
     }
 }

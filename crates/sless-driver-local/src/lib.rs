@@ -7,6 +7,8 @@
 mod artifacts;
 mod builder;
 mod frame;
+#[cfg(test)]
+mod fuzz_frames;
 mod launcher;
 mod pool;
 mod process;
@@ -68,6 +70,7 @@ impl LocalDriver {
         settings: LocalSettings,
         shared_artifacts: Option<Arc<dyn object_store::ObjectStore>>,
     ) -> anyhow::Result<LocalDriver> {
+        frame::set_max_frame(settings.pool.max_response_bytes);
         let launcher = Arc::new(Launcher::new(data_dir, settings.python.clone(), settings.node.clone())?);
         let builder = Builder::new(
             data_dir.join("artifacts"),

@@ -25,6 +25,8 @@ pub struct PoolSettings {
     pub idle_timeout: Duration,
     pub max_queue: usize,
     pub load_timeout: Duration,
+    /// Largest response body a handler may give; the shim is told in LOAD.
+    pub max_response_bytes: usize,
 }
 
 /// One deployed version with its spec (a pool's version keeps its number;
@@ -483,6 +485,7 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
         "namespace": pool.key.namespace,
         "version": generation.version,
         "concurrency": generation.spec.concurrency,
+        "max_output_bytes": pool.settings.max_response_bytes,
     });
     if let Err(e) = process.load(&load, pool.settings.load_timeout).await {
         process.kill();

@@ -116,7 +116,7 @@ impl ShimProcess {
         tokio::spawn(async move {
             let mut lines = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "sless::function", instance, function = %label, "{line}");
+                tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(&line));
             }
         });
         let hello = match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
@@ -216,7 +216,7 @@ impl ShimProcess {
                     }
                     Some(_) => {}
                     None => {
-                        tracing::info!(target: "sless::function", instance = self.id, "{}", text.trim_end())
+                        tracing::info!(target: "sless::function", instance = self.id, "{}", one_line(text.trim_end()))
                     }
                 }
             }
@@ -330,6 +330,16 @@ impl Drop for ShimProcess {
     }
 }
 
+/// Handler output as one line of the server's log: a carriage return
+/// cannot overwrite the line on a terminal, nor a newline forge another.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains(['\r', '\n']) {
+        std::borrow::Cow::Owned(text.replace('\r', "\\r").replace('\n', "\\n"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// Bytes read from a shim at once: many small frames arrive together under load.
 const READ_BUFFER: usize = 64 * 1024;
 
@@ -376,6 +386,12 @@ mod tests {
         p.extend_from_slice(head.as_bytes());
         p.extend_from_slice(body);
         Bytes::from(p)
+    }
+
+    #[test]
+    fn handler_output_is_one_log_line() {
+        assert_eq!(one_line("plain"), "plain");
+        assert_eq!(one_line("ok\rFORGED\nline"), "ok\\rFORGED\\nline");
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub struct ArchiveRules {
     pub max_ratio: u64,
     /// Entries smaller than this are never judged by ratio (tiny files compress well).
     pub ratio_floor_bytes: u64,
+    /// Keep the files' contents (for the code-safety gate); without it an
+    /// archive is checked in a fixed buffer, whatever it unpacks to.
+    pub keep_contents: bool,
 }
 
 impl Default for ArchiveRules {
@@ -24,16 +27,20 @@ impl Default for ArchiveRules {
             max_entries: 10_000,
             max_ratio: 200,
             ratio_floor_bytes: 256 * 1024,
+            keep_contents: true,
         }
     }
 }
 
-/// One file of a checked archive.
+/// One file of a checked archive; its contents only when the rules keep them.
 #[derive(Debug, Clone)]
 pub struct ArchiveFile {
     pub path: String,
     pub contents: Vec<u8>,
 }
+
+/// Bytes read from an entry at a time while it is checked.
+const READ_BUFFER: usize = 64 * 1024;
 
 /// What a checked archive holds.
 #[derive(Debug, Default)]
@@ -54,8 +61,10 @@ const S_IFMT: u32 = 0o170000;
 const S_IFLNK: u32 = 0o120000;
 
 impl ArchiveRules {
-    /// Checks every rule and returns the archive's files, read in memory with
-    /// their real (not declared) sizes counted against the limits.
+    /// Checks every rule entry by entry and returns the archive's files,
+    /// their real (not declared) sizes counted against the limits as they
+    /// unpack. Only the contents kept (`keep_contents`) take memory; the
+    /// rest streams through one buffer.
     pub fn check(&self, zip_bytes: &[u8]) -> Result<Unpacked, Error> {
         if zip_bytes.is_empty() {
             return Err(refuse(
@@ -114,15 +123,26 @@ impl ArchiveRules {
             if declared > budget {
                 return Err(self.too_big(&name));
             }
-            let mut contents = Vec::with_capacity(declared as usize);
-            (&mut entry).take(budget + 1).read_to_end(&mut contents).map_err(|e| {
-                refuse(
-                    Some(&name),
-                    "zip-format",
-                    format!("entry {name:?} cannot be unpacked: {e}"),
-                )
-            })?;
-            let actual = contents.len() as u64;
+            let mut contents = Vec::new();
+            let mut actual = 0u64;
+            let mut buffer = vec![0; READ_BUFFER];
+            let mut limited = (&mut entry).take(budget + 1);
+            loop {
+                let n = limited.read(&mut buffer).map_err(|e| {
+                    refuse(
+                        Some(&name),
+                        "zip-format",
+                        format!("entry {name:?} cannot be unpacked: {e}"),
+                    )
+                })?;
+                if n == 0 {
+                    break;
+                }
+                actual += n as u64;
+                if self.keep_contents {
+                    contents.extend_from_slice(&buffer[..n]);
+                }
+            }
             if actual > budget {
                 return Err(self.too_big(&name));
             }

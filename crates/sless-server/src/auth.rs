@@ -20,6 +20,20 @@ pub struct Principal {
     pub name: String,
     pub admin: bool,
     pub namespaces: Vec<String>,
+    /// The stored token's hash (None for the configured admin token), for
+    /// long requests that look again whether it still exists.
+    pub token_hash: Option<String>,
+}
+
+impl Principal {
+    /// Whether the token behind this principal still exists (and so may
+    /// go on reading): a revoked token ends the streams it opened.
+    pub async fn still_valid(&self, store: &dyn crate::store::Store) -> bool {
+        match &self.token_hash {
+            None => true,
+            Some(hash) => matches!(store.token_by_hash(hash).await, Ok(Some(_))),
+        }
+    }
 }
 
 impl Principal {
@@ -107,23 +121,40 @@ fn write_secret(path: &Path, secret: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves the bearer token to a [`Principal`] and enforces namespace scope
-/// for every `/v1/namespaces/{ns}/...` path, so no handler can forget it.
-pub async fn require_token(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Result<Response> {
-    let token = request
-        .headers()
+/// The bearer token of a request, if it has one.
+fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .ok_or(Error::Unauthorized)?;
-    let hash = hash_token(token);
+}
+
+/// `/metrics` names every namespace and function: the admin token or the
+/// configured metrics token only (401 without a token, 403 for another).
+pub fn may_read_metrics(state: &AppState, headers: &axum::http::HeaderMap) -> Result<()> {
+    let hash = hash_token(bearer(headers).ok_or(Error::Unauthorized)?);
+    let metrics = state.config.metrics_token.as_deref().map(hash_token);
+    if same_digest(&hash, &state.admin_hash) || metrics.is_some_and(|m| same_digest(&hash, &m)) {
+        Ok(())
+    } else {
+        Err(Error::Forbidden(
+            "/metrics is for the admin token or SLESS_METRICS_TOKEN".into(),
+        ))
+    }
+}
+
+/// Resolves the bearer token to a [`Principal`] and enforces namespace scope
+/// for every `/v1/namespaces/{ns}/...` path, so no handler can forget it.
+pub async fn require_token(State(state): State<Arc<AppState>>, mut request: Request, next: Next) -> Result<Response> {
+    let hash = hash_token(bearer(request.headers()).ok_or(Error::Unauthorized)?);
     let principal = if same_digest(&hash, &state.admin_hash) {
         Principal {
             name: "admin".into(),
             admin: true,
             namespaces: Vec::new(),
+            token_hash: None,
         }
     } else {
         let record = state.store.token_by_hash(&hash).await?.ok_or(Error::Unauthorized)?;
@@ -131,6 +162,7 @@ pub async fn require_token(State(state): State<Arc<AppState>>, mut request: Requ
             name: record.name,
             admin: record.admin,
             namespaces: record.namespaces,
+            token_hash: Some(hash),
         }
     };
     if let Some(namespace) = request

@@ -117,6 +117,44 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_INVOKE_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_invoke_bytes: usize,
 
+    /// Largest response a handler may give (body); the shim refuses a
+    /// larger one with a 500, and the server closes an instance that sends more.
+    #[arg(long, env = "SLESS_MAX_RESPONSE_BYTES", default_value_t = 6 * 1024 * 1024)]
+    pub max_response_bytes: usize,
+
+    /// Connections open at once at most; beyond it a connection gets a 503
+    /// and is closed (also capped at half the open-files limit).
+    #[arg(long, env = "SLESS_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+
+    /// Seconds a client has to send a request's head, from its first byte.
+    #[arg(long, env = "SLESS_HEADER_TIMEOUT_SEC", default_value_t = 10)]
+    pub header_timeout_sec: u64,
+
+    /// Seconds a kept-alive connection may sit idle between requests: longer
+    /// than clients keep pooled connections (reqwest 90 s, browsers less),
+    /// so none sends a request on a connection the server is closing.
+    #[arg(long, env = "SLESS_IDLE_CONNECTION_TIMEOUT_SEC", default_value_t = 120)]
+    pub idle_connection_timeout_sec: u64,
+
+    /// Seconds a client has to send a request's whole body.
+    #[arg(long, env = "SLESS_BODY_TIMEOUT_SEC", default_value_t = 60)]
+    pub body_timeout_sec: u64,
+
+    /// Seconds a response write may make no progress (a client that does
+    /// not read) before the connection is closed.
+    #[arg(long, env = "SLESS_WRITE_TIMEOUT_SEC", default_value_t = 30)]
+    pub write_timeout_sec: u64,
+
+    /// RabbitMQ brokers amqp triggers may connect to, comma-separated
+    /// `host` or `host:port`; empty (the default): none.
+    #[arg(long, env = "SLESS_AMQP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub amqp_allowed_hosts: Vec<String>,
+
+    /// Bearer token that may read `/metrics` besides the admin token.
+    #[arg(long, env = "SLESS_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
+
     /// Seconds an instance may sit idle before it is stopped (scale to zero).
     #[arg(long, env = "SLESS_IDLE_TIMEOUT_SEC", default_value_t = 300)]
     pub idle_timeout_sec: u64,
@@ -153,9 +191,13 @@ pub struct Config {
     #[arg(long, env = "SLESS_INVOCATION_RETENTION_DAYS", default_value_t = 7)]
     pub invocation_retention_days: u64,
 
-    /// Most invocation records kept in all.
-    #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 1_000_000)]
+    /// Most invocation records kept per namespace.
+    #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 100_000)]
     pub invocation_keep: i64,
+
+    /// Most bytes of stored (compressed) invocation records kept per namespace.
+    #[arg(long, env = "SLESS_INVOCATION_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub invocation_max_bytes: i64,
 
     /// How often (milliseconds) the scheduler looks for due cron ticks.
     #[arg(long, env = "SLESS_CRON_TICK_MS", default_value_t = 500)]
@@ -281,6 +323,12 @@ impl Config {
         ] {
             if !std::path::Path::new(path).exists() {
                 anyhow::bail!("{name} {path:?}: no such file; install it or point {name} at the binary");
+            }
+        }
+        crate::triggers::brokers::BrokerAllowList::parse(&self.amqp_allowed_hosts).map_err(anyhow::Error::msg)?;
+        if let Some(token) = &self.metrics_token {
+            if token.len() < 16 {
+                anyhow::bail!("SLESS_METRICS_TOKEN is too short: use at least 16 characters");
             }
         }
         if let Some(token) = &self.admin_token {

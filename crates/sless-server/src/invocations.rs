@@ -23,8 +23,11 @@ pub struct LogSettings {
     pub flush_interval: Duration,
     /// Records older than this are deleted.
     pub retention: Duration,
-    /// At most this many records are kept.
+    /// At most this many records are kept per namespace.
     pub keep: i64,
+    /// At most this many bytes of stored records are kept per namespace;
+    /// a prune runs early once a quarter of it has been written since the last.
+    pub max_bytes: i64,
     /// Off: nothing is recorded (for measuring the pipeline's cost).
     pub enabled: bool,
     /// Whether this replica leads: only the leader prunes.
@@ -48,6 +51,9 @@ pub struct InvocationLog {
 /// free a block of slots every few dozen records on the serving thread.
 struct Pending {
     records: Mutex<Vec<Queued>>,
+    /// Bytes of chunks written since the last prune, and the wake-up for an early one.
+    written_bytes: AtomicU64,
+    prune_now: Notify,
     /// Records waiting at most; more are dropped.
     limit: usize,
     /// Wakes the writer when a record arrives to an empty queue, or the log closes.
@@ -76,11 +82,14 @@ impl InvocationLog {
     pub fn start(store: Arc<dyn Store>, settings: LogSettings) -> Arc<InvocationLog> {
         let pending = Arc::new(Pending {
             records: Mutex::new(Vec::new()),
+            written_bytes: AtomicU64::new(0),
+            prune_now: Notify::new(),
             limit: settings.buffer.max(1),
             arrived: Notify::new(),
             closed: AtomicBool::new(false),
         });
         let (follow, _) = broadcast::channel(1024);
+        let pending_for_prune = pending.clone();
         let log = Arc::new(InvocationLog {
             pending: pending.clone(),
             follow,
@@ -95,7 +104,7 @@ impl InvocationLog {
             store.clone(),
             settings.clone(),
         ));
-        tokio::spawn(prune_loop(store, settings));
+        tokio::spawn(prune_loop(store, settings, pending_for_prune));
         log
     }
 
@@ -189,6 +198,12 @@ async fn write_loop(
         loop {
             match store.insert_chunks(&chunks).await {
                 Ok(()) => {
+                    let bytes: u64 = chunks.iter().map(|c| c.data.len() as u64).sum();
+                    let since = pending.written_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+                    if since > settings.max_bytes.max(0) as u64 / 4 {
+                        // Floods fill the disk faster than the minute between prunes.
+                        pending.prune_now.notify_one();
+                    }
                     if let Some(log) = log.upgrade() {
                         log.written.fetch_add(written, Ordering::Relaxed);
                     }
@@ -208,15 +223,19 @@ async fn write_loop(
     }
 }
 
-async fn prune_loop(store: Arc<dyn Store>, settings: LogSettings) {
+async fn prune_loop(store: Arc<dyn Store>, settings: LogSettings, pending: Arc<Pending>) {
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = pending.prune_now.notified() => {}
+        }
+        pending.written_bytes.store(0, Ordering::Relaxed);
         if !*settings.leading.borrow() {
             continue;
         }
         let cutoff = crate::store::now() - chrono::Duration::from_std(settings.retention).unwrap_or_default();
-        match store.prune_invocations(cutoff, settings.keep).await {
+        match store.prune_invocations(cutoff, settings.keep, settings.max_bytes).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "pruned old invocation records"),
             Err(e) => tracing::warn!(error = %e, "pruning invocation records failed"),
@@ -232,6 +251,8 @@ mod tests {
     fn the_writer_takes_the_oldest_records_a_batch_at_a_time() {
         let pending = Pending {
             records: Mutex::new((0..5).map(|i| crate::record::sample(i, 200)).collect()),
+            written_bytes: AtomicU64::new(0),
+            prune_now: Notify::new(),
             limit: 10,
             arrived: Notify::new(),
             closed: AtomicBool::new(false),

@@ -65,7 +65,7 @@ impl Invoker {
             invocation.body.len() as u64 + invocation.event.as_ref().map_or(0, |e| e.to_string().len() as u64);
         let started_at = crate::store::now();
         let clock = Instant::now();
-        let result = self.call(key, invocation, run).await;
+        let result = self.call(key, invocation, run).await.map(checked_status);
         let duration = clock.elapsed();
         let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
             Ok(r) => (
@@ -90,7 +90,8 @@ impl Invoker {
                 } else {
                     502
                 };
-                (code, Some(e.to_string()), 0, 0, false, Vec::new(), false)
+                let error = crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES);
+                (code, Some(error), 0, 0, false, Vec::new(), false)
             }
             // The handler could not be loaded (an import that fails, say): the
             // call failed as surely as a crash, and the load error (the user's
@@ -191,12 +192,39 @@ fn capped(text: &str, max: usize) -> (&str, bool) {
     (&text[..end], true)
 }
 
-/// The `error` field of a JSON error body, else the body's start.
+/// Statuses a handler may answer with. Anything else (1xx would switch
+/// protocols or hang the caller, and numbers outside 100-999 are not HTTP)
+/// becomes a 502 that says why, for the caller, the record and the metrics.
+pub const HANDLER_STATUSES: std::ops::RangeInclusive<u16> = 200..=599;
+
+/// The result, or a 502 in its place when the handler's status is not one
+/// of [`HANDLER_STATUSES`].
+fn checked_status(result: InvocationResult) -> InvocationResult {
+    if HANDLER_STATUSES.contains(&result.status) {
+        return result;
+    }
+    let error = format!(
+        "the handler answered with status {}; a handler's statusCode must be between 200 and 599",
+        result.status
+    );
+    InvocationResult {
+        status: 502,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: serde_json::to_vec(&serde_json::json!({ "error": error }))
+            .expect("plain JSON")
+            .into(),
+        ..result
+    }
+}
+
+/// The `error` field of a JSON error body, else the body's start; at most
+/// [`crate::bounds::MAX_ERROR_BYTES`] of it.
 pub fn error_text(body: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(body)
+    let text = serde_json::from_slice::<serde_json::Value>(body)
         .ok()
         .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned())
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(500)]).into_owned());
+    crate::bounds::clip(text, crate::bounds::MAX_ERROR_BYTES)
 }
 
 #[cfg(test)]

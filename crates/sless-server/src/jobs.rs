@@ -254,13 +254,16 @@ impl Jobs {
         status.finished_at = Some(crate::store::now());
         status.invocation_id = record;
         match result {
-            Ok(r) if r.status < 400 => {
-                status.phase = JobPhase::Succeeded;
-                status.result = Some(
-                    serde_json::from_slice(&r.body)
-                        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&r.body).into_owned())),
-                );
-            }
+            Ok(r) if r.status < 400 => match kept_result(&r.body) {
+                Ok(result) => {
+                    status.phase = JobPhase::Succeeded;
+                    status.result = Some(result);
+                }
+                Err(why) => {
+                    status.phase = JobPhase::Failed;
+                    status.error = Some(why);
+                }
+            },
             Ok(r) => {
                 status.phase = JobPhase::Failed;
                 status.error = Some(crate::invoker::error_text(&r.body));
@@ -271,7 +274,7 @@ impl Jobs {
             }
             Err(e) => {
                 status.phase = JobPhase::Failed;
-                status.error = Some(e.to_string());
+                status.error = Some(crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES));
             }
         }
         tracing::info!(namespace, job = name, run_id, phase = ?status.phase, "job run finished");
@@ -282,5 +285,52 @@ impl Jobs {
             running.remove(&key);
         }
         Ok(())
+    }
+}
+
+/// The handler's answer as the job's `result` (its JSON, else its text),
+/// or why it is not kept: deeper or larger than a stored status may hold.
+pub(crate) fn kept_result(body: &[u8]) -> Result<Value, String> {
+    use crate::bounds::{check_depth, MAX_JOB_RESULT_BYTES};
+    if body.len() > MAX_JOB_RESULT_BYTES {
+        return Err(format!(
+            "the handler's result is {} bytes; a job keeps results of at most {MAX_JOB_RESULT_BYTES} bytes",
+            body.len()
+        ));
+    }
+    // The parser refuses more than 127 levels: such a body is not kept as text either.
+    let result = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(e) if e.to_string().contains("recursion limit") => {
+            return Err(format!(
+                "the handler's result is nested more than {} levels deep, more than a job keeps",
+                crate::bounds::MAX_JSON_DEPTH
+            ))
+        }
+        Err(_) => Value::String(String::from_utf8_lossy(body).into_owned()),
+    };
+    check_depth("the handler's result", &result)?;
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::kept_result;
+
+    fn nested(depth: usize) -> String {
+        format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn results_are_kept_within_depth_and_size() {
+        assert_eq!(kept_result(b"{\"a\": 1}").unwrap(), serde_json::json!({"a": 1}));
+        assert_eq!(kept_result(b"plain text").unwrap(), serde_json::json!("plain text"));
+        assert!(kept_result(nested(64).as_bytes()).is_ok());
+        for depth in [65, 127, 200] {
+            let refused = kept_result(nested(depth).as_bytes()).unwrap_err();
+            assert!(refused.contains("nested"), "{depth}: {refused}");
+        }
+        let big = format!("\"{}\"", "x".repeat(crate::bounds::MAX_JOB_RESULT_BYTES));
+        assert!(kept_result(big.as_bytes()).unwrap_err().contains("bytes"));
     }
 }

@@ -4,15 +4,19 @@
 pub mod archive;
 pub mod auth;
 pub mod blobs;
+pub mod bounds;
 pub mod cluster;
 pub mod config;
 pub mod deploy;
 pub mod error;
+#[cfg(test)]
+mod fuzz;
 pub mod http;
 pub mod invocation_stats;
 pub mod invocations;
 pub mod invoker;
 pub mod jobs;
+pub mod listener;
 pub mod metrics;
 pub mod record;
 pub mod routes;

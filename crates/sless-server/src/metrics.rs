@@ -36,6 +36,8 @@ pub struct Metrics {
     functions: Mutex<BTreeMap<String, BTreeMap<String, FunctionSeries>>>,
     pub builds_succeeded: AtomicU64,
     pub builds_failed: AtomicU64,
+    /// Connections open, and refused over the limit.
+    pub connections: std::sync::Arc<crate::listener::ConnectionStats>,
 }
 
 impl Metrics {
@@ -73,6 +75,17 @@ impl Metrics {
         h.total += 1;
         if cold {
             series.cold_starts += 1;
+        }
+    }
+
+    /// Drops a deleted function's series.
+    pub fn forget(&self, namespace: &str, function: &str) {
+        let mut functions = self.functions.lock().unwrap();
+        if let Some(in_namespace) = functions.get_mut(namespace) {
+            in_namespace.remove(function);
+            if in_namespace.is_empty() {
+                functions.remove(namespace);
+            }
         }
     }
 
@@ -136,6 +149,17 @@ impl Metrics {
             "sless_builds_total{{result=\"failed\"}} {}",
             self.builds_failed.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP sless_connections Open client connections.\n# TYPE sless_connections gauge\nsless_connections {}",
+            self.connections.open.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sless_connections_refused_total Connections answered 503 over the connection limit.\n\
+             # TYPE sless_connections_refused_total counter\nsless_connections_refused_total {}",
+            self.connections.refused.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -184,6 +208,12 @@ mod tests {
             has(r#"sless_invocation_duration_seconds_count{namespace="a",function="g"} 1"#),
             "{out}"
         );
+        // A deleted function's series go.
+        metrics.forget("a", "g");
+        let mut after = String::new();
+        metrics.render(&mut after);
+        assert!(!after.contains("function=\"g\""), "{after}");
+        assert!(after.contains("function=\"f\""), "{after}");
         // Cold starts only for functions that had one.
         let cold: Vec<&str> = series
             .iter()

@@ -25,6 +25,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let code_check = sless_codecheck::build(&config.code_check(), check_metrics.clone())
         .map_err(|e| anyhow::anyhow!("code check settings: {e}"))?;
     let admin_hash = auth::admin_token_hash(config.admin_token.as_deref(), &config.data_dir)?;
+    let open_files = crate::listener::raise_open_files_limit();
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("listening on {} (SLESS_LISTEN): {e}", config.listen))?;
@@ -40,6 +41,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let archive_rules = ArchiveRules {
         max_unpacked_bytes: config.max_unpacked_bytes,
         max_entries: config.max_archive_entries,
+        // Off, the gate reads nothing: archives are checked in a fixed buffer.
+        keep_contents: config.code_check != sless_codecheck::Mode::Off,
         ..ArchiveRules::default()
     };
     let driver: Arc<dyn sless_driver::Driver> = Arc::new(sless_driver_local::LocalDriver::start(
@@ -53,6 +56,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 idle_timeout: Duration::from_secs(config.idle_timeout_sec),
                 max_queue: config.max_queue,
                 load_timeout: Duration::from_secs(30),
+                max_response_bytes: config.max_response_bytes,
             },
         },
         // Replicas fetch what another one built from the object store.
@@ -67,6 +71,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             flush_interval: Duration::from_millis(50),
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
             keep: config.invocation_keep,
+            max_bytes: config.invocation_max_bytes,
             enabled: config.invocation_log,
             leading: cluster.leadership.watch(),
         },
@@ -96,6 +101,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         invoker.clone(),
         Duration::from_millis(config.cron_tick_ms),
         cluster.leadership.clone(),
+        crate::triggers::brokers::BrokerAllowList::parse(&config.amqp_allowed_hosts).map_err(anyhow::Error::msg)?,
     )
     .await?;
     let jobs = crate::jobs::Jobs::new(store.clone(), invoker.clone());
@@ -128,23 +134,34 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         worker_threads = state.config.worker_threads(), "sless server started");
     println!("sless: listening on http://{addr}");
 
+    // Half the descriptors at most for connections: the rest stay for the
+    // instances' pipes, the store and the builds.
+    let limits = crate::listener::Limits {
+        max_connections: state.config.max_connections.min((open_files / 2).max(64) as usize),
+        header_timeout: Duration::from_secs(state.config.header_timeout_sec),
+        idle_timeout: Duration::from_secs(state.config.idle_connection_timeout_sec),
+        body_timeout: Duration::from_secs(state.config.body_timeout_sec),
+        write_timeout: Duration::from_secs(state.config.write_timeout_sec),
+    };
+    tracing::info!(
+        max_connections = limits.max_connections,
+        open_files,
+        "connection limits"
+    );
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let serve = axum::serve(
-        listener,
-        axum::ServiceExt::<axum::extract::Request>::into_make_service(http::app(state)),
-    )
-    .with_graceful_shutdown(async move {
+    let connections = state.metrics.connections.clone();
+    let serve = crate::listener::serve(listener, http::app(state), limits, connections, async move {
         shutdown_signal().await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = stop_tx.send(true);
     });
-    let serve = tokio::spawn(async move { serve.await });
+    let serve = tokio::spawn(serve);
     let _ = stop_rx.changed().await;
     // The leader's work stops and the lock goes first, so another replica
     // takes over while this one drains.
     reconciler.shutdown().await;
     tokio::select! {
-        result = serve => result??,
+        result = serve => result?,
         _ = async { tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_sec = grace.as_secs(), "grace period over; exiting with requests still in flight");
         }

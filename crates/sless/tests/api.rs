@@ -21,7 +21,10 @@ mod api {
     mod jobs;
     mod lifecycle;
     mod observability;
+    mod poisoning;
     mod sandbox;
     mod scaling;
+    mod starving;
+    mod tenants;
     mod triggers;
 }

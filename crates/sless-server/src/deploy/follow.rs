@@ -92,8 +92,9 @@ impl Deployer {
     pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
         for record in self.store.list_all(Kind::Function).await? {
             let key = FunctionKey::new(&record.namespace, &record.name);
-            let spec: FunctionSpec = serde_json::from_value(record.spec.clone()).map_err(Error::internal)?;
-            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+            let Some((spec, status)) = decoded(&key, &record) else {
+                continue;
+            };
             let Some(target) = Target::of(&status) else { continue };
             if !self
                 .driver
@@ -132,8 +133,9 @@ impl Deployer {
     pub async fn rebuild_stale(self: &Arc<Self>) -> Result<()> {
         for record in self.store.list_all(Kind::Function).await? {
             let key = FunctionKey::new(&record.namespace, &record.name);
-            let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
-            let status: FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+            let Some((spec, status)) = decoded(&key, &record) else {
+                continue;
+            };
             let (Some(artifact), Some(built_hash)) = (&status.artifact, &status.built_hash) else {
                 continue;
             };
@@ -149,5 +151,19 @@ impl Deployer {
             }
         }
         Ok(())
+    }
+}
+
+/// A stored function's spec and status; one that does not read back is
+/// reported and skipped, so it cannot keep the others from serving.
+fn decoded(key: &FunctionKey, record: &crate::store::Record) -> Option<(FunctionSpec, FunctionStatus)> {
+    let spec = serde_json::from_value::<FunctionSpec>(record.spec.clone());
+    let status = serde_json::from_value::<FunctionStatus>(record.status.clone());
+    match (spec, status) {
+        (Ok(spec), Ok(status)) => Some((spec, status)),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(function = %key, error = %e, "not serving a stored function that cannot be read; delete it and create it again");
+            None
+        }
     }
 }

@@ -36,6 +36,9 @@ use crate::store::{Kind, Store};
 /// Builds at once at most.
 const CONCURRENT_BUILDS: usize = 2;
 
+/// Uploads checked at once at most.
+const CONCURRENT_CHECKS: usize = 2;
+
 /// Uploads, builds and rollouts.
 pub struct Deployer {
     store: Arc<dyn Store>,
@@ -46,6 +49,8 @@ pub struct Deployer {
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
     builds: tokio::sync::Semaphore,
+    /// Uploads being checked.
+    checking: tokio::sync::Semaphore,
     cluster: Arc<Cluster>,
     /// Builds under way here, by function and code hash (a build is
     /// started once however many times it is asked for).
@@ -77,6 +82,7 @@ impl Deployer {
             archive_rules: checks.archive_rules,
             code_check: checks.code_check,
             builds: tokio::sync::Semaphore::new(CONCURRENT_BUILDS),
+            checking: tokio::sync::Semaphore::new(CONCURRENT_CHECKS),
             cluster,
             building: Default::default(),
         })
@@ -110,16 +116,24 @@ impl Deployer {
                 key.name, key.namespace
             )));
         };
+        // Archives are checked a few at a time: with the code check on, a
+        // check holds the unpacked files until the verdict.
+        let _checking = self.checking.acquire().await.map_err(Error::internal)?;
         let rules = self.archive_rules.clone();
         let checked_zip = zip.clone();
         let unpacked = tokio::task::spawn_blocking(move || rules.check(&checked_zip))
             .await
             .map_err(Error::internal)??;
-        let files: Vec<_> = unpacked
-            .files
-            .iter()
-            .map(|f| SourceFile::new(f.path.clone(), f.contents.clone()))
-            .collect();
+        let (file_count, total_bytes) = (unpacked.files.len(), unpacked.total_bytes);
+        let files: Vec<_> = if self.archive_rules.keep_contents {
+            unpacked
+                .files
+                .into_iter()
+                .map(|f| SourceFile::new(f.path, f.contents))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let verdict = self.code_check.check(&files).await.inspect_err(|e| {
             tracing::warn!(function = %key, error = %e, "upload refused by the code check");
         })?;
@@ -130,11 +144,8 @@ impl Deployer {
         status.code_hash = Some(code_hash.clone());
         status.phase = Phase::Building;
         status.validation = Some(verdict.summary().to_string());
-        status.message = format!(
-            "archive accepted ({} files, {} bytes unpacked); waiting for the build",
-            unpacked.files.len(),
-            unpacked.total_bytes
-        );
+        status.message =
+            format!("archive accepted ({file_count} files, {total_bytes} bytes unpacked); waiting for the build");
         self.save(key, &status).await?;
         tracing::info!(function = %key, %code_hash, "code archive stored");
         // Builds run on the leader; another replica's sees the function

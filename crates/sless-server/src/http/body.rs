@@ -51,7 +51,16 @@ impl FromRequest<Arc<AppState>> for JsonObject {
             ));
         }
         match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(map)) => Ok(JsonObject(map)),
+            Ok(Value::Object(map)) => {
+                // What is stored must read back: bounded depth (the body's
+                // size is bounded by the JSON body limit).
+                let body = Value::Object(map);
+                crate::bounds::check_depth("request body", &body).map_err(Error::BadRequest)?;
+                let Value::Object(map) = body else {
+                    unreachable!("just made an object")
+                };
+                Ok(JsonObject(map))
+            }
             Ok(_) => Err(Error::BadRequest("request body must be a JSON object".into())),
             Err(e) => Err(Error::BadRequest(format!("request body is not valid JSON: {e}"))),
         }
@@ -60,7 +69,18 @@ impl FromRequest<Arc<AppState>> for JsonObject {
 
 /// Deserializes `value` as `T`, turning serde's message (which names unknown
 /// or mistyped fields) into a 400 that names the top-level field.
-pub fn from_value<T: DeserializeOwned>(what: &str, value: Value) -> Result<T, Error> {
+pub fn from_value<T: DeserializeOwned>(what: &str, mut value: Value) -> Result<T, Error> {
+    // JSON Schema counts 1.0 as an integer: so do the spec's own fields
+    // (not the values inside them, such as an event, which reach handlers as sent).
+    if let Value::Object(fields) = &mut value {
+        for field in fields.values_mut() {
+            if let Some(n) = field.as_f64().filter(|n| n.fract() == 0.0 && n.abs() < 9.0e15) {
+                if field.is_f64() {
+                    *field = Value::from(n as i64);
+                }
+            }
+        }
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         if path == "." {

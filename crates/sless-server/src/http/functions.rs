@@ -167,7 +167,12 @@ pub async fn delete(
             "cascade and orphan exclude each other: delete what names the function, or leave it".into(),
         ));
     }
-    load(&state, Kind::Function, &ns, &name).await?;
+    validate_name("namespace", &ns)?;
+    validate_name("function", &name)?;
+    // Looked up, not read: a function whose record does not read back is deleted too.
+    if let Ok(None) = state.store.get(Kind::Function, &ns, &name).await {
+        return Err(not_found(Kind::Function, &ns, &name));
+    }
     let Dependents { triggers, jobs } = match query.orphan {
         true => Dependents::default(),
         false => dependents(&state, &ns, &name).await?,
@@ -203,6 +208,7 @@ pub async fn delete(
     // What every replica served of it means nothing for a function of the
     // same name made later.
     state.cluster.forget_everywhere(&key).await;
+    state.metrics.forget(&ns, &name);
     remove_archives(&state, &ns, &name).await;
     tracing::info!(namespace = %ns, function = %name, "function deleted");
     Ok(StatusCode::NO_CONTENT)

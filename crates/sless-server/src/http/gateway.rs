@@ -170,9 +170,12 @@ async fn serve(
             let mut response = Response::new(Body::from(result.body));
             *response.status_mut() = StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let out = response.headers_mut();
-            for (k, v) in result.headers {
+            for (k, mut v) in result.headers {
                 if HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(&k)) {
                     continue;
+                }
+                if k.eq_ignore_ascii_case("set-cookie") {
+                    v = scoped_cookie(&v, &format!("/fn/{}/{}", key.namespace, key.name));
                 }
                 // from_bytes lowercases the name.
                 if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
@@ -203,6 +206,32 @@ async fn serve(
             "function {key} failed to start; its owner finds why in the function's invocation record with this request id"
         ))),
     }
+}
+
+/// A handler's `Set-Cookie` scoped to its own function: every function is
+/// served from one origin, so a cookie's `Domain` is dropped and its `Path`
+/// is the function's `/fn/{ns}/{name}` (or a path below it the handler set).
+fn scoped_cookie(value: &str, own: &str) -> String {
+    let mut parts = value.split(';');
+    let mut cookie = parts.next().unwrap_or_default().trim().to_string();
+    let mut path = None;
+    for attribute in parts.map(str::trim).filter(|a| !a.is_empty()) {
+        let name = attribute.split('=').next().unwrap_or_default().trim();
+        if name.eq_ignore_ascii_case("domain") {
+            continue;
+        }
+        if name.eq_ignore_ascii_case("path") {
+            let given = attribute.split_once('=').map_or("", |(_, p)| p.trim());
+            let below = given == own || given.strip_prefix(own).is_some_and(|rest| rest.starts_with('/'));
+            path = Some(if below { given.to_string() } else { own.to_string() });
+            continue;
+        }
+        cookie.push_str("; ");
+        cookie.push_str(attribute);
+    }
+    cookie.push_str("; Path=");
+    cookie.push_str(path.as_deref().unwrap_or(own));
+    cookie
 }
 
 /// The request's headers as the handler sees them: lowercase names, a
@@ -270,4 +299,28 @@ fn request_id(headers: &HeaderMap) -> String {
         })
         .map(str::to_string)
         .unwrap_or_else(|| crate::record::hex_id(&[(rand::random::<u64>(), 16)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::scoped_cookie;
+
+    #[test]
+    fn cookies_are_scoped_to_their_function() {
+        let own = "/fn/ns/app";
+        assert_eq!(scoped_cookie("sid=1", own), "sid=1; Path=/fn/ns/app");
+        assert_eq!(
+            scoped_cookie("sid=1; Path=/; Domain=example.com; HttpOnly; Max-Age=60", own),
+            "sid=1; HttpOnly; Max-Age=60; Path=/fn/ns/app"
+        );
+        assert_eq!(
+            scoped_cookie("a=b; path=/fn/ns/app/admin", own),
+            "a=b; Path=/fn/ns/app/admin"
+        );
+        assert_eq!(
+            scoped_cookie("a=b; Path=/fn/ns/application", own),
+            "a=b; Path=/fn/ns/app"
+        );
+        assert_eq!(scoped_cookie("a=b; Path=/fn/ns/other", own), "a=b; Path=/fn/ns/app");
+    }
 }

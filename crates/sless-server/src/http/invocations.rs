@@ -18,6 +18,9 @@ use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::Kind;
 
+/// How often a followed log stream looks whether its token still exists.
+const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
@@ -87,6 +90,7 @@ pub async fn logs(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
     headers: HeaderMap,
+    axum::Extension(principal): axum::Extension<crate::auth::Principal>,
     query: std::result::Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
@@ -112,14 +116,29 @@ pub async fn logs(
     let body = match live {
         None => Body::from_stream(head),
         Some(rx) => {
-            let follow = futures::stream::unfold((rx, seen), move |(mut rx, seen)| {
-                let (ns, name) = (ns.clone(), name.clone());
+            // The token is looked up again every few seconds: a revoked
+            // token ends the streams it opened.
+            let store = state.store.clone();
+            let principal = Arc::new(principal);
+            let recheck = tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_RECHECK, TOKEN_RECHECK);
+            let follow = futures::stream::unfold((rx, seen, recheck), move |(mut rx, seen, mut recheck)| {
+                let (ns, name, store, principal) = (ns.clone(), name.clone(), store.clone(), principal.clone());
                 async move {
                     loop {
-                        match rx.recv().await {
+                        let received = tokio::select! {
+                            received = rx.recv() => received,
+                            _ = recheck.tick() => {
+                                if principal.still_valid(&*store).await {
+                                    continue;
+                                }
+                                tracing::info!(token = %principal.name, "token revoked: closing its log stream");
+                                return None;
+                            }
+                        };
+                        match received {
                             Ok(r) if r.namespace == ns && r.function == name && !seen.contains(&r.id) => {
                                 let chunk = Bytes::from(render(&r, sse).concat());
-                                return Some((Ok::<_, Infallible>(chunk), (rx, seen)));
+                                return Some((Ok::<_, Infallible>(chunk), (rx, seen, recheck)));
                             }
                             Ok(_) | Err(RecvError::Lagged(_)) => continue,
                             Err(RecvError::Closed) => return None,

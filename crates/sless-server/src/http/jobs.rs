@@ -158,8 +158,12 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    load(&state, Kind::Job, &ns, &name).await?;
+    // Not loaded first: a job whose record does not read back is deleted too.
+    validate_name("namespace", &ns)?;
+    validate_name("job", &name)?;
     state.jobs.stop(&ns, &name).await;
-    state.store.delete(Kind::Job, &ns, &name).await?;
+    if !state.store.delete(Kind::Job, &ns, &name).await? {
+        return Err(not_found(Kind::Job, &ns, &name));
+    }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -3,14 +3,15 @@
 //! layers every request passes.
 
 mod access_log;
-mod body;
+pub(crate) mod body;
 mod console;
 mod functions;
 mod gateway;
 mod invocations;
 mod jobs;
 mod openapi;
-mod resource;
+mod openapi_rules;
+pub(crate) mod resource;
 mod serving;
 mod stats;
 mod system;

@@ -26,8 +26,19 @@ pub async fn load(state: &AppState, kind: Kind, ns: &str, name: &str) -> Result<
 
 /// A stored record as the API type `{name, namespace, ...spec, status, created_at, updated_at}`.
 pub fn to_api<T: DeserializeOwned>(record: Record) -> Result<T> {
+    let kind = std::any::type_name::<T>()
+        .rsplit("::")
+        .next()
+        .unwrap_or("resource")
+        .to_lowercase();
+    let (namespace, name) = (record.namespace.clone(), record.name.clone());
+    let unreadable = |why: &dyn std::fmt::Display| {
+        Error::Internal(format!(
+            "the stored {kind} {name:?} in namespace {namespace:?} cannot be read ({why}); delete it and create it again"
+        ))
+    };
     let Value::Object(mut object) = record.spec else {
-        return Err(Error::internal("stored spec is not an object"));
+        return Err(unreadable(&"its spec is not an object"));
     };
     object.insert("name".into(), Value::String(record.name));
     object.insert("namespace".into(), Value::String(record.namespace));
@@ -40,10 +51,12 @@ pub fn to_api<T: DeserializeOwned>(record: Record) -> Result<T> {
         "updated_at".into(),
         serde_json::to_value(record.updated_at).map_err(Error::internal)?,
     );
-    serde_json::from_value(Value::Object(object)).map_err(Error::internal)
+    serde_json::from_value(Value::Object(object)).map_err(|e| unreadable(&e))
 }
 
-/// Every resource of `kind` in a namespace, by name.
+/// Every resource of `kind` in a namespace, by name. A record that does not
+/// make the API type is left out and logged: one cannot stop the list (and
+/// `DELETE` removes it).
 pub async fn list<T: DeserializeOwned>(state: &AppState, kind: Kind, ns: &str) -> Result<List<T>> {
     validate_name("namespace", ns)?;
     let items = state
@@ -51,7 +64,14 @@ pub async fn list<T: DeserializeOwned>(state: &AppState, kind: Kind, ns: &str) -
         .list(kind, ns)
         .await?
         .into_iter()
-        .map(to_api)
-        .collect::<Result<_>>()?;
+        .filter_map(|record| {
+            let name = record.name.clone();
+            to_api(record)
+                .inspect_err(|e| {
+                    tracing::warn!(kind = kind.as_str(), namespace = ns, name, error = %e, "left out a stored record that cannot be read")
+                })
+                .ok()
+        })
+        .collect();
     Ok(List { items })
 }

@@ -16,7 +16,7 @@ pub async fn with_reasons(state: &AppState, ns: &str, mut functions: Vec<Functio
         .list(Kind::Trigger, ns)
         .await?
         .iter()
-        .map(crate::triggers::spec_of)
+        .filter_map(crate::triggers::spec_of)
         .collect();
     for function in &mut functions {
         let own: Vec<&TriggerSpec> = triggers.iter().filter(|t| t.function == function.name).collect();

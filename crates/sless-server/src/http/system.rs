@@ -3,7 +3,6 @@
 use axum::http::{Method, Uri};
 use axum::Json;
 use serde_json::{json, Value};
-use utoipa::OpenApi;
 
 use crate::error::Error;
 
@@ -22,8 +21,8 @@ pub async fn healthz(
 
 /// This API's OpenAPI 3.1 document. Public: no token needed.
 #[utoipa::path(get, path = "/v1/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI document")))]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(super::openapi::ApiDoc::openapi())
+pub async fn openapi_json() -> Json<Value> {
+    Json(super::openapi_rules::document())
 }
 
 pub async fn not_found(uri: Uri) -> Error {
@@ -34,18 +33,24 @@ pub async fn method_not_allowed(method: Method, uri: Uri) -> Error {
     Error::MethodNotAllowed(format!("method {method} is not allowed on {}", uri.path()))
 }
 
-/// Prometheus text exposition of the server's counters.
-#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+/// Prometheus text exposition of the server's counters: for the admin token
+/// or `SLESS_METRICS_TOKEN` (it names every namespace and function).
+#[utoipa::path(get, path = "/metrics", tag = "system",
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain"),
+        (status = 401, body = sless_api::ErrorBody), (status = 403, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
 pub async fn metrics(
     axum::extract::State(state): axum::extract::State<std::sync::Arc<crate::state::AppState>>,
-) -> impl axum::response::IntoResponse {
-    (
+    headers: axum::http::HeaderMap,
+) -> Result<impl axum::response::IntoResponse, Error> {
+    crate::auth::may_read_metrics(&state, &headers)?;
+    Ok((
         [(
             axum::http::header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
         render_metrics(&state).await,
-    )
+    ))
 }
 
 async fn render_metrics(state: &crate::state::AppState) -> String {

@@ -13,7 +13,6 @@ use super::resource::{self, load, not_found, to_api};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
-use crate::triggers::schedule::Schedule;
 
 /// Checks a spec against its type's rules and fills defaults.
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {
@@ -64,7 +63,9 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                 .as_deref()
                 .ok_or_else(|| Error::invalid("schedule", "schedule is required for a cron trigger"))?;
             let timezone = spec.timezone.get_or_insert_with(|| "UTC".into());
-            Schedule::parse(schedule, timezone).map_err(|e| Error::invalid(e.field, e.message))?;
+            crate::triggers::schedule::checked(schedule, timezone)
+                .await
+                .map_err(|e| Error::invalid(e.field, e.message))?;
         }
         TriggerType::Amqp => {
             let url = spec
@@ -77,6 +78,11 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                     format!("broker_url {url:?} must start with amqp:// or amqps://"),
                 ));
             }
+            state
+                .triggers
+                .brokers
+                .check(url)
+                .map_err(|e| Error::BadRequest(format!("broker_url: {e}")))?;
             match spec.queue.as_deref() {
                 Some(q) if !q.trim().is_empty() && q.len() <= 255 => {}
                 _ => {
@@ -200,7 +206,8 @@ pub async fn patch(
             ));
         }
     }
-    let old = crate::triggers::spec_of(&record);
+    let old = crate::triggers::spec_of(&record)
+        .ok_or_else(|| crate::store::unreadable(Kind::Trigger, &ns, &name, "its spec does not read back"))?;
     let mut merged = record.spec.clone();
     merge_patch(&mut merged, Value::Object(body));
     if merged.get("type") != record.spec.get("type") {
@@ -240,9 +247,21 @@ pub async fn delete(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
 ) -> Result<StatusCode> {
-    let record = load(&state, Kind::Trigger, &ns, &name).await?;
-    let spec = crate::triggers::spec_of(&record);
-    state.store.delete(Kind::Trigger, &ns, &name).await?;
-    state.triggers.changed(&ns, &name, None, &[spec.function]).await?;
+    validate_name("namespace", &ns)?;
+    validate_name("trigger", &name)?;
+    // A trigger that does not read back can be deleted too: it named no
+    // function this server ran it for.
+    let function = match state.store.get(Kind::Trigger, &ns, &name).await {
+        Ok(record) => record.as_ref().and_then(crate::triggers::spec_of).map(|s| s.function),
+        Err(e) => {
+            tracing::warn!(namespace = %ns, trigger = %name, error = %e, "deleting a trigger that cannot be read");
+            None
+        }
+    };
+    if !state.store.delete(Kind::Trigger, &ns, &name).await? {
+        return Err(not_found(Kind::Trigger, &ns, &name));
+    }
+    let functions: Vec<String> = function.into_iter().collect();
+    state.triggers.changed(&ns, &name, None, &functions).await?;
     Ok(StatusCode::NO_CONTENT)
 }

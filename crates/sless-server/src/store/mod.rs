@@ -65,10 +65,13 @@ pub struct TokenRecord {
 pub trait Store: Send + Sync + 'static {
     /// Inserts a new resource; `Error::Conflict` when the name is taken.
     async fn create(&self, kind: Kind, record: &Record) -> Result<()>;
+    /// One resource; [`unreadable`] when it does not read back.
     async fn get(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<Record>>;
-    /// Resources of one namespace, ordered by name.
+    /// Resources of one namespace, ordered by name; records that do not
+    /// read back are left out (and logged), so one cannot stop a list.
     async fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Record>>;
-    /// Resources of every namespace, ordered by namespace and name.
+    /// Resources of every namespace, ordered by namespace and name; records
+    /// that do not read back are left out (and logged).
     async fn list_all(&self, kind: Kind) -> Result<Vec<Record>>;
     /// The namespaces that hold any resource, by name, at most `limit`.
     async fn namespaces(&self, limit: i64) -> Result<Vec<String>>;
@@ -78,7 +81,7 @@ pub trait Store: Send + Sync + 'static {
     async fn update_status(&self, kind: Kind, namespace: &str, name: &str, status: &Value) -> Result<()>;
     /// Replaces only the spec.
     async fn update_spec(&self, kind: Kind, namespace: &str, name: &str, spec: &Value) -> Result<()>;
-    /// Returns whether a resource was deleted.
+    /// Returns whether a resource was deleted (whether or not it reads back).
     async fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<bool>;
 
     /// Sets the status only if it still equals `expected` (compare-and-set):
@@ -97,14 +100,24 @@ pub trait Store: Send + Sync + 'static {
         before: Option<&str>,
         limit: i64,
     ) -> Result<Vec<InvocationRecord>>;
-    /// Deletes records started before `cutoff` and all but the newest
-    /// `keep` records; returns how many went.
-    async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64>;
+    /// Deletes records started before `cutoff`, and per namespace all but
+    /// the newest `keep` records and the chunks past the newest `max_bytes`
+    /// of stored data; returns how many went.
+    async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64, max_bytes: i64) -> Result<u64>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<()>;
     async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
     async fn list_tokens(&self) -> Result<Vec<TokenRecord>>;
     async fn delete_token(&self, id: &str) -> Result<bool>;
+}
+
+/// The error for a stored resource that does not read back (written by an
+/// older version, or damaged): it names the resource and the way out.
+pub fn unreadable(kind: Kind, namespace: &str, name: &str, why: impl std::fmt::Display) -> crate::Error {
+    crate::Error::Internal(format!(
+        "the stored {} {name:?} in namespace {namespace:?} cannot be read ({why}); delete it and create it again",
+        kind.as_str()
+    ))
 }
 
 /// Now, at the precision the store keeps (microseconds), so a record reads

@@ -61,15 +61,45 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            fn record(row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<Record> {
-                Ok(Record {
-                    namespace: row.try_get("namespace")?,
-                    name: row.try_get("name")?,
-                    spec: parse_json(row.try_get::<&str, _>("spec")?)?,
-                    status: parse_json(row.try_get::<&str, _>("status")?)?,
-                    created_at: parse_time(row.try_get::<&str, _>("created_at")?)?,
-                    updated_at: parse_time(row.try_get::<&str, _>("updated_at")?)?,
-                })
+            /// A stored resource; one that does not read back is an error
+            /// that names it and says how to get rid of it.
+            fn record(kind: Kind, row: &<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row) -> Result<Record> {
+                let namespace: String = row.try_get("namespace")?;
+                let name: String = row.try_get("name")?;
+                let decoded = (|| {
+                    Ok::<_, Error>((
+                        parse_json(row.try_get::<&str, _>("spec")?)?,
+                        parse_json(row.try_get::<&str, _>("status")?)?,
+                        parse_time(row.try_get::<&str, _>("created_at")?)?,
+                        parse_time(row.try_get::<&str, _>("updated_at")?)?,
+                    ))
+                })();
+                match decoded {
+                    Ok((spec, status, created_at, updated_at)) => Ok(Record {
+                        namespace,
+                        name,
+                        spec,
+                        status,
+                        created_at,
+                        updated_at,
+                    }),
+                    Err(e) => Err($crate::store::unreadable(kind, &namespace, &name, e)),
+                }
+            }
+
+            /// The records of `rows` that read back; the others are
+            /// reported in the log and left out, so one bad record cannot
+            /// stop a list or the server's start.
+            fn readable(kind: Kind, rows: &[<$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row]) -> Vec<Record> {
+                rows.iter()
+                    .filter_map(|row| match Self::record(kind, row) {
+                        Ok(record) => Some(record),
+                        Err(e) => {
+                            tracing::warn!(kind = kind.as_str(), error = %e, "left out a stored record that cannot be read");
+                            None
+                        }
+                    })
+                    .collect()
             }
 
             /// Sets one JSON column (`spec` or `status`) and `updated_at`.
@@ -194,7 +224,7 @@ macro_rules! sql_store {
                     .bind(name)
                     .fetch_optional(&self.pool)
                     .await?;
-                row.as_ref().map(Self::record).transpose()
+                row.as_ref().map(|row| Self::record(kind, row)).transpose()
             }
 
             async fn list(&self, kind: Kind, namespace: &str) -> Result<Vec<Record>> {
@@ -206,7 +236,7 @@ macro_rules! sql_store {
                     .bind(namespace)
                     .fetch_all(&self.pool)
                     .await?;
-                rows.iter().map(Self::record).collect()
+                Ok(Self::readable(kind, &rows))
             }
 
             async fn list_all(&self, kind: Kind) -> Result<Vec<Record>> {
@@ -214,7 +244,7 @@ macro_rules! sql_store {
                     "SELECT {RESOURCE_COLUMNS} FROM resources WHERE kind = $1 ORDER BY namespace, name"
                 );
                 let rows = sqlx::query(&sql).bind(kind.as_str()).fetch_all(&self.pool).await?;
-                rows.iter().map(Self::record).collect()
+                Ok(Self::readable(kind, &rows))
             }
 
             async fn namespaces(&self, limit: i64) -> Result<Vec<String>> {
@@ -342,7 +372,7 @@ macro_rules! sql_store {
                 Ok(newest.into_items())
             }
 
-            async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64) -> Result<u64> {
+            async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64, max_bytes: i64) -> Result<u64> {
                 use $crate::store::chunks::{decode, without};
                 // Ids start with the start time in hex microseconds.
                 let cutoff_id = format!("{:016x}", cutoff.timestamp_micros().max(0));
@@ -363,39 +393,61 @@ macro_rules! sql_store {
                 .fetch_all(&mut *tx)
                 .await?;
                 for row in &straddling {
-                    let trimmed = without(row.try_get("data")?, |id| id < cutoff_id.as_str())?;
+                    // A chunk that does not decode goes whole: it cannot be trimmed.
+                    let trimmed = without(row.try_get("data")?, |id| id < cutoff_id.as_str()).unwrap_or(None);
                     removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
                     Self::rewrite_chunk(&mut tx, row, trimmed).await?;
                 }
-                // Over the count: the chunks past the newest `keep` records,
-                // and the older part of the one that crosses it.
-                let boundary = sqlx::query(
+                // Over the count, per namespace (one tenant's calls never
+                // prune another's records): the chunks past the newest
+                // `keep` records, and the older part of the one that crosses it.
+                let boundaries = sqlx::query(
                     "SELECT namespace, function, last_id, records, data, seen - records AS newer FROM \
                      (SELECT namespace, function, last_id, data, records, \
-                      CAST(SUM(records) OVER (ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
+                      CAST(SUM(records) OVER (PARTITION BY namespace ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
                       FROM invocation_chunks) counted \
-                     WHERE seen > $1 ORDER BY last_id DESC LIMIT 1",
+                     WHERE seen > $1 AND seen - records <= $1",
                 )
                 .bind(keep)
-                .fetch_optional(&mut *tx)
+                .fetch_all(&mut *tx)
                 .await?;
-                if let Some(row) = boundary {
-                    let gone: Vec<i64> =
-                        sqlx::query_scalar("DELETE FROM invocation_chunks WHERE last_id < $1 RETURNING records")
-                            .bind(row.try_get::<&str, _>("last_id")?)
-                            .fetch_all(&mut *tx)
-                            .await?;
+                for row in &boundaries {
+                    let gone: Vec<i64> = sqlx::query_scalar(
+                        "DELETE FROM invocation_chunks WHERE namespace = $1 AND last_id < $2 RETURNING records",
+                    )
+                    .bind(row.try_get::<&str, _>("namespace")?)
+                    .bind(row.try_get::<&str, _>("last_id")?)
+                    .fetch_all(&mut *tx)
+                    .await?;
                     removed += gone.iter().sum::<i64>();
                     let (namespace, function, data) =
                         (row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?);
                     // A chunk's records are in id order: keep its last `room`.
                     let room = (keep - row.try_get::<i64, _>("newer")?).max(0) as usize;
-                    let records = decode(namespace, function, data)?;
-                    let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
-                    let trimmed = without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?;
-                    removed += records.len() as i64 - trimmed.as_ref().map_or(0, |t| t.1);
-                    Self::rewrite_chunk(&mut tx, &row, trimmed).await?;
+                    let trimmed = match decode(namespace, function, data) {
+                        Ok(records) => {
+                            let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
+                            without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?
+                        }
+                        Err(_) => None,
+                    };
+                    removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
+                    Self::rewrite_chunk(&mut tx, row, trimmed).await?;
                 }
+                // Over the size, per namespace: whole chunks past the newest
+                // `max_bytes` of stored data.
+                let gone: Vec<i64> = sqlx::query_scalar(
+                    "DELETE FROM invocation_chunks WHERE (namespace, function, last_id) IN \
+                     (SELECT namespace, function, last_id FROM \
+                      (SELECT namespace, function, last_id, \
+                       CAST(SUM(LENGTH(data)) OVER (PARTITION BY namespace ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS bytes \
+                       FROM invocation_chunks) sized WHERE bytes > $1) \
+                     RETURNING records",
+                )
+                .bind(max_bytes)
+                .fetch_all(&mut *tx)
+                .await?;
+                removed += gone.iter().sum::<i64>();
                 tx.commit().await?;
                 Ok(removed as u64)
             }

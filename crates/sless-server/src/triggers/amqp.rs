@@ -37,6 +37,7 @@ impl Consumer {
         spec: TriggerSpec,
         invoker: Arc<Invoker>,
         store: Arc<dyn Store>,
+        brokers: super::brokers::BrokerAllowList,
     ) -> Consumer {
         let worker = Worker {
             namespace,
@@ -52,6 +53,7 @@ impl Consumer {
             retry_limit: spec.retry_limit.unwrap_or(3),
             invoker,
             store,
+            brokers,
         };
         let worker = Arc::new(Worker {
             key: FunctionKey::new(&worker.namespace, &spec.function),
@@ -78,10 +80,17 @@ struct Worker {
     retry_limit: u32,
     invoker: Arc<Invoker>,
     store: Arc<dyn Store>,
+    brokers: super::brokers::BrokerAllowList,
 }
 
 impl Worker {
     async fn run(self: Arc<Self>) {
+        // Stored before the operator narrowed the list: never dialled.
+        if let Err(refused) = self.brokers.check(&self.url) {
+            tracing::warn!(trigger = %self.name, namespace = %self.namespace, %refused, "amqp trigger not started");
+            super::record_outcome(&*self.store, &self.namespace, &self.name, Some(refused)).await;
+            return;
+        }
         let mut backoff = Duration::from_millis(200);
         loop {
             let connected = Instant::now();
@@ -168,7 +177,8 @@ impl Worker {
                 self.publish(&channel, &self.queue, &delivery, retries + 1, error).await
             }
             Some(error) => {
-                tracing::warn!(trigger = %self.name, %error, retries, "message dead-lettered");
+                let shown = crate::bounds::one_line(error);
+                tracing::warn!(trigger = %self.name, error = %shown, retries, "message dead-lettered");
                 self.publish(&channel, &self.dead_letter, &delivery, retries, error)
                     .await
             }

@@ -4,6 +4,7 @@
 //! the leader only; every replica gates its own functions.
 
 mod amqp;
+pub mod brokers;
 pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
@@ -32,6 +33,18 @@ pub struct Triggers {
     /// Functions named by a trigger at the last convergence.
     gated: Mutex<HashSet<FunctionKey>>,
     leadership: Arc<Leadership>,
+    /// The brokers amqp triggers may connect to.
+    pub brokers: brokers::BrokerAllowList,
+    /// Each cron trigger's next tick, computed once per fire (or spec
+    /// change) on a blocking thread, not on every pass of the loop.
+    due: Mutex<HashMap<(String, String), Due>>,
+}
+
+/// A cron trigger's next tick after `base`, for the spec it was computed from.
+struct Due {
+    spec: Value,
+    base: chrono::DateTime<chrono::Utc>,
+    at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Triggers {
@@ -41,8 +54,10 @@ impl Triggers {
         invoker: Arc<Invoker>,
         tick: Duration,
         leadership: Arc<Leadership>,
+        brokers: brokers::BrokerAllowList,
     ) -> anyhow::Result<Arc<Triggers>> {
         let triggers = Arc::new(Triggers {
+            brokers,
             store,
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
@@ -50,11 +65,13 @@ impl Triggers {
             consumer_specs: Mutex::new(HashMap::new()),
             gated: Mutex::new(HashSet::new()),
             leadership,
+            due: Mutex::new(HashMap::new()),
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
         for record in &all {
-            functions.insert(FunctionKey::new(&record.namespace, spec_of(record).function));
+            let Some(spec) = spec_of(record) else { continue };
+            functions.insert(FunctionKey::new(&record.namespace, spec.function));
             triggers.sync_consumer(record);
         }
         for key in functions {
@@ -98,7 +115,7 @@ impl Triggers {
     /// Runs an enabled amqp trigger's consumer on the leader; stops it otherwise.
     fn sync_consumer(&self, record: &Record) {
         let key = (record.namespace.clone(), record.name.clone());
-        let spec = spec_of(record);
+        let Some(spec) = spec_of(record) else { return };
         let mut consumers = self.consumers.lock().unwrap();
         if let Some(old) = consumers.remove(&key) {
             old.stop();
@@ -115,6 +132,7 @@ impl Triggers {
                 spec,
                 self.invoker.clone(),
                 self.store.clone(),
+                self.brokers.clone(),
             );
             consumers.insert(key, consumer);
         }
@@ -128,7 +146,7 @@ impl Triggers {
             .list(Kind::Trigger, &key.namespace)
             .await?
             .iter()
-            .map(spec_of)
+            .filter_map(spec_of)
             .filter(|s| s.function == key.name)
             .collect();
         let any_enabled = specs.iter().any(|s| s.enabled);
@@ -157,7 +175,9 @@ impl Triggers {
     pub async fn converge(&self, records: &[Record], leader: bool) {
         let mut named = HashSet::new();
         for record in records {
-            named.insert(FunctionKey::new(&record.namespace, spec_of(record).function));
+            if let Some(spec) = spec_of(record) {
+                named.insert(FunctionKey::new(&record.namespace, spec.function));
+            }
         }
         let before = std::mem::replace(&mut *self.gated.lock().unwrap(), named.clone());
         for key in named.union(&before) {
@@ -173,10 +193,7 @@ impl Triggers {
         for record in records {
             let key = (record.namespace.clone(), record.name.clone());
             let unchanged = self.consumer_specs.lock().unwrap().get(&key) == Some(&record.spec);
-            let wanted = {
-                let spec = spec_of(record);
-                spec.kind == TriggerType::Amqp && spec.enabled
-            };
+            let wanted = spec_of(record).is_some_and(|spec| spec.kind == TriggerType::Amqp && spec.enabled);
             if wanted {
                 if !unchanged {
                     self.sync_consumer(record);
@@ -210,8 +227,15 @@ impl Triggers {
     }
 }
 
-pub fn spec_of(record: &Record) -> TriggerSpec {
-    serde_json::from_value(record.spec.clone()).expect("stored trigger specs are valid")
+/// A stored trigger's spec; None (and a warning) when it does not read
+/// back, so one bad record stops neither the start nor the cron loop.
+pub fn spec_of(record: &Record) -> Option<TriggerSpec> {
+    serde_json::from_value(record.spec.clone())
+        .inspect_err(|e| {
+            tracing::warn!(namespace = %record.namespace, trigger = %record.name, error = %e,
+                "left out a stored trigger that cannot be read; delete it and create it again")
+        })
+        .ok()
 }
 
 /// Every `tick`: fire the cron triggers that are due. A tick is claimed by a
@@ -235,27 +259,43 @@ async fn cron_loop(triggers: std::sync::Weak<Triggers>, tick: Duration) {
 
 async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
     let now = crate::store::now();
+    let mut seen = HashSet::new();
     for record in triggers.store.list_all(Kind::Trigger).await? {
-        let spec = spec_of(&record);
+        let Some(spec) = spec_of(&record) else { continue };
         if spec.kind != TriggerType::Cron || !spec.enabled {
             continue;
         }
-        let schedule = match Schedule::parse(
-            spec.schedule.as_deref().unwrap_or_default(),
-            spec.timezone.as_deref().unwrap_or("UTC"),
-        ) {
-            Ok(s) => s,
-            Err(_) => continue, // refused at the API; nothing to fire
-        };
         let status: TriggerStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
         let base = status.last_fired_at.unwrap_or(record.created_at);
-        let Some(due) = schedule.next_after(base) else { continue };
+        let key = (record.namespace.clone(), record.name.clone());
+        seen.insert(key.clone());
+        let cached = triggers
+            .due
+            .lock()
+            .unwrap()
+            .get(&key)
+            .filter(|d| d.base == base && d.spec == record.spec)
+            .map(|d| d.at);
+        let due = match cached {
+            Some(at) => at,
+            None => {
+                let at = next_tick(&spec, base).await;
+                let due = Due {
+                    spec: record.spec.clone(),
+                    base,
+                    at,
+                };
+                triggers.due.lock().unwrap().insert(key, due);
+                at
+            }
+        };
+        let Some(due) = due else { continue };
         if due > now {
             continue;
         }
         let mut claimed = status.clone();
         claimed.last_fired_at = Some(now);
-        claimed.next_fire_at = schedule.next_after(now);
+        claimed.next_fire_at = next_tick(&spec, now).await;
         claimed.fired = Some(claimed.fired.unwrap_or(0) + 1);
         let claimed_value = serde_json::to_value(&claimed).map_err(crate::Error::internal)?;
         if !triggers
@@ -290,16 +330,34 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
                 Err(e) => Some(e.to_string()),
             };
             if let Some(error) = &error {
+                let error = crate::bounds::one_line(error);
                 tracing::warn!(trigger = %record.name, function = %key, %error, "cron invocation failed");
             }
             record_outcome(&*triggers.store, &record.namespace, &record.name, error).await;
         });
     }
+    triggers.due.lock().unwrap().retain(|key, _| seen.contains(key));
     Ok(())
+}
+
+/// A cron trigger's first tick after `after`, searched on a blocking thread
+/// (a rare schedule's search takes milliseconds); None for a schedule that
+/// does not parse (the API refuses those) or never fires.
+async fn next_tick(spec: &TriggerSpec, after: chrono::DateTime<chrono::Utc>) -> Option<chrono::DateTime<chrono::Utc>> {
+    let schedule = Schedule::parse(
+        spec.schedule.as_deref().unwrap_or_default(),
+        spec.timezone.as_deref().unwrap_or("UTC"),
+    )
+    .ok()?;
+    tokio::task::spawn_blocking(move || schedule.next_after(after))
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Sets or clears `last_error` without losing a concurrent claim.
 pub async fn record_outcome(store: &dyn Store, namespace: &str, name: &str, error: Option<String>) {
+    let error = error.map(|e| crate::bounds::clip(e, crate::bounds::MAX_ERROR_BYTES));
     for _ in 0..5 {
         let Ok(Some(record)) = store.get(Kind::Trigger, namespace, name).await else {
             return;

@@ -57,7 +57,13 @@ impl Schedule {
         Ok(Schedule { cron, tz })
     }
 
-    /// The first tick strictly after `after`.
+    /// A schedule must fire within this long of any moment: one that never
+    /// does (`0 0 30 2 *`) is refused, since the search for its next tick
+    /// runs to the end of the calendar every time.
+    pub const HORIZON_DAYS: i64 = 5 * 366;
+
+    /// The first tick strictly after `after`. This can take milliseconds
+    /// for a rare schedule: call it off the serving threads.
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         self.cron
             .find_next_occurrence(&after.with_timezone(&self.tz), false)
@@ -96,6 +102,26 @@ fn culprit(fields: &[&str]) -> Option<(usize, &'static str, &'static str)> {
     })
 }
 
+/// Parses `schedule` and checks that it fires within the horizon (the
+/// search runs on a blocking thread); the error says what is wrong.
+pub async fn checked(schedule: &str, timezone: &str) -> Result<(), ScheduleError> {
+    let parsed = Schedule::parse(schedule, timezone)?;
+    let now = crate::store::now();
+    let never = || ScheduleError {
+        field: "schedule",
+        message: format!(
+            "schedule {schedule:?} does not fire within 5 years (in {timezone}); check its day of month and month"
+        ),
+    };
+    let next = tokio::task::spawn_blocking(move || parsed.next_after(now))
+        .await
+        .map_err(|_| never())?;
+    match next {
+        Some(next) if next - now <= chrono::Duration::days(Schedule::HORIZON_DAYS) => Ok(()),
+        _ => Err(never()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Schedule;
@@ -115,6 +141,22 @@ mod tests {
             every_second.next_after(after),
             Some(Utc.with_ymd_and_hms(2026, 1, 10, 12, 0, 1).unwrap())
         );
+    }
+
+    #[tokio::test]
+    async fn schedules_that_never_fire_are_refused() {
+        for never in ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 11 *"] {
+            let refused = super::checked(never, "UTC").await.unwrap_err();
+            assert_eq!(refused.field, "schedule");
+            assert!(
+                refused.message.contains("does not fire within 5 years"),
+                "{never}: {}",
+                refused.message
+            );
+        }
+        for rare in ["0 0 29 2 *", "0 9 * * 1-5", "0 0 1 1 *"] {
+            assert!(super::checked(rare, "Europe/Berlin").await.is_ok(), "{rare}");
+        }
     }
 
     #[test]

@@ -70,8 +70,15 @@ pub async fn run(args: InvokeArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     match cx.output {
         OutputFormat::Json => print_json(&as_json(&response))?,
         OutputFormat::Table => {
-            write_stdout(&response.body)?;
             let terminal = std::io::stdout().is_terminal();
+            if terminal {
+                // What a handler answers is shown, not obeyed, on a terminal;
+                // a pipe or a file gets the bytes as they are.
+                let text = String::from_utf8_lossy(&response.body);
+                write_stdout(super::output::printable(&text).as_bytes())?;
+            } else {
+                write_stdout(&response.body)?;
+            }
             if terminal && !response.body.is_empty() && !response.body.ends_with(b"\n") {
                 write_stdout(b"\n")?;
             }

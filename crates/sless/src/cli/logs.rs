@@ -4,7 +4,7 @@
 use clap::Args;
 
 use super::context::ConnArgs;
-use super::output::{first_line, or_dash, print_json, say, time, write_stdout, OutputFormat, Table};
+use super::output::{first_line, or_dash, print_json, printable, say, time, write_stdout, OutputFormat, Table};
 
 #[derive(Args)]
 pub struct LogsArgs {
@@ -33,7 +33,7 @@ pub struct InvocationsArgs {
 pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let cx = conn.context()?;
     if !args.follow {
-        let mut text = cx.client.logs(&cx.namespace, &args.name, args.tail).await?;
+        let mut text = printable(&cx.client.logs(&cx.namespace, &args.name, args.tail).await?).into_owned();
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
@@ -42,7 +42,7 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let mut stream = cx.client.follow_logs(&cx.namespace, &args.name, args.tail).await?;
     while let Some(line) = stream.next_line().await? {
         // Each line flushed: a pipe reader wants it now, not at 8 KiB.
-        say(line)?;
+        say(printable(&line))?;
     }
     Ok(())
 }

@@ -68,7 +68,7 @@ pub fn main(command: Command, conn: ConnArgs, top: fn() -> clap::Command) -> i32
         // The reader of our stdout is gone (`| head`): nothing to say to it.
         Err(e) if e.is::<output::StdoutClosed>() => 0,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::printable(&format!("{e:#}")));
             if let Some(hint) = unreachable_hint(&e) {
                 eprintln!("hint: {hint}");
             }

@@ -52,6 +52,30 @@ pub fn print_json<T: Serialize + ?Sized>(value: &T) -> anyhow::Result<()> {
     write_stdout(&text)
 }
 
+/// `text` safe to show on a terminal: control characters (but newlines and
+/// tabs) and the bidirectional overrides become visible escapes (`\x1b`,
+/// `\u{202e}`), so text a handler or a caller wrote cannot move the cursor,
+/// set the window title, write the clipboard or hide lines.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let hostile = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(hostile) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if !hostile(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Columns left-aligned under upper-case headers, two spaces apart.
 pub struct Table {
     headers: Vec<&'static str>,
@@ -68,6 +92,7 @@ impl Table {
 
     pub fn row(&mut self, cells: Vec<String>) {
         debug_assert_eq!(cells.len(), self.headers.len());
+        let cells = cells.into_iter().map(|c| printable(&c).replace('\n', " ")).collect();
         self.rows.push(cells);
     }
 
@@ -109,7 +134,7 @@ pub struct Details {
 
 impl Details {
     pub fn field(&mut self, key: &'static str, value: impl ToString) -> &mut Details {
-        self.fields.push((key, value.to_string()));
+        self.fields.push((key, printable(&value.to_string()).into_owned()));
         self
     }
 
@@ -179,7 +204,18 @@ pub fn compact(value: &serde_json::Value) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{first_line, Details, Table};
+    use super::{first_line, printable, Details, Table};
+
+    #[test]
+    fn terminal_escapes_are_shown_not_obeyed() {
+        assert_eq!(printable("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            printable("\x1b]52;c;aGk=\x07title\rhidden"),
+            "\\x1b]52;c;aGk=\\x07title\\x0dhidden"
+        );
+        assert_eq!(printable("a\u{9b}2Jb\u{202e}c"), "a\\u{9b}2Jb\\u{202e}c");
+        assert_eq!(printable("\x7f"), "\\x7f");
+    }
 
     #[test]
     fn tables_align_columns() {

@@ -39,7 +39,7 @@ async fn static_rules_refuse_a_miner_and_pass_innocent_code() {
     assert_eq!(body["status"]["validation"], "passed: static");
 
     let metrics = server
-        .request(Method::GET, "/metrics", None)
+        .request(Method::GET, "/metrics", Some(&server.admin))
         .send()
         .await
         .unwrap()

@@ -221,6 +221,8 @@ impl Server {
             .env("SLESS_LOG", "info")
             .env_remove("SLESS_ADMIN_TOKEN")
             .env_remove("SLESS_DATABASE_URL")
+            // The machine's RabbitMQ (and the tests' proxies to it), as an operator would allow it.
+            .env("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         if let Some(db) = &self.db {
@@ -514,7 +516,7 @@ impl Server {
     /// One sample of a Prometheus metric, e.g. `sless_instances{namespace="a",function="b"}`.
     pub async fn metric(&self, series: &str) -> Option<f64> {
         let text = self
-            .request(Method::GET, "/metrics", None)
+            .request(Method::GET, "/metrics", Some(&self.admin))
             .send()
             .await
             .ok()?

@@ -101,6 +101,7 @@ impl Server {
             .env("SLESS_DATA_DIR", data.path())
             .env("SLESS_ADMIN_TOKEN", ADMIN)
             .env("SLESS_LOG", "warn")
+            .env("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1:5672")
             .env_remove("SLESS_DATABASE_URL")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -1,0 +1,334 @@
+//! The accept loop in front of the application: at most `max_connections`
+//! open at once (beyond it a connection gets a 503 and is closed, so
+//! descriptors stay for the instances), a request's head within
+//! `header_timeout` of its first byte, a kept-alive connection idle between
+//! requests for `idle_timeout` at most (longer than clients keep pooled
+//! connections, so a client never sends on a connection the server is
+//! closing), request bodies within `body_timeout`, and a response write that
+//! makes no progress for `write_timeout` (a client that stopped reading)
+//! closes the connection.
+//! On shutdown it stops accepting, lets each connection finish the request
+//! it serves, and returns when all are closed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::time::Sleep;
+use tower::Service;
+
+/// What a connection may take.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub write_timeout: Duration,
+}
+
+/// Connections open and refused, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    pub open: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then drains.
+pub async fn serve<S>(
+    listener: TcpListener,
+    app: S,
+    limits: Limits,
+    stats: Arc<ConnectionStats>,
+    shutdown: impl Future<Output = ()>,
+) where
+    S: Service<axum::extract::Request, Response = axum::response::Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    let mut accept_errors = 0u64;
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Out of descriptors, mostly: wait for some to come back.
+                    if accept_errors.is_multiple_of(100) {
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                    }
+                    accept_errors += 1;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            stats.refused.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(refuse(stream));
+            continue;
+        };
+        let (app, limits, stats, mut stop) = (app.clone(), limits.clone(), stats.clone(), stop_rx.clone());
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                let request = request.map(|body| Body::new(TimedBody::new(body, limits.body_timeout)));
+                app.clone().call(request)
+            });
+            let io = TokioIo::new(TimedWrites::new(stream, limits.write_timeout, limits.header_timeout));
+            // hyper's head timer runs from when it waits for a head, so
+            // it is the idle timeout; the head's own deadline runs from its
+            // first byte (`TimedWrites`).
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.idle_timeout)
+                .serve_connection(io, service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+            stats.open.fetch_sub(1, Ordering::Relaxed);
+            drop(slot);
+        });
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    // Every slot back means every connection closed.
+    let _ = slots.acquire_many(limits.max_connections as u32).await;
+}
+
+/// Answers a connection over the limit with a 503 and closes it.
+async fn refuse(mut stream: TcpStream) {
+    const ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+        retry-after: 1\r\nconnection: close\r\ncontent-length: 53\r\n\r\n\
+        {\"error\":\"the server has too many open connections\"}\n";
+    let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(ANSWER)).await;
+}
+
+/// A stream whose writes fail once one has made no progress for `timeout`,
+/// and whose reads fail when a request's head has not ended (`\r\n\r\n`)
+/// within `head_timeout` of its first byte.
+pub struct TimedWrites<T> {
+    io: T,
+    timeout: Duration,
+    stalled: Option<Pin<Box<Sleep>>>,
+    head_timeout: Duration,
+    head: Head,
+}
+
+/// Where the connection is in reading a request's head.
+enum Head {
+    /// Waiting for a request (the first byte after an answer starts one).
+    Idle,
+    /// Reading one: its deadline, and how many of `\r\n\r\n` were just seen.
+    Reading(Pin<Box<Sleep>>, usize),
+    /// The head ended; the next write (the answer) makes the connection idle.
+    Done,
+}
+
+impl<T> TimedWrites<T> {
+    pub fn new(io: T, timeout: Duration, head_timeout: Duration) -> Self {
+        TimedWrites {
+            io,
+            timeout,
+            stalled: None,
+            head_timeout,
+            head: Head::Idle,
+        }
+    }
+
+    /// Follows the bytes read through a request's head.
+    fn saw(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if let Head::Idle = self.head {
+            self.head = Head::Reading(Box::pin(tokio::time::sleep(self.head_timeout)), 0);
+        }
+        if let Head::Reading(_, matched) = &mut self.head {
+            const END: &[u8] = b"\r\n\r\n";
+            for &b in bytes {
+                *matched = if b == END[*matched] {
+                    *matched + 1
+                } else if b == b'\r' {
+                    1
+                } else {
+                    0
+                };
+                if *matched == END.len() {
+                    self.head = Head::Done;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Passes a write's outcome on; a pending one arms (or checks) the timer.
+    fn watch<R>(&mut self, cx: &mut Context<'_>, poll: Poll<std::io::Result<R>>) -> Poll<std::io::Result<R>> {
+        match poll {
+            Poll::Ready(result) => {
+                self.stalled = None;
+                Poll::Ready(result)
+            }
+            Poll::Pending => {
+                let timeout = self.timeout;
+                let stalled = self
+                    .stalled
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+                match stalled.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client did not read the response",
+                    ))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedWrites<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.io).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                let this = &mut *self;
+                this.saw(&buf.filled()[before..]);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                if let Head::Reading(deadline, _) = &mut self.head {
+                    if deadline.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the request's head did not end in time",
+                        )));
+                    }
+                }
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedWrites<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        // An answer is going out: the next byte read starts the next head.
+        if let Head::Done = self.head {
+            self.head = Head::Idle;
+        }
+        let poll = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        if let Head::Done = self.head {
+            self.head = Head::Idle;
+        }
+        let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.watch(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let poll = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.watch(cx, poll)
+    }
+}
+
+/// A request body that must arrive whole within a deadline, counted from
+/// when it is first read.
+pub struct TimedBody {
+    body: Incoming,
+    timeout: Duration,
+    deadline: Option<Pin<Box<Sleep>>>,
+}
+
+impl TimedBody {
+    pub fn new(body: Incoming, timeout: Duration) -> Self {
+        TimedBody {
+            body,
+            timeout,
+            deadline: None,
+        }
+    }
+}
+
+impl HttpBody for TimedBody {
+    type Data = bytes::Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let timeout = self.timeout;
+        let deadline = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        ready!(deadline.as_mut().poll(cx));
+        Poll::Ready(Some(Err(format!(
+            "the request body did not arrive within {}s",
+            timeout.as_secs()
+        )
+        .into())))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit (a
+/// busy server holds a connection and an instance's pipes per call) and
+/// returns the limit in force.
+pub fn raise_open_files_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(e) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(error = %e, "could not raise the open files limit");
+        }
+    }
+    getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}

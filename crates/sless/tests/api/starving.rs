@@ -1,0 +1,278 @@
+//! Starving the server: schedules that never fire, responses too large to
+//! hold, clients that never finish a request or never read the answer, and
+//! more connections than the server keeps open. Each is bounded, and the
+//! server keeps serving everyone else.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::harness::{Backend, Server};
+
+const SIZED: &[u8] = br#"
+def handle(event, context):
+    return {"statusCode": 200, "body": "x" * event["bytes"]}
+"#;
+
+async fn connect(server: &Server) -> TcpStream {
+    TcpStream::connect(server.url.trim_start_matches("http://"))
+        .await
+        .unwrap()
+}
+
+/// Reads until the peer closes (or `secs` pass); returns the bytes read.
+async fn read_to_close(stream: &mut TcpStream, secs: u64) -> Vec<u8> {
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(secs), async {
+        let mut buf = vec![0; 64 * 1024];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    got
+}
+
+#[tokio::test]
+async fn a_schedule_that_never_fires_is_refused() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "sized",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", SIZED)],
+        )
+        .await;
+    for never in ["0 0 30 2 *", "0 0 31 6 *"] {
+        let (status, body) = server
+            .call(
+                Method::POST,
+                "/v1/namespaces/ns/triggers",
+                Some(json!({"name": "never", "type": "cron", "function": "sized", "schedule": never})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{never}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.contains("schedule") && error.contains("does not fire"), "{error}");
+    }
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/triggers",
+            Some(json!({"name": "leap", "type": "cron", "function": "sized", "schedule": "0 0 29 2 *"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert!(body["status"]["next_fire_at"].is_string(), "{body}");
+}
+
+#[tokio::test]
+async fn a_response_over_the_limit_is_refused_where_it_is_made() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_MAX_RESPONSE_BYTES", "1048576")]).await;
+    for (runtime, file, code) in [
+        ("python3.11", "handler.py", SIZED),
+        (
+            "nodejs20",
+            "handler.js",
+            &b"exports.handle = (e) => ({statusCode: 200, body: 'x'.repeat(e.bytes)});\n"[..],
+        ),
+    ] {
+        let name = runtime.replace('.', "");
+        server
+            .deploy("ns", &name, json!({"runtime": runtime}), &[(file, code)])
+            .await;
+        let path = format!("/fn/ns/{name}");
+        let (status, _, body) = server.invoke(Method::POST, &path, r#"{"bytes": 1000000}"#).await;
+        assert_eq!((status, body.len()), (StatusCode::OK, 1_000_000), "{runtime}");
+        let (status, _, body) = server.invoke(Method::POST, &path, r#"{"bytes": 5000000}"#).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR, "{runtime}: {body}");
+        assert!(body.contains("more than the limit of 1048576"), "{runtime}: {body}");
+        // The instance lives on.
+        let (status, _, _) = server.invoke(Method::POST, &path, r#"{"bytes": 10}"#).await;
+        assert_eq!(status, StatusCode::OK, "{runtime}");
+    }
+}
+
+#[tokio::test]
+async fn slow_clients_are_timed_out() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SLESS_HEADER_TIMEOUT_SEC", "1"),
+            ("SLESS_IDLE_CONNECTION_TIMEOUT_SEC", "2"),
+            ("SLESS_BODY_TIMEOUT_SEC", "1"),
+            ("SLESS_WRITE_TIMEOUT_SEC", "1"),
+            ("SLESS_MAX_RESPONSE_BYTES", "67108864"),
+        ],
+    )
+    .await;
+    server
+        .deploy(
+            "ns",
+            "sized",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", SIZED)],
+        )
+        .await;
+
+    // A head that never ends: the connection is closed, unanswered, also
+    // while bytes keep trickling in.
+    let mut trickle = connect(&server).await;
+    trickle.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    let mut cut = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        if trickle.write_all(b"x-slow: 1\r\n").await.is_err() {
+            cut = true;
+            break;
+        }
+    }
+    let answer = read_to_close(&mut trickle, 5).await;
+    assert!(cut || answer.is_empty() || !String::from_utf8_lossy(&answer).contains("200 OK"));
+    assert!(cut, "a head trickling in for 10 s was still read");
+    // A head that never ends: the connection is closed, unanswered.
+    let mut slow_head = connect(&server).await;
+    slow_head
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut slow_head, 20).await;
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("200 OK"),
+        "the head never ended"
+    );
+    // An idle kept-alive connection goes the same way.
+    let mut idle = connect(&server).await;
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = read_to_close(&mut idle, 20).await;
+    assert!(
+        String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"),
+        "answered, then closed"
+    );
+
+    // A body that never arrives: 400 naming the wait.
+    let mut slow_body = connect(&server).await;
+    slow_body
+        .write_all(b"POST /fn/ns/sized HTTP/1.1\r\nhost: x\r\ncontent-length: 100\r\n\r\n{\"bytes\":")
+        .await
+        .unwrap();
+    let answer = String::from_utf8_lossy(&read_to_close(&mut slow_body, 20).await).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("did not arrive within 1s"), "{answer}");
+
+    // A client that does not read a large answer: the server gives up on it.
+    let mut reader = connect(&server).await;
+    let body = r#"{"bytes": 40000000}"#;
+    let request = format!(
+        "POST /fn/ns/sized HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    reader.write_all(request.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let got = read_to_close(&mut reader, 20).await;
+    assert!(
+        got.len() < 40_000_000,
+        "the whole answer was sent to a client that did not read"
+    );
+
+    // Everyone else is served meanwhile and after.
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/sized", r#"{"bytes": 5}"#).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "xxxxx"));
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_get_a_503_and_the_server_raises_its_files_limit() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_MAX_CONNECTIONS", "64"), ("SLESS_HEADER_TIMEOUT_SEC", "30")],
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let mut stream = connect(&server).await;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        held.push(stream);
+    }
+    let mut over = connect(&server).await;
+    let answer = String::from_utf8_lossy(&read_to_close(&mut over, 10).await).into_owned();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("too many open connections"), "{answer}");
+    drop(held);
+    // Slots come back when connections close.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(response) = server.request(Method::GET, "/healthz", None).send().await {
+            if response.status() == StatusCode::OK {
+                break;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "slots never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = server.metric("sless_connections_refused_total").await;
+    assert!(refused.is_some_and(|n| n >= 1.0), "{refused:?}");
+
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let files: Vec<&str> = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(files[3], files[4], "soft limit raised to the hard one: {limits}");
+}
+
+/// The server's peak resident memory in KiB (VmHWM).
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn an_upload_is_checked_in_bounded_memory_whatever_it_unpacks_to() {
+    use std::io::Write;
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "big", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // 160 MiB unpacked from a few MiB: a 16 KiB random block repeated,
+    // which deflate shrinks about 30 times (under the bomb ratio).
+    let block: Vec<u8> = (0..16 * 1024).map(|_| rand::random::<u8>()).collect();
+    let entry: Vec<u8> = block.iter().copied().cycle().take(1 << 20).collect();
+    let mut writer = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    writer.start_file("handler.py", options).unwrap();
+    writer
+        .write_all(b"def handle(event, context):\n    return 1\n")
+        .unwrap();
+    for i in 0..160 {
+        writer.start_file(format!("data/{i}.bin"), options).unwrap();
+        writer.write_all(&entry).unwrap();
+    }
+    let zip = writer.finish().unwrap().into_inner();
+    assert!(zip.len() < 16 << 20, "{} bytes", zip.len());
+    let before = peak_rss_kib(server.pid());
+    let (status, body) = server.upload("ns", "big", zip).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert!(body["status"]["message"].as_str().unwrap().contains("167772"), "{body}");
+    let grown = peak_rss_kib(server.pid()).saturating_sub(before);
+    assert!(
+        grown < 96 * 1024,
+        "checking the upload grew the server's peak memory by {grown} KiB"
+    );
+}

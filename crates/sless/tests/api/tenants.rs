@@ -1,0 +1,259 @@
+//! What one tenant can do to another, or reach that it should not: record
+//! retention per namespace, broker hosts from the operator's allow-list,
+//! log streams that end with their token, a protected `/metrics`, cookies
+//! scoped to their function.
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::json;
+
+use super::harness::{Backend, Server};
+
+const NOISY: &[u8] = br#"
+import os
+
+def handle(event, context):
+    if event.get("flood"):
+        print(os.urandom(24 * 1024).hex())
+    return "ok"
+"#;
+
+async fn count(server: &Server, ns: &str, name: &str) -> usize {
+    server.records(ns, name).await.len()
+}
+
+/// Waits until the function's record count is `expected` (after a prune).
+async fn wait_count(server: &Server, ns: &str, name: &str, expected: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let got = count(server, ns, name).await;
+        if got == expected {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{ns}/{name} kept {got} records, expected {expected}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+crate::both_stores!(one_tenants_calls_never_prune_another_tenants_records);
+
+async fn one_tenants_calls_never_prune_another_tenants_records(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    for ns in ["team-a", "team-b"] {
+        server
+            .deploy(ns, "noisy", json!({"runtime": "python3.11"}), &[("handler.py", NOISY)])
+            .await;
+    }
+    for _ in 0..3 {
+        server.invoke(Method::POST, "/fn/team-b/noisy", "{}").await;
+    }
+    for _ in 0..8 {
+        server.invoke(Method::POST, "/fn/team-a/noisy", "{}").await;
+    }
+    wait_count(&server, "team-a", "noisy", 8).await;
+    wait_count(&server, "team-b", "noisy", 3).await;
+    // The next start prunes at once, here to 3 records per namespace.
+    server.kill9();
+    server.extra_env.push(("SLESS_INVOCATION_KEEP".into(), "3".into()));
+    server.spawn();
+    wait_count(&server, "team-a", "noisy", 3).await;
+    assert_eq!(
+        count(&server, "team-b", "noisy").await,
+        3,
+        "team-a's calls pruned team-b's records"
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_that_floods_its_output_is_pruned_by_size_alone() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_INVOCATION_MAX_BYTES", "400000")]).await;
+    for ns in ["flood", "quiet"] {
+        server
+            .deploy(ns, "noisy", json!({"runtime": "python3.11"}), &[("handler.py", NOISY)])
+            .await;
+    }
+    for _ in 0..3 {
+        server.invoke(Method::POST, "/fn/quiet/noisy", "{}").await;
+    }
+    wait_count(&server, "quiet", "noisy", 3).await;
+    // 48 KiB of random text per call: 40 calls write about 2 MB of records,
+    // which early prunes keep near 400 KB.
+    for _ in 0..40 {
+        let (status, _, _) = server
+            .invoke(Method::POST, "/fn/flood/noisy", r#"{"flood": true}"#)
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let kept = count(&server, "flood", "noisy").await;
+        if kept > 0 && kept <= 12 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the flood kept {kept} records");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        count(&server, "quiet", "noisy").await,
+        3,
+        "the flood pruned another namespace"
+    );
+}
+
+#[tokio::test]
+async fn amqp_triggers_reach_only_the_brokers_the_operator_allows() {
+    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1")]).await;
+    server
+        .deploy(
+            "ns",
+            "noisy",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", NOISY)],
+        )
+        .await;
+    let trigger = |name: &str, url: &str| json!({"name": name, "type": "amqp", "function": "noisy", "broker_url": url, "queue": format!("q-{}", super::harness::hex_id())});
+    // Other hosts are refused before any connection: nothing about what answers there.
+    for url in [
+        "amqp://10.1.2.3:5672/",
+        "amqp://u:p@localhost:5432/",
+        "amqp://127.0.0.1:5672@evil:6379/",
+    ] {
+        let (status, body) = server
+            .call(Method::POST, "/v1/namespaces/ns/triggers", Some(trigger("scan", url)))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{url}: {body}");
+        let error = body["error"].as_str().unwrap();
+        assert!(error.contains("SLESS_AMQP_ALLOWED_HOSTS"), "{url}: {error}");
+        assert!(!error.to_lowercase().contains("refused"), "{url}: {error}");
+    }
+    // An allowed host (any port) is accepted, also a closed one.
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/triggers",
+            Some(trigger("closed", "amqp://127.0.0.1:1/")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // The operator narrows the list: the stored trigger is not dialled again.
+    server.kill9();
+    server
+        .extra_env
+        .push(("SLESS_AMQP_ALLOWED_HOSTS".into(), "127.0.0.1:5672".into()));
+    server.spawn();
+    let trigger = server
+        .wait_for("/v1/namespaces/ns/triggers/closed", 15, |t| {
+            t["status"]["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("SLESS_AMQP_ALLOWED_HOSTS"))
+        })
+        .await;
+    assert!(
+        !trigger["status"]["last_error"].as_str().unwrap().contains("refused"),
+        "{trigger}"
+    );
+}
+
+#[tokio::test]
+async fn a_revoked_token_ends_the_log_streams_it_opened() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "noisy",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", NOISY)],
+        )
+        .await;
+    let (status, created) = server
+        .call(
+            Method::POST,
+            "/v1/tokens",
+            Some(json!({"name": "reader", "namespaces": ["ns"]})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let secret = created["token"].as_str().unwrap();
+    let mut response = server
+        .request(
+            Method::GET,
+            "/v1/namespaces/ns/functions/noisy/logs?follow=true",
+            Some(secret),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let (status, _) = server
+        .call(
+            Method::DELETE,
+            &format!("/v1/tokens/{}", created["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    // The stream ends on its own (the server closes it), well before the bound.
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(_)) = response.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived its token");
+}
+
+#[tokio::test]
+async fn metrics_need_a_token_and_forget_deleted_functions() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_METRICS_TOKEN", "scrape-0123456789abcdef")]).await;
+    server
+        .deploy(
+            "ns",
+            "noisy",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", NOISY)],
+        )
+        .await;
+    server.invoke(Method::POST, "/fn/ns/noisy", "{}").await;
+    let scoped = server.token_for(&["ns"]).await;
+    for (token, expected) in [
+        (None, StatusCode::UNAUTHORIZED),
+        (Some(scoped.as_str()), StatusCode::FORBIDDEN),
+        (Some("scrape-0123456789abcdef"), StatusCode::OK),
+        (Some(super::harness::ADMIN), StatusCode::OK),
+    ] {
+        let response = server.request(Method::GET, "/metrics", token).send().await.unwrap();
+        assert_eq!(response.status(), expected, "{token:?}");
+        let text = response.text().await.unwrap();
+        assert_eq!(
+            text.contains("namespace=\"ns\""),
+            expected == StatusCode::OK,
+            "{token:?}: {text}"
+        );
+    }
+    let series = r#"sless_invocations_total{namespace="ns",function="noisy",trigger="http",status="200"}"#;
+    assert_eq!(server.metric(series).await, Some(1.0));
+    let (status, _) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/noisy", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    assert_eq!(server.metric(series).await, None, "a deleted function's series stayed");
+}
+
+#[tokio::test]
+async fn a_functions_cookies_are_scoped_to_its_own_path() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code = br#"
+def handle(event, context):
+    return {"statusCode": 200, "headers": {"Set-Cookie": "sid=stolen; Path=/; Domain=127.0.0.1; HttpOnly"}, "body": "ok"}
+"#;
+    server
+        .deploy("ns", "app", json!({"runtime": "python3.11"}), &[("handler.py", code)])
+        .await;
+    let (status, headers, _) = server.invoke(Method::GET, "/fn/ns/app", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let cookie = headers["set-cookie"].to_str().unwrap();
+    assert_eq!(cookie, "sid=stolen; HttpOnly; Path=/fn/ns/app");
+}
