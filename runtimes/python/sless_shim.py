@@ -7,6 +7,7 @@
 # has to import the user's module.
 import asyncio
 import contextvars
+import fcntl
 import importlib
 import inspect
 import io
@@ -213,25 +214,51 @@ class Context(dict):
 
 
 class HandlerThreads:
-    """Up to `limit` threads for sync handlers, started when no thread is
-    idle: concurrent.futures.ThreadPoolExecutor without a Future per call."""
+    """Runs sync handlers on the main thread, the one that imported the
+    module, whenever it is free; a call that arrives while it is busy goes
+    to one of up to `limit - 1` more threads (started when none is idle),
+    so a ready call never waits for a running one, however slow:
+    concurrent.futures.ThreadPoolExecutor without a Future per call."""
 
     def __init__(self, limit):
+        self._main_jobs = queue.SimpleQueue()
+        self._main_idle = True
+        self._main_lock = threading.Lock()  # the main thread's idle flag and the queue's emptiness, seen together
         self._jobs = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
-        self._limit = limit
+        self._limit = limit - 1  # threads besides the main one
         self._started = 0
 
     def submit(self, job, *args):
-        self._jobs.put((job, args))
+        with self._main_lock:
+            if self._main_idle:
+                self._main_idle = False
+                self._main_jobs.put((job, args))
+                return
+            self._jobs.put((job, args))
         if not self._idle.acquire(blocking=False) and self._started < self._limit:
             self._start_thread()
+
+    def serve_on_main_thread(self):
+        """The main thread's work from now on: the calls given to it, then
+        any that wait for a thread (when more threads could not be started)."""
+        take, waiting = self._main_jobs.get, self._jobs.get_nowait
+        while True:
+            job, args = take()
+            while True:
+                run(job, args)
+                with self._main_lock:
+                    try:
+                        job, args = waiting()
+                    except queue.Empty:
+                        self._main_idle = True
+                        break
 
     def _start_thread(self):
         thread = threading.Thread(target=self._work, name=f"sless-handler-{self._started}", daemon=True)
         try:
             thread.start()
-        except RuntimeError as exc:  # e.g. the process limit: queued jobs wait for a running thread
+        except RuntimeError as exc:  # e.g. the process limit: queued calls wait for a running thread
             sys.__stderr__.write(f"sless shim: cannot start a handler thread: {exc}\n")
             return
         self._started += 1
@@ -240,11 +267,15 @@ class HandlerThreads:
         take = self._jobs.get
         while True:
             job, args = take()
-            try:
-                job(*args)
-            except Exception:
-                traceback.print_exc(file=sys.__stderr__)
+            run(job, args)
             self._idle.release()
+
+
+def run(job, args):
+    try:
+        job(*args)
+    except Exception:
+        traceback.print_exc(file=sys.__stderr__)
 
 
 class LoadError(Exception):
@@ -267,21 +298,12 @@ class Function:
         self.version = spec.get("version")
         self.max_output = int(spec.get("max_output_bytes") or 0) or None  # the server's response limit
         workers = max(1, int(spec.get("concurrency") or 1))
-        # With one invocation at a time nothing else can be in flight, so a
-        # sync handler runs on the loop thread: no hand-off to a pool thread.
+        # A sync handler runs on the main thread, which imported its module
+        # (as under plain python3 or AWS Lambda's runtime). With one call at
+        # a time the main thread also reads the frames and calls it inline;
+        # with more, a reader thread hands calls over (HandlerThreads).
         self.inline = workers == 1 and not self.is_async
         self.threads = None if self.is_async or self.inline else HandlerThreads(workers)
-        # A sync handler that has answered FAST_STREAK calls in a row within
-        # FAST_CALL_SECONDS runs on the loop thread (no hand-off to a pool
-        # thread); one slow call sends it back to the pool, so slow or
-        # blocking handlers keep overlapping up to `concurrency`.
-        self.fast = False
-        self.fast_streak = 0
-
-
-FAST_CALL_SECONDS = 0.002
-FAST_STREAK = 200
-perf_counter = time.perf_counter
 
 
 def positional_arity(handler):
@@ -457,6 +479,12 @@ class Shim:
         self.function = None
         self.tasks = set()
         self.batch_tasks = 0  # tasks running when the current batch began
+        # The context variables as the module's import left them; each
+        # invocation runs in a copy of it.
+        self.base_context = None
+        # Set once a sync handler is loaded: the loop then gives the main
+        # thread over to it (main() reads this when the loop stops).
+        self.hand_over = False
 
     def begin_batch(self):
         """Frames read at once are answered with one write: inline handlers'
@@ -482,7 +510,12 @@ class Shim:
             sys.__stderr__.write(f"sless shim: ignoring frame of type {kind!r}\n")
 
     def load(self, payload):
-        self.frames.send_json(b"R", self.try_load(payload))
+        answer = self.try_load(payload)
+        self.frames.send_json(b"R", answer)
+        if answer["ok"] and not self.function.is_async:
+            # Frames after LOAD wait for the main thread's new role.
+            self.hand_over = True
+            self.loop.stop()
 
     def try_load(self, payload):
         """The READY answer to LOAD; output of the module's import is sent first."""
@@ -490,6 +523,7 @@ class Shim:
             return {"ok": False, "error": "a function is already loaded"}
         try:
             self.function = load_function(json.loads(payload))
+            self.base_context = contextvars.copy_context()
         except LoadError as exc:
             return {"ok": False, "error": str(exc)}
         except Exception as exc:
@@ -513,10 +547,10 @@ class Shim:
         # Each invocation runs in a context of its own: the output capture
         # knows whose output it is, and context variables a handler sets do
         # not leak into the next call.
-        context = contextvars.copy_context()
+        context = self.base_context.copy()
         context.run(current_invocation.set, inv_id)
-        if function.inline or function.fast:
-            context.run(self.serve_inline, inv_id, request_id, args)
+        if function.inline:
+            context.run(self.serve_sync, inv_id, request_id, args)
         elif function.is_async:
             task = self.loop.create_task(self.serve_async(inv_id, request_id, args), context=context)
             self.tasks.add(task)
@@ -532,49 +566,13 @@ class Shim:
             return
         self.reply(inv_id, request_id, result)
 
-    def serve_inline(self, inv_id, request_id, args):
-        """Runs a sync handler on the loop thread (concurrency 1, or while it
-        is fast); a returned coroutine becomes a task on the loop."""
-        started = perf_counter()
-        try:
-            result = self.function.handler(*args)
-        except BaseException as exc:
-            self.note_duration(started)
-            self.reply_error(inv_id, request_id, exc)
-            return
-        if perf_counter() - started > FAST_CALL_SECONDS or not self.function.fast:
-            self.note_duration(started)
-        if type(result) not in PLAIN_RESULTS and asyncio.iscoroutine(result):
-            task = self.loop.create_task(self.serve_awaitable(inv_id, request_id, result))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
-            return
-        self.reply(inv_id, request_id, result)
-
-    def note_duration(self, started):
-        function = self.function
-        if perf_counter() - started > FAST_CALL_SECONDS:
-            function.fast = False
-            function.fast_streak = 0
-        elif not function.fast and not function.is_async:
-            function.fast_streak += 1
-            function.fast = function.fast_streak >= FAST_STREAK
-
-    async def serve_awaitable(self, inv_id, request_id, awaitable):
-        try:
-            result = await awaitable
-        except BaseException as exc:
-            self.reply_error(inv_id, request_id, exc)
-            return
-        self.reply(inv_id, request_id, result)
-
     def serve_sync(self, inv_id, request_id, args):
-        """Runs in a pool thread; a returned coroutine is awaited on the loop."""
-        started = perf_counter()
+        """Runs a sync handler on the main thread (or, for a call that
+        overlaps it, a pool thread); a returned coroutine is awaited on the
+        loop, which then runs on a thread of its own."""
         try:
             result = self.function.handler(*args)
-            self.note_duration(started)
-            if asyncio.iscoroutine(result):
+            if type(result) not in PLAIN_RESULTS and asyncio.iscoroutine(result):
                 result = asyncio.run_coroutine_threadsafe(result, self.loop).result()
         except BaseException as exc:
             self.reply_error(inv_id, request_id, exc)
@@ -640,6 +638,10 @@ class FrameReader:
         if n == 0:
             os._exit(0)
         self.end += n
+        self.take_frames()
+
+    def take_frames(self):
+        """Hands on the whole frames read so far (until pause() says stop)."""
         buffer, offset, end = self.buffer, self.start, self.end
         in_batch = False
         try:
@@ -657,11 +659,17 @@ class FrameReader:
                     in_batch = True
                     self.on_batch_start()
                 self.on_frame(kind, inv_id, payload)
+                if self.pause():
+                    break
         finally:
             if in_batch:
                 self.on_batch_end()
         if self.start == self.end:
             self.start = self.end = 0
+
+    def pause(self):
+        """Whether to leave the frames after the current one for later."""
+        return False
 
     def _make_room(self, missing):
         """Moves the unconsumed bytes to the front, growing the buffer when
@@ -679,13 +687,28 @@ class FrameReader:
 def take_over_stdio():
     """Moves the frame pipes to private fds; the handler's fd 0 becomes
     /dev/null and its fd 1 goes to stderr, so stray writes cannot corrupt
-    the frame stream."""
-    frames_in, frames_out = os.dup(0), os.dup(1)
+    the frame stream. The private fds are close-on-exec (no child process
+    gets them) and numbered high, away from the fds a handler opens."""
+    frames_in, frames_out = private_copy(0), private_copy(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
     return frames_in, frames_out
+
+
+# The first fd tried for the private frame pipes; F_DUPFD takes the lowest
+# free one from here, below the usual soft limit of 1024 open files.
+PRIVATE_FD_MIN = 700
+
+
+def private_copy(fd):
+    """A close-on-exec copy of fd, numbered from PRIVATE_FD_MIN when the
+    open-files limit allows."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD_MIN)
+    except OSError:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
 
 
 def main():
@@ -699,9 +722,39 @@ def main():
     os.set_blocking(frames_in, False)
     frames.start_watchdog()
     reader = FrameReader(frames_in, shim.on_frame, shim.begin_batch, shim.end_batch)
+    reader.pause = lambda: shim.hand_over
     loop.add_reader(frames_in, reader.on_readable)
     frames.send_json(b"H", {"runtime": RUNTIME, "shim_version": SHIM_VERSION, "pid": os.getpid()})
-    loop.run_forever()
+    loop.run_forever()  # until a sync handler is loaded: async ones run on this loop for good
+    serve_sync_handler(shim, reader, loop)
+
+
+def serve_sync_handler(shim, reader, loop):
+    """The main thread, which imported the handler's module, runs its calls
+    from now on; the loop moves to a thread of its own (it awaits what a
+    handler returns as a coroutine and, with concurrency above 1, reads the
+    frames). The main thread has no event loop of its own, as under
+    python3, so a handler may call asyncio.run()."""
+    reader.pause = lambda: False
+    function = shim.function
+    if function.inline:
+        loop.remove_reader(reader.fd)
+    else:
+        loop.call_soon(reader.take_frames)  # frames read with LOAD
+    asyncio.set_event_loop_policy(None)
+
+    def run_loop():
+        asyncio.set_event_loop(loop)
+        loop.run_forever()
+
+    threading.Thread(target=run_loop, name="sless-frames", daemon=True).start()
+    if function.inline:
+        os.set_blocking(reader.fd, True)
+        reader.take_frames()
+        while True:
+            reader.on_readable()
+    else:
+        function.threads.serve_on_main_thread()
 
 
 if __name__ == "__main__":
