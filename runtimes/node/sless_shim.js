@@ -4,6 +4,8 @@
 // The wire protocol is runtimes/PROTOCOL.md. Built-in modules only.
 'use strict';
 
+const fs = require('fs');
+const net = require('net');
 const path = require('path');
 const util = require('util');
 const Module = require('module');
@@ -24,9 +26,25 @@ const NOT_SERIALIZABLE = 'handler returned a value that is not JSON-serializable
 const invocation = new AsyncLocalStorage();
 // Invocations without an OUTPUT yet: id -> request_id.
 const inflight = new Map();
-// Frames go through the original stdout write; the handler's writes are captured.
-const writeFrameBytes = process.stdout.write.bind(process.stdout);
+// The frame pipes: the driver starts the shim with them on fds 3 (in) and 4
+// (out), fd 0 on /dev/null and fd 1 on stderr (PROTOCOL.md), so nothing a
+// handler or its child processes write to stdout can pass for a frame. Node
+// marks inherited fds above 2 close-on-exec: child processes do not get them.
+const FRAMES_IN = 3;
+const FRAMES_OUT = 4;
 const writeDiagnostic = process.stderr.write.bind(process.stderr);
+
+// A whole frame, written synchronously (as Node writes stdout to a pipe).
+function writeFrameBytes(bytes) {
+  let offset = 0;
+  while (offset < bytes.length) {
+    try {
+      offset += fs.writeSync(FRAMES_OUT, bytes, offset);
+    } catch (err) {
+      if (err.code !== 'EAGAIN') throw err;
+    }
+  }
+}
 let loaded = null;
 
 class LoadError extends Error {}
@@ -359,9 +377,18 @@ function main() {
   captureWrites(process.stderr, STDERR);
   process.on('uncaughtException', onUncaught);
   process.on('unhandledRejection', onUncaught);
+  let frames;
+  try {
+    frames = new net.Socket({ fd: FRAMES_IN, readable: true, writable: false });
+    fs.fstatSync(FRAMES_OUT);
+  } catch (err) {
+    writeDiagnostic(`sless shim: frames come on fd ${FRAMES_IN} and go to fd ${FRAMES_OUT} (see PROTOCOL.md): ${err.message}\n`);
+    process.exit(2);
+  }
   const reader = new FrameReader(onFrame);
-  process.stdin.on('data', (chunk) => reader.push(chunk));
-  process.stdin.on('end', () => process.exit(0));
+  frames.on('data', (chunk) => reader.push(chunk));
+  frames.on('end', () => process.exit(0));
+  frames.on('error', () => process.exit(0));
   sendJson(FRAME.HELLO, { runtime: RUNTIME, shim_version: SHIM_VERSION, pid: process.pid });
 }
 

@@ -747,7 +747,7 @@ def serve_sync_handler(shim, reader, loop):
         asyncio.set_event_loop(loop)
         loop.run_forever()
 
-    threading.Thread(target=run_loop, name="sless-frames", daemon=True).start()
+    threading.Thread(target=run_loop, name="sless-loop", daemon=True).start()
     if function.inline:
         os.set_blocking(reader.fd, True)
         reader.take_frames()

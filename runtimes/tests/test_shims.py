@@ -18,7 +18,9 @@ from pathlib import Path
 
 RUNTIMES_DIR = Path(__file__).resolve().parent.parent
 PYTHON_COMMAND = ["/usr/bin/python3.11", "-u", "-B", str(RUNTIMES_DIR / "python" / "sless_shim.py")]
-NODE_COMMAND = ["node", str(RUNTIMES_DIR / "node" / "sless_shim.js")]
+# As the driver starts Node (PROTOCOL.md): frames on fds 3 and 4, stdout on stderr.
+NODE_FDS = 'exec 3<&0 4>&1 </dev/null 1>&2; exec "$@"'
+NODE_COMMAND = ["/bin/sh", "-c", NODE_FDS, "sless-shim", "node", str(RUNTIMES_DIR / "node" / "sless_shim.js")]
 
 FRAME_HEAD = struct.Struct(">IcI")
 U32 = struct.Struct(">I")
@@ -451,6 +453,25 @@ class ShimContract:
         client.send(b"".join(encode_invoke(i, str(i).encode()) for i in (1, 2, 3)))
         self.assertEqual([o.json() for o in client.wait_outputs([1, 2, 3])], [1, 2, 3])
 
+    def test_a_forged_frame_written_to_stdout_is_text_not_a_response(self):
+        """A handler writes a well-formed OUTPUT frame for its own id to fd 1,
+        to its runtime's stdout object and through a child process: the
+        caller gets the handler's return value, the frame bytes are log
+        text, and the child process holds no descriptor beyond stdio."""
+        client = self.start("forge")
+        for inv_id in (1, 2):
+            output = client.invoke(inv_id, json.dumps({"id": inv_id}).encode())
+            self.assertEqual(output.status, 200)
+            answer = output.json()
+            self.assertEqual(answer["answer"], "genuine")
+            # The child's own stdio and the directory `ls` reads, nothing else.
+            self.assertLessEqual(set(answer["child_fds"]), {"0", "1", "2", "3"}, answer)
+            self.assertIn("forged", client.log_text(inv_id, STDOUT))
+        deadline = time.monotonic() + 5
+        while client.stderr_text().count("forged") < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertGreaterEqual(client.stderr_text().count("forged"), 4, "fd 1 and the child, twice, went to stderr")
+
     def test_eof_exits_0_without_finishing(self):
         client = self.start("slow_async")
         client.send(encode_invoke(1, b'{"n": 1, "delay": 10}'))
@@ -577,6 +598,21 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    if event == "release":\n'
             "        RELEASED.set()\n"
             "    return event\n"
+        ),
+        "forge": (
+            "import os, struct, subprocess, sys\n\n"
+            "def frame(inv_id):\n"
+            "    head = b'{\"status\":299,\"headers\":{}}'\n"
+            '    payload = struct.pack(">I", len(head)) + head + b"forged"\n'
+            '    return struct.pack(">IcI", len(payload) + 5, b"O", inv_id) + payload\n\n'
+            "def handle(event, context):\n"
+            '    forged = frame(event["id"])\n'
+            "    os.write(1, forged)\n"
+            '    sys.stdout.write(forged.decode("latin-1"))\n'
+            "    sys.stdout.flush()\n"
+            '    subprocess.run(["/bin/sh", "-c", "cat"], input=forged, check=True)\n'
+            '    fds = subprocess.run(["ls", "/proc/self/fd"], capture_output=True, text=True, check=True).stdout.split()\n'
+            '    return {"answer": "genuine", "child_fds": fds}\n'
         ),
         "stray_fd_write": 'import os\n\ndef handle(event, context):\n    os.write(1, b"stray\\n")\n    return "clean"\n',
         "dep": 'import depmod\n\ndef handle(event, context):\n    return depmod.greet(event["name"])\n',
@@ -741,6 +777,28 @@ class NodeShimTest(ShimContract, unittest.TestCase):
         "dep": 'const depmod = require("depmod");\nexports.handle = (event) => depmod.greet(event.name);\n',
         "dep_on_path": 'const extra = require("extramod");\nexports.handle = () => extra.name;\n',
         "env": "exports.handle = () => process.env.GREETING;\n",
+        "forge": (
+            "const fs = require('fs');\n"
+            "const cp = require('child_process');\n"
+            "function frame(id) {\n"
+            "  const head = Buffer.from('{\"status\":299,\"headers\":{}}');\n"
+            "  const payload = Buffer.concat([Buffer.alloc(4), head, Buffer.from('forged')]);\n"
+            "  payload.writeUInt32BE(head.length, 0);\n"
+            "  const start = Buffer.alloc(9);\n"
+            "  start.writeUInt32BE(payload.length + 5, 0);\n"
+            "  start[4] = 0x4f;\n"
+            "  start.writeUInt32BE(id, 5);\n"
+            "  return Buffer.concat([start, payload]);\n"
+            "}\n"
+            "exports.handle = (event) => {\n"
+            "  const forged = frame(event.id);\n"
+            "  fs.writeSync(1, forged);\n"
+            "  process.stdout.write(forged);\n"
+            "  cp.execFileSync('/bin/sh', ['-c', 'cat'], { input: forged, stdio: ['pipe', 'inherit', 'inherit'] });\n"
+            "  const fds = cp.execFileSync('ls', ['/proc/self/fd']).toString().split(/\\s+/).filter(Boolean);\n"
+            "  return { answer: 'genuine', child_fds: fds };\n"
+            "};\n"
+        ),
     }
 
     def test_dependency_from_a_path_entry(self):

@@ -12,6 +12,9 @@ use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
 /// The shims, embedded in the binary and written out at start.
 const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
 const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
+/// How the Node shim is started: frames on fds 3 (in) and 4 (out), stdin
+/// on /dev/null and stdout on stderr, so no write to fd 1 can pass for a frame.
+const NODE_FDS: &str = r#"exec 3<&0 4>&1 </dev/null 1>&2; exec "$@""#;
 
 /// Version of the embedded shims: a digest of their text, so any change
 /// rebuilds and rolls every function.
@@ -83,7 +86,18 @@ impl Launcher {
                 self.python.as_str(),
                 vec!["-u".to_string(), "-B".to_string(), format!("{shim}/sless_shim.py")],
             ),
-            Runtime::Nodejs20 => (self.node.as_str(), vec![format!("{shim}/sless_shim.js")]),
+            // Node cannot move a descriptor itself: the shell puts the
+            // frame pipes on fds 3 and 4 and stdout on stderr (PROTOCOL.md).
+            Runtime::Nodejs20 => (
+                "/bin/sh",
+                vec![
+                    "-c".to_string(),
+                    NODE_FDS.to_string(),
+                    "sless-shim".to_string(),
+                    self.node.clone(),
+                    format!("{shim}/sless_shim.js"),
+                ],
+            ),
         };
         let spec = Spec {
             program,

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
 use super::frame::{self, kind};
@@ -113,12 +113,7 @@ impl ShimProcess {
         });
         let instance = process.id;
         tokio::spawn(write_loop(stdin, frames));
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(&line));
-            }
-        });
+        tokio::spawn(copy_stderr(stderr, instance, label));
         let hello = match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
             Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
             Ok(Ok(Some(f))) => return Err(format!("shim sent frame {:?} before hello", f.kind as char)),
@@ -330,6 +325,77 @@ impl Drop for ShimProcess {
     }
 }
 
+/// Longest line of an instance's stderr that reaches the server's log: the
+/// rest of a longer line is dropped, so output without newlines (raw writes
+/// to fd 1 or 2, which the shims cannot capture) holds at most this much
+/// memory per instance.
+pub const STDERR_LINE_CAP: usize = 16 * 1024;
+
+/// Copies an instance's stderr to the server's log line by line.
+async fn copy_stderr(mut stderr: ChildStderr, instance: u64, label: String) {
+    let emit = |line: &str| tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line));
+    let mut lines = LineCutter::default();
+    let mut chunk = vec![0; 16 * 1024];
+    loop {
+        match stderr.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => lines.push(&chunk[..n], &emit),
+        }
+    }
+    lines.finish(&emit);
+}
+
+/// Splits bytes into lines of at most [`STDERR_LINE_CAP`] bytes: a longer
+/// line goes out when it reaches the cap, marked, and its rest is dropped
+/// up to its newline.
+#[derive(Default)]
+struct LineCutter {
+    line: Vec<u8>,
+    /// The current line was cut: drop bytes until its newline.
+    dropping: bool,
+}
+
+impl LineCutter {
+    fn push(&mut self, mut bytes: &[u8], emit: &impl Fn(&str)) {
+        while let Some(end) = bytes.iter().position(|&b| b == b'\n') {
+            self.take(&bytes[..end], emit);
+            if !self.dropping {
+                self.emit(emit, "");
+            }
+            self.dropping = false;
+            bytes = &bytes[end + 1..];
+        }
+        self.take(bytes, emit);
+    }
+
+    fn take(&mut self, part: &[u8], emit: &impl Fn(&str)) {
+        if self.dropping {
+            return;
+        }
+        let room = STDERR_LINE_CAP - self.line.len();
+        if part.len() < room {
+            self.line.extend_from_slice(part);
+        } else {
+            self.line.extend_from_slice(&part[..room]);
+            self.emit(emit, &format!(" [sless: line cut at {STDERR_LINE_CAP} bytes]"));
+            self.dropping = true;
+        }
+    }
+
+    fn emit(&mut self, emit: &impl Fn(&str), note: &str) {
+        let line = self.line.strip_suffix(b"\r").unwrap_or(&self.line);
+        emit(&format!("{}{note}", String::from_utf8_lossy(line)));
+        self.line.clear();
+    }
+
+    /// The last line, when the stream ended without a newline.
+    fn finish(mut self, emit: &impl Fn(&str)) {
+        if !self.line.is_empty() {
+            self.emit(emit, "");
+        }
+    }
+}
+
 /// Handler output as one line of the server's log: a carriage return
 /// cannot overwrite the line on a terminal, nor a newline forge another.
 fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
@@ -386,6 +452,31 @@ mod tests {
         p.extend_from_slice(head.as_bytes());
         p.extend_from_slice(body);
         Bytes::from(p)
+    }
+
+    fn cut(chunks: &[&[u8]]) -> Vec<String> {
+        let seen = std::cell::RefCell::new(Vec::new());
+        let emit = |line: &str| seen.borrow_mut().push(line.to_string());
+        let mut lines = LineCutter::default();
+        for chunk in chunks {
+            lines.push(chunk, &emit);
+        }
+        lines.finish(&emit);
+        seen.into_inner()
+    }
+
+    #[test]
+    fn stderr_lines_are_split_and_cut_at_the_cap() {
+        assert_eq!(cut(&[b"a\nb", b"c\r\n", b"\ntail"]), ["a", "bc", "", "tail"]);
+        let long = vec![b'x'; STDERR_LINE_CAP * 3];
+        let lines = cut(&[&long, &long, b"\nnext\n"]);
+        assert_eq!(lines.len(), 2, "{:?}", lines.iter().map(String::len).collect::<Vec<_>>());
+        assert!(lines[0].starts_with(&"x".repeat(STDERR_LINE_CAP)));
+        assert!(lines[0].ends_with("[sless: line cut at 16384 bytes]"), "{}", &lines[0][STDERR_LINE_CAP..]);
+        assert_eq!(lines[1], "next");
+        // A line of exactly the cap is cut too (the marker says so); one under is whole.
+        let under = vec![b'y'; STDERR_LINE_CAP - 1];
+        assert_eq!(cut(&[&under, b"\n"]), [String::from_utf8(under).unwrap()]);
     }
 
     #[test]

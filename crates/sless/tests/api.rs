@@ -15,7 +15,9 @@ mod api {
     mod deleting;
     mod deploys;
     mod failures;
+    mod fidelity;
     mod functions;
+    mod handler_output;
     mod handlers;
     pub mod harness;
     mod jobs;
