@@ -6,6 +6,7 @@
 # Everything the hot path needs is imported here, before HELLO, so LOAD only
 # has to import the user's module.
 import asyncio
+import collections
 import contextvars
 import fcntl
 import importlib
@@ -14,6 +15,7 @@ import io
 import json
 import os
 import queue
+import select
 import struct
 import sys
 import threading
@@ -214,45 +216,27 @@ class Context(dict):
 
 
 class HandlerThreads:
-    """Runs sync handlers on the main thread, the one that imported the
-    module, whenever it is free; a call that arrives while it is busy goes
-    to one of up to `limit - 1` more threads (started when none is idle),
-    so a ready call never waits for a running one, however slow:
-    concurrent.futures.ThreadPoolExecutor without a Future per call."""
+    """Up to `limit` threads for sync calls that overlap the main thread's,
+    started when no thread is idle: concurrent.futures.ThreadPoolExecutor
+    without a Future per call."""
 
     def __init__(self, limit):
-        self._main_jobs = queue.SimpleQueue()
-        self._main_idle = True
-        self._main_lock = threading.Lock()  # the main thread's idle flag and the queue's emptiness, seen together
         self._jobs = queue.SimpleQueue()
         self._idle = threading.Semaphore(0)
-        self._limit = limit - 1  # threads besides the main one
+        self._limit = limit
         self._started = 0
 
-    def submit(self, job, *args):
-        with self._main_lock:
-            if self._main_idle:
-                self._main_idle = False
-                self._main_jobs.put((job, args))
-                return
-            self._jobs.put((job, args))
+    def submit(self, job, args):
+        self._jobs.put((job, args))
         if not self._idle.acquire(blocking=False) and self._started < self._limit:
             self._start_thread()
 
-    def serve_on_main_thread(self):
-        """The main thread's work from now on: the calls given to it, then
-        any that wait for a thread (when more threads could not be started)."""
-        take, waiting = self._main_jobs.get, self._jobs.get_nowait
-        while True:
-            job, args = take()
-            while True:
-                run(job, args)
-                with self._main_lock:
-                    try:
-                        job, args = waiting()
-                    except queue.Empty:
-                        self._main_idle = True
-                        break
+    def take_waiting(self):
+        """A call that waits for a thread (when no more could be started), or None."""
+        try:
+            return self._jobs.get_nowait()
+        except queue.Empty:
+            return None
 
     def _start_thread(self):
         thread = threading.Thread(target=self._work, name=f"sless-handler-{self._started}", daemon=True)
@@ -269,6 +253,90 @@ class HandlerThreads:
             job, args = take()
             run(job, args)
             self._idle.release()
+
+
+class MainThreadCalls:
+    """Serves a sync handler from the main thread, which imported its module
+    (as python3 would, and AWS Lambda's runtime does): the main thread reads
+    the frames and runs each call itself, one at a time. With `concurrency`
+    above 1, a call must never wait for a running one, however slow: the
+    first call of a read is the main thread's, the others of that read go
+    to pool threads, and while the main thread runs a call, a standby thread
+    (asleep in epoll, armed only for the length of the call) reads what
+    arrives meanwhile and hands it to the pool. So calls that come one at a
+    time run on the main thread, without a hand-off between threads."""
+
+    def __init__(self, reader, workers):
+        self.reader = reader
+        self.mine = collections.deque()  # calls the main thread runs next
+        self.pool = HandlerThreads(workers - 1) if workers > 1 else None
+        self.read_lock = threading.Lock()  # one reader of the frame pipe at a time
+        self.running = False  # the main thread runs a call (the standby reads)
+        self.main_thread = threading.get_ident()
+        self.epoll = None
+        if self.pool is not None:
+            self.epoll = select.epoll()
+            self.epoll.register(reader.fd, select.EPOLLONESHOT)  # disarmed
+            thread = threading.Thread(target=self._standby, name="sless-standby-reader", daemon=True)
+            thread.start()
+
+    def submit(self, job, *args):
+        """Called by whichever thread reads the frame of the call."""
+        if self.pool is None or (
+            not self.running and not self.mine and threading.get_ident() == self.main_thread
+        ):
+            self.mine.append((job, args))
+        else:
+            self.pool.submit(job, args)
+
+    def serve(self):
+        reader, mine, pool = self.reader, self.mine, self.pool
+        os.set_blocking(reader.fd, False)
+        poller = select.poll()
+        poller.register(reader.fd, select.POLLIN)
+        reader.take_frames()  # the frames read with LOAD
+        while True:
+            if mine:
+                job, args = mine.popleft()
+            elif pool is not None and (waiting := pool.take_waiting()) is not None:
+                job, args = waiting
+            else:
+                with self.read_lock:
+                    poller.poll()
+                    reader.on_readable()
+                continue
+            if pool is None:
+                run(job, args)
+                continue
+            self.running = True
+            self.epoll.modify(reader.fd, select.EPOLLIN | select.EPOLLONESHOT)
+            run(job, args)
+            if self.running:
+                self._stop_running()
+
+    def answering(self):
+        """The call is about to send its answer: from now on, the main thread
+        reads, so the next call of a caller that waits for this answer runs
+        on the main thread too."""
+        if self.running and threading.get_ident() == self.main_thread:
+            self._stop_running()
+
+    def _stop_running(self):
+        self.running = False
+        self.epoll.modify(self.reader.fd, select.EPOLLONESHOT)
+
+    def _standby(self):
+        """Reads the frames that arrive while the main thread runs a call."""
+        reader, epoll = self.reader, self.epoll
+        while True:
+            epoll.poll()
+            with self.read_lock:
+                if not self.running:
+                    continue  # the call ended: the main thread reads
+                while reader.on_readable():
+                    pass
+                if self.running:
+                    epoll.modify(reader.fd, select.EPOLLIN | select.EPOLLONESHOT)
 
 
 def run(job, args):
@@ -297,13 +365,7 @@ class Function:
         self.namespace = spec.get("namespace", "")
         self.version = spec.get("version")
         self.max_output = int(spec.get("max_output_bytes") or 0) or None  # the server's response limit
-        workers = max(1, int(spec.get("concurrency") or 1))
-        # A sync handler runs on the main thread, which imported its module
-        # (as under plain python3 or AWS Lambda's runtime). With one call at
-        # a time the main thread also reads the frames and calls it inline;
-        # with more, a reader thread hands calls over (HandlerThreads).
-        self.inline = workers == 1 and not self.is_async
-        self.threads = None if self.is_async or self.inline else HandlerThreads(workers)
+        self.workers = max(1, int(spec.get("concurrency") or 1))
 
 
 def positional_arity(handler):
@@ -485,6 +547,7 @@ class Shim:
         # Set once a sync handler is loaded: the loop then gives the main
         # thread over to it (main() reads this when the loop stops).
         self.hand_over = False
+        self.sync_calls = None  # MainThreadCalls, from then on
 
     def begin_batch(self):
         """Frames read at once are answered with one write: inline handlers'
@@ -549,14 +612,12 @@ class Shim:
         # not leak into the next call.
         context = self.base_context.copy()
         context.run(current_invocation.set, inv_id)
-        if function.inline:
-            context.run(self.serve_sync, inv_id, request_id, args)
-        elif function.is_async:
+        if function.is_async:
             task = self.loop.create_task(self.serve_async(inv_id, request_id, args), context=context)
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
         else:
-            function.threads.submit(context.run, self.serve_sync, inv_id, request_id, args)
+            self.sync_calls.submit(context.run, self.serve_sync, inv_id, request_id, args)
 
     async def serve_async(self, inv_id, request_id, args):
         try:
@@ -603,11 +664,15 @@ class Shim:
         for stream in self.streams:
             if stream._partial:  # only then can this invocation have output pending
                 stream.flush_invocation(inv_id)
+        if self.sync_calls is not None:
+            self.sync_calls.answering()
         self.frames.send_output(inv_id, *response)
 
     def reply_error(self, inv_id, request_id, exc):
         self.flush_output(inv_id)
         self.frames.send_log(inv_id, STDERR, format_user_exception(exc))
+        if self.sync_calls is not None:
+            self.sync_calls.answering()
         self.frames.send_output(inv_id, *error_response(request_id, describe_exception(exc)))
 
 
@@ -632,13 +697,14 @@ class FrameReader:
             with memoryview(self.buffer) as view:
                 n = os.readv(self.fd, [view[self.end :]])
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             os._exit(0)
         if n == 0:
             os._exit(0)
         self.end += n
         self.take_frames()
+        return True
 
     def take_frames(self):
         """Hands on the whole frames read so far (until pause() says stop)."""
@@ -730,17 +796,13 @@ def main():
 
 
 def serve_sync_handler(shim, reader, loop):
-    """The main thread, which imported the handler's module, runs its calls
-    from now on; the loop moves to a thread of its own (it awaits what a
-    handler returns as a coroutine and, with concurrency above 1, reads the
-    frames). The main thread has no event loop of its own, as under
+    """The main thread, which imported the handler's module, reads the
+    frames and runs the calls from now on (MainThreadCalls); the loop moves
+    to a thread of its own, where it awaits what a handler returns as a
+    coroutine. The main thread has no event loop of its own, as under
     python3, so a handler may call asyncio.run()."""
     reader.pause = lambda: False
-    function = shim.function
-    if function.inline:
-        loop.remove_reader(reader.fd)
-    else:
-        loop.call_soon(reader.take_frames)  # frames read with LOAD
+    loop.remove_reader(reader.fd)
     asyncio.set_event_loop_policy(None)
 
     def run_loop():
@@ -748,13 +810,8 @@ def serve_sync_handler(shim, reader, loop):
         loop.run_forever()
 
     threading.Thread(target=run_loop, name="sless-loop", daemon=True).start()
-    if function.inline:
-        os.set_blocking(reader.fd, True)
-        reader.take_frames()
-        while True:
-            reader.on_readable()
-    else:
-        function.threads.serve_on_main_thread()
+    shim.sync_calls = MainThreadCalls(reader, shim.function.workers)
+    shim.sync_calls.serve()
 
 
 if __name__ == "__main__":
