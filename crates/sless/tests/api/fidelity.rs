@@ -11,7 +11,6 @@ use std::process::Command;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::harness::{Backend, Server};
 
@@ -179,34 +178,35 @@ const mod = require(path.join(code, file));
 "#;
 
 /// A tiny HTTP server on 127.0.0.1 that answers every GET with its path
-/// and query and the x-corpus header it got, as JSON.
-async fn start_http_server() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// and query and the x-corpus header it got, as JSON. On a thread of its
+/// own: the plain interpreter runs while the test's runtime waits for it.
+fn start_http_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
                 }
-                let text = String::from_utf8_lossy(&request).to_string();
-                let target = text.split_whitespace().nth(1).unwrap_or("").to_string();
-                let header = text
-                    .lines()
-                    .find_map(|l| l.to_ascii_lowercase().strip_prefix("x-corpus: ").map(str::to_string))
-                    .unwrap_or_default();
-                let body = json!({"target": target, "x-corpus": header}).to_string();
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-served-by: corpus\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            });
+            }
+            let text = String::from_utf8_lossy(&request).to_string();
+            let target = text.split_whitespace().nth(1).unwrap_or("").to_string();
+            let header = text
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("x-corpus: ").map(str::to_string))
+                .unwrap_or_default();
+            let body = json!({"target": target, "x-corpus": header}).to_string();
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-served-by: corpus\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
         }
     });
     format!("http://{addr}")
@@ -290,7 +290,7 @@ async fn compare(server: &Server, runtime: &str, files: &[(&str, &[u8])], cases:
 #[tokio::test]
 async fn python_handlers_answer_as_under_plain_python() {
     let server = Server::start(Backend::Sqlite).await;
-    let url = start_http_server().await;
+    let url = start_http_server();
     let files: &[(&str, &[u8])] = &[
         ("requirements.txt", REQUIREMENTS),
         ("numpy_case.py", NUMPY_CASE),

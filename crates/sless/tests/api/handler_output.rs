@@ -29,7 +29,14 @@ exports.handle = (event) => {
   const chunk = Buffer.alloc(1 << 20, 'x');
   for (let i = 0; i < event.mib; i++) {
     if (event.raw) {
-      for (let at = 0; at < chunk.length; ) at += fs.writeSync(2, chunk, at);
+      // Node keeps its stdio pipes non-blocking: a full pipe is EAGAIN.
+      for (let at = 0; at < chunk.length; ) {
+        try {
+          at += fs.writeSync(2, chunk, at);
+        } catch (err) {
+          if (err.code !== 'EAGAIN') throw err;
+        }
+      }
     } else {
       process.stderr.write(chunk);
     }
