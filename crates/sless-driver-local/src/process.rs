@@ -333,7 +333,8 @@ pub const STDERR_LINE_CAP: usize = 16 * 1024;
 
 /// Copies an instance's stderr to the server's log line by line.
 async fn copy_stderr(mut stderr: ChildStderr, instance: u64, label: String) {
-    let emit = |line: &str| tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line));
+    let emit =
+        |line: &str| tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line));
     let mut lines = LineCutter::default();
     let mut chunk = vec![0; 16 * 1024];
     loop {
@@ -470,9 +471,18 @@ mod tests {
         assert_eq!(cut(&[b"a\nb", b"c\r\n", b"\ntail"]), ["a", "bc", "", "tail"]);
         let long = vec![b'x'; STDERR_LINE_CAP * 3];
         let lines = cut(&[&long, &long, b"\nnext\n"]);
-        assert_eq!(lines.len(), 2, "{:?}", lines.iter().map(String::len).collect::<Vec<_>>());
+        assert_eq!(
+            lines.len(),
+            2,
+            "{:?}",
+            lines.iter().map(String::len).collect::<Vec<_>>()
+        );
         assert!(lines[0].starts_with(&"x".repeat(STDERR_LINE_CAP)));
-        assert!(lines[0].ends_with("[sless: line cut at 16384 bytes]"), "{}", &lines[0][STDERR_LINE_CAP..]);
+        assert!(
+            lines[0].ends_with("[sless: line cut at 16384 bytes]"),
+            "{}",
+            &lines[0][STDERR_LINE_CAP..]
+        );
         assert_eq!(lines[1], "next");
         // A line of exactly the cap is cut too (the marker says so); one under is whole.
         let under = vec![b'y'; STDERR_LINE_CAP - 1];

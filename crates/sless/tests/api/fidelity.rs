@@ -283,7 +283,11 @@ async fn compare(server: &Server, runtime: &str, files: &[(&str, &[u8])], cases:
         let plain = plain_answers(interpreter, script, &code, case.module, &case.events);
         let sless = sless_answers(server, case.name, &case.events).await;
         assert_eq!(plain.len(), case.events.len(), "{}: {plain:?}", case.name);
-        assert_eq!(sless, plain, "{} ({runtime}): sless answered differently from plain {interpreter}", case.name);
+        assert_eq!(
+            sless, plain,
+            "{} ({runtime}): sless answered differently from plain {interpreter}",
+            case.name
+        );
     }
 }
 

@@ -74,7 +74,11 @@ async fn output_without_newlines_holds_bounded_server_memory() {
         for raw in [true, false] {
             let event = json!({"mib": MIB, "raw": raw}).to_string();
             let (status, _, body) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), &event).await;
-            assert_eq!((status, body.as_str()), (StatusCode::OK, r#""flooded""#), "{name} raw={raw}");
+            assert_eq!(
+                (status, body.as_str()),
+                (StatusCode::OK, r#""flooded""#),
+                "{name} raw={raw}"
+            );
         }
     }
     let grown = peak_rss_kib(server.pid()).saturating_sub(before);
@@ -101,7 +105,11 @@ async fn output_without_newlines_holds_bounded_server_memory() {
             .map(|l| l["text"].as_str().unwrap())
             .collect();
         assert!(text.len() < 100_000, "{name}: {} bytes kept", text.len());
-        assert!(text.contains("[sless: output capped at"), "{name}: {}", &text[text.len() - 200..]);
+        assert!(
+            text.contains("[sless: output capped at"),
+            "{name}: {}",
+            &text[text.len() - 200..]
+        );
     }
 }
 
@@ -154,7 +162,12 @@ async fn a_frame_forged_on_stdout_is_log_text_not_the_response() {
         ("node", "nodejs20", "handler.js", NODE_FORGE),
     ] {
         server
-            .deploy("ns", name, json!({"runtime": runtime, "concurrency": 1}), &[(file, code)])
+            .deploy(
+                "ns",
+                name,
+                json!({"runtime": runtime, "concurrency": 1}),
+                &[(file, code)],
+            )
             .await;
         for _ in 0..3 {
             let (status, headers, body) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), "").await;
