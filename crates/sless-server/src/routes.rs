@@ -178,7 +178,14 @@ mod tests {
     fn aliases_pin_their_versions_until_moved() {
         let routes = Routes::default();
         let key = FunctionKey::new("ns", "f");
-        routes.set_alias(&key, "live", Split::of(&AliasSpec { version: 3, weights: [("4".into(), 0.5)].into() }));
+        routes.set_alias(
+            &key,
+            "live",
+            Split::of(&AliasSpec {
+                version: 3,
+                weights: [("4".into(), 0.5)].into(),
+            }),
+        );
         assert_eq!(routes.pinned(&key), HashSet::from([3, 4]));
         assert!(routes.resolve(&key, &Selector::Alias("live".into())).is_some());
         assert!(routes.resolve(&key, &Selector::Alias("other".into())).is_none());

@@ -82,7 +82,11 @@ impl Versions {
         let _one = self.deploying.lock().await;
         let deployed = self.driver.stats().await.into_iter().any(|(v, _)| &v == target);
         if deployed {
-            self.extra.lock().unwrap().entry(target.clone()).or_insert_with(Instant::now);
+            self.extra
+                .lock()
+                .unwrap()
+                .entry(target.clone())
+                .or_insert_with(Instant::now);
             return Ok(true);
         }
         let key = &target.key;
@@ -102,7 +106,10 @@ impl Versions {
             })
             .await
             .map_err(|e| Error::Unavailable {
-                message: format!("version {} of function {key} cannot be started here: {e}", target.version),
+                message: format!(
+                    "version {} of function {key} cannot be started here: {e}",
+                    target.version
+                ),
                 retry_after: Some(2),
             })?;
         tracing::info!(function = %key, version = target.version, "serving a version called by number or alias");

@@ -210,7 +210,10 @@ mod tests {
             Ok(("default".into(), Some("hello".into()), "live".into()))
         );
         for bad in ["live", "a/b/c/d", "hello/Live", "/live"] {
-            assert!(parse_child_import_id("function", "alias", bad, &default).is_err(), "{bad}");
+            assert!(
+                parse_child_import_id("function", "alias", bad, &default).is_err(),
+                "{bad}"
+            );
         }
     }
 

@@ -11,9 +11,9 @@ use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::Value;
 use tf_provider::{Diagnostics, DynamicResource, Provider};
 
+use crate::alias::AliasResource;
 use crate::connection::{Connection, Shared};
 use crate::diagnostics::error;
-use crate::alias::AliasResource;
 use crate::function::FunctionResource;
 use crate::job::JobResource;
 use crate::resource::Managed;

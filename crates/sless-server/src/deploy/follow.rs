@@ -132,7 +132,8 @@ impl Deployer {
     /// Records the serving version of a function built before versions
     /// were recorded (an older server's); one recorded already stays.
     async fn record_served_version(&self, key: &FunctionKey, status: &FunctionStatus, spec: &Value) {
-        let (Some(artifact), Some(built_hash), true) = (&status.artifact, &status.built_hash, status.version > 0) else {
+        let (Some(artifact), Some(built_hash), true) = (&status.artifact, &status.built_hash, status.version > 0)
+        else {
             return;
         };
         let record = crate::store::VersionRecord {

@@ -314,7 +314,12 @@ async fn not_ready(state: &AppState, key: &FunctionKey) -> Result<Response, Erro
 /// the version or the alias does not exist (404), or it cannot be started
 /// here now (503).
 async fn not_addressable(state: &AppState, key: &FunctionKey, selector: &Selector) -> Result<Response, Error> {
-    if state.store.get(Kind::Function, &key.namespace, &key.name).await?.is_none() {
+    if state
+        .store
+        .get(Kind::Function, &key.namespace, &key.name)
+        .await?
+        .is_none()
+    {
         return Err(not_found(key));
     }
     let missing = match selector {
@@ -323,13 +328,23 @@ async fn not_addressable(state: &AppState, key: &FunctionKey, selector: &Selecto
             .version(&key.namespace, &key.name, *version)
             .await?
             .is_none()
-            .then(|| format!("function {key} has no version {version} (or it is no longer kept): see `sless versions {}`", key.name)),
+            .then(|| {
+                format!(
+                    "function {key} has no version {version} (or it is no longer kept): see `sless versions {}`",
+                    key.name
+                )
+            }),
         Selector::Alias(alias) => state
             .store
             .alias(&key.namespace, &key.name, alias)
             .await?
             .is_none()
-            .then(|| format!("function {key} has no alias {alias:?}: see `sless alias ls {}`", key.name)),
+            .then(|| {
+                format!(
+                    "function {key} has no alias {alias:?}: see `sless alias ls {}`",
+                    key.name
+                )
+            }),
         Selector::Latest => None,
     };
     match missing {

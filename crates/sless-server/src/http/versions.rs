@@ -69,10 +69,12 @@ async fn latest_of(state: &AppState, ns: &str, name: &str) -> Result<u64> {
 
 /// A version number from the path, naming the field when it is none.
 fn version_number(text: &str) -> Result<u64> {
-    text.parse::<u64>()
-        .ok()
-        .filter(|v| *v > 0)
-        .ok_or_else(|| Error::invalid("version", format!("version {text:?} is not a version number (1 or more)")))
+    text.parse::<u64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+        Error::invalid(
+            "version",
+            format!("version {text:?} is not a version number (1 or more)"),
+        )
+    })
 }
 
 /// List a function's versions, newest first (the kept ones: see `SLESS_KEEP_VERSIONS`).
@@ -237,19 +239,26 @@ async fn write_alias(
         fields.remove("url");
     }
     let spec: AliasSpec = from_value("alias", body)?;
-    let other = spec.split().map_err(|(field, message)| Error::invalid(field, message))?;
+    let other = spec
+        .split()
+        .map_err(|(field, message)| Error::invalid(field, message))?;
     for (field, version) in std::iter::once(("version", spec.version)).chain(other.map(|(v, _)| ("weights", v))) {
         if state.store.version(ns, name, version).await?.is_none() {
             return Err(Error::invalid(
                 field,
-                format!("function {name:?} has no version {version} (or it is no longer kept): see `sless versions {name}`"),
+                format!(
+                    "function {name:?} has no version {version} (or it is no longer kept): see `sless versions {name}`"
+                ),
             ));
         }
     }
     // Stored as given, with the weights' keys as plain numbers.
     let spec = AliasSpec {
         version: spec.version,
-        weights: other.map(|(v, w)| (v.to_string(), w)).into_iter().collect::<BTreeMap<_, _>>(),
+        weights: other
+            .map(|(v, w)| (v.to_string(), w))
+            .into_iter()
+            .collect::<BTreeMap<_, _>>(),
     };
     let record = AliasRecord {
         namespace: ns.to_string(),

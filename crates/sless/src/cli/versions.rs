@@ -103,7 +103,13 @@ pub async fn run(command: AliasCommand, conn: &ConnArgs) -> anyhow::Result<()> {
             }
             let mut table = Table::new(&["NAME", "VERSION", "CANARY", "URL", "MOVED"]);
             for a in &aliases {
-                table.row(vec![a.name.clone(), a.spec.version.to_string(), canary(a), a.url.clone(), age(a.updated_at)]);
+                table.row(vec![
+                    a.name.clone(),
+                    a.spec.version.to_string(),
+                    canary(a),
+                    a.url.clone(),
+                    age(a.updated_at),
+                ]);
             }
             table.print()
         }
@@ -128,8 +134,14 @@ fn parse_canary(text: &str) -> anyhow::Result<(String, f64)> {
     let (version, share) = text
         .split_once('=')
         .context("--canary takes VERSION=SHARE, e.g. 8=0.1")?;
-    let version: u64 = version.trim().parse().context("--canary: the version must be a number")?;
-    let share: f64 = share.trim().parse().context("--canary: the share must be a number between 0 and 1")?;
+    let version: u64 = version
+        .trim()
+        .parse()
+        .context("--canary: the version must be a number")?;
+    let share: f64 = share
+        .trim()
+        .parse()
+        .context("--canary: the share must be a number between 0 and 1")?;
     Ok((version.to_string(), share))
 }
 

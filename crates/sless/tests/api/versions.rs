@@ -18,7 +18,12 @@ fn code(v: u32) -> Vec<u8> {
 /// Deploys the handler answering `{"v": v}`; returns the uploaded code hash.
 async fn deploy(server: &Server, name: &str, v: u32) -> String {
     let function = server
-        .deploy("ns", name, json!({"runtime": "python3.11"}), &[("handler.py", &code(v))])
+        .deploy(
+            "ns",
+            name,
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", &code(v))],
+        )
         .await;
     function["status"]["built_hash"].as_str().unwrap().to_string()
 }
@@ -57,7 +62,9 @@ async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
     let first = deploy(&server, "vf", 1).await;
     let second = deploy(&server, "vf", 2).await;
 
-    let (status, list) = server.call(Method::GET, "/v1/namespaces/ns/functions/vf/versions", None).await;
+    let (status, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions", None)
+        .await;
     assert_eq!(status, StatusCode::OK, "{list}");
     let items = list["items"].as_array().unwrap();
     let numbers: Vec<u64> = items.iter().map(|v| v["version"].as_u64().unwrap()).collect();
@@ -68,7 +75,9 @@ async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
     assert_eq!(items[1]["spec"]["runtime"], "python3.11");
     assert!(items[1]["built_at"].is_string(), "{list}");
 
-    let (status, one) = server.call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/1", None).await;
+    let (status, one) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/1", None)
+        .await;
     assert_eq!(status, StatusCode::OK, "{one}");
     assert_eq!(one["code_hash"], first);
     assert_eq!(one["spec"]["entrypoint"], "handler.handle");
@@ -104,7 +113,9 @@ async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
         .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/abc", None)
         .await;
     names_field(&answer, "version");
-    let (status, body) = server.call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/9", None).await;
+    let (status, body) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/9", None)
+        .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let answer = server
         .call(
@@ -171,14 +182,24 @@ async fn an_alias_splits_moves_and_rolls_back(backend: Backend) {
     assert!(server.metric(series).await.is_some_and(|n| n > 1000.0), "{series}");
 
     // Listed, and on the versions it points at.
-    let (_, list) = server.call(Method::GET, "/v1/namespaces/ns/functions/af/aliases", None).await;
+    let (_, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/af/aliases", None)
+        .await;
     assert_eq!(list["items"][0]["name"], "live", "{list}");
-    let (_, one) = server.call(Method::GET, "/v1/namespaces/ns/functions/af/versions/1", None).await;
+    let (_, one) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/af/versions/1", None)
+        .await;
     assert_eq!(one["aliases"], json!(["live"]), "{one}");
 
     // Bad input is a 400 naming the field.
-    names_field(&put_alias(&server, "af", "live", json!({"version": 9})).await, "version");
-    names_field(&put_alias(&server, "af", "live", json!({"version": 0})).await, "version");
+    names_field(
+        &put_alias(&server, "af", "live", json!({"version": 9})).await,
+        "version",
+    );
+    names_field(
+        &put_alias(&server, "af", "live", json!({"version": 0})).await,
+        "version",
+    );
     names_field(&put_alias(&server, "af", "live", json!({})).await, "version");
     for weights in [
         json!({"9": 0.1}),
@@ -191,7 +212,10 @@ async fn an_alias_splits_moves_and_rolls_back(backend: Backend) {
         let answer = put_alias(&server, "af", "live", json!({"version": 1, "weights": weights})).await;
         names_field(&answer, "weights");
     }
-    names_field(&put_alias(&server, "af", "live", json!({"version": 1, "extra": 1})).await, "extra");
+    names_field(
+        &put_alias(&server, "af", "live", json!({"version": 1, "extra": 1})).await,
+        "extra",
+    );
     for bad_name in ["1abc", "Live", "a@b", "a_b"] {
         names_field(&put_alias(&server, "af", bad_name, json!({"version": 1})).await, "name");
     }
@@ -236,7 +260,9 @@ async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
     for v in 2..=4 {
         deploy(&server, "kf", v).await;
     }
-    let (_, list) = server.call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None).await;
+    let (_, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
+        .await;
     let numbers: Vec<u64> = list["items"]
         .as_array()
         .unwrap()
@@ -249,15 +275,24 @@ async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
     assert_eq!(v_of(&server, "kf@stable").await, 1);
     assert_eq!(v_of(&server, "kf@3").await, 3);
     // An alias cannot point at a version no longer kept.
-    names_field(&put_alias(&server, "kf", "stable", json!({"version": 2})).await, "version");
+    names_field(
+        &put_alias(&server, "kf", "stable", json!({"version": 2})).await,
+        "version",
+    );
 
     // Deleting the function deletes its versions and aliases.
-    let (status, _) = server.call(Method::DELETE, "/v1/namespaces/ns/functions/kf", None).await;
+    let (status, _) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/kf", None)
+        .await;
     assert_eq!(status, StatusCode::NO_CONTENT);
     deploy(&server, "kf", 5).await;
-    let (_, list) = server.call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None).await;
+    let (_, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
+        .await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
-    let (_, aliases) = server.call(Method::GET, "/v1/namespaces/ns/functions/kf/aliases", None).await;
+    let (_, aliases) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/kf/aliases", None)
+        .await;
     assert_eq!(aliases["items"], json!([]), "{aliases}");
 }
 

@@ -78,7 +78,9 @@ impl ApiResource for AliasResource {
     }
 
     async fn patch(client: &Client, key: &Key, patch: &Json) -> sless_client::Result<Alias> {
-        client.patch_alias(&key.namespace, function(key), &key.name, patch).await
+        client
+            .patch_alias(&key.namespace, function(key), &key.name, patch)
+            .await
     }
 
     async fn delete(client: &Client, key: &Key) -> sless_client::Result<()> {

@@ -222,7 +222,11 @@ impl<R: ApiResource> Resource for Managed<R> {
                 return None;
             }
         };
-        let key = Key { namespace, name, parent };
+        let key = Key {
+            namespace,
+            name,
+            parent,
+        };
         let api = self.answer(diags, "import", &key, R::get(&client, &key).await)?;
         Some((R::from_api(&api, &R::State::default()), ValueEmpty::Null))
     }

@@ -45,7 +45,9 @@ fn live(rest: &Rest) -> u64 {
 
 #[test]
 fn an_alias_is_created_moved_rolled_back_imported_and_destroyed() {
-    let Some(parts) = crate::harness::Parts::find() else { return };
+    let Some(parts) = crate::harness::Parts::find() else {
+        return;
+    };
     let server = Server::start(&parts);
     let rest = Rest::new(&server);
     let work = Workdir::new(&parts, &server);
@@ -55,7 +57,8 @@ fn an_alias_is_created_moved_rolled_back_imported_and_destroyed() {
     work.config(PROVIDER, &stack("version = 1"));
     let run = work.apply();
     assert!(
-        run.stdout.contains(&format!("url = \"{}/fn/{NS}/app@live\"", server.url)),
+        run.stdout
+            .contains(&format!("url = \"{}/fn/{NS}/app@live\"", server.url)),
         "{}",
         run.output()
     );
@@ -68,7 +71,11 @@ fn an_alias_is_created_moved_rolled_back_imported_and_destroyed() {
     // A canary share to version 2, then moved to 2 outright, in place.
     work.config(PROVIDER, &stack("version = 1\n  weights = { \"2\" = 0.25 }"));
     let run = work.apply();
-    assert!(run.stdout.contains("0 added, 1 changed, 0 destroyed"), "{}", run.output());
+    assert!(
+        run.stdout.contains("0 added, 1 changed, 0 destroyed"),
+        "{}",
+        run.output()
+    );
     work.assert_no_changes();
     work.config(PROVIDER, &stack("version = 2"));
     let plan = work.plan();
