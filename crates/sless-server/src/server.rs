@@ -96,7 +96,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store.clone(),
         blobs.clone(),
         driver.clone(),
-        routes.clone(),
         versions.clone(),
         metrics.clone(),
         crate::deploy::UploadChecks {

@@ -56,6 +56,11 @@ impl Versions {
         })
     }
 
+    /// The routing table this replica calls by.
+    pub fn routes(&self) -> &Arc<Routes> {
+        &self.routes
+    }
+
     /// Routes every alias as the store holds them (a replica's pass).
     pub async fn route_aliases(&self) -> Result<()> {
         let mut all: HashMap<FunctionKey, HashMap<String, Split>> = HashMap::new();
