@@ -29,4 +29,5 @@ mod api {
     mod starving;
     mod tenants;
     mod triggers;
+    mod versions;
 }
