@@ -16,6 +16,9 @@ const STDERR = 2;
 const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47 };
 
 const JSON_TYPE = 'application/json';
+// Marks an answer the shim made because the handler failed (the gateway
+// hides its text from public callers unless the function exposes errors).
+const ERROR_HEADER = 'x-sless-error';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 const BYTES_TYPE = 'application/octet-stream';
 const NOT_SERIALIZABLE = 'handler returned a value that is not JSON-serializable: ';
@@ -239,7 +242,7 @@ function toResponse(result) {
 }
 
 function errorResponse(requestId, message) {
-  return [outputHead(500, { 'content-type': JSON_TYPE }), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
+  return [outputHead(500, { 'content-type': JSON_TYPE, [ERROR_HEADER]: '1' }), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
 }
 
 function isError(value) {

@@ -51,6 +51,9 @@ def _make_encode():
 json_encode = _make_encode()
 
 JSON_TYPE = "application/json"
+# Marks an answer the shim made because the handler failed (the gateway
+# hides its text from public callers unless the function exposes errors).
+ERROR_HEADER = "x-sless-error"
 TEXT_TYPE = "text/plain; charset=utf-8"
 BYTES_TYPE = "application/octet-stream"
 NOT_SERIALIZABLE = "handler returned a value that is not JSON-serializable: "
@@ -444,7 +447,7 @@ def to_response(result):
 
 def error_response(request_id, message):
     body = JSON_ENCODER.encode({"error": message, "request_id": request_id}).encode()
-    return output_head(500, {"content-type": JSON_TYPE}), body
+    return output_head(500, {"content-type": JSON_TYPE, ERROR_HEADER: "1"}), body
 
 
 class Shim:

@@ -11,7 +11,9 @@ mod token;
 mod trigger;
 
 pub use error::ErrorBody;
-pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase, Rollout, Runtime};
+pub use function::{
+    Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime, SpecLimits,
+};
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};

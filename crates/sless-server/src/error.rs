@@ -104,9 +104,15 @@ impl Error {
 
     fn response(self, request_id: Option<String>) -> Response {
         let status = self.status();
-        if status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %self, "request failed");
-        }
+        // What failed inside (a database, a path, a component) is for the
+        // server's log, which has it under the request id; the caller
+        // learns only that it was not its fault.
+        let error = if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %self, request_id = request_id.as_deref().unwrap_or(""), "request failed");
+            "internal server error: the server's log has the details".to_string()
+        } else {
+            self.to_string()
+        };
         let (entry, rule) = match &self {
             Error::Archive { entry, rule, .. } => (entry.clone(), Some(rule.to_string())),
             _ => (None, None),
@@ -116,7 +122,7 @@ impl Error {
             _ => None,
         };
         let body = ErrorBody {
-            error: self.to_string(),
+            error,
             field,
             entry,
             rule,

@@ -31,6 +31,16 @@ pub struct Jobs {
 }
 
 impl Jobs {
+    /// Runs under way here in a namespace.
+    pub fn running_in(&self, namespace: &str) -> usize {
+        self.running
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|(ns, _)| ns == namespace)
+            .count()
+    }
+
     pub fn new(store: Arc<dyn Store>, invoker: Arc<Invoker>) -> Arc<Jobs> {
         Arc::new(Jobs {
             store,
