@@ -241,8 +241,12 @@ function toResponse(result) {
   return [JSON_200_HEAD, toJson(result === undefined ? null : result)];
 }
 
-function errorResponse(requestId, message) {
-  return [outputHead(500, { 'content-type': JSON_TYPE, [ERROR_HEADER]: '1' }), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
+// A 500 the shim answers; `failed` (the handler threw, or the call never
+// reached it) marks it for the gateway, which hides the message from
+// public callers.
+function errorResponse(requestId, message, failed = false) {
+  const headers = failed ? { 'content-type': JSON_TYPE, [ERROR_HEADER]: '1' } : { 'content-type': JSON_TYPE };
+  return [outputHead(500, headers), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
 }
 
 function isError(value) {
@@ -284,7 +288,7 @@ function replyError(id, err) {
   const requestId = inflight.get(id);
   if (!inflight.delete(id)) return;
   sendLog(id, STDERR, errorReport(err));
-  sendOutput(id, errorResponse(requestId, describeError(err)));
+  sendOutput(id, errorResponse(requestId, describeError(err), true));
 }
 
 function callHandler(id, event, context) {
@@ -316,7 +320,7 @@ function invoke(id, payload) {
     event = kind === 'http' ? parseHttpEvent(text) : header.event ?? null;
     context = makeContext(header, kind, text);
   } catch (err) {
-    sendOutput(id, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`));
+    sendOutput(id, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`, true));
     return;
   }
   inflight.set(id, requestId);

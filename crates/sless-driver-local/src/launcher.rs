@@ -117,16 +117,25 @@ impl Launcher {
             env: vec![],
             share_net: true,
         };
+        let started = std::time::Instant::now();
         let confinement = self
             .confiner
             .confine(uid, WARM_GROUP, scratch_of(&slot), WARM_LIMITS.tmp_bytes)
             .await?;
+        let confined = started.elapsed();
         let child = self
             .sandbox
             .command(&spec, &confinement, WARM_LIMITS)
             .spawn()
             .map_err(|e| format!("starting {program}: {e}"))?;
-        ShimProcess::start(child, slot, confinement, runtime.to_string()).await
+        let process = ShimProcess::start(child, slot, confinement, runtime.to_string()).await;
+        tracing::debug!(
+            %runtime,
+            confine_ms = confined.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "generic shim started"
+        );
+        process
     }
 
     /// A confinement for a sandbox that is not a shim (a build).

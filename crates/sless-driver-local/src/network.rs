@@ -160,27 +160,37 @@ impl Networks {
     async fn connect(&self, path: &Path) -> Result<u32, String> {
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         let pid_file = std::env::temp_dir().join(format!("{name}.pasta.pid"));
-        run(
-            Command::new("/usr/bin/pasta")
-                .args([
-                    "--quiet",
-                    "--runas",
-                    "0:0",
-                    "--config-net",
-                    "--no-map-gw",
-                    "--ipv4-only",
-                ])
-                .args(["-t", "none", "-u", "none", "-T", "none", "-U", "none"])
-                .arg("--dns-forward")
-                .arg(DNS_ADDRESS.to_string())
-                .arg("--pid")
-                .arg(&pid_file)
-                .arg("--netns")
-                .arg(path)
-                .env_clear(),
-            "connecting the network namespace (pasta)",
-        )
-        .await?;
+        // pasta's daemon keeps the standard streams it was given: give it
+        // none, or waiting for their end would wait for the daemon.
+        let status = Command::new("/usr/bin/pasta")
+            .args([
+                "--quiet",
+                "--runas",
+                "0:0",
+                "--config-net",
+                "--no-map-gw",
+                "--ipv4-only",
+            ])
+            .args(["-t", "none", "-u", "none", "-T", "none", "-U", "none"])
+            .arg("--dns-forward")
+            .arg(DNS_ADDRESS.to_string())
+            .arg("--pid")
+            .arg(&pid_file)
+            .arg("--netns")
+            .arg(path)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .status();
+        let status = tokio::time::timeout(std::time::Duration::from_secs(20), status)
+            .await
+            .map_err(|_| "connecting the network namespace (pasta): timed out".to_string())?
+            .map_err(|e| format!("connecting the network namespace (pasta): {e}"))?;
+        if !status.success() {
+            return Err(format!("connecting the network namespace (pasta) failed ({status})"));
+        }
         let pid = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|p| p.trim().parse::<u32>().ok())

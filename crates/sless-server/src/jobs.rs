@@ -31,13 +31,13 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// Runs under way here in a namespace.
-    pub fn running_in(&self, namespace: &str) -> usize {
-        self.running
-            .lock()
-            .unwrap()
+    /// Runs under way here in a namespace, but for those of job `except`
+    /// (a new run of it replaces them).
+    pub fn running_in(&self, namespace: &str, except: &str) -> usize {
+        let running = self.running.lock().unwrap();
+        running
             .keys()
-            .filter(|(ns, _)| ns == namespace)
+            .filter(|(ns, job)| ns == namespace && job != except)
             .count()
     }
 

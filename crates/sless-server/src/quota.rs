@@ -50,9 +50,10 @@ pub async fn check_function(state: &AppState, ns: &str, name: &str, spec: &Funct
     Ok(())
 }
 
-/// Refuses a new job run while the namespace has its quota running.
-pub fn check_job_run(state: &AppState, ns: &str) -> Result<()> {
-    let running = state.jobs.running_in(ns);
+/// Refuses a new run of job `job` while the namespace has its quota of
+/// other runs going.
+pub fn check_job_run(state: &AppState, ns: &str, job: &str) -> Result<()> {
+    let running = state.jobs.running_in(ns, job);
     let quota = state.config.ns_max_job_runs as usize;
     if running >= quota {
         return Err(Error::TooManyRequests {

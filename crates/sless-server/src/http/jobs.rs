@@ -58,7 +58,7 @@ pub async fn create(
     check_name("name", "job", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
     if spec.run_id > 0 {
-        crate::quota::check_job_run(&state, &ns)?;
+        crate::quota::check_job_run(&state, &ns, &name)?;
     }
     let status = JobStatus {
         phase: if spec.run_id == 0 {
@@ -119,7 +119,7 @@ pub async fn patch(
     merge_patch(&mut merged, Value::Object(body));
     let spec = checked_spec(&state, &ns, merged).await?;
     if spec.run_id > old.run_id {
-        crate::quota::check_job_run(&state, &ns)?;
+        crate::quota::check_job_run(&state, &ns, &name)?;
     }
     if spec.run_id < old.run_id {
         return Err(Error::invalid(
