@@ -218,7 +218,7 @@ fn remove_stale_slots(all_slots: &Path) {
             // Scratch tmpfs mounts of the dead server's instances first.
             for inner in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
                 if inner.file_name().to_string_lossy().ends_with(".tmp") {
-                    let _ = rustix::mount::unmount(&inner.path(), rustix::mount::UnmountFlags::DETACH);
+                    let _ = rustix::mount::unmount(inner.path(), rustix::mount::UnmountFlags::DETACH);
                 }
             }
             let _ = std::fs::remove_dir_all(entry.path());

@@ -291,7 +291,7 @@ fn remove_stale() {
             continue;
         };
         if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = rustix::mount::unmount(&entry.path(), rustix::mount::UnmountFlags::DETACH);
+            let _ = rustix::mount::unmount(entry.path(), rustix::mount::UnmountFlags::DETACH);
             let _ = std::fs::remove_file(entry.path());
         }
     }
