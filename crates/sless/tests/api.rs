@@ -27,4 +27,5 @@ mod api {
     mod starving;
     mod tenants;
     mod triggers;
+    mod versions;
 }
