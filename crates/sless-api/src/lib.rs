@@ -1,6 +1,7 @@
 //! Wire types of the sless REST API: what the server sends and accepts, shared
 //! by the server, the CLI and the Terraform provider. No I/O lives here.
 
+mod async_invocation;
 mod error;
 mod function;
 mod invocation;
@@ -10,6 +11,10 @@ mod stats;
 mod token;
 mod trigger;
 
+pub use async_invocation::{
+    AsyncAccepted, AsyncInvocation, AsyncInvocationPage, AsyncSettings, AsyncStatus, Destination, DestinationType,
+    DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT,
+};
 pub use error::ErrorBody;
 pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase, Rollout, Runtime};
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};

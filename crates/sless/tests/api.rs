@@ -4,6 +4,7 @@
 mod api {
     mod amqp;
     mod archive_rules;
+    mod asynchronous;
     mod auth;
     mod browser;
     mod cli;

@@ -176,6 +176,7 @@ fn states_decode_from_terraforms_msgpack_with_unknowns_and_nulls() {
         ("max_instances", Mp::Nil),
         ("replicas", Mp::Nil),
         ("build_timeout_sec", Mp::Nil),
+        ("async", Mp::Nil),
         ("filename", Mp::Str("hello.zip")),
         ("code_hash", Mp::Unknown),
         ("phase", Mp::Unknown),

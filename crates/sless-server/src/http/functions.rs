@@ -19,10 +19,26 @@ use crate::state::AppState;
 use crate::store::{Kind, Record};
 use sless_driver::FunctionKey;
 
-fn checked_spec(value: Value) -> Result<FunctionSpec> {
+fn checked_spec(state: &AppState, value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
     spec.check_field()
         .map_err(|(field, message)| Error::invalid(field, message))?;
+    // An amqp destination's broker must be one the operator allows.
+    let settings = spec.async_settings.iter();
+    for (field, destination) in settings.flat_map(|a| {
+        [
+            ("async.on_failure.broker_url", &a.on_failure),
+            ("async.on_success.broker_url", &a.on_success),
+        ]
+    }) {
+        if let Some(url) = destination.as_ref().and_then(|d| d.broker_url.as_deref()) {
+            state
+                .triggers
+                .brokers
+                .check(url)
+                .map_err(|e| Error::invalid(field, format!("{field}: {e}")))?;
+        }
+    }
     Ok(spec)
 }
 
@@ -52,7 +68,7 @@ pub async fn create(
     validate_name("namespace", &ns)?;
     let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
     check_name("name", "function", &name)?;
-    let spec = checked_spec(Value::Object(body))?;
+    let spec = checked_spec(&state, Value::Object(body))?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
         url: Some(format!("{}/fn/{ns}/{name}", state.config.external_url())),
@@ -110,7 +126,7 @@ pub async fn patch(
     }
     let old_runtime = record.spec.get("runtime").cloned();
     merge_patch(&mut record.spec, Value::Object(body));
-    let spec = checked_spec(record.spec.clone())?;
+    let spec = checked_spec(&state, record.spec.clone())?;
     if record.spec.get("runtime") != old_runtime.as_ref() {
         return Err(Error::invalid(
             "runtime",

@@ -42,6 +42,8 @@ pub struct FunctionState {
     pub max_instances: Value<i64>,
     pub replicas: Value<i64>,
     pub build_timeout_sec: Value<i64>,
+    #[serde(rename = "async")]
+    pub async_settings: Value<super::asynchronous::AsyncState>,
     pub filename: Value<String>,
     pub code_hash: Value<String>,
     pub phase: Value<String>,
@@ -98,6 +100,7 @@ pub fn fields() -> Vec<Field> {
         updates("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
         updates("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
         updates("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
+        updates("async", optional(super::asynchronous::attribute_type(), "Delivery of asynchronous calls (X-Sless-Invocation-Type: Event): retry_limit, max_event_age_sec, on_failure and on_success destinations.")),
         updates("filename", required(string(), "Path of the zip of the function's code.")),
         updates("code_hash", defaulted(string(), "sha256 of the zip: set it to filesha256(filename) so a new zip is uploaded and built in place. Default: the file's sha256 when it can be read while planning.")),
         reported("phase", string(), "Pending, Building, Ready or Failed."),
@@ -127,6 +130,9 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
         if let Some(n) = to_u32(diags, state.number(field), field) {
             spec.insert(field.to_string(), json!(n));
         }
+    }
+    if let Some(settings) = super::asynchronous::to_json(&state.async_settings) {
+        spec.insert("async".into(), settings);
     }
     Json::Object(spec)
 }
@@ -179,6 +185,7 @@ pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
         max_instances: number(spec.max_instances),
         replicas: spec.replicas.map(i64::from).into(),
         build_timeout_sec: number(spec.build_timeout_sec),
+        async_settings: super::asynchronous::from_api(&spec.async_settings),
         filename,
         code_hash: served_hash(function).into(),
         phase: Value::Value(phase_name(function.status.phase)),
