@@ -163,6 +163,12 @@ async fn accepted_then_delivered(backend: Backend) {
         body["error"].as_str().unwrap().contains("SLESS_ASYNC_MAX_EVENT_BYTES"),
         "{body}"
     );
+    let (status, _, body) = send_event(&server, "/fn/ns/echo@1", "{}").await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "events go to the latest version: {body}"
+    );
     let (status, _, body) = send_event(&server, "/fn/ns/missing", "{}").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     let response = server
