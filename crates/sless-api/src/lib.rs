@@ -17,7 +17,9 @@ pub use async_invocation::{
     DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT,
 };
 pub use error::ErrorBody;
-pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase, Rollout, Runtime};
+pub use function::{
+    Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime, SpecLimits,
+};
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};

@@ -21,7 +21,7 @@ use sless_driver::FunctionKey;
 
 fn checked_spec(state: &AppState, value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
-    spec.check_field()
+    spec.check_within(&state.config.spec_limits())
         .map_err(|(field, message)| Error::invalid(field, message))?;
     // An amqp destination's broker must be one the operator allows.
     let settings = spec.async_settings.iter();
@@ -69,6 +69,7 @@ pub async fn create(
     let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
     check_name("name", "function", &name)?;
     let spec = checked_spec(&state, Value::Object(body))?;
+    crate::quota::check_function(&state, &ns, &name, &spec, true).await?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
         url: Some(format!("{}/fn/{ns}/{name}", state.config.external_url())),
@@ -133,6 +134,7 @@ pub async fn patch(
             "runtime cannot be changed in place; delete and re-create the function",
         ));
     }
+    crate::quota::check_function(&state, &ns, &name, &spec, false).await?;
     record.spec = to_value(&spec)?;
     state
         .store
