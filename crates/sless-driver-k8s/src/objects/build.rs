@@ -15,7 +15,7 @@ use sless_api::Runtime;
 use sless_driver::FunctionKey;
 
 use super::meta::{function_labels, meta, version_labels, Owner};
-use super::pod::{empty_dir, env, mount, resources, restricted_container, restricted_pod, RUN_AS};
+use super::pod::{empty_dir, env, mount, resources, restricted_container, restricted_pod, CODE_DIR, RUN_AS};
 use crate::names;
 use crate::settings::{ImageBuild, KubeSettings};
 
@@ -93,10 +93,10 @@ pub struct ImageInput<'a> {
 }
 
 /// The Dockerfile of a function image: the runtime image with the
-/// artifact at /code, owned by the uid pods run as.
+/// artifact at [`CODE_DIR`], owned by the uid pods run as.
 pub fn dockerfile(settings: &KubeSettings, runtime: Runtime) -> String {
     format!(
-        "FROM {}\nCOPY --chown={RUN_AS}:{RUN_AS} code/ /code/\n",
+        "FROM {}\nCOPY --chown={RUN_AS}:{RUN_AS} code/ {CODE_DIR}/\n",
         settings.runtime_image(runtime)
     )
 }

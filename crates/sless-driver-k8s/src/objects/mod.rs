@@ -17,7 +17,7 @@ pub use meta::{function_labels, version_labels, Owner};
 pub use namespace::{anchor, copied_secret, function_namespace};
 pub use network::{network_policy, PRIVATE_RANGES, SERVER_LABEL};
 pub use pod::{
-    instance_pod, CodeSource, InstanceInput, PodMode, CODE_DIR, FRAME_PORT, OVERHEAD_MB, READY_PORT, RUN_AS,
+    instance_pod, CodeSource, InstanceInput, PodMode, CODE_DIR, CODE_MOUNT, FRAME_PORT, OVERHEAD_MB, READY_PORT, RUN_AS,
 };
 pub use run::{run_job, START_ALLOWANCE_SEC};
 pub use serving::{deployment, service};

@@ -23,8 +23,11 @@ pub const FRAME_PORT: u16 = 7070;
 pub const READY_PORT: u16 = 7071;
 /// The uid and gid pods run as (nobody in the runtime images).
 pub const RUN_AS: i64 = 65532;
-/// Where the artifact is unpacked in the pod.
-pub const CODE_DIR: &str = "/code";
+/// Where the artifact is unpacked in the pod: a directory the fetch makes
+/// on the `code` volume (mounted at [`CODE_MOUNT`]), or baked into the image.
+pub const CODE_DIR: &str = "/code/app";
+/// Where the `code` volume is mounted (artifact mode).
+pub const CODE_MOUNT: &str = "/code";
 /// Memory beyond `memory_mb` for the runtime and `sless instance` itself.
 pub const OVERHEAD_MB: u32 = 64;
 
@@ -55,6 +58,7 @@ pub enum PodMode {
 
 /// The pod spec of an instance.
 pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: PodMode) -> PodSpec {
+    let baked = matches!(input.code, CodeSource::Image(_));
     let (image, init_containers) = match input.code {
         CodeSource::Artifact { fingerprint, digest } => {
             let image = settings.runtime_image(input.spec.runtime);
@@ -76,7 +80,7 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
                 }]),
                 resources: Some(resources(256, 256)),
                 security_context: Some(restricted_container()),
-                volume_mounts: Some(vec![mount("code", CODE_DIR, false), mount("tmp", "/tmp", false)]),
+                volume_mounts: Some(vec![mount("code", CODE_MOUNT, false), mount("tmp", "/tmp", false)]),
                 ..Container::default()
             };
             (image, Some(vec![fetch]))
@@ -123,7 +127,11 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         }),
         resources: Some(resources(spec.memory_mb, spec.memory_mb + OVERHEAD_MB)),
         security_context: Some(restricted_container()),
-        volume_mounts: Some(vec![mount("code", CODE_DIR, true), mount("tmp", "/tmp", false)]),
+        volume_mounts: Some(if baked {
+            vec![mount("tmp", "/tmp", false)]
+        } else {
+            vec![mount("code", CODE_MOUNT, true), mount("tmp", "/tmp", false)]
+        }),
         ..Container::default()
     };
     PodSpec {
@@ -134,7 +142,11 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         restart_policy: Some(if mode == PodMode::Once { "Never" } else { "Always" }.into()),
         init_containers,
         containers: vec![instance],
-        volumes: Some(vec![empty_dir("code", None), empty_dir("tmp", Some(512))]),
+        volumes: Some(if baked {
+            vec![empty_dir("tmp", Some(512))]
+        } else {
+            vec![empty_dir("code", None), empty_dir("tmp", Some(512))]
+        }),
         ..PodSpec::default()
     }
 }
