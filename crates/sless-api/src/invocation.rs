@@ -18,6 +18,9 @@ pub struct InvocationRecord {
     pub namespace: String,
     pub function: String,
     pub version: u64,
+    /// The alias the call was addressed to (`/fn/{ns}/{name}@{alias}`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
     /// `http`, `cron`, `amqp` or `job`.
     pub trigger: String,
     pub request_id: String,

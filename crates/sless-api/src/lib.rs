@@ -9,6 +9,7 @@ mod names;
 mod stats;
 mod token;
 mod trigger;
+mod version;
 
 pub use error::ErrorBody;
 pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase, Rollout, Runtime};
@@ -18,6 +19,7 @@ pub use names::{validate_name, NameError};
 pub use stats::{FunctionStats, StatsPoint};
 pub use token::{Token, TokenCreate, TokenCreated, WhoAmI};
 pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};
+pub use version::{validate_alias_name, Alias, AliasSpec, FunctionVersion};
 
 /// A list response: `{"items": [...]}`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]

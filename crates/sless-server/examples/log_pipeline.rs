@@ -55,6 +55,7 @@ async fn main() -> anyhow::Result<()> {
         id: (sless_server::store::now().timestamp_micros() as u64, i as u32),
         started_at: sless_server::store::now(),
         version: 1,
+        alias: None,
         kind: TriggerKind::Http,
         status: 200,
         duration_ms: 1.25,

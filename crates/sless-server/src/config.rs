@@ -199,6 +199,11 @@ pub struct Config {
     #[arg(long, env = "SLESS_INVOCATION_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub invocation_max_bytes: i64,
 
+    /// Versions of a function whose artifacts and archives are kept (the
+    /// newest ones; versions an alias points at are kept besides).
+    #[arg(long, env = "SLESS_KEEP_VERSIONS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub keep_versions: u32,
+
     /// How often (milliseconds) the scheduler looks for due cron ticks.
     #[arg(long, env = "SLESS_CRON_TICK_MS", default_value_t = 500)]
     pub cron_tick_ms: u64,

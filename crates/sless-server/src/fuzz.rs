@@ -251,6 +251,7 @@ mod targets {
                     id: (u.arbitrary::<u32>().unwrap_or(0) as u64, i),
                     started_at: chrono::DateTime::from_timestamp_micros(1_800_000_000_000_000).unwrap(),
                     version: u.arbitrary().unwrap_or(0),
+                    alias: None,
                     kind: sless_driver::TriggerKind::Http,
                     status: u.int_in_range(200..=599).unwrap_or(200),
                     duration_ms: 1.5,

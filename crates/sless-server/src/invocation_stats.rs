@@ -146,6 +146,7 @@ mod tests {
     #[test]
     fn errors_are_failed_calls() {
         let record = |status: &str| InvocationRecord {
+            alias: None,
             id: "1".into(),
             namespace: "ns".into(),
             function: "f".into(),

@@ -10,12 +10,15 @@ use sless_api::LogLine;
 use crate::invocations::InvocationLog;
 use crate::metrics::Metrics;
 use crate::record::{record_id, status_label, Queued, Text};
-use crate::routes::Routes;
+use crate::routes::{Routes, Selector};
+use crate::versions::Versions;
 use sless_driver::{Driver, FunctionKey, Invocation, InvocationResult, InvokeError, RunId, VersionRef};
 
 pub struct Invoker {
     pub driver: Arc<dyn Driver>,
     pub routes: Arc<Routes>,
+    /// Versions besides `$latest`, deployed here when first called.
+    pub versions: Arc<Versions>,
     pub log: Arc<InvocationLog>,
     pub metrics: Arc<Metrics>,
 }
@@ -30,14 +33,26 @@ pub enum Run<'a> {
 }
 
 impl Invoker {
-    /// Runs one invocation and records it.
+    /// Runs one invocation of `$latest` and records it.
     pub async fn invoke(
         &self,
         key: &FunctionKey,
         invocation: Invocation,
         run: Run<'_>,
     ) -> Result<InvocationResult, InvokeError> {
-        self.run(key, invocation, run).await.0
+        self.run(key, &Selector::Latest, invocation, run).await.0
+    }
+
+    /// Runs one invocation of the version `selector` names (a number, an
+    /// alias, `$latest`) and records it.
+    pub async fn invoke_at(
+        &self,
+        key: &FunctionKey,
+        selector: &Selector,
+        invocation: Invocation,
+        run: Run<'_>,
+    ) -> Result<InvocationResult, InvokeError> {
+        self.run(key, selector, invocation, run).await.0
     }
 
     /// Like `invoke`, also returning the id of the record written (none when nothing ran).
@@ -47,7 +62,7 @@ impl Invoker {
         invocation: Invocation,
         run: Run<'_>,
     ) -> (Result<InvocationResult, InvokeError>, Option<String>) {
-        let (result, id) = self.run(key, invocation, run).await;
+        let (result, id) = self.run(key, &Selector::Latest, invocation, run).await;
         (result, id.map(record_id))
     }
 
@@ -56,6 +71,7 @@ impl Invoker {
     async fn run(
         &self,
         key: &FunctionKey,
+        selector: &Selector,
         invocation: Invocation,
         run: Run<'_>,
     ) -> (Result<InvocationResult, InvokeError>, Option<(u64, u32)>) {
@@ -65,7 +81,7 @@ impl Invoker {
             invocation.body.len() as u64 + invocation.event.as_ref().map_or(0, |e| e.to_string().len() as u64);
         let started_at = crate::store::now();
         let clock = Instant::now();
-        let result = self.call(key, invocation, run).await.map(checked_status);
+        let result = self.call(key, selector, invocation, run).await.map(checked_status);
         let duration = clock.elapsed();
         let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
             Ok(r) => (
@@ -119,6 +135,8 @@ impl Invoker {
             duration,
             cold,
         );
+        self.metrics
+            .version_call(&key.namespace, &key.name, version, selector.alias().unwrap_or(""));
         let record = Queued {
             namespace: Text::new(&key.namespace),
             function: Text::new(&key.name),
@@ -126,6 +144,7 @@ impl Invoker {
             id: (started_at.timestamp_micros() as u64, rand::random::<u32>()),
             started_at,
             version,
+            alias: selector.alias().map(Into::into),
             kind,
             status,
             // Whole microseconds: as precise as a call's timing is, and fewer digits to store.
@@ -146,28 +165,43 @@ impl Invoker {
 impl Invoker {
     /// Resolves the version and has the driver run the call. A version
     /// retired between resolving and calling (`$latest` moved on) is
-    /// resolved again; [`InvokeError::NotDeployed`] with version 0 means
-    /// the function has no ready version here.
+    /// resolved again; a version called by number or alias that does not
+    /// run here yet is deployed first. [`InvokeError::NotDeployed`] with
+    /// version 0 means there is nothing to call (no ready version here, no
+    /// such alias); with a number, no such version is kept.
     async fn call(
         &self,
         key: &FunctionKey,
+        selector: &Selector,
         invocation: Invocation,
         run: Run<'_>,
     ) -> Result<InvocationResult, InvokeError> {
-        // Bounded: each retry follows a move of `$latest`.
+        // Bounded: each retry follows a move of `$latest` or a deploy.
         for _ in 0..3 {
             let target = self
                 .routes
-                .latest(key)
+                .resolve(key, selector)
                 .unwrap_or_else(|| VersionRef::new(key.clone(), 0));
             if target.version == 0 {
                 return Err(InvokeError::NotDeployed(target));
+            }
+            let addressed = *selector != Selector::Latest;
+            if addressed {
+                self.versions.used(&target);
             }
             let result = match run {
                 Run::Serving => self.driver.invoke(&target, &invocation).await,
                 Run::Dedicated(id) => self.driver.run_once(&target, id, &invocation).await,
             };
             match result {
+                Err(InvokeError::NotDeployed(_)) if addressed => match self.versions.ensure(&target).await {
+                    Ok(true) => continue,
+                    Ok(false) => return Err(InvokeError::NotDeployed(target)),
+                    Err(e) => {
+                        tracing::warn!(version = %target, error = %e, "deploying a version for a call failed");
+                        return Err(InvokeError::NotDeployed(target));
+                    }
+                },
                 Err(InvokeError::NotDeployed(_)) if self.routes.latest(key).as_ref() != Some(&target) => continue,
                 other => return other,
             }

@@ -24,6 +24,7 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod triggers;
+pub mod versions;
 
 pub use config::Config;
 pub use error::{Error, Result};

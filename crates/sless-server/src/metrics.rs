@@ -26,6 +26,8 @@ struct FunctionSeries {
     calls: Vec<(String, String, u64)>,
     durations: Histogram,
     cold_starts: u64,
+    /// Calls by (version, alias or ""): the versions kept and the aliases.
+    versions: Vec<(u64, String, u64)>,
 }
 
 /// The server's own metrics.
@@ -78,6 +80,19 @@ impl Metrics {
         }
     }
 
+    /// Counts one call by the version that ran it and the alias it was
+    /// addressed to (empty: none).
+    pub fn version_call(&self, namespace: &str, function: &str, version: u64, alias: &str) {
+        let mut functions = self.functions.lock().unwrap();
+        let Some(series) = functions.get_mut(namespace).and_then(|fs| fs.get_mut(function)) else {
+            return; // counted by `invocation` first
+        };
+        match series.versions.iter_mut().find(|(v, a, _)| *v == version && a == alias) {
+            Some((_, _, n)) => *n += 1,
+            None => series.versions.push((version, alias.to_string(), 1)),
+        }
+    }
+
     /// Drops a deleted function's series.
     pub fn forget(&self, namespace: &str, function: &str) {
         let mut functions = self.functions.lock().unwrap();
@@ -106,6 +121,18 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "sless_invocations_total{{namespace=\"{ns}\",function=\"{f}\",trigger=\"{trigger}\",status=\"{status}\"}} {n}"
+                );
+            }
+        }
+        out.push_str("# HELP sless_version_invocations_total Handler calls by function, version and alias.\n");
+        out.push_str("# TYPE sless_version_invocations_total counter\n");
+        for (ns, f, series) in all() {
+            let mut versions: Vec<_> = series.versions.iter().collect();
+            versions.sort();
+            for (version, alias, n) in versions {
+                let _ = writeln!(
+                    out,
+                    "sless_version_invocations_total{{namespace=\"{ns}\",function=\"{f}\",version=\"{version}\",alias=\"{alias}\"}} {n}"
                 );
             }
         }

@@ -24,6 +24,8 @@ pub struct Queued {
     pub id: (u64, u32),
     pub started_at: DateTime<Utc>,
     pub version: u64,
+    /// The alias the call was addressed to; rare, so on the heap.
+    pub alias: Option<Box<str>>,
     pub kind: TriggerKind,
     /// The HTTP status the call answered with.
     pub status: u16,
@@ -59,6 +61,7 @@ impl Queued {
             namespace: self.namespace.as_str().to_string(),
             function: self.function.as_str().to_string(),
             version: self.version,
+            alias: self.alias.as_deref().map(str::to_string),
             trigger: self.kind.as_str().to_string(),
             request_id: self.request_id.as_str().to_string(),
             started_at: self.started_at,
@@ -168,6 +171,7 @@ mod tests {
             id: (0x0123_4567_89ab_cdef, random),
             started_at: crate::store::now(),
             version: 3,
+            alias: None,
             kind: TriggerKind::Amqp,
             status,
             duration_ms: 1.5,

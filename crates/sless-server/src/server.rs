@@ -77,9 +77,18 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         },
     );
     let routes = Arc::new(crate::routes::Routes::default());
+    let versions = crate::versions::Versions::new(
+        store.clone(),
+        blobs.clone(),
+        driver.clone(),
+        routes.clone(),
+        config.keep_versions as usize,
+    );
+    versions.start_sweeping();
     let invoker = Arc::new(crate::invoker::Invoker {
         driver: driver.clone(),
         routes: routes.clone(),
+        versions: versions.clone(),
         log,
         metrics: metrics.clone(),
     });
@@ -87,7 +96,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store.clone(),
         blobs.clone(),
         driver.clone(),
-        routes.clone(),
+        versions.clone(),
         metrics.clone(),
         crate::deploy::UploadChecks {
             archive_rules,
@@ -124,6 +133,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         invoker,
         metrics,
         deployer,
+        routes,
+        versions,
         triggers: triggers.clone(),
         jobs,
         cluster: cluster.clone(),

@@ -20,6 +20,10 @@ pub struct AppState {
     pub invoker: Arc<crate::invoker::Invoker>,
     pub metrics: Arc<crate::metrics::Metrics>,
     pub deployer: Arc<Deployer>,
+    /// Where `$latest` and the aliases send calls.
+    pub routes: Arc<crate::routes::Routes>,
+    /// Versions besides `$latest` on this replica.
+    pub versions: Arc<crate::versions::Versions>,
     pub triggers: Arc<crate::triggers::Triggers>,
     pub jobs: Arc<crate::jobs::Jobs>,
     /// This replica among the others: leadership, the `/fn` fence.

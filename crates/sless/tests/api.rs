@@ -28,4 +28,5 @@ mod api {
     mod starving;
     mod tenants;
     mod triggers;
+    mod versions;
 }

@@ -123,6 +123,21 @@ pub fn parse_import_id(
     Ok((namespace, name))
 }
 
+/// Splits the import ID of an object that lives under a parent:
+/// `namespace/parent/name`, or `parent/name` in `default_namespace`.
+pub fn parse_child_import_id(
+    parent: &'static str,
+    what: &'static str,
+    id: &str,
+    default_namespace: &Value<String>,
+) -> Result<(String, Option<String>, String), String> {
+    let usage = format!("expected namespace/{parent}/{what} (or {parent}/{what}, in the provider's namespace)");
+    let (rest, name) = id.rsplit_once('/').ok_or_else(|| usage.clone())?;
+    let (namespace, parent_name) = parse_import_id(parent, rest, default_namespace).map_err(|_| usage.clone())?;
+    sless_api::validate_name(what, name).map_err(|e| format!("{e}; {usage}"))?;
+    Ok((namespace, Some(parent_name), name.to_string()))
+}
+
 /// Checks a name attribute is a DNS label, with the error on the attribute.
 pub fn check_name(diags: &mut Diagnostics, what: &'static str, value: &Value<String>, attribute: &'static str) {
     if let Some(name) = value.as_ref_option() {
@@ -186,6 +201,20 @@ mod tests {
             .contains("namespace/name"));
         assert!(parse_import_id("function", "Hello", &default).is_err());
         assert!(parse_import_id("function", "hello", &Value::Unknown).is_err());
+        assert_eq!(
+            parse_child_import_id("function", "alias", "team-a/hello/live", &default),
+            Ok(("team-a".into(), Some("hello".into()), "live".into()))
+        );
+        assert_eq!(
+            parse_child_import_id("function", "alias", "hello/live", &default),
+            Ok(("default".into(), Some("hello".into()), "live".into()))
+        );
+        for bad in ["live", "a/b/c/d", "hello/Live", "/live"] {
+            assert!(
+                parse_child_import_id("function", "alias", bad, &default).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The sless Terraform provider: `sless_function`, `sless_trigger` and
-//! `sless_job` resources over the REST API, served with Terraform's plugin
+//! The sless Terraform provider: `sless_function`, `sless_trigger`,
+//! `sless_job` and `sless_alias` resources over the REST API, served with Terraform's plugin
 //! protocol v6 by the `tf-provider` framework.
 //!
 //! What the resources share is written once in `resource` (the Terraform
@@ -9,6 +9,7 @@
 //! change plans without a server), and its REST calls through
 //! `sless-client`. `resource`'s module doc says how to add one.
 
+mod alias;
 mod code;
 mod connection;
 mod convert;
@@ -22,8 +23,8 @@ mod trigger;
 
 pub use provider::SlessProvider;
 
-/// The provider's type name: resources are `sless_function`, `sless_trigger`
-/// and `sless_job`.
+/// The provider's type name: resources are `sless_function`, `sless_trigger`,
+/// `sless_job` and `sless_alias`.
 pub const PROVIDER_NAME: &str = "sless";
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ fn every_attribute_says_whether_a_change_replaces_or_updates_in_place() {
     check_table::<FunctionResource>();
     check_table::<TriggerResource>();
     check_table::<JobResource>();
+    check_table::<crate::alias::AliasResource>();
     let replacing = |fields: Vec<fields::Field>| {
         fields
             .into_iter()
@@ -112,7 +113,7 @@ fn every_attribute_says_whether_a_change_replaces_or_updates_in_place() {
 }
 
 #[test]
-fn the_provider_schema_hides_the_token_and_serves_three_resources() {
+fn the_provider_schema_hides_the_token_and_serves_its_resources() {
     let provider = SlessProvider::default();
     let mut diags = Diagnostics::default();
     let schema = provider.schema(&mut diags).unwrap();
@@ -123,7 +124,7 @@ fn the_provider_schema_hides_the_token_and_serves_three_resources() {
     assert!(schema.block.attributes["token"].sensitive);
     let resources = provider.get_resources(&mut diags).unwrap();
     let names: BTreeSet<_> = resources.keys().cloned().collect();
-    assert_eq!(names, ["function", "job", "trigger"].map(String::from).into());
+    assert_eq!(names, ["alias", "function", "job", "trigger"].map(String::from).into());
 }
 
 /// A minimal msgpack writer for the values cty sends.

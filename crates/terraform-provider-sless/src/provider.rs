@@ -11,6 +11,7 @@ use tf_provider::schema::{AttributeType, Schema};
 use tf_provider::value::Value;
 use tf_provider::{Diagnostics, DynamicResource, Provider};
 
+use crate::alias::AliasResource;
 use crate::connection::{Connection, Shared};
 use crate::diagnostics::error;
 use crate::function::FunctionResource;
@@ -157,13 +158,14 @@ impl Provider for SlessProvider {
 
     fn get_resources(&self, _diags: &mut Diagnostics) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
         let shared = &self.shared;
-        let resources: [(&str, Box<dyn DynamicResource>); 3] = [
+        let resources: [(&str, Box<dyn DynamicResource>); 4] = [
             (
                 "function",
                 Box::new(Managed::new(FunctionResource::default(), shared.clone())),
             ),
             ("trigger", Box::new(Managed::new(TriggerResource, shared.clone()))),
             ("job", Box::new(Managed::new(JobResource, shared.clone()))),
+            ("alias", Box::new(Managed::new(AliasResource, shared.clone()))),
         ];
         Some(resources.into_iter().map(|(name, r)| (name.to_string(), r)).collect())
     }

@@ -190,6 +190,11 @@ impl Reconciler {
                     return false;
                 }
             };
+        // Aliases moved through another replica route here from now on.
+        if let Err(e) = self.parts.deployer.versions().route_aliases().await {
+            tracing::warn!(error = %e, "reading the aliases failed");
+            return false;
+        }
         if self.cluster.shared() {
             self.converge_functions(&functions).await;
         }

@@ -96,6 +96,7 @@ impl Deployer {
                 continue;
             };
             let Some(target) = Target::of(&status) else { continue };
+            self.record_served_version(&key, &status, &record.spec).await;
             if !self
                 .driver
                 .has_artifact(&target.artifact)
@@ -126,6 +127,28 @@ impl Deployer {
             self.cluster.deployed(&key, version, record.spec, failed).await;
         }
         Ok(())
+    }
+
+    /// Records the serving version of a function built before versions
+    /// were recorded (an older server's); one recorded already stays.
+    async fn record_served_version(&self, key: &FunctionKey, status: &FunctionStatus, spec: &Value) {
+        let (Some(artifact), Some(built_hash), true) = (&status.artifact, &status.built_hash, status.version > 0)
+        else {
+            return;
+        };
+        let record = crate::store::VersionRecord {
+            namespace: key.namespace.clone(),
+            function: key.name.clone(),
+            version: status.version,
+            code_hash: built_hash.clone(),
+            artifact: artifact.clone(),
+            artifact_digest: status.artifact_digest.clone(),
+            spec: spec.clone(),
+            built_at: status.last_built_at.unwrap_or_else(crate::store::now),
+        };
+        if let Err(e) = self.store.put_version(&record).await {
+            tracing::warn!(function = %key, error = %e, "recording the serving version failed");
+        }
     }
 
     /// On becoming leader: rebuild what was built with other runtime shims

@@ -31,7 +31,8 @@ use crate::blobs;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::routes::Routes;
-use crate::store::{Kind, Store};
+use crate::store::{Kind, Store, VersionRecord};
+use crate::versions::Versions;
 
 /// Builds at once at most.
 const CONCURRENT_BUILDS: usize = 2;
@@ -45,6 +46,7 @@ pub struct Deployer {
     blobs: Arc<dyn ObjectStore>,
     driver: Arc<dyn Driver>,
     routes: Arc<Routes>,
+    versions: Arc<Versions>,
     metrics: Arc<crate::metrics::Metrics>,
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
@@ -68,7 +70,7 @@ impl Deployer {
         store: Arc<dyn Store>,
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
-        routes: Arc<Routes>,
+        versions: Arc<Versions>,
         metrics: Arc<crate::metrics::Metrics>,
         checks: UploadChecks,
         cluster: Arc<Cluster>,
@@ -77,7 +79,8 @@ impl Deployer {
             store,
             blobs,
             driver,
-            routes,
+            routes: versions.routes().clone(),
+            versions,
             metrics,
             archive_rules: checks.archive_rules,
             code_check: checks.code_check,
@@ -86,6 +89,11 @@ impl Deployer {
             cluster,
             building: Default::default(),
         })
+    }
+
+    /// The versions besides `$latest` on this replica.
+    pub fn versions(&self) -> &Arc<Versions> {
+        &self.versions
     }
 
     async fn load(&self, key: &FunctionKey) -> Result<Option<(FunctionSpec, FunctionStatus)>> {
@@ -235,7 +243,7 @@ impl Deployer {
         }
         self.promote(key, version).await;
         let spec_value = serde_json::to_value(&spec).map_err(Error::internal)?;
-        self.cluster.deployed(key, version, spec_value, false).await;
+        self.cluster.deployed(key, version, spec_value.clone(), false).await;
         let rollout = sless_api::Rollout {
             version,
             artifact: built.artifact.to_string(),
@@ -259,6 +267,20 @@ impl Deployer {
             return Ok(()); // promoted meanwhile (a leader that took over)
         }
         promote_status(&mut status, &rollout);
+        // The version is recorded before it is Ready: from then on it can
+        // be called by number and named by aliases.
+        self.store
+            .put_version(&VersionRecord {
+                namespace: key.namespace.clone(),
+                function: key.name.clone(),
+                version,
+                code_hash: code_hash.to_string(),
+                artifact: rollout.artifact.clone(),
+                artifact_digest: rollout.artifact_digest.clone(),
+                spec: spec_value,
+                built_at: status.last_built_at.unwrap_or_else(crate::store::now),
+            })
+            .await?;
         let superseded = status.code_hash.as_deref() != Some(code_hash);
         if !superseded {
             status.phase = Phase::Ready;
@@ -270,16 +292,16 @@ impl Deployer {
         }
         tracing::info!(function = %key, version, ms = started.elapsed().as_millis() as u64, "build succeeded");
         self.metrics.builds_succeeded.fetch_add(1, Relaxed);
-        self.save(key, &status).await
+        self.save(key, &status).await?;
+        self.versions.prune(key, version, status.code_hash.as_deref()).await
     }
 
-    /// Makes a deployed version `$latest`, then retires the one before.
+    /// Makes a deployed version `$latest`, then retires the one before
+    /// (unless an alias still points at it).
     async fn promote(&self, key: &FunctionKey, version: u64) {
         let before = self.routes.set_latest(key, version);
         if let Some(old) = before.filter(|old| *old != version) {
-            if let Err(e) = self.driver.retire(&VersionRef::new(key.clone(), old)).await {
-                tracing::warn!(function = %key, version = old, error = %e, "retiring the version before failed");
-            }
+            self.versions.demoted(VersionRef::new(key.clone(), old)).await;
         }
     }
 
@@ -318,6 +340,10 @@ impl Deployer {
             })
             .await;
         if deployed.is_ok() {
+            // The newest version runs with the function's spec; its record follows.
+            self.store
+                .set_version_spec(&key.namespace, &key.name, status.version, &spec_value)
+                .await?;
             self.cluster.deployed(key, status.version, spec_value, false).await;
         }
         let settled = status.code_hash == status.built_hash;
@@ -344,6 +370,7 @@ impl Deployer {
     /// Stops everything of a deleted function in the driver.
     pub async fn remove(&self, key: &FunctionKey) {
         self.routes.forget(key);
+        self.versions.forget(key);
         if let Err(e) = self.driver.remove(key).await {
             tracing::warn!(function = %key, error = %e, "stopping a deleted function's instances failed");
         }

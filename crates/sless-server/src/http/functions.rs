@@ -203,6 +203,7 @@ pub async fn delete(
     if !state.store.delete(Kind::Function, &ns, &name).await? {
         return Err(not_found(Kind::Function, &ns, &name));
     }
+    state.store.forget_versions(&ns, &name).await?;
     let key = FunctionKey::new(&ns, &name);
     state.deployer.remove(&key).await;
     // What every replica served of it means nothing for a function of the

@@ -20,6 +20,7 @@ use sless_api::{validate_name, FunctionStatus, Phase};
 use tower::Service;
 
 use crate::error::Error;
+use crate::routes::Selector;
 use crate::state::AppState;
 use crate::store::Kind;
 use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
@@ -63,10 +64,13 @@ impl Service<Request> for App {
     }
 }
 
-/// The function a `/fn/{ns}/{name}[/{rest}]` path names, percent-decoded.
+/// The function a `/fn/{ns}/{name}[@{version|alias}][/{rest}]` path
+/// names, percent-decoded.
 struct Target {
     namespace: String,
     name: String,
+    /// What follows an `@` in the name, as written (None: the plain URL).
+    selector: Option<String>,
     /// The handler's `path`: `/{rest}`, `/` for a trailing slash, else empty.
     path: String,
 }
@@ -85,9 +89,15 @@ impl Target {
             return None;
         }
         let decode = |s: &str| percent_decode_str(s).decode_utf8().map(|s| s.into_owned());
+        let name = decode(name).unwrap_or_default();
+        let (name, selector) = match name.split_once('@') {
+            Some((name, selector)) => (name.to_string(), Some(selector.to_string())),
+            None => (name, None),
+        };
         Some(Target {
             namespace: decode(namespace).unwrap_or_default(),
-            name: decode(name).unwrap_or_default(),
+            name,
+            selector,
             path: match rest {
                 None => String::new(),
                 Some(rest) => format!("/{}", decode(rest).unwrap_or_else(|_| rest.to_string())),
@@ -98,7 +108,9 @@ impl Target {
 
 /// Invoke a function. Public: no token needed. Any method, with or without
 /// a path after the function name (`/fn/{ns}/{name}/{rest}`); that path,
-/// the query, headers and body reach the handler.
+/// the query, headers and body reach the handler. The plain name calls the
+/// newest ready build (`$latest`); `{name}@{version}` calls a version by
+/// number and `{name}@{alias}` the version(s) an alias points at.
 #[utoipa::path(post, path = "/fn/{ns}/{name}", tag = "gateway",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     responses((status = 200, description = "The handler's answer"), (status = 404, body = sless_api::ErrorBody),
@@ -122,11 +134,24 @@ async fn serve(
     body: Body,
     request_id: &str,
 ) -> Result<Response, Error> {
-    let Target { namespace, name, path } = target;
+    let Target {
+        namespace,
+        name,
+        selector,
+        path,
+    } = target;
     let key = FunctionKey::new(namespace, name);
     if validate_name("namespace", &key.namespace).is_err() || validate_name("function", &key.name).is_err() {
         return Err(not_found(&key));
     }
+    let selector = match selector.as_deref() {
+        None => Selector::Latest,
+        Some(text) => Selector::parse(text).ok_or_else(|| {
+            Error::NotFound(format!(
+                "function {key} has no version or alias {text:?}: after '@' comes a version number or an alias name"
+            ))
+        })?,
+    };
     if state.cluster.fenced() {
         // Lost touch with the store: a newer version may be Ready elsewhere.
         return Err(Error::Unavailable {
@@ -163,7 +188,7 @@ async fn serve(
     };
     match state
         .invoker
-        .invoke(&key, invocation, crate::invoker::Run::Serving)
+        .invoke_at(&key, &selector, invocation, crate::invoker::Run::Serving)
         .await
     {
         Ok(result) => {
@@ -187,7 +212,10 @@ async fn serve(
             }
             Ok(response)
         }
-        Err(InvokeError::NotDeployed(_)) => not_ready(state, &key).await,
+        Err(InvokeError::NotDeployed(_)) => match selector {
+            Selector::Latest => not_ready(state, &key).await,
+            selector => not_addressable(state, &key, &selector).await,
+        },
         Err(e @ InvokeError::Disabled(_)) => Err(Error::Unavailable {
             message: e.to_string(),
             retry_after: None,
@@ -280,6 +308,52 @@ async fn not_ready(state: &AppState, key: &FunctionKey) -> Result<Response, Erro
         ),
     };
     Err(Error::Unavailable { message, retry_after })
+}
+
+/// Why a version called by number or alias gives no answer: the function,
+/// the version or the alias does not exist (404), or it cannot be started
+/// here now (503).
+async fn not_addressable(state: &AppState, key: &FunctionKey, selector: &Selector) -> Result<Response, Error> {
+    if state
+        .store
+        .get(Kind::Function, &key.namespace, &key.name)
+        .await?
+        .is_none()
+    {
+        return Err(not_found(key));
+    }
+    let missing = match selector {
+        Selector::Version(version) => state
+            .store
+            .version(&key.namespace, &key.name, *version)
+            .await?
+            .is_none()
+            .then(|| {
+                format!(
+                    "function {key} has no version {version} (or it is no longer kept): see `sless versions {}`",
+                    key.name
+                )
+            }),
+        Selector::Alias(alias) => state
+            .store
+            .alias(&key.namespace, &key.name, alias)
+            .await?
+            .is_none()
+            .then(|| {
+                format!(
+                    "function {key} has no alias {alias:?}: see `sless alias ls {}`",
+                    key.name
+                )
+            }),
+        Selector::Latest => None,
+    };
+    match missing {
+        Some(message) => Err(Error::NotFound(message)),
+        None => Err(Error::Unavailable {
+            message: format!("function {key}: the version called is not serving here yet; retry shortly"),
+            retry_after: Some(2),
+        }),
+    }
 }
 
 fn not_found(key: &FunctionKey) -> Error {

@@ -17,6 +17,7 @@ mod stats;
 mod system;
 mod tokens;
 mod triggers;
+mod versions;
 mod whoami;
 
 use std::sync::Arc;
@@ -78,6 +79,25 @@ fn router(state: Arc<AppState>) -> Router {
         )
         .route("/v1/namespaces/{ns}/functions/{name}/logs", get(invocations::logs))
         .route("/v1/namespaces/{ns}/functions/{name}/stats", get(stats::stats))
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/versions",
+            get(versions::list_versions),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/versions/{version}",
+            get(versions::get_version),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/aliases",
+            get(versions::list_aliases),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/aliases/{alias}",
+            get(versions::get_alias)
+                .put(versions::put_alias)
+                .patch(versions::patch_alias)
+                .delete(versions::delete_alias),
+        )
         .route(
             "/v1/namespaces/{ns}/functions/{name}/code",
             put(functions::upload_code).layer(upload_limit),

@@ -38,6 +38,13 @@ use super::{functions, system, tokens};
         super::invocations::logs,
         super::stats::stats,
         super::whoami::whoami,
+        super::versions::list_versions,
+        super::versions::get_version,
+        super::versions::list_aliases,
+        super::versions::get_alias,
+        super::versions::put_alias,
+        super::versions::patch_alias,
+        super::versions::delete_alias,
         super::gateway::invoke,
     ),
     components(schemas(
@@ -68,6 +75,9 @@ use super::{functions, system, tokens};
         sless_api::FunctionStats,
         sless_api::StatsPoint,
         sless_api::WhoAmI,
+        sless_api::FunctionVersion,
+        sless_api::Alias,
+        sless_api::AliasSpec,
     )),
     modifiers(&BearerAuth, &GatewayPaths),
 )]

@@ -1,7 +1,8 @@
 //! What the served OpenAPI document says beyond the handlers' annotations,
 //! applied to the generated document once, in one place, so that a client
 //! generator or a validator (schemathesis runs in CI) can rely on it:
-//! - path parameters `ns` and `name` are DNS labels (pattern and length);
+//! - path parameters `ns` and `name` are DNS labels (pattern and length),
+//!   `alias` one that starts with a letter, `version` a number from 1;
 //! - every `/v1` operation documents 400, 401, 403 (namespaced) and 404, and
 //!   those with a body 413, all as `ErrorBody`;
 //! - the create bodies are one object (the spec's properties and `name`)
@@ -15,6 +16,10 @@ use serde_json::{json, Map, Value};
 
 /// The DNS label rule of `sless_api::validate_name`.
 pub const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
+
+/// The alias name rule of `sless_api::validate_alias_name`: a DNS label
+/// that starts with a letter.
+pub const ALIAS_LABEL: &str = "^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 
 /// The OpenAPI document as served.
 pub fn document() -> Value {
@@ -47,6 +52,14 @@ fn apply(doc: &mut Value) {
                     Some("ns" | "name") if parameter["in"] == "path" => {
                         parameter["schema"] =
                             json!({"type": "string", "pattern": DNS_LABEL, "minLength": 1, "maxLength": 63});
+                    }
+                    // Alias names start with a letter (`sless_api::validate_alias_name`).
+                    Some("alias") if parameter["in"] == "path" => {
+                        parameter["schema"] =
+                            json!({"type": "string", "pattern": ALIAS_LABEL, "minLength": 1, "maxLength": 63});
+                    }
+                    Some("version") if parameter["in"] == "path" => {
+                        parameter["schema"] = json!({"type": "integer", "minimum": 1, "maximum": u64::MAX});
                     }
                     // The paging and log options are query parameters, all optional.
                     Some(query @ ("limit" | "before" | "follow" | "tail")) => {

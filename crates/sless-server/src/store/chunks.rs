@@ -23,7 +23,8 @@ use crate::record::{status_label, Queued};
 
 /// A record as a chunk stores it: id, version, trigger, request id, start
 /// (microseconds since the epoch), duration in ms, status, error, bytes in,
-/// bytes out, cold start, logs as `[stream, text]` pairs, logs truncated.
+/// bytes out, cold start, logs as `[stream, text]` pairs, logs truncated,
+/// alias (null for calls not addressed to one; absent in older rows).
 #[derive(Serialize)]
 struct Row<'a>(
     &'a str,
@@ -39,6 +40,7 @@ struct Row<'a>(
     bool,
     Logs<'a>,
     bool,
+    Option<&'a str>,
 );
 
 struct Logs<'a>(&'a [LogLine]);
@@ -67,6 +69,7 @@ fn write_row(out: &mut Vec<u8>, r: &Queued) {
         r.cold_start,
         Logs(&r.logs),
         r.logs_truncated,
+        r.alias.as_deref(),
     );
     serde_json::to_writer(out, &row).expect("records serialize");
 }
@@ -88,6 +91,7 @@ struct OwnedRow(
     bool,
     Vec<StoredLog>,
     bool,
+    #[serde(default)] Option<String>,
 );
 
 /// Chunks written by this code hold microseconds; records moved over from
@@ -119,6 +123,7 @@ impl OwnedRow {
             namespace: namespace.to_string(),
             function: function.to_string(),
             version: self.1,
+            alias: self.13,
             trigger: self.2,
             request_id: self.3,
             started_at,
@@ -345,6 +350,7 @@ mod tests {
             id: (0, id),
             started_at: chrono::Utc::now(),
             version: 1,
+            alias: None,
             kind: sless_driver::TriggerKind::Http,
             status: 200,
             duration_ms: 1.0,

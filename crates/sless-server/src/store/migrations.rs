@@ -9,6 +9,7 @@ pub const SQLITE: Migrations = &[
     (2, include_str!("../../migrations/sqlite/0002_invocations.sql")),
     (3, include_str!("../../migrations/sqlite/0003_invocation_chunks.sql")),
     (4, include_str!("../../migrations/sqlite/0004_compressed_chunks.sql")),
+    (5, include_str!("../../migrations/sqlite/0005_versions.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -17,4 +18,5 @@ pub const POSTGRES: Migrations = &[
     (3, include_str!("../../migrations/postgres/0003_invocation_chunks.sql")),
     (4, include_str!("../../migrations/postgres/0004_compressed_chunks.sql")),
     (5, include_str!("../../migrations/postgres/0005_cluster.sql")),
+    (6, include_str!("../../migrations/postgres/0006_versions.sql")),
 ];

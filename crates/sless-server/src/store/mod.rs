@@ -6,6 +6,7 @@ mod migrations;
 mod postgres;
 mod sql;
 mod sqlite;
+pub mod versions;
 
 use std::sync::Arc;
 
@@ -18,6 +19,7 @@ use crate::error::Result;
 
 pub use postgres::PostgresStore;
 pub use sqlite::SqliteStore;
+pub use versions::{AliasRecord, VersionRecord, VersionStore};
 
 /// The kinds of namespaced resources the store holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,7 +64,7 @@ pub struct TokenRecord {
 /// Durable state. Every method is one transaction; nothing above this trait
 /// knows which database is running.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: VersionStore + Send + Sync + 'static {
     /// Inserts a new resource; `Error::Conflict` when the name is taken.
     async fn create(&self, kind: Kind, record: &Record) -> Result<()>;
     /// One resource; [`unreadable`] when it does not read back.

@@ -38,3 +38,4 @@ impl PostgresStore {
 }
 
 super::sql::sql_store!(PostgresStore);
+super::versions::version_store!(PostgresStore);

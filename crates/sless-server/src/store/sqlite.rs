@@ -35,3 +35,4 @@ impl SqliteStore {
 }
 
 super::sql::sql_store!(SqliteStore);
+super::versions::version_store!(SqliteStore);

@@ -16,6 +16,7 @@ mod logs;
 mod output;
 mod progress;
 mod triggers;
+mod versions;
 
 use clap::Subcommand;
 
@@ -48,6 +49,11 @@ pub enum Command {
     /// Run functions once with an event, and manage those jobs.
     #[command(subcommand)]
     Job(jobs::JobCommand),
+    /// List a function's built versions (call one with `/fn/{ns}/{name}@{version}`).
+    Versions(versions::VersionsArgs),
+    /// Point aliases at versions (`/fn/{ns}/{name}@{alias}`), with an optional canary.
+    #[command(subcommand)]
+    Alias(versions::AliasCommand),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),
 }
@@ -100,6 +106,8 @@ async fn run(command: Command, conn: &ConnArgs) -> anyhow::Result<()> {
         Command::Invocations(args) => logs::invocations(args, conn).await,
         Command::Trigger(command) => triggers::run(command, conn).await,
         Command::Job(command) => jobs::run(command, conn).await,
+        Command::Versions(args) => versions::list(args, conn).await,
+        Command::Alias(command) => versions::run(command, conn).await,
         Command::Completions(_) => unreachable!("handled before the runtime starts"),
     }
 }

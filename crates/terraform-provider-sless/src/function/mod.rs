@@ -55,6 +55,7 @@ impl ApiResource for FunctionResource {
             id: &mut state.id,
             namespace: &mut state.namespace,
             name: &mut state.name,
+            parent: None,
         }
     }
 

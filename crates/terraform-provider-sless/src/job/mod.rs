@@ -49,6 +49,7 @@ impl ApiResource for JobResource {
             id: &mut state.id,
             namespace: &mut state.namespace,
             name: &mut state.name,
+            parent: None,
         }
     }
 

@@ -10,7 +10,7 @@ use tf_provider::{AttributePath, Diagnostics, Resource};
 use super::fields::settle;
 use super::{plan, schema, settable, spec_of, validate, ApiResource, Key, Outcome, Written};
 use crate::connection::Shared;
-use crate::convert::{merge_diff, parse_import_id};
+use crate::convert::{merge_diff, parse_child_import_id, parse_import_id};
 use crate::diagnostics::{api_error, error};
 
 /// The Terraform resource of an [`ApiResource`], talking to the provider's
@@ -211,14 +211,22 @@ impl<R: ApiResource> Resource for Managed<R> {
         id: String,
     ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
         let client = self.shared.client(diags)?;
-        let (namespace, name) = match parse_import_id(R::NOUN, &id, &self.shared.namespace()) {
+        let parsed = match R::PARENT {
+            None => parse_import_id(R::NOUN, &id, &self.shared.namespace()).map(|(ns, name)| (ns, None, name)),
+            Some(parent) => parse_child_import_id(parent, R::NOUN, &id, &self.shared.namespace()),
+        };
+        let (namespace, parent, name) = match parsed {
             Ok(parts) => parts,
             Err(message) => {
                 error(diags, format!("Invalid import ID {id:?}"), message, None);
                 return None;
             }
         };
-        let key = Key { namespace, name };
+        let key = Key {
+            namespace,
+            name,
+            parent,
+        };
         let api = self.answer(diags, "import", &key, R::get(&client, &key).await)?;
         Some((R::from_api(&api, &R::State::default()), ValueEmpty::Null))
     }

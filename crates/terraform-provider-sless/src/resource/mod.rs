@@ -64,6 +64,10 @@ pub trait ApiResource: Send + Sync + 'static {
 
     /// The API's noun: in messages, import IDs and name checks.
     const NOUN: &'static str;
+    /// The noun of the object this one lives under (`function` for an
+    /// alias), if any: its key, ID and import ID then read
+    /// `namespace/parent/name`, and [`Identity::parent`] names the attribute.
+    const PARENT: Option<&'static str> = None;
     /// The resource's one-line description in the schema.
     const DESCRIPTION: &'static str;
 
@@ -129,29 +133,42 @@ pub struct Identity<'a> {
     pub id: &'a mut Value<String>,
     pub namespace: &'a mut Value<String>,
     pub name: &'a mut Value<String>,
+    /// The parent's name, for a resource with [`ApiResource::PARENT`].
+    pub parent: Option<&'a mut Value<String>>,
 }
 
-/// Where an object is on the server; displayed as `namespace/name`.
+/// Where an object is on the server; displayed as `namespace/name` (or
+/// `namespace/parent/name`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
     pub namespace: String,
     pub name: String,
+    /// The object it lives under (an alias's function).
+    pub parent: Option<String>,
 }
 
 impl Key {
     /// The key of a state whose namespace and name are known.
     pub fn of<R: ApiResource>(state: &mut R::State) -> Option<Key> {
         let identity = R::identity(state);
+        let parent = match identity.parent {
+            Some(parent) => Some(parent.as_ref_option()?.clone()),
+            None => None,
+        };
         Some(Key {
             namespace: identity.namespace.as_ref_option()?.clone(),
             name: identity.name.as_ref_option()?.clone(),
+            parent,
         })
     }
 }
 
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        match &self.parent {
+            Some(parent) => write!(f, "{}/{parent}/{}", self.namespace, self.name),
+            None => write!(f, "{}/{}", self.namespace, self.name),
+        }
     }
 }
 
@@ -227,7 +244,10 @@ pub fn plan<R: ApiResource>(
     if namespace_unset {
         *identity.namespace = default_namespace.clone();
     }
-    *identity.id = resource_id(identity.namespace, identity.name);
+    *identity.id = match identity.parent {
+        Some(parent) => resource_id(identity.namespace, &resource_id(parent, identity.name)),
+        None => resource_id(identity.namespace, identity.name),
+    };
     kind.plan(diags, prior, &config, &mut planned);
     let replace = match prior {
         None => Vec::new(),

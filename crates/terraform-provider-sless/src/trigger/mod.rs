@@ -42,6 +42,7 @@ impl ApiResource for TriggerResource {
             id: &mut state.id,
             namespace: &mut state.namespace,
             name: &mut state.name,
+            parent: None,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Acceptance tests: real Terraform (plan, apply, import, destroy) driving
 //! the freshly built provider against a real sless server.
 
+mod alias;
 mod destroy;
 mod example;
 mod failures;

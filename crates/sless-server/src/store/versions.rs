@@ -1,0 +1,295 @@
+//! The store's part for versions and aliases (tables of
+//! `migrations/*/…_versions.sql`): a row per built version, immutable but
+//! for the spec of the newest, and a row per alias. Written once for both
+//! databases, as `sql.rs` is.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sless_api::AliasSpec;
+
+use crate::error::Result;
+
+/// One built version as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionRecord {
+    pub namespace: String,
+    pub function: String,
+    pub version: u64,
+    pub code_hash: String,
+    pub artifact: String,
+    pub artifact_digest: Option<String>,
+    /// The spec it runs with (a `FunctionSpec` as JSON).
+    pub spec: Value,
+    pub built_at: DateTime<Utc>,
+}
+
+/// One alias as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AliasRecord {
+    pub namespace: String,
+    pub function: String,
+    pub name: String,
+    pub spec: AliasSpec,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Versions and aliases of functions. Each method is one statement.
+#[async_trait]
+pub trait VersionStore: Send + Sync {
+    /// Records a built version; one already recorded stays as it was
+    /// (versions are immutable; a resumed rollout records it again).
+    async fn put_version(&self, version: &VersionRecord) -> Result<()>;
+    async fn version(&self, namespace: &str, function: &str, version: u64) -> Result<Option<VersionRecord>>;
+    /// A function's versions, newest first.
+    async fn versions(&self, namespace: &str, function: &str) -> Result<Vec<VersionRecord>>;
+    /// Replaces the spec a version runs with (only while it is the newest).
+    async fn set_version_spec(&self, namespace: &str, function: &str, version: u64, spec: &Value) -> Result<()>;
+    async fn delete_version(&self, namespace: &str, function: &str, version: u64) -> Result<()>;
+    /// Creates or moves an alias in one statement; true when it was created.
+    async fn put_alias(&self, alias: &AliasRecord) -> Result<bool>;
+    async fn alias(&self, namespace: &str, function: &str, name: &str) -> Result<Option<AliasRecord>>;
+    /// A function's aliases, by name.
+    async fn aliases(&self, namespace: &str, function: &str) -> Result<Vec<AliasRecord>>;
+    /// Every alias of every function (what a replica routes by).
+    async fn all_aliases(&self) -> Result<Vec<AliasRecord>>;
+    async fn delete_alias(&self, namespace: &str, function: &str, name: &str) -> Result<bool>;
+    /// Whether any function's version or status still names `artifact`
+    /// (artifacts are content-addressed: functions with the same code share one).
+    async fn artifact_in_use(&self, artifact: &str) -> Result<bool>;
+    /// Forgets every version and alias of a deleted function.
+    async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()>;
+}
+
+/// Implements [`VersionStore`] for a store struct with a `pool` field.
+macro_rules! version_store {
+    ($store:ident) => {
+        mod version_store {
+            use async_trait::async_trait;
+            use sqlx::Row;
+
+            use super::$store;
+            use $crate::error::{Error, Result};
+            use $crate::store::versions::{AliasRecord, VersionRecord, VersionStore};
+
+            type DbRow = <$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row;
+
+            fn time_text(t: &chrono::DateTime<chrono::Utc>) -> String {
+                t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            }
+
+            fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>> {
+                chrono::DateTime::parse_from_rfc3339(s)
+                    .map(|t| t.with_timezone(&chrono::Utc))
+                    .map_err(|e| Error::internal(format!("bad timestamp {s:?} in store: {e}")))
+            }
+
+            fn version_of(row: &DbRow) -> Result<VersionRecord> {
+                Ok(VersionRecord {
+                    namespace: row.try_get("namespace")?,
+                    function: row.try_get("function")?,
+                    version: row.try_get::<i64, _>("version")? as u64,
+                    code_hash: row.try_get("code_hash")?,
+                    artifact: row.try_get("artifact")?,
+                    artifact_digest: row.try_get("artifact_digest")?,
+                    spec: serde_json::from_str(row.try_get::<&str, _>("spec")?)
+                        .map_err(|e| Error::internal(format!("bad version spec in store: {e}")))?,
+                    built_at: parse_time(row.try_get::<&str, _>("built_at")?)?,
+                })
+            }
+
+            fn alias_of(row: &DbRow) -> Result<AliasRecord> {
+                Ok(AliasRecord {
+                    namespace: row.try_get("namespace")?,
+                    function: row.try_get("function")?,
+                    name: row.try_get("name")?,
+                    spec: sless_api::AliasSpec {
+                        version: row.try_get::<i64, _>("version")? as u64,
+                        weights: serde_json::from_str(row.try_get::<&str, _>("weights")?)
+                            .map_err(|e| Error::internal(format!("bad alias weights in store: {e}")))?,
+                    },
+                    updated_at: parse_time(row.try_get::<&str, _>("updated_at")?)?,
+                })
+            }
+
+            const VERSION_COLUMNS: &str =
+                "namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at";
+            const ALIAS_COLUMNS: &str = "namespace, function, name, version, weights, updated_at";
+
+            #[async_trait]
+            impl VersionStore for $store {
+                async fn put_version(&self, v: &VersionRecord) -> Result<()> {
+                    sqlx::query(
+                        "INSERT INTO function_versions \
+                         (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                         ON CONFLICT (namespace, function, version) DO NOTHING",
+                    )
+                    .bind(&v.namespace)
+                    .bind(&v.function)
+                    .bind(v.version as i64)
+                    .bind(&v.code_hash)
+                    .bind(&v.artifact)
+                    .bind(&v.artifact_digest)
+                    .bind(v.spec.to_string())
+                    .bind(time_text(&v.built_at))
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(())
+                }
+
+                async fn version(&self, namespace: &str, function: &str, version: u64) -> Result<Option<VersionRecord>> {
+                    let sql = format!(
+                        "SELECT {VERSION_COLUMNS} FROM function_versions \
+                         WHERE namespace = $1 AND function = $2 AND version = $3"
+                    );
+                    let row = sqlx::query(&sql)
+                        .bind(namespace)
+                        .bind(function)
+                        .bind(version as i64)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    row.as_ref().map(version_of).transpose()
+                }
+
+                async fn versions(&self, namespace: &str, function: &str) -> Result<Vec<VersionRecord>> {
+                    let sql = format!(
+                        "SELECT {VERSION_COLUMNS} FROM function_versions \
+                         WHERE namespace = $1 AND function = $2 ORDER BY version DESC"
+                    );
+                    let rows = sqlx::query(&sql)
+                        .bind(namespace)
+                        .bind(function)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter().map(version_of).collect()
+                }
+
+                async fn set_version_spec(
+                    &self,
+                    namespace: &str,
+                    function: &str,
+                    version: u64,
+                    spec: &serde_json::Value,
+                ) -> Result<()> {
+                    sqlx::query(
+                        "UPDATE function_versions SET spec = $1 \
+                         WHERE namespace = $2 AND function = $3 AND version = $4",
+                    )
+                    .bind(spec.to_string())
+                    .bind(namespace)
+                    .bind(function)
+                    .bind(version as i64)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(())
+                }
+
+                async fn delete_version(&self, namespace: &str, function: &str, version: u64) -> Result<()> {
+                    sqlx::query("DELETE FROM function_versions WHERE namespace = $1 AND function = $2 AND version = $3")
+                        .bind(namespace)
+                        .bind(function)
+                        .bind(version as i64)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(())
+                }
+
+                async fn put_alias(&self, a: &AliasRecord) -> Result<bool> {
+                    let weights = serde_json::to_string(&a.spec.weights).map_err(Error::internal)?;
+                    // Whether it existed only decides 201 or 200; the move
+                    // itself is one statement, so a reader sees the alias
+                    // before or after it, never half of it.
+                    let existed = self.alias(&a.namespace, &a.function, &a.name).await?.is_some();
+                    sqlx::query(
+                        "INSERT INTO function_aliases (namespace, function, name, version, weights, updated_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6) \
+                         ON CONFLICT (namespace, function, name) DO UPDATE \
+                         SET version = excluded.version, weights = excluded.weights, updated_at = excluded.updated_at",
+                    )
+                    .bind(&a.namespace)
+                    .bind(&a.function)
+                    .bind(&a.name)
+                    .bind(a.spec.version as i64)
+                    .bind(weights)
+                    .bind(time_text(&a.updated_at))
+                    .execute(&self.pool)
+                    .await?;
+                    let created = !existed;
+                    Ok(created)
+                }
+
+                async fn alias(&self, namespace: &str, function: &str, name: &str) -> Result<Option<AliasRecord>> {
+                    let sql = format!(
+                        "SELECT {ALIAS_COLUMNS} FROM function_aliases WHERE namespace = $1 AND function = $2 AND name = $3"
+                    );
+                    let row = sqlx::query(&sql)
+                        .bind(namespace)
+                        .bind(function)
+                        .bind(name)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    row.as_ref().map(alias_of).transpose()
+                }
+
+                async fn aliases(&self, namespace: &str, function: &str) -> Result<Vec<AliasRecord>> {
+                    let sql = format!(
+                        "SELECT {ALIAS_COLUMNS} FROM function_aliases WHERE namespace = $1 AND function = $2 ORDER BY name"
+                    );
+                    let rows = sqlx::query(&sql)
+                        .bind(namespace)
+                        .bind(function)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter().map(alias_of).collect()
+                }
+
+                async fn all_aliases(&self) -> Result<Vec<AliasRecord>> {
+                    let sql = format!("SELECT {ALIAS_COLUMNS} FROM function_aliases ORDER BY namespace, function, name");
+                    let rows = sqlx::query(&sql).fetch_all(&self.pool).await?;
+                    rows.iter().map(alias_of).collect()
+                }
+
+                async fn delete_alias(&self, namespace: &str, function: &str, name: &str) -> Result<bool> {
+                    let done = sqlx::query("DELETE FROM function_aliases WHERE namespace = $1 AND function = $2 AND name = $3")
+                        .bind(namespace)
+                        .bind(function)
+                        .bind(name)
+                        .execute(&self.pool)
+                        .await?;
+                    Ok(done.rows_affected() > 0)
+                }
+
+                async fn artifact_in_use(&self, artifact: &str) -> Result<bool> {
+                    let used: Option<i64> = sqlx::query_scalar(
+                        "SELECT 1 FROM function_versions WHERE artifact = $1 \
+                         UNION ALL SELECT 1 FROM resources WHERE kind = 'function' AND status LIKE $2 LIMIT 1",
+                    )
+                    .bind(artifact)
+                    .bind(format!("%{artifact}%"))
+                    .fetch_optional(&self.pool)
+                    .await?;
+                    Ok(used.is_some())
+                }
+
+                async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()> {
+                    let mut tx = self.pool.begin().await?;
+                    sqlx::query("DELETE FROM function_aliases WHERE namespace = $1 AND function = $2")
+                        .bind(namespace)
+                        .bind(function)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query("DELETE FROM function_versions WHERE namespace = $1 AND function = $2")
+                        .bind(namespace)
+                        .bind(function)
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    Ok(())
+                }
+            }
+        }
+    };
+}
+
+pub(crate) use version_store;

@@ -1,0 +1,228 @@
+//! Versions besides `$latest` on this replica: a version called by number
+//! or through an alias is deployed here on its first call (from its stored
+//! record: artifact and spec), kept while an alias points at it or calls
+//! come, and retired once neither holds ([`IDLE`]). After each build the
+//! leader keeps the newest `SLESS_KEEP_VERSIONS` versions (and those an
+//! alias points at) and deletes the records, artifacts and archives of the
+//! others.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use object_store::{ObjectStore, ObjectStoreExt};
+use sless_api::FunctionSpec;
+use sless_driver::{Deployment, Driver, Fingerprint, FunctionKey, VersionRef};
+
+use crate::error::{Error, Result};
+use crate::routes::{Routes, Split};
+use crate::store::Store;
+
+/// A version no alias points at is retired here after this long without a call.
+pub const IDLE: Duration = Duration::from_secs(300);
+/// How often idle versions are looked for.
+pub const SWEEP_PERIOD: Duration = Duration::from_secs(30);
+
+/// The versions deployed here besides `$latest`.
+pub struct Versions {
+    store: Arc<dyn Store>,
+    blobs: Arc<dyn ObjectStore>,
+    driver: Arc<dyn Driver>,
+    routes: Arc<Routes>,
+    /// How many versions of a function keep their artifacts.
+    keep: usize,
+    /// Deployed here besides `$latest`, with the time of the last call.
+    extra: Mutex<HashMap<VersionRef, Instant>>,
+    /// On-demand deploys, one at a time (a burst of calls deploys once).
+    deploying: tokio::sync::Mutex<()>,
+}
+
+impl Versions {
+    pub fn new(
+        store: Arc<dyn Store>,
+        blobs: Arc<dyn ObjectStore>,
+        driver: Arc<dyn Driver>,
+        routes: Arc<Routes>,
+        keep: usize,
+    ) -> Arc<Versions> {
+        Arc::new(Versions {
+            store,
+            blobs,
+            driver,
+            routes,
+            keep: keep.max(1),
+            extra: Default::default(),
+            deploying: Default::default(),
+        })
+    }
+
+    /// The routing table this replica calls by.
+    pub fn routes(&self) -> &Arc<Routes> {
+        &self.routes
+    }
+
+    /// Routes every alias as the store holds them (a replica's pass).
+    pub async fn route_aliases(&self) -> Result<()> {
+        let mut all: HashMap<FunctionKey, HashMap<String, Split>> = HashMap::new();
+        for alias in self.store.all_aliases().await? {
+            let Some(split) = Split::of(&alias.spec) else { continue };
+            all.entry(FunctionKey::new(alias.namespace, alias.function))
+                .or_default()
+                .insert(alias.name, split);
+        }
+        self.routes.replace_aliases(all);
+        Ok(())
+    }
+
+    /// Notes a call to `target` (not `$latest`): it keeps serving a while.
+    pub fn used(&self, target: &VersionRef) {
+        if let Some(at) = self.extra.lock().unwrap().get_mut(target) {
+            *at = Instant::now();
+        }
+    }
+
+    /// Deploys `target` here from its stored record, unless it serves
+    /// already; false when no such version is kept.
+    pub async fn ensure(&self, target: &VersionRef) -> Result<bool> {
+        let _one = self.deploying.lock().await;
+        let deployed = self.driver.stats().await.into_iter().any(|(v, _)| &v == target);
+        if deployed {
+            self.extra
+                .lock()
+                .unwrap()
+                .entry(target.clone())
+                .or_insert_with(Instant::now);
+            return Ok(true);
+        }
+        let key = &target.key;
+        let Some(record) = self.store.version(&key.namespace, &key.name, target.version).await? else {
+            return Ok(false);
+        };
+        let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
+        self.driver
+            .deploy(Deployment {
+                key: key.clone(),
+                version: target.version,
+                artifact: Fingerprint::from_stored(record.artifact),
+                digest: record.artifact_digest,
+                spec,
+                // Checked when it was built.
+                verify: false,
+            })
+            .await
+            .map_err(|e| Error::Unavailable {
+                message: format!(
+                    "version {} of function {key} cannot be started here: {e}",
+                    target.version
+                ),
+                retry_after: Some(2),
+            })?;
+        tracing::info!(function = %key, version = target.version, "serving a version called by number or alias");
+        self.extra.lock().unwrap().insert(target.clone(), Instant::now());
+        Ok(true)
+    }
+
+    /// `$latest` moved on from `old`: it keeps serving while an alias
+    /// points at it (until idle), else it is retired at once.
+    pub async fn demoted(&self, old: VersionRef) {
+        if self.routes.pinned(&old.key).contains(&old.version) {
+            self.extra.lock().unwrap().insert(old, Instant::now());
+            return;
+        }
+        self.retire(&old).await;
+    }
+
+    async fn retire(&self, version: &VersionRef) {
+        self.extra.lock().unwrap().remove(version);
+        if let Err(e) = self.driver.retire(version).await {
+            tracing::warn!(%version, error = %e, "retiring a version failed");
+        }
+    }
+
+    /// Forgets a deleted function's versions (the driver removed them).
+    pub fn forget(&self, key: &FunctionKey) {
+        self.extra.lock().unwrap().retain(|v, _| &v.key != key);
+    }
+
+    /// Retires the versions deployed here that no alias points at, that
+    /// are not `$latest` and that nobody called for [`IDLE`].
+    pub async fn sweep(&self) {
+        let idle: Vec<VersionRef> = {
+            let extra = self.extra.lock().unwrap();
+            extra
+                .iter()
+                .filter(|(_, at)| at.elapsed() >= IDLE)
+                .map(|(v, _)| v.clone())
+                .collect()
+        };
+        for version in idle {
+            let latest = self.routes.latest(&version.key).is_some_and(|l| l == version);
+            if latest {
+                self.extra.lock().unwrap().remove(&version);
+            } else if !self.routes.pinned(&version.key).contains(&version.version) {
+                tracing::info!(%version, "retiring an idle version");
+                self.retire(&version).await;
+            }
+        }
+    }
+
+    /// Runs [`Versions::sweep`] every [`SWEEP_PERIOD`].
+    pub fn start_sweeping(self: &Arc<Self>) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(SWEEP_PERIOD);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let Some(this) = this.upgrade() else { return };
+                this.sweep().await;
+            }
+        });
+    }
+
+    /// Keeps the newest `keep` versions of a function, those its aliases
+    /// point at and `current`; deletes the others' records, and their
+    /// artifacts and archives where no kept version shares them.
+    pub async fn prune(&self, key: &FunctionKey, current: u64, current_code: Option<&str>) -> Result<()> {
+        let versions = self.store.versions(&key.namespace, &key.name).await?;
+        if versions.len() <= self.keep {
+            return Ok(());
+        }
+        let mut pinned: HashSet<u64> = self
+            .store
+            .aliases(&key.namespace, &key.name)
+            .await?
+            .iter()
+            .flat_map(|a| a.spec.versions())
+            .collect();
+        pinned.insert(current);
+        let (kept, gone): (Vec<_>, Vec<_>) = versions
+            .into_iter()
+            .enumerate()
+            .partition(|(rank, v)| *rank < self.keep || pinned.contains(&v.version));
+        let mut kept_code: HashSet<&str> = kept.iter().map(|(_, v)| v.code_hash.as_str()).collect();
+        kept_code.extend(current_code);
+        for (_, version) in &gone {
+            self.store
+                .delete_version(&key.namespace, &key.name, version.version)
+                .await?;
+            self.retire(&VersionRef::new(key.clone(), version.version)).await;
+            // Artifacts are shared by every version and function built from
+            // the same code with the same shims.
+            if !self.store.artifact_in_use(&version.artifact).await? {
+                let artifact = Fingerprint::from_stored(version.artifact.clone());
+                if let Err(e) = self.driver.remove_artifact(&artifact).await {
+                    tracing::warn!(function = %key, version = version.version, error = %e, "removing an old artifact failed");
+                }
+            }
+            if !kept_code.contains(version.code_hash.as_str()) {
+                let archive = crate::blobs::archive_key(&key.namespace, &key.name, &version.code_hash);
+                if let Err(e) = self.blobs.delete(&archive).await {
+                    tracing::warn!(function = %key, version = version.version, error = %e, "removing an old archive failed");
+                }
+            }
+            tracing::info!(function = %key, version = version.version, keep = self.keep, "version no longer kept");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,339 @@
+//! Versions and aliases over real HTTP: every build is a version that can
+//! be listed, fetched and called by number; an alias points at a version
+//! or splits calls between two, moves atomically (rollback is moving it
+//! back) and keeps its versions serving while `$latest` moves on; old
+//! versions beyond `SLESS_KEEP_VERSIONS` go unless an alias holds them;
+//! and an alias moved through one replica routes on the other.
+
+use futures::StreamExt;
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{eventually, Backend, PgDb, S3Server, Server};
+
+fn code(v: u32) -> Vec<u8> {
+    format!("def handle(event, context):\n    return {{'v': {v}, 'version': context['version']}}\n").into_bytes()
+}
+
+/// Deploys the handler answering `{"v": v}`; returns the uploaded code hash.
+async fn deploy(server: &Server, name: &str, v: u32) -> String {
+    let function = server
+        .deploy(
+            "ns",
+            name,
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", &code(v))],
+        )
+        .await;
+    function["status"]["built_hash"].as_str().unwrap().to_string()
+}
+
+/// The `v` a call of `/fn/ns/{target}` answers with; panics on anything but 200.
+async fn v_of(server: &Server, target: &str) -> u64 {
+    let (status, _, body) = server.invoke(Method::POST, &format!("/fn/ns/{target}"), "{}").await;
+    assert_eq!(status, StatusCode::OK, "{target}: {body}");
+    serde_json::from_str::<Value>(&body).unwrap()["v"].as_u64().unwrap()
+}
+
+async fn put_alias(server: &Server, function: &str, alias: &str, spec: Value) -> (StatusCode, Value) {
+    server
+        .call(
+            Method::PUT,
+            &format!("/v1/namespaces/ns/functions/{function}/aliases/{alias}"),
+            Some(spec),
+        )
+        .await
+}
+
+/// A 400 whose body names `field`.
+fn names_field(answer: &(StatusCode, Value), field: &str) {
+    assert_eq!(answer.0, StatusCode::BAD_REQUEST, "{}", answer.1);
+    assert_eq!(answer.1["field"], field, "{}", answer.1);
+}
+
+crate::both_stores!(
+    versions_are_listed_fetched_and_called_by_number,
+    an_alias_splits_moves_and_rolls_back,
+    old_versions_go_unless_an_alias_holds_them,
+);
+
+async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
+    let server = Server::start(backend).await;
+    let first = deploy(&server, "vf", 1).await;
+    let second = deploy(&server, "vf", 2).await;
+
+    let (status, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    let items = list["items"].as_array().unwrap();
+    let numbers: Vec<u64> = items.iter().map(|v| v["version"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [2, 1], "newest first: {list}");
+    assert_eq!(items[0]["code_hash"], second);
+    assert_eq!(items[0]["latest"], true);
+    assert_eq!(items[1]["latest"], false);
+    assert_eq!(items[1]["spec"]["runtime"], "python3.11");
+    assert!(items[1]["built_at"].is_string(), "{list}");
+
+    let (status, one) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/1", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{one}");
+    assert_eq!(one["code_hash"], first);
+    assert_eq!(one["spec"]["entrypoint"], "handler.handle");
+
+    // By number, and the plain URL stays `$latest`.
+    assert_eq!(v_of(&server, "vf@1").await, 1);
+    assert_eq!(v_of(&server, "vf@2").await, 2);
+    assert_eq!(v_of(&server, "vf").await, 2);
+    let (_, _, body) = server.invoke(Method::POST, "/fn/ns/vf@1/some/path", "{}").await;
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["version"], 1, "{body}");
+
+    // The record says which version ran.
+    let records = eventually(std::time::Duration::from_secs(10), || async {
+        let records = server.records("ns", "vf").await;
+        if records.iter().any(|r| r["version"] == 1) {
+            Ok(records)
+        } else {
+            Err(format!("no record of version 1: {records:?}"))
+        }
+    })
+    .await;
+    assert!(records.iter().all(|r| r.get("alias").is_none()), "{records:?}");
+
+    // What does not exist.
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/vf@9", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.contains("no version 9"), "{body}");
+    for nothing in ["vf@", "vf@0", "vf@Live", "vf@a@b", "nope@1"] {
+        let (status, _, body) = server.invoke(Method::POST, &format!("/fn/ns/{nothing}"), "{}").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{nothing}: {body}");
+    }
+    let answer = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/abc", None)
+        .await;
+    names_field(&answer, "version");
+    let (status, body) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/9", None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let answer = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "vf@2", "runtime": "python3.11"})),
+        )
+        .await;
+    names_field(&answer, "name");
+}
+
+async fn an_alias_splits_moves_and_rolls_back(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    deploy(&server, "af", 1).await;
+    deploy(&server, "af", 2).await;
+
+    let (status, alias) = put_alias(&server, "af", "live", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{alias}");
+    assert!(alias["url"].as_str().unwrap().ends_with("/fn/ns/af@live"), "{alias}");
+    assert_eq!(v_of(&server, "af@live").await, 1);
+    assert_eq!(v_of(&server, "af").await, 2, "the plain URL stays $latest");
+
+    // 90/10 between versions 1 and 2 over 2000 calls.
+    let (status, alias) = put_alias(&server, "af", "live", json!({"version": 1, "weights": {"2": 0.1}})).await;
+    assert_eq!(status, StatusCode::OK, "{alias}");
+    let answers: Vec<u64> = futures::stream::iter(0..2000)
+        .map(|_| v_of(&server, "af@live"))
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    let to_two = answers.iter().filter(|v| **v == 2).count();
+    assert_eq!(answers.iter().filter(|v| **v == 1).count() + to_two, 2000);
+    assert!((140..=260).contains(&to_two), "10% ± 3% of 2000 calls, got {to_two}");
+
+    // Moved: every call goes to 2; rolled back: every call goes to 1.
+    put_alias(&server, "af", "live", json!({"version": 2})).await;
+    for _ in 0..20 {
+        assert_eq!(v_of(&server, "af@live").await, 2);
+    }
+    let (status, alias) = put_alias(&server, "af", "live", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::OK, "{alias}");
+    assert_eq!(alias["weights"], Value::Null, "{alias}");
+    for _ in 0..20 {
+        assert_eq!(v_of(&server, "af@live").await, 1);
+    }
+
+    // A new build moves `$latest`, not the alias: version 1 keeps serving.
+    deploy(&server, "af", 3).await;
+    assert_eq!(v_of(&server, "af").await, 3);
+    assert_eq!(v_of(&server, "af@live").await, 1);
+
+    // Records and metrics carry the version and the alias.
+    let records = eventually(std::time::Duration::from_secs(10), || async {
+        let records = server.records("ns", "af").await;
+        if records.iter().any(|r| r["alias"] == "live" && r["version"] == 2) {
+            Ok(records)
+        } else {
+            Err("no record of the alias".to_string())
+        }
+    })
+    .await;
+    assert!(records.iter().any(|r| r["alias"] == "live" && r["version"] == 1));
+    let series = r#"sless_version_invocations_total{namespace="ns",function="af",version="1",alias="live"}"#;
+    assert!(server.metric(series).await.is_some_and(|n| n > 1000.0), "{series}");
+
+    // Listed, and on the versions it points at.
+    let (_, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/af/aliases", None)
+        .await;
+    assert_eq!(list["items"][0]["name"], "live", "{list}");
+    let (_, one) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/af/versions/1", None)
+        .await;
+    assert_eq!(one["aliases"], json!(["live"]), "{one}");
+
+    // Bad input is a 400 naming the field.
+    names_field(
+        &put_alias(&server, "af", "live", json!({"version": 9})).await,
+        "version",
+    );
+    names_field(
+        &put_alias(&server, "af", "live", json!({"version": 0})).await,
+        "version",
+    );
+    names_field(&put_alias(&server, "af", "live", json!({})).await, "version");
+    for weights in [
+        json!({"9": 0.1}),
+        json!({"2": 1.5}),
+        json!({"2": -0.5}),
+        json!({"1": 0.5}),
+        json!({"x": 0.5}),
+        json!({"2": 0.1, "3": 0.1}),
+    ] {
+        let answer = put_alias(&server, "af", "live", json!({"version": 1, "weights": weights})).await;
+        names_field(&answer, "weights");
+    }
+    names_field(
+        &put_alias(&server, "af", "live", json!({"version": 1, "extra": 1})).await,
+        "extra",
+    );
+    for bad_name in ["1abc", "Live", "a@b", "a_b"] {
+        names_field(&put_alias(&server, "af", bad_name, json!({"version": 1})).await, "name");
+    }
+    let (status, body) = put_alias(&server, "nope", "live", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(v_of(&server, "af@live").await, 1, "a refused move changes nothing");
+
+    // A merge patch ends a canary.
+    put_alias(&server, "af", "canary", json!({"version": 3, "weights": {"2": 0.5}})).await;
+    let (status, patched) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/af/aliases/canary",
+            Some(json!({"weights": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    for _ in 0..10 {
+        assert_eq!(v_of(&server, "af@canary").await, 3);
+    }
+
+    // Aliases live in the store: a restarted server routes by them.
+    server.restart();
+    assert_eq!(v_of(&server, "af@live").await, 1);
+    assert_eq!(v_of(&server, "af").await, 3);
+
+    // Deleted: the alias answers 404.
+    let (status, _) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/af/aliases/live", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/af@live", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.contains("no alias \\\"live\\\""), "{body}");
+}
+
+async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_KEEP_VERSIONS", "2")]).await;
+    deploy(&server, "kf", 1).await;
+    let (status, body) = put_alias(&server, "kf", "stable", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    for v in 2..=4 {
+        deploy(&server, "kf", v).await;
+    }
+    let (_, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
+        .await;
+    let numbers: Vec<u64> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect();
+    assert_eq!(numbers, [4, 3, 1], "the newest two and the one an alias holds: {list}");
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/kf@2", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(v_of(&server, "kf@stable").await, 1);
+    assert_eq!(v_of(&server, "kf@3").await, 3);
+    // An alias cannot point at a version no longer kept.
+    names_field(
+        &put_alias(&server, "kf", "stable", json!({"version": 2})).await,
+        "version",
+    );
+
+    // Deleting the function deletes its versions and aliases.
+    let (status, _) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/kf", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    deploy(&server, "kf", 5).await;
+    let (_, list) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
+        .await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    let (_, aliases) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/kf/aliases", None)
+        .await;
+    assert_eq!(aliases["items"], json!([]), "{aliases}");
+}
+
+/// An alias moved through one replica routes on the other within its
+/// reconcile period (waited for, not timed).
+#[tokio::test]
+async fn an_alias_moved_on_one_replica_routes_on_the_other() {
+    let db = PgDb::create().await;
+    let s3 = S3Server::start().await;
+    let env = s3.env();
+    let a = Server::replica(&db.url(), &env);
+    let b = Server::replica(&db.url(), &env);
+    deploy(&a, "cf", 1).await;
+    deploy(&a, "cf", 2).await;
+    let (status, body) = put_alias(&a, "cf", "live", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let answers_with = |v: u64| {
+        let b = &b;
+        async move {
+            eventually(std::time::Duration::from_secs(20), || async {
+                let (status, _, body) = b.invoke(Method::POST, "/fn/ns/cf@live", "{}").await;
+                let got = serde_json::from_str::<Value>(&body).ok().and_then(|j| j["v"].as_u64());
+                if status == StatusCode::OK && got == Some(v) {
+                    Ok(())
+                } else {
+                    Err(format!("replica b answers {status} {body}, not v{v}"))
+                }
+            })
+            .await
+        }
+    };
+    answers_with(1).await;
+    put_alias(&a, "cf", "live", json!({"version": 2})).await;
+    answers_with(2).await;
+    // Rollback through the other replica reaches the first.
+    put_alias(&b, "cf", "live", json!({"version": 1})).await;
+    eventually(std::time::Duration::from_secs(20), || async {
+        match v_of(&a, "cf@live").await {
+            1 => Ok(()),
+            v => Err(format!("replica a still answers v{v}")),
+        }
+    })
+    .await;
+}

@@ -1,0 +1,44 @@
+//! What a `sless_alias` change plans, without I/O: the names and the split
+//! are checked as the server checks them, and the URL is known from the
+//! names. (Which changes replace it is in the attribute table.)
+
+use tf_provider::value::Value;
+use tf_provider::Diagnostics;
+
+use super::state::AliasState;
+use crate::convert::check_name;
+use crate::diagnostics::error;
+
+/// Checks what can be checked of a configuration without the server.
+pub fn validate(diags: &mut Diagnostics, config: &AliasState) {
+    check_name(diags, "function", &config.function, "function");
+    if let Some(name) = config.name.as_ref_option() {
+        if let Err(message) = sless_api::validate_alias_name(name) {
+            error(diags, "Invalid name", message, Some("name"));
+        }
+    }
+    let (Some(version), Some(weights)) = (config.version.as_ref_option(), config.weights.as_ref_option()) else {
+        return;
+    };
+    if weights.values().any(|w| !w.is_value()) {
+        return;
+    }
+    let spec = sless_api::AliasSpec {
+        version: (*version).max(0) as u64,
+        weights: weights
+            .iter()
+            .filter_map(|(k, w)| w.as_ref_option().map(|w| (k.clone(), *w)))
+            .collect(),
+    };
+    if let Err((field, message)) = spec.split() {
+        error(diags, format!("Invalid {field}"), message, Some(field));
+    }
+}
+
+/// The URL follows from the names; it is unknown only while they are.
+pub fn plan(planned: &mut AliasState) {
+    if planned.url.is_value() {
+        return;
+    }
+    planned.url = Value::Unknown;
+}
