@@ -16,6 +16,9 @@ const STDERR = 2;
 const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47 };
 
 const JSON_TYPE = 'application/json';
+// Marks an answer the shim made because the handler failed (the gateway
+// hides its text from public callers unless the function exposes errors).
+const ERROR_HEADER = 'x-sless-error';
 const TEXT_TYPE = 'text/plain; charset=utf-8';
 const BYTES_TYPE = 'application/octet-stream';
 const NOT_SERIALIZABLE = 'handler returned a value that is not JSON-serializable: ';
@@ -238,8 +241,12 @@ function toResponse(result) {
   return [JSON_200_HEAD, toJson(result === undefined ? null : result)];
 }
 
-function errorResponse(requestId, message) {
-  return [outputHead(500, { 'content-type': JSON_TYPE }), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
+// A 500 the shim answers; `failed` (the handler threw, or the call never
+// reached it) marks it for the gateway, which hides the message from
+// public callers.
+function errorResponse(requestId, message, failed = false) {
+  const headers = failed ? { 'content-type': JSON_TYPE, [ERROR_HEADER]: '1' } : { 'content-type': JSON_TYPE };
+  return [outputHead(500, headers), Buffer.from(JSON.stringify({ error: message, request_id: requestId }))];
 }
 
 function isError(value) {
@@ -281,7 +288,7 @@ function replyError(id, err) {
   const requestId = inflight.get(id);
   if (!inflight.delete(id)) return;
   sendLog(id, STDERR, errorReport(err));
-  sendOutput(id, errorResponse(requestId, describeError(err)));
+  sendOutput(id, errorResponse(requestId, describeError(err), true));
 }
 
 function callHandler(id, event, context) {
@@ -313,7 +320,7 @@ function invoke(id, payload) {
     event = kind === 'http' ? parseHttpEvent(text) : header.event ?? null;
     context = makeContext(header, kind, text);
   } catch (err) {
-    sendOutput(id, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`));
+    sendOutput(id, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`, true));
     return;
   }
   inflight.set(id, requestId);

@@ -51,6 +51,9 @@ def _make_encode():
 json_encode = _make_encode()
 
 JSON_TYPE = "application/json"
+# Marks an answer the shim made because the handler failed (the gateway
+# hides its text from public callers unless the function exposes errors).
+ERROR_HEADER = "x-sless-error"
 TEXT_TYPE = "text/plain; charset=utf-8"
 BYTES_TYPE = "application/octet-stream"
 NOT_SERIALIZABLE = "handler returned a value that is not JSON-serializable: "
@@ -442,9 +445,13 @@ def to_response(result):
     return JSON_200_HEAD, to_json(result)
 
 
-def error_response(request_id, message):
+def error_response(request_id, message, failed=False):
+    """A 500 the shim answers; `failed` (the handler raised, or the call
+    never reached it) marks it for the gateway, which hides the message
+    from public callers."""
     body = JSON_ENCODER.encode({"error": message, "request_id": request_id}).encode()
-    return output_head(500, {"content-type": JSON_TYPE}), body
+    headers = {"content-type": JSON_TYPE, ERROR_HEADER: "1"} if failed else {"content-type": JSON_TYPE}
+    return output_head(500, headers), body
 
 
 class Shim:
@@ -507,7 +514,7 @@ class Shim:
             args = build_call(self.function, header, payload[4 + header_len :])
         except Exception as exc:
             message = "no function loaded" if self.function is None else f"bad INVOKE: {exc}"
-            self.frames.send_output(inv_id, *error_response(request_id, message))
+            self.frames.send_output(inv_id, *error_response(request_id, message, failed=True))
             return
         function = self.function
         # Each invocation runs in a context of its own: the output capture
@@ -610,7 +617,7 @@ class Shim:
     def reply_error(self, inv_id, request_id, exc):
         self.flush_output(inv_id)
         self.frames.send_log(inv_id, STDERR, format_user_exception(exc))
-        self.frames.send_output(inv_id, *error_response(request_id, describe_exception(exc)))
+        self.frames.send_output(inv_id, *error_response(request_id, describe_exception(exc), failed=True))
 
 
 class FrameReader:

@@ -57,6 +57,66 @@ pub struct FunctionSpec {
     pub replicas: Option<u32>,
     #[serde(default = "default_build_timeout_sec")]
     pub build_timeout_sec: u32,
+    /// What an instance (and the function's build) may reach on the
+    /// network.
+    #[serde(default)]
+    pub network: Network,
+    /// Size in MiB of an instance's writable /tmp (and /dev/shm, which
+    /// shares it); what is written there counts towards `memory_mb`.
+    #[serde(default = "default_tmp_mb")]
+    pub tmp_mb: u32,
+    /// Whether a public caller of `/fn` learns an unhandled exception's
+    /// type and message (for development); by default it gets
+    /// "the function failed" and the request id, the message goes to the
+    /// invocation record.
+    #[serde(default)]
+    pub expose_errors: bool,
+}
+
+/// The network of a function's instances.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Outbound connections to the internet; the host's loopback and
+    /// addresses, link-local and private ranges are unreachable (unless
+    /// the operator opened a private destination to the namespace).
+    #[default]
+    Internet,
+    /// Loopback only.
+    None,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Internet => "internet",
+            Network::None => "none",
+        }
+    }
+}
+
+/// The largest values a server accepts in a spec (its configuration sets
+/// them; `Default` is the widest any server accepts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecLimits {
+    pub memory_mb: u32,
+    /// `max_instances`, `min_instances` and `replicas`.
+    pub instances: u32,
+    pub timeout_sec: u32,
+    pub build_timeout_sec: u32,
+    pub tmp_mb: u32,
+}
+
+impl Default for SpecLimits {
+    fn default() -> Self {
+        SpecLimits {
+            memory_mb: 16384,
+            instances: 1000,
+            timeout_sec: 3600,
+            build_timeout_sec: 7200,
+            tmp_mb: 16384,
+        }
+    }
 }
 
 fn default_entrypoint() -> String {
@@ -77,6 +137,9 @@ fn default_max_instances() -> u32 {
 fn default_build_timeout_sec() -> u32 {
     300
 }
+fn default_tmp_mb() -> u32 {
+    64
+}
 
 impl FunctionSpec {
     /// Limits that the JSON types alone cannot express.
@@ -86,6 +149,11 @@ impl FunctionSpec {
 
     /// [`FunctionSpec::check`], naming the field that breaks a limit.
     pub fn check_field(&self) -> Result<(), (&'static str, String)> {
+        self.check_within(&SpecLimits::default())
+    }
+
+    /// [`FunctionSpec::check_field`] against a server's own maxima.
+    pub fn check_within(&self, limits: &SpecLimits) -> Result<(), (&'static str, String)> {
         let in_range = |field: &'static str, v: u32, lo: u32, hi: u32| {
             if v < lo || v > hi {
                 Err((field, format!("{field} must be between {lo} and {hi}, got {v}")))
@@ -93,11 +161,21 @@ impl FunctionSpec {
                 Ok(())
             }
         };
-        in_range("memory_mb", self.memory_mb, 16, 16384)?;
-        in_range("timeout_sec", self.timeout_sec, 1, 3600)?;
+        in_range("memory_mb", self.memory_mb, 16, limits.memory_mb)?;
+        in_range("timeout_sec", self.timeout_sec, 1, limits.timeout_sec)?;
         in_range("concurrency", self.concurrency, 1, 1000)?;
-        in_range("max_instances", self.max_instances, 1, 1000)?;
-        in_range("build_timeout_sec", self.build_timeout_sec, 1, 7200)?;
+        in_range("max_instances", self.max_instances, 1, limits.instances)?;
+        in_range("build_timeout_sec", self.build_timeout_sec, 1, limits.build_timeout_sec)?;
+        in_range("tmp_mb", self.tmp_mb, 1, limits.tmp_mb)?;
+        if let Some(replicas) = self.replicas.filter(|r| *r > self.max_instances) {
+            return Err((
+                "replicas",
+                format!(
+                    "replicas ({replicas}) must not exceed max_instances ({})",
+                    self.max_instances
+                ),
+            ));
+        }
         if self.min_instances > self.max_instances {
             return Err((
                 "min_instances",

@@ -12,7 +12,9 @@ mod trigger;
 mod version;
 
 pub use error::ErrorBody;
-pub use function::{Function, FunctionCreate, FunctionSpec, FunctionStatus, Phase, Rollout, Runtime};
+pub use function::{
+    Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime, SpecLimits,
+};
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use sless_api::Runtime;
 use tokio::io::AsyncReadExt;
 
+use super::cgroup::GroupLimits;
 use super::launcher::Launcher;
 use super::sandbox::{make_owned_dir, Limits, Spec};
 use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
@@ -22,6 +23,15 @@ const BUILD_LIMITS: Limits = Limits {
     processes: 512,
     cpu_seconds: 3600,
     open_files: 4096,
+    tmp_bytes: 1 << 30,
+};
+
+/// The control group of a build: its /tmp (pip's and npm's caches) counts
+/// towards the memory.
+const BUILD_GROUP: GroupLimits = GroupLimits {
+    memory_bytes: 4 << 30,
+    processes: 512,
+    cpus: 1.0,
 };
 
 pub struct Builder {
@@ -145,10 +155,17 @@ impl Builder {
             env: vec![("npm_config_cache".into(), "/tmp/.npm".into())],
             share_net: true,
         };
+        // A network namespace like an instance's: the package registries
+        // are on the internet, the host and private ranges are not.
+        let confinement = self
+            .launcher
+            .confine(uid, BUILD_GROUP, work, BUILD_LIMITS.tmp_bytes)
+            .await
+            .map_err(|e| BuildError::Internal(format!("confining the build: {e}")))?;
         let mut child = self
             .launcher
             .sandbox
-            .command(&spec, uid, BUILD_LIMITS)
+            .command(&spec, &confinement, BUILD_LIMITS)
             .stdin(std::process::Stdio::null())
             .spawn()
             .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;

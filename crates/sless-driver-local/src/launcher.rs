@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use sless_api::Runtime;
 
+use super::cgroup::GroupLimits;
+use super::confine::{Confinement, Confiner, IsolationSettings};
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
 
@@ -30,11 +32,21 @@ const WARM_LIMITS: Limits = Limits {
     processes: 128,
     cpu_seconds: 3600,
     open_files: 1024,
+    tmp_bytes: 64 << 20,
+};
+
+/// The control group of a warm shim before it knows its function (its
+/// memory limit is set to the function's at load).
+const WARM_GROUP: GroupLimits = GroupLimits {
+    memory_bytes: 1 << 30,
+    processes: 128,
+    cpus: 1.0,
 };
 
 /// Knows where runtimes, shims and slots are, and how to start a shim.
 pub struct Launcher {
     pub sandbox: Sandbox,
+    pub confiner: Confiner,
     shim_dir: PathBuf,
     slots_dir: PathBuf,
     python: String,
@@ -42,8 +54,15 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    pub fn new(data_dir: &Path, python: String, node: String) -> anyhow::Result<Launcher> {
-        let sandbox = Sandbox::detect();
+    pub fn new(
+        data_dir: &Path,
+        python: String,
+        node: String,
+        isolation: &IsolationSettings,
+    ) -> anyhow::Result<Launcher> {
+        let mut sandbox = Sandbox::detect()?;
+        let confiner = Confiner::start(data_dir, isolation)?;
+        sandbox.resolv_conf = confiner.resolv_conf().map(Path::to_path_buf);
         if sandbox.allocate_uid().is_some() {
             reachable_by_others(data_dir)?;
         }
@@ -63,6 +82,7 @@ impl Launcher {
         set_mode(&slots_dir, 0o711)?;
         Ok(Launcher {
             sandbox,
+            confiner,
             shim_dir,
             slots_dir,
             python,
@@ -97,18 +117,67 @@ impl Launcher {
             env: vec![],
             share_net: true,
         };
+        let started = std::time::Instant::now();
+        let confinement = self
+            .confiner
+            .confine(uid, WARM_GROUP, scratch_of(&slot), WARM_LIMITS.tmp_bytes)
+            .await?;
+        let confined = started.elapsed();
         let child = self
             .sandbox
-            .command(&spec, uid, WARM_LIMITS)
+            .command(&spec, &confinement, WARM_LIMITS)
             .spawn()
             .map_err(|e| format!("starting {program}: {e}"))?;
-        ShimProcess::start(child, slot, runtime.to_string()).await
+        let process = ShimProcess::start(child, slot, confinement, runtime.to_string()).await;
+        tracing::debug!(
+            %runtime,
+            confine_ms = confined.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "generic shim started"
+        );
+        process
+    }
+
+    /// A confinement for a sandbox that is not a shim (a build).
+    pub async fn confine(
+        &self,
+        uid: Option<u32>,
+        limits: GroupLimits,
+        near: &Path,
+        tmp_bytes: u64,
+    ) -> Result<Confinement, String> {
+        self.confiner.confine(uid, limits, scratch_of(near), tmp_bytes).await
+    }
+
+    /// Fits a loaded shim's confinement to its function (memory, /tmp,
+    /// network); an error means the instance must not serve.
+    pub async fn fit(
+        &self,
+        process: &ShimProcess,
+        namespace: &str,
+        spec: &sless_api::FunctionSpec,
+    ) -> Result<(), String> {
+        let memory = u64::from(spec.memory_mb) << 20;
+        let tmp = u64::from(spec.tmp_mb) << 20;
+        if process.confinement.cgroup.is_none() {
+            super::sandbox::limit_memory_tree(process.pid, memory)?;
+        }
+        self.confiner
+            .fit(&process.confinement, namespace, memory, tmp, spec.network)
+            .await
     }
 
     /// Where the process sees its code.
     pub fn code_path(&self, process: &ShimProcess) -> String {
         self.sandbox.seen_path(&process.slot, "/code")
     }
+}
+
+/// Where the scratch tmpfs of a sandbox whose directory is `dir` is mounted.
+fn scratch_of(dir: &Path) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    dir.with_file_name(name)
 }
 
 /// Sandboxed processes run as other users: they must be able to walk down to
@@ -146,6 +215,12 @@ fn remove_stale_slots(all_slots: &Path) {
             .and_then(|n| n.parse::<u32>().ok())
             .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
         if !alive {
+            // Scratch tmpfs mounts of the dead server's instances first.
+            for inner in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
+                if inner.file_name().to_string_lossy().ends_with(".tmp") {
+                    let _ = rustix::mount::unmount(inner.path(), rustix::mount::UnmountFlags::DETACH);
+                }
+            }
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }

@@ -6,10 +6,13 @@
 
 mod artifacts;
 mod builder;
+mod cgroup;
+mod confine;
 pub mod frame;
 #[cfg(test)]
 mod fuzz_frames;
 mod launcher;
+mod network;
 mod pool;
 mod process;
 mod sandbox;
@@ -28,7 +31,9 @@ use sless_driver::{
     InvocationResult, InvokeError, RunId, VersionRef,
 };
 
+pub use confine::IsolationSettings;
 pub use launcher::shim_version;
+pub use network::PrivateEgress;
 pub use pool::{PoolSettings, StartFailure};
 pub use process::Output;
 
@@ -47,6 +52,7 @@ pub struct LocalSettings {
     pub npm: String,
     pub warm_per_runtime: usize,
     pub pool: PoolSettings,
+    pub isolation: IsolationSettings,
 }
 
 pub struct LocalDriver {
@@ -73,7 +79,12 @@ impl LocalDriver {
         shared_artifacts: Option<Arc<dyn object_store::ObjectStore>>,
     ) -> anyhow::Result<LocalDriver> {
         frame::set_max_frame(settings.pool.max_response_bytes);
-        let launcher = Arc::new(Launcher::new(data_dir, settings.python.clone(), settings.node.clone())?);
+        let launcher = Arc::new(Launcher::new(
+            data_dir,
+            settings.python.clone(),
+            settings.node.clone(),
+            &settings.isolation,
+        )?);
         let builder = Builder::new(
             data_dir.join("artifacts"),
             launcher.clone(),

@@ -15,7 +15,6 @@ use tokio::sync::Notify;
 
 use super::launcher::{link_tree, Launcher};
 use super::process::{Output, ShimProcess};
-use super::sandbox::limit_memory_tree;
 use super::warm::WarmPool;
 use sless_driver::{FunctionKey, FunctionLoad, InvokeError, VersionRef};
 
@@ -469,8 +468,10 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
         .await
         .map_err(|e| StartFailure::Start(e.to_string()))?
         .map_err(|e| StartFailure::Start(format!("linking code into the instance: {e}")))?;
-    let memory = (u64::from(generation.spec.memory_mb) + 64) << 20;
-    limit_memory_tree(process.pid, memory);
+    if let Err(e) = pool.launcher.fit(&process, &pool.key.namespace, &generation.spec).await {
+        process.kill();
+        return Err(StartFailure::Start(format!("confining the instance: {e}")));
+    }
     let code = pool.launcher.code_path(&process);
     let path = match runtime {
         sless_api::Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],

@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 
+use super::confine::Confinement;
 use super::frame::{self, kind};
 use sless_driver::{LogChunk, OutputStream};
 
@@ -83,6 +84,8 @@ pub struct ShimProcess {
     pub pid: u32,
     /// The slot directory its code is linked into.
     pub slot: PathBuf,
+    /// Its control group, network namespace and /tmp (undone when dropped).
+    pub confinement: Confinement,
     /// Frames for the writer task, which owns stdin.
     outbox: mpsc::UnboundedSender<Bytes>,
     pending: Mutex<HashMap<u32, Pending>>,
@@ -95,7 +98,12 @@ pub struct ShimProcess {
 
 impl ShimProcess {
     /// Takes over a spawned child and waits for its HELLO frame.
-    pub async fn start(mut child: Child, slot: PathBuf, label: String) -> Result<Arc<ShimProcess>, String> {
+    pub async fn start(
+        mut child: Child,
+        slot: PathBuf,
+        confinement: Confinement,
+        label: String,
+    ) -> Result<Arc<ShimProcess>, String> {
         let pid = child.id().ok_or("process exited at once")?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
         let mut stdout = child.stdout.take().ok_or("no stdout")?;
@@ -106,6 +114,7 @@ impl ShimProcess {
             id: NEXT_PROCESS.fetch_add(1, Ordering::Relaxed),
             pid,
             slot,
+            confinement,
             outbox,
             pending: Mutex::new(HashMap::new()),
             ready: Mutex::new(None),

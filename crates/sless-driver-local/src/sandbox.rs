@@ -1,7 +1,9 @@
 //! Sandboxed commands: bubblewrap where present (own mount, pid, ipc and uts
-//! namespaces; the host's /usr read-only; a private /tmp; no terminal; only
-//! the binds a caller names), always as an unprivileged uid when the server runs as root,
-//! and rlimits on the process. Without bubblewrap the same command runs with
+//! namespaces; the host's /usr read-only; a read-only root and /dev; a
+//! private sized /tmp and /dev/shm; no terminal; only the binds a caller
+//! names), always as an unprivileged uid when the server runs as root, in
+//! the control group and network namespace of its [`Confinement`], and
+//! rlimits on the process. Without bubblewrap the same command runs with
 //! the uid and rlimits only, which is logged once.
 
 use std::path::{Path, PathBuf};
@@ -11,10 +13,16 @@ use std::sync::Once;
 
 use tokio::process::Command;
 
+use super::confine::Confinement;
+
 /// First uid handed to sandboxed processes; each process gets its own so
-/// per-user limits (process count) apply per instance.
+/// per-user limits (process count) apply per instance. Each server process
+/// on the machine holds a block of `UID_SPAN` uids of its own (a lock file
+/// per block under [`UID_LOCKS`]), so two servers never share a uid.
 const UID_BASE: u32 = 200_000;
 const UID_SPAN: u32 = 50_000;
+const UID_BLOCKS: u32 = 64;
+const UID_LOCKS: &str = "/run/sless/uid-blocks";
 
 /// Host paths that hold the runtimes and the system libraries.
 const SYSTEM_RO: &[&str] = &[
@@ -34,6 +42,11 @@ pub struct Sandbox {
     bwrap: Option<PathBuf>,
     as_root: bool,
     next_uid: AtomicU32,
+    /// The first uid of this server's block, and the lock that holds it.
+    uid_base: u32,
+    _uid_lock: Option<std::fs::File>,
+    /// The resolv.conf of sandboxes in a network namespace of their own.
+    pub resolv_conf: Option<PathBuf>,
 }
 
 /// Limits applied to a sandboxed process.
@@ -47,6 +60,8 @@ pub struct Limits {
     pub cpu_seconds: u64,
     /// Open files (RLIMIT_NOFILE).
     pub open_files: u64,
+    /// Size of /tmp where the server mounts none of its own (not root).
+    pub tmp_bytes: u64,
 }
 
 /// What a sandboxed command sees and runs.
@@ -64,7 +79,7 @@ pub struct Spec<'a> {
 }
 
 impl Sandbox {
-    pub fn detect() -> Sandbox {
+    pub fn detect() -> anyhow::Result<Sandbox> {
         let bwrap = ["/usr/bin/bwrap", "/bin/bwrap", "/usr/local/bin/bwrap"]
             .iter()
             .map(PathBuf::from)
@@ -76,11 +91,20 @@ impl Sandbox {
                 tracing::warn!("bubblewrap (bwrap) not found: functions run with a separate uid and rlimits only, without filesystem isolation; install the bubblewrap package");
             });
         }
-        Sandbox {
+        let (uid_base, uid_lock) = if as_root {
+            let (block, lock) = claim_uid_block()?;
+            (UID_BASE + block * UID_SPAN, Some(lock))
+        } else {
+            (UID_BASE, None)
+        };
+        Ok(Sandbox {
             bwrap,
             as_root,
             next_uid: AtomicU32::new(0),
-        }
+            uid_base,
+            _uid_lock: uid_lock,
+            resolv_conf: None,
+        })
     }
 
     pub fn isolated(&self) -> bool {
@@ -90,7 +114,7 @@ impl Sandbox {
     /// A fresh unprivileged uid (when the server is root; otherwise its own).
     pub fn allocate_uid(&self) -> Option<u32> {
         self.as_root
-            .then(|| UID_BASE + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_SPAN)
+            .then(|| self.uid_base + self.next_uid.fetch_add(1, Ordering::Relaxed) % UID_SPAN)
     }
 
     /// The path a process sees for a bind: the inside path under bubblewrap,
@@ -103,7 +127,10 @@ impl Sandbox {
         }
     }
 
-    /// Builds the command; stdin/stdout piped, stderr piped. The scheduling
+    /// Builds the command; stdin/stdout piped, stderr piped. As root, a
+    /// shell puts itself into the confinement's control groups first (a
+    /// failed write ends it before anything else runs), then `nsenter`
+    /// enters its network namespace and drops to its uid. The scheduling
     /// policy and the limits are set by util-linux `chrt` and `prlimit`
     /// before anything else runs, so every process of the sandbox inherits
     /// them.
@@ -114,8 +141,26 @@ impl Sandbox {
     /// and hands it the next ones too, and the instance then answers them
     /// in one batch: under load that halves the context switches per call.
     /// An idle core still runs a woken instance at once.
-    pub fn command(&self, spec: &Spec<'_>, uid: Option<u32>, limits: Limits) -> Command {
-        let mut cmd = Command::new("/usr/bin/chrt");
+    pub fn command(&self, spec: &Spec<'_>, confinement: &Confinement, limits: Limits) -> Command {
+        let mut cmd;
+        match confinement.uid {
+            Some(uid) => {
+                let joins: String = confinement
+                    .cgroup
+                    .iter()
+                    .flat_map(|g| g.procs_files())
+                    .map(|f| format!("echo $$ > '{}' && ", f.display()))
+                    .collect();
+                cmd = Command::new("/bin/sh");
+                cmd.arg("-c").arg(format!("{joins}exec \"$@\"")).arg("sh");
+                cmd.arg("/usr/bin/nsenter");
+                if let Some(netns) = &confinement.netns {
+                    cmd.arg(format!("--net={}", netns.path.display()));
+                }
+                cmd.args(["-S", &uid.to_string(), "-G", &uid.to_string(), "--", "/usr/bin/chrt"]);
+            }
+            None => cmd = Command::new("/usr/bin/chrt"),
+        }
         cmd.args(["--batch", "0", "/usr/bin/prlimit"])
             .arg(format!("--data={}", limits.memory_bytes))
             .arg(format!("--nproc={}", limits.processes))
@@ -131,16 +176,34 @@ impl Sandbox {
                 // The terminal it guards against (TIOCSTI) is out of reach
                 // anyway: stdio are pipes and /dev/tty is masked below.
                 cmd.args(["--unshare-all", "--die-with-parent"]);
-                if spec.share_net {
+                // In a namespace of its own the network is that one (the
+                // sandbox is started inside it); else the host's when asked.
+                let own_net = confinement.netns.is_some();
+                if spec.share_net || own_net {
                     cmd.arg("--share-net");
                 }
                 for path in SYSTEM_RO {
+                    if own_net && *path == "/etc/resolv.conf" {
+                        continue;
+                    }
                     cmd.args(["--ro-bind-try", path, path]);
+                }
+                if let (true, Some(resolv)) = (own_net, &self.resolv_conf) {
+                    cmd.arg("--ro-bind").arg(resolv).arg("/etc/resolv.conf");
                 }
                 for link in ["bin", "lib", "lib64", "sbin"] {
                     cmd.args(["--symlink", &format!("usr/{link}"), &format!("/{link}")]);
                 }
-                cmd.args(["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]);
+                cmd.args(["--proc", "/proc", "--dev", "/dev"]);
+                match &confinement.scratch {
+                    Some(scratch) => {
+                        cmd.arg("--bind").arg(scratch.path.join("tmp")).arg("/tmp");
+                        cmd.arg("--bind").arg(scratch.path.join("shm")).arg("/dev/shm");
+                    }
+                    None => {
+                        cmd.args(["--size", &limits.tmp_bytes.to_string(), "--tmpfs", "/tmp"]);
+                    }
+                }
                 cmd.args(["--ro-bind", "/dev/null", "/dev/tty"]);
                 for (host, inside) in &spec.ro {
                     cmd.arg("--ro-bind").arg(host).arg(inside);
@@ -148,6 +211,8 @@ impl Sandbox {
                 for (host, inside) in &spec.rw {
                     cmd.arg("--bind").arg(host).arg(inside);
                 }
+                // Nothing else writable: the root and /dev (not their binds).
+                cmd.args(["--remount-ro", "/dev", "--remount-ro", "/"]);
                 cmd.args(["--chdir", &spec.chdir, "--clearenv"]);
                 for (k, v) in base_env().iter().chain(spec.env.iter()) {
                     cmd.args(["--setenv", k, v]);
@@ -162,15 +227,29 @@ impl Sandbox {
                 cmd.envs(base_env().iter().chain(spec.env.iter()).map(|(k, v)| (k, v)));
             }
         }
-        if let Some(uid) = uid {
-            cmd.uid(uid).gid(uid);
-        }
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         cmd
     }
+}
+
+/// The first free block of uids (its lock is held while the file is open).
+fn claim_uid_block() -> anyhow::Result<(u32, std::fs::File)> {
+    use rustix::fs::{flock, FlockOperation};
+    std::fs::create_dir_all(UID_LOCKS)?;
+    for block in 0..UID_BLOCKS {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(Path::new(UID_LOCKS).join(format!("{block}.lock")))?;
+        if flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            return Ok((block, file));
+        }
+    }
+    anyhow::bail!("all {UID_BLOCKS} blocks of sandbox uids under {UID_LOCKS} are held by other sless servers")
 }
 
 fn base_env() -> Vec<(String, String)> {
@@ -183,8 +262,9 @@ fn base_env() -> Vec<(String, String)> {
 }
 
 /// Lowers the memory limit of a running process and all its descendants
-/// (a warm instance learns its function's memory size only when loaded).
-pub fn limit_memory_tree(root: u32, bytes: u64) {
+/// (a warm instance learns its function's memory size only when loaded):
+/// what stands in for the control group when the server is not root.
+pub fn limit_memory_tree(root: u32, bytes: u64) -> Result<(), String> {
     use rustix::process::{prlimit, Pid, Resource, Rlimit};
     let mut stack = vec![root];
     while let Some(pid) = stack.pop() {
@@ -193,9 +273,8 @@ pub fn limit_memory_tree(root: u32, bytes: u64) {
                 current: Some(bytes),
                 maximum: Some(bytes),
             };
-            if let Err(e) = prlimit(Some(p), Resource::Data, limit) {
-                tracing::debug!(pid, error = %e, "lowering the memory limit failed");
-            }
+            prlimit(Some(p), Resource::Data, limit)
+                .map_err(|e| format!("lowering the memory limit of pid {pid}: {e}"))?;
         }
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
             continue;
@@ -205,6 +284,7 @@ pub fn limit_memory_tree(root: u32, bytes: u64) {
             stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
         }
     }
+    Ok(())
 }
 
 /// Makes a directory owned by `uid` (when given) so a sandboxed process can write it.

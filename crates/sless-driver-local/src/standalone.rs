@@ -77,9 +77,16 @@ impl Standalone {
         // The shim's slot is the work dir's, not the code: nothing is removed on drop.
         let slot = spec.work_dir.join("slot");
         let _ = std::fs::create_dir_all(&slot);
-        let process = ShimProcess::start(child, slot, format!("{}/{}", spec.namespace, spec.function))
-            .await
-            .map_err(StartFailure::Start)?;
+        // No confinement of its own: the pod is the sandbox.
+        let confinement = crate::confine::Confinement::default();
+        let process = ShimProcess::start(
+            child,
+            slot,
+            confinement,
+            format!("{}/{}", spec.namespace, spec.function),
+        )
+        .await
+        .map_err(StartFailure::Start)?;
         let code = spec.code_dir.display().to_string();
         let path = match spec.runtime {
             Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],

@@ -163,6 +163,58 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_QUEUE", default_value_t = 100)]
     pub max_queue: usize,
 
+    /// Largest `memory_mb` a function may ask for.
+    #[arg(long, env = "SLESS_MAX_MEMORY_MB", default_value_t = 4096)]
+    pub max_memory_mb: u32,
+
+    /// Largest `max_instances` (and so `min_instances` and `replicas`) of a function.
+    #[arg(long, env = "SLESS_MAX_INSTANCES", default_value_t = 100)]
+    pub max_instances: u32,
+
+    /// Largest `timeout_sec` of a function.
+    #[arg(long, env = "SLESS_MAX_TIMEOUT_SEC", default_value_t = 900)]
+    pub max_timeout_sec: u32,
+
+    /// Largest `build_timeout_sec` of a function.
+    #[arg(long, env = "SLESS_MAX_BUILD_TIMEOUT_SEC", default_value_t = 3600)]
+    pub max_build_timeout_sec: u32,
+
+    /// Largest `tmp_mb` (an instance's /tmp) of a function.
+    #[arg(long, env = "SLESS_MAX_TMP_MB", default_value_t = 1024)]
+    pub max_tmp_mb: u32,
+
+    /// Network namespaces for instances and builds: internet egress through
+    /// pasta, the host's loopback and addresses and private ranges refused
+    /// (needs root and the passt and nftables packages). Off: they share the host's network.
+    #[arg(long, env = "SLESS_NETWORK_ISOLATION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub network_isolation: bool,
+
+    /// Private destinations opened to one namespace's functions:
+    /// `namespace=IPv4[/prefix][:port]`, comma separated (e.g. `billing=10.0.0.5:5432`).
+    #[arg(long, env = "SLESS_PRIVATE_EGRESS", value_delimiter = ',')]
+    pub private_egress: Vec<String>,
+
+    /// Functions one namespace may hold.
+    #[arg(long, env = "SLESS_NS_MAX_FUNCTIONS", default_value_t = 200)]
+    pub ns_max_functions: u32,
+
+    /// Instances one namespace may have at most (max_instances summed over its functions).
+    #[arg(long, env = "SLESS_NS_MAX_INSTANCES", default_value_t = 400)]
+    pub ns_max_instances: u32,
+
+    /// Memory one namespace may use at most (memory_mb x max_instances summed over its functions).
+    #[arg(long, env = "SLESS_NS_MAX_MEMORY_MB", default_value_t = 131_072)]
+    pub ns_max_memory_mb: u32,
+
+    /// Builds one namespace runs at once (the others wait); the server runs
+    /// two, so one namespace never holds both.
+    #[arg(long, env = "SLESS_NS_MAX_BUILDS", default_value_t = 1)]
+    pub ns_max_builds: u32,
+
+    /// Job runs one namespace has under way at once; another is a 429.
+    #[arg(long, env = "SLESS_NS_MAX_JOB_RUNS", default_value_t = 4)]
+    pub ns_max_job_runs: u32,
+
     /// Pre-started generic interpreters kept per runtime for fast cold starts.
     #[arg(long, env = "SLESS_WARM_INSTANCES", default_value_t = 2)]
     pub warm_instances: usize,
@@ -286,6 +338,17 @@ impl Config {
         }
     }
 
+    /// The largest values a function's spec may hold on this server.
+    pub fn spec_limits(&self) -> sless_api::SpecLimits {
+        sless_api::SpecLimits {
+            memory_mb: self.max_memory_mb,
+            instances: self.max_instances,
+            timeout_sec: self.max_timeout_sec,
+            build_timeout_sec: self.max_build_timeout_sec,
+            tmp_mb: self.max_tmp_mb,
+        }
+    }
+
     /// Refuses settings that cannot work, naming the setting and its value.
     pub fn validate(&self) -> anyhow::Result<()> {
         let db = self.database_url();
@@ -330,6 +393,48 @@ impl Config {
                 anyhow::bail!("{name} {path:?}: no such file; install it or point {name} at the binary");
             }
         }
+        // At least a spec's defaults (a function that sets nothing fits),
+        // at most what any server accepts.
+        let widest = sless_api::SpecLimits::default();
+        let defaults: sless_api::FunctionSpec = serde_json::from_value(serde_json::json!({"runtime": "python3.11"}))
+            .expect("a runtime is all a spec needs");
+        for (name, value, lo, hi) in [
+            (
+                "SLESS_MAX_MEMORY_MB",
+                self.max_memory_mb,
+                defaults.memory_mb,
+                widest.memory_mb,
+            ),
+            (
+                "SLESS_MAX_INSTANCES",
+                self.max_instances,
+                defaults.max_instances,
+                widest.instances,
+            ),
+            (
+                "SLESS_MAX_TIMEOUT_SEC",
+                self.max_timeout_sec,
+                defaults.timeout_sec,
+                widest.timeout_sec,
+            ),
+            (
+                "SLESS_MAX_BUILD_TIMEOUT_SEC",
+                self.max_build_timeout_sec,
+                defaults.build_timeout_sec,
+                widest.build_timeout_sec,
+            ),
+            ("SLESS_MAX_TMP_MB", self.max_tmp_mb, defaults.tmp_mb, widest.tmp_mb),
+            ("SLESS_NS_MAX_FUNCTIONS", self.ns_max_functions, 1, u32::MAX),
+            ("SLESS_NS_MAX_INSTANCES", self.ns_max_instances, 1, u32::MAX),
+            ("SLESS_NS_MAX_MEMORY_MB", self.ns_max_memory_mb, 16, u32::MAX),
+            ("SLESS_NS_MAX_BUILDS", self.ns_max_builds, 1, 64),
+            ("SLESS_NS_MAX_JOB_RUNS", self.ns_max_job_runs, 1, u32::MAX),
+        ] {
+            if !(lo..=hi).contains(&value) {
+                anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");
+            }
+        }
+        sless_driver_local::PrivateEgress::parse_all(&self.private_egress).map_err(anyhow::Error::msg)?;
         crate::triggers::brokers::BrokerAllowList::parse(&self.amqp_allowed_hosts).map_err(anyhow::Error::msg)?;
         if let Some(token) = &self.metrics_token {
             if token.len() < 16 {

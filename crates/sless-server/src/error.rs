@@ -105,8 +105,16 @@ impl Error {
     fn response(self, request_id: Option<String>) -> Response {
         let status = self.status();
         if status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(error = %self, "request failed");
+            tracing::error!(error = %self, request_id = request_id.as_deref().unwrap_or(""), "request failed");
         }
+        // What failed in the database or the object store (a driver's
+        // message, a path, a host) is for the server's log, which has it
+        // under the request id; the caller learns only that it was not its
+        // fault. `Internal` texts are written for the caller.
+        let error = match &self {
+            Error::Store(_) | Error::Blob(_) => "internal server error: the server's log has the details".to_string(),
+            _ => self.to_string(),
+        };
         let (entry, rule) = match &self {
             Error::Archive { entry, rule, .. } => (entry.clone(), Some(rule.to_string())),
             _ => (None, None),
@@ -116,7 +124,7 @@ impl Error {
             _ => None,
         };
         let body = ErrorBody {
-            error: self.to_string(),
+            error,
             field,
             entry,
             rule,

@@ -31,6 +31,16 @@ pub struct Jobs {
 }
 
 impl Jobs {
+    /// Runs under way here in a namespace, but for those of job `except`
+    /// (a new run of it replaces them).
+    pub fn running_in(&self, namespace: &str, except: &str) -> usize {
+        let running = self.running.lock().unwrap();
+        running
+            .keys()
+            .filter(|(ns, job)| ns == namespace && job != except)
+            .count()
+    }
+
     pub fn new(store: Arc<dyn Store>, invoker: Arc<Invoker>) -> Arc<Jobs> {
         Arc::new(Jobs {
             store,

@@ -18,6 +18,7 @@ pub mod invoker;
 pub mod jobs;
 pub mod listener;
 pub mod metrics;
+pub mod quota;
 pub mod record;
 pub mod routes;
 pub mod server;

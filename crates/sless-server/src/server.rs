@@ -58,6 +58,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 load_timeout: Duration::from_secs(30),
                 max_response_bytes: config.max_response_bytes,
             },
+            isolation: sless_driver_local::IsolationSettings {
+                network: config.network_isolation,
+                private_egress: sless_driver_local::PrivateEgress::parse_all(&config.private_egress)
+                    .map_err(anyhow::Error::msg)?,
+            },
         },
         // Replicas fetch what another one built from the object store.
         config.shared().then(|| blobs.clone()),
@@ -101,6 +106,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         crate::deploy::UploadChecks {
             archive_rules,
             code_check,
+            namespace_builds: config.ns_max_builds as usize,
         },
         cluster.clone(),
     );

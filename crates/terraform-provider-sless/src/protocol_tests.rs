@@ -131,6 +131,7 @@ fn the_provider_schema_hides_the_token_and_serves_its_resources() {
 enum Mp<'a> {
     Str(&'a str),
     Int(u32),
+    Bool(bool),
     Nil,
     /// cty's unknown value: fixext1 of extension type 0.
     Unknown,
@@ -148,6 +149,7 @@ fn encode(value: &Mp, out: &mut Vec<u8>) {
             out.push(0xce);
             out.extend(n.to_be_bytes());
         }
+        Mp::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
         Mp::Nil => out.push(0xc0),
         Mp::Unknown => out.extend([0xd4, 0x00, 0x00]),
         Mp::Map(entries) => {
@@ -177,6 +179,9 @@ fn states_decode_from_terraforms_msgpack_with_unknowns_and_nulls() {
         ("max_instances", Mp::Nil),
         ("replicas", Mp::Nil),
         ("build_timeout_sec", Mp::Nil),
+        ("network", Mp::Str("none")),
+        ("tmp_mb", Mp::Nil),
+        ("expose_errors", Mp::Bool(true)),
         ("filename", Mp::Str("hello.zip")),
         ("code_hash", Mp::Unknown),
         ("phase", Mp::Unknown),
@@ -191,6 +196,8 @@ fn states_decode_from_terraforms_msgpack_with_unknowns_and_nulls() {
     assert_eq!(state.memory_mb, Value::Value(512));
     assert_eq!(state.code_hash, Value::Unknown);
     assert_eq!(state.version, Value::Unknown);
+    assert_eq!(state.network, s("none"));
+    assert_eq!(state.expose_errors, Value::Value(true));
     let env = state.env.as_ref_option().unwrap();
     assert_eq!(env["GREETING"], s("hi"));
 

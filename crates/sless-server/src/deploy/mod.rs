@@ -51,6 +51,10 @@ pub struct Deployer {
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
     builds: tokio::sync::Semaphore,
+    /// Build slots of each namespace (`SLESS_NS_MAX_BUILDS`), taken before
+    /// one of `builds`: one namespace never holds them all.
+    namespace_builds: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    namespace_build_slots: usize,
     /// Uploads being checked.
     checking: tokio::sync::Semaphore,
     cluster: Arc<Cluster>,
@@ -63,6 +67,8 @@ pub struct Deployer {
 pub struct UploadChecks {
     pub archive_rules: ArchiveRules,
     pub code_check: Arc<dyn CodeValidator>,
+    /// Builds one namespace runs at once.
+    pub namespace_builds: usize,
 }
 
 impl Deployer {
@@ -85,6 +91,8 @@ impl Deployer {
             archive_rules: checks.archive_rules,
             code_check: checks.code_check,
             builds: tokio::sync::Semaphore::new(CONCURRENT_BUILDS),
+            namespace_builds: Default::default(),
+            namespace_build_slots: checks.namespace_builds.max(1),
             checking: tokio::sync::Semaphore::new(CONCURRENT_CHECKS),
             cluster,
             building: Default::default(),
@@ -182,6 +190,14 @@ impl Deployer {
     }
 
     async fn build(&self, key: &FunctionKey, code_hash: &str) -> Result<()> {
+        let own = self
+            .namespace_builds
+            .lock()
+            .unwrap()
+            .entry(key.namespace.clone())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.namespace_build_slots)))
+            .clone();
+        let _own_permit = own.acquire().await.map_err(Error::internal)?;
         let _permit = self.builds.acquire().await.map_err(Error::internal)?;
         let Some((spec, _)) = self.load(key).await? else {
             return Ok(());

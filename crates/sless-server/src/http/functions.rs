@@ -19,9 +19,9 @@ use crate::state::AppState;
 use crate::store::{Kind, Record};
 use sless_driver::FunctionKey;
 
-fn checked_spec(value: Value) -> Result<FunctionSpec> {
+fn checked_spec(state: &AppState, value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
-    spec.check_field()
+    spec.check_within(&state.config.spec_limits())
         .map_err(|(field, message)| Error::invalid(field, message))?;
     Ok(spec)
 }
@@ -52,7 +52,8 @@ pub async fn create(
     validate_name("namespace", &ns)?;
     let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
     check_name("name", "function", &name)?;
-    let spec = checked_spec(Value::Object(body))?;
+    let spec = checked_spec(&state, Value::Object(body))?;
+    crate::quota::check_function(&state, &ns, &name, &spec, true).await?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
         url: Some(format!("{}/fn/{ns}/{name}", state.config.external_url())),
@@ -110,13 +111,14 @@ pub async fn patch(
     }
     let old_runtime = record.spec.get("runtime").cloned();
     merge_patch(&mut record.spec, Value::Object(body));
-    let spec = checked_spec(record.spec.clone())?;
+    let spec = checked_spec(&state, record.spec.clone())?;
     if record.spec.get("runtime") != old_runtime.as_ref() {
         return Err(Error::invalid(
             "runtime",
             "runtime cannot be changed in place; delete and re-create the function",
         ));
     }
+    crate::quota::check_function(&state, &ns, &name, &spec, false).await?;
     record.spec = to_value(&spec)?;
     state
         .store

@@ -191,7 +191,13 @@ async fn serve(
         .invoke_at(&key, &selector, invocation, crate::invoker::Run::Serving)
         .await
     {
-        Ok(result) => {
+        Ok(mut result) => {
+            if let Some(at) = result.headers.iter().position(|(k, _)| k.eq_ignore_ascii_case(ERROR_HEADER)) {
+                result.headers.swap_remove(at);
+                if result.status == 500 && !exposes_errors(state, &key).await {
+                    result.body = hidden_error(request_id);
+                }
+            }
             let mut response = Response::new(Body::from(result.body));
             *response.status_mut() = StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let out = response.headers_mut();
@@ -233,6 +239,29 @@ async fn serve(
         Err(InvokeError::StartFailed { .. }) => Err(Error::BadGateway(format!(
             "function {key} failed to start; its owner finds why in the function's invocation record with this request id"
         ))),
+    }
+}
+
+/// The header a shim puts on the 500 it answers for a handler that failed
+/// (an unhandled exception, a value it cannot send); never passed on.
+const ERROR_HEADER: &str = "x-sless-error";
+
+/// What a public caller learns of a handler's failure: that it failed, and
+/// the request id under which the owner finds the exception in the
+/// invocation record.
+fn hidden_error(request_id: &str) -> bytes::Bytes {
+    serde_json::json!({"error": "the function failed", "request_id": request_id})
+        .to_string()
+        .into()
+}
+
+/// Whether the function opted into showing its exceptions to callers
+/// (`expose_errors`). Read from the store on this error path only, so
+/// every replica answers alike.
+async fn exposes_errors(state: &AppState, key: &FunctionKey) -> bool {
+    match state.store.get(Kind::Function, &key.namespace, &key.name).await {
+        Ok(Some(record)) => record.spec.get("expose_errors").and_then(|v| v.as_bool()) == Some(true),
+        _ => false,
     }
 }
 

@@ -176,12 +176,14 @@ fn tighten_schemas(doc: &mut Value) {
     };
     let name = json!({"type": "string", "pattern": DNS_LABEL, "minLength": 1, "maxLength": 63});
     if let Some(spec) = schemas.get_mut("FunctionSpec").and_then(|s| s.get_mut("properties")) {
+        // The maxima of a server with the default SLESS_MAX_* settings.
         for (field, lo, hi) in [
-            ("memory_mb", 16, 16384),
-            ("timeout_sec", 1, 3600),
+            ("memory_mb", 16, 4096),
+            ("timeout_sec", 1, 900),
             ("concurrency", 1, 1000),
-            ("max_instances", 1, 1000),
-            ("build_timeout_sec", 1, 7200),
+            ("max_instances", 1, 100),
+            ("build_timeout_sec", 1, 3600),
+            ("tmp_mb", 1, 1024),
         ] {
             spec[field]["minimum"] = json!(lo);
             spec[field]["maximum"] = json!(hi);
@@ -191,8 +193,8 @@ fn tighten_schemas(doc: &mut Value) {
         spec["min_instances"]["maximum"] = json!(1);
         spec["min_instances"]["description"] =
             json!("Instances kept running. The server takes up to max_instances; this schema says 1, which any max_instances allows.");
-        spec["replicas"] = json!({"type": ["integer", "null"], "minimum": 0, "maximum": u32::MAX,
-            "description": "Fixed instance count: absent/null = autoscale between min and max, 0 = off, N = pinned"});
+        spec["replicas"] = json!({"type": ["integer", "null"], "minimum": 0, "maximum": 1,
+            "description": "Fixed instance count: absent/null = autoscale between min and max, 0 = off, N = pinned. The server takes up to max_instances; this schema says 1, which any max_instances allows."});
         spec["entrypoint"]["pattern"] = json!("^[^.]+(\\.[^.]+)*\\.[^.]+$");
         spec["env"]["propertyNames"] = json!({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"});
     }

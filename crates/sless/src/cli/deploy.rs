@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
-use sless_api::{Function, FunctionCreate, FunctionSpec, Phase, Runtime};
+use sless_api::{Function, FunctionCreate, FunctionSpec, Network, Phase, Runtime};
 use sless_client::Wait;
 
 use super::archive::{human_bytes, zip_dir};
@@ -40,12 +40,37 @@ pub struct DeployArgs {
     /// Time limit of one invocation, in seconds.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u32>,
+    /// Network of the instances and the build: internet (default) or none (loopback only).
+    #[arg(long, value_enum)]
+    pub network: Option<NetworkArg>,
+    /// Size of the instances' /tmp in MB.
+    #[arg(long = "tmp", value_name = "MB")]
+    pub tmp: Option<u32>,
+    /// Whether callers of /fn see an unhandled exception's message (for development).
+    #[arg(long, value_name = "BOOL")]
+    pub expose_errors: Option<bool>,
     /// Return once the code is uploaded, without waiting for the build.
     #[arg(long)]
     pub no_wait: bool,
     /// How long to wait for the build [default: the function's build timeout + 60 s].
     #[arg(long, value_name = "SECONDS")]
     pub wait_timeout: Option<u64>,
+}
+
+/// `--network` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NetworkArg {
+    Internet,
+    None,
+}
+
+impl From<NetworkArg> for Network {
+    fn from(network: NetworkArg) -> Self {
+        match network {
+            NetworkArg::Internet => Network::Internet,
+            NetworkArg::None => Network::None,
+        }
+    }
 }
 
 /// `--runtime` values.
@@ -215,6 +240,15 @@ fn new_spec(runtime: Runtime, args: &DeployArgs) -> anyhow::Result<FunctionSpec>
     if let Some(timeout) = args.timeout {
         spec["timeout_sec"] = json!(timeout);
     }
+    if let Some(network) = args.network {
+        spec["network"] = json!(Network::from(network));
+    }
+    if let Some(tmp) = args.tmp {
+        spec["tmp_mb"] = json!(tmp);
+    }
+    if let Some(expose) = args.expose_errors {
+        spec["expose_errors"] = json!(expose);
+    }
     Ok(serde_json::from_value(spec)?)
 }
 
@@ -234,6 +268,21 @@ fn spec_patch(current: &FunctionSpec, args: &DeployArgs) -> Map<String, Value> {
     if let Some(timeout) = args.timeout {
         if timeout != current.timeout_sec {
             patch.insert("timeout_sec".into(), json!(timeout));
+        }
+    }
+    if let Some(network) = args.network.map(Network::from) {
+        if network != current.network {
+            patch.insert("network".into(), json!(network));
+        }
+    }
+    if let Some(tmp) = args.tmp {
+        if tmp != current.tmp_mb {
+            patch.insert("tmp_mb".into(), json!(tmp));
+        }
+    }
+    if let Some(expose) = args.expose_errors {
+        if expose != current.expose_errors {
+            patch.insert("expose_errors".into(), json!(expose));
         }
     }
     if !args.env.is_empty() {
@@ -282,5 +331,15 @@ mod tests {
         let patch = spec_patch(&current, &args(&["dir", "--env", "KEEP=1", "--env", "NEW=x=y"]));
         assert_eq!(json!(patch), json!({"env": {"DROP": null, "NEW": "x=y"}}));
         assert!(spec_patch(&current, &args(&["dir"])).is_empty());
+        let patch = spec_patch(
+            &current,
+            &args(&["dir", "--network", "none", "--tmp", "32", "--expose-errors", "true"]),
+        );
+        assert_eq!(
+            json!(patch),
+            json!({"network": "none", "tmp_mb": 32, "expose_errors": true})
+        );
+        let patch = spec_patch(&current, &args(&["dir", "--network", "internet", "--tmp", "64"]));
+        assert!(patch.is_empty(), "{patch:?}");
     }
 }

@@ -97,6 +97,8 @@ pub fn details(f: &Function) -> Details {
         .field("entrypoint", &spec.entrypoint)
         .field("memory", format!("{} MB", spec.memory_mb))
         .field("timeout", format!("{} s", spec.timeout_sec))
+        .field("network", spec.network.as_str())
+        .field("tmp", format!("{} MB", spec.tmp_mb))
         .field("scaling", scaling)
         .field("env", if env.is_empty() { "-".into() } else { env })
         .field("phase", phase(f))

@@ -1,7 +1,7 @@
 //! Function CRUD and code upload over HTTP.
 
 use reqwest::{Method, StatusCode};
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::harness::{hello_zip, Backend, Server};
 
@@ -282,4 +282,82 @@ async fn unknown_function_is_404(backend: Backend) {
         .unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert!(response.headers().contains_key("retry-after"));
+}
+
+/// What a tenant may ask of the server is bounded by its configuration
+/// (`SLESS_MAX_*`): a 400 naming the field, on create and on patch.
+#[tokio::test]
+async fn spec_values_are_bounded_by_the_servers_maxima() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SLESS_MAX_MEMORY_MB", "512"),
+            ("SLESS_MAX_INSTANCES", "4"),
+            ("SLESS_MAX_TIMEOUT_SEC", "60"),
+            ("SLESS_MAX_BUILD_TIMEOUT_SEC", "400"),
+            ("SLESS_MAX_TMP_MB", "100"),
+        ],
+    )
+    .await;
+    let token = server.token_for(&["ns"]).await;
+    let cases = [
+        (json!({"replicas": 4294967295u32}), "replicas"),
+        (json!({"replicas": 30, "max_instances": 1}), "replicas"),
+        (json!({"min_instances": 1000}), "min_instances"),
+        (json!({"max_instances": 5}), "max_instances"),
+        (json!({"memory_mb": 16384}), "memory_mb"),
+        (json!({"memory_mb": 513}), "memory_mb"),
+        (json!({"timeout_sec": 61}), "timeout_sec"),
+        (json!({"build_timeout_sec": 401}), "build_timeout_sec"),
+        (json!({"tmp_mb": 101}), "tmp_mb"),
+        (json!({"tmp_mb": 0}), "tmp_mb"),
+        (json!({"network": "host"}), "network"),
+        (json!({"expose_errors": "yes"}), "expose_errors"),
+    ];
+    for (extra, field) in &cases {
+        let mut body = json!({"name": "bounded", "runtime": "python3.11"});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let (status, err) = server
+            .call_as(
+                Some(&token),
+                Method::POST,
+                "/v1/namespaces/ns/functions",
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body} -> {err}");
+        assert!(err["error"].as_str().unwrap().contains(field), "{body}: {err}");
+        if err["field"] != Value::Null {
+            assert_eq!(err["field"], *field, "{body}: {err}");
+        }
+    }
+    let at_the_limits = json!({"name": "bounded", "runtime": "python3.11", "memory_mb": 512, "max_instances": 4,
+        "min_instances": 4, "replicas": 4, "timeout_sec": 60, "build_timeout_sec": 400, "tmp_mb": 100,
+        "network": "none", "expose_errors": true});
+    let (status, created) = server
+        .call_as(
+            Some(&token),
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(at_the_limits),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(
+        (created["network"].as_str(), created["tmp_mb"].as_u64()),
+        (Some("none"), Some(100))
+    );
+    // The same bounds on a patch.
+    for (extra, field) in &cases {
+        let (status, err) = server
+            .call_as(
+                Some(&token),
+                Method::PATCH,
+                "/v1/namespaces/ns/functions/bounded",
+                Some(extra.clone()),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{extra} -> {err}");
+        assert!(err["error"].as_str().unwrap().contains(field), "{extra}: {err}");
+    }
 }

@@ -1,10 +1,12 @@
 //! The handler contract over real HTTP, with real python3 and node
 //! processes: every row of it, for both runtimes.
 
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 const PY_CONTRACT: &str = r#"
 import asyncio, os, sys
@@ -143,7 +145,33 @@ async fn check_contract(server: &Server, name: &str) {
         .await;
     assert_eq!(text, r#""hi there""#, "env from the spec reaches the handler");
 
-    // An exception: 500 with the request id, no traceback to the caller.
+    // An exception: 500 with the request id and nothing of the exception
+    // (its type and message are in the invocation record).
+    let (status, headers, text) = server
+        .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "raise"}"#)
+        .await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let body: Value = serde_json::from_str(&text).unwrap();
+    let request_id = headers["x-request-id"].to_str().unwrap();
+    assert_eq!(body, json!({"error": "the function failed", "request_id": request_id}));
+    assert!(headers.get("x-sless-error").is_none(), "{headers:?}");
+    let record = eventually(Duration::from_secs(10), || async {
+        let records = server.records("ns", name).await;
+        let record = records.iter().find(|r| r["request_id"] == request_id).cloned();
+        record.ok_or_else(|| "no record yet".to_string())
+    })
+    .await;
+    assert!(record["error"].as_str().unwrap().contains("boom"), "{record}");
+
+    // Opted in (for development): the message, still no traceback.
+    let (status, _) = server
+        .call(
+            Method::PATCH,
+            &format!("/v1/namespaces/ns/functions/{name}"),
+            Some(json!({"expose_errors": true})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
     let (status, headers, text) = server
         .invoke(Method::POST, &format!("/fn/ns/{name}"), r#"{"what": "raise"}"#)
         .await;
@@ -151,6 +179,7 @@ async fn check_contract(server: &Server, name: &str) {
     let body: Value = serde_json::from_str(&text).unwrap();
     assert!(body["error"].as_str().unwrap().contains("boom"), "{body}");
     assert_eq!(body["request_id"], headers["x-request-id"].to_str().unwrap());
+    assert!(headers.get("x-sless-error").is_none(), "{headers:?}");
     assert!(
         !text.contains("Traceback") && !text.contains("    at "),
         "no stack to the caller: {text}"

@@ -1,5 +1,7 @@
 //! Escapes a hostile handler attempts, each refused: another function's code,
-//! the server's data dir, host secrets, a fork bomb, a memory balloon.
+//! the server's data dir, host secrets, a fork bomb, a memory balloon, the
+//! machine's loopback services, writes outside /tmp, a full /tmp, shared
+//! memory and children's memory beyond the limit.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -188,11 +190,366 @@ async fn a_memory_balloon_is_refused() {
         serde_json::from_str::<Value>(&text).unwrap()["allocated"],
         16 * 1024 * 1024
     );
-    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 1024}"#).await;
+    // 600 MB under memory_mb 64: a MemoryError, or the instance is stopped
+    // by its control group; never the memory.
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 600}"#).await;
+    let refused = status == StatusCode::BAD_GATEWAY
+        || (status == StatusCode::OK && serde_json::from_str::<Value>(&text).unwrap()["error"] == "MemoryError");
+    assert!(refused, "600 MB allocated under memory_mb 64: {status} {text}");
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 16}"#).await;
     assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+/// Tries the machine's loopback services and an "internet" server from
+/// inside a handler, and lists what the network looks like there.
+const NET_PROBE: &[u8] = br#"
+import socket, urllib.request
+
+def connect(host, port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        return "CONNECTED"
+    except OSError as e:
+        return "BLOCKED:" + type(e).__name__
+    finally:
+        s.close()
+
+def handle(event, context):
+    out = {"ports": {str(p): connect("127.0.0.1", p) for p in event["ports"]}}
+    try:
+        with urllib.request.urlopen(event["url"], timeout=5) as r:
+            out["egress"] = r.read().decode()
+    except Exception as e:
+        out["egress"] = "FAILED:" + type(e).__name__
+    out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+    out["resolv"] = open("/etc/resolv.conf").read()
+    return out
+"#;
+
+/// A stand-in for "the internet": an HTTP server in a network namespace
+/// this test makes (a veth pair from the host), at a public-looking
+/// documentation address (TEST-NET-2). Removed when dropped.
+struct InternetPeer {
+    netns: String,
+    veth: String,
+    server: std::process::Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl InternetPeer {
+    fn start(token: &str) -> InternetPeer {
+        let id = std::process::id() % 100_000;
+        let (netns, veth, peer) = (format!("slt-peer-{id}"), format!("sltv{id}a"), format!("sltv{id}b"));
+        // One /30 of 198.51.100.0/24 per test process.
+        let base = (id % 64) * 4;
+        let (host_ip, peer_ip) = (format!("198.51.100.{}", base + 1), format!("198.51.100.{}", base + 2));
+        let ip = |args: &[&str]| {
+            let status = std::process::Command::new("ip").args(args).status().expect("ip runs");
+            assert!(status.success(), "ip {args:?} failed");
+        };
+        let _ = std::process::Command::new("ip").args(["netns", "del", &netns]).status();
+        let _ = std::process::Command::new("ip").args(["link", "del", &veth]).status();
+        ip(&["netns", "add", &netns]);
+        ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &netns]);
+        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &veth]);
+        ip(&["link", "set", &veth, "up"]);
+        ip(&[
+            "netns",
+            "exec",
+            &netns,
+            "ip",
+            "addr",
+            "add",
+            &format!("{peer_ip}/30"),
+            "dev",
+            &peer,
+        ]);
+        ip(&["netns", "exec", &netns, "ip", "link", "set", &peer, "up"]);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), token).unwrap();
+        let server = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &netns,
+                "python3",
+                "-m",
+                "http.server",
+                "8000",
+                "--bind",
+                &peer_ip,
+            ])
+            .arg("--directory")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 http.server starts");
+        let addr: std::net::SocketAddr = format!("{peer_ip}:8000").parse().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the peer's server did not come up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        InternetPeer {
+            netns,
+            veth,
+            server,
+            url: format!("http://{peer_ip}:8000/index.html"),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for InternetPeer {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_handler_reaches_the_internet_but_not_the_machines_services() {
+    let peer = InternetPeer::start("hello from the internet");
+    let server = Server::start(Backend::Sqlite).await;
+    let api_port: u16 = server.url.rsplit(':').next().unwrap().parse().unwrap();
+    server
+        .deploy(
+            "ns",
+            "net",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", NET_PROBE)],
+        )
+        .await;
+    server
+        .deploy(
+            "ns",
+            "offline",
+            json!({"runtime": "python3.11", "network": "none"}),
+            &[("handler.py", NET_PROBE)],
+        )
+        .await;
+    let event = json!({"ports": [5432, 5672, api_port], "url": peer.url});
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/net", &event.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out["egress"], "hello from the internet", "internet egress works: {out}");
+    for port in ["5432", "5672", &api_port.to_string()] {
+        let seen = out["ports"][port].as_str().unwrap();
+        assert!(
+            seen.starts_with("BLOCKED"),
+            "127.0.0.1:{port} reachable from a handler: {out}"
+        );
+    }
     assert_eq!(
-        serde_json::from_str::<Value>(&text).unwrap()["error"],
-        "MemoryError",
-        "{text}"
+        out["resolv"], "nameserver 169.254.1.53\noptions timeout:2 attempts:2\n",
+        "DNS through pasta's forwarder: {out}"
+    );
+
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/offline", &event.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        out["egress"].as_str().unwrap().starts_with("FAILED"),
+        "network none: {out}"
+    );
+    assert_eq!(out["interfaces"], json!(["lo"]), "network none is loopback only: {out}");
+    drop(peer);
+}
+
+/// Fills memory, /tmp, /dev/shm, shared memory and a child's memory, and
+/// tries to write outside /tmp.
+const LIMITS_PROBE: &[u8] = br#"
+import mmap, os
+
+def fill(path, mb):
+    written = 0
+    try:
+        with open(path, "wb") as f:
+            chunk = b"x" * (1 << 20)
+            for _ in range(mb):
+                f.write(chunk)
+                f.flush()
+                written += 1
+    except OSError as e:
+        return {"written_mb": written, "error": type(e).__name__}
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    return {"written_mb": written}
+
+def handle(event, context):
+    what, mb = event["what"], event.get("mb", 0)
+    if what == "tmp":
+        return fill("/tmp/fill", mb)
+    if what == "shm":
+        return fill("/dev/shm/fill", mb)
+    if what == "shared":
+        m = mmap.mmap(-1, mb << 20, flags=mmap.MAP_SHARED)
+        for i in range(0, mb << 20, 4096):
+            m[i] = 1
+        return {"touched_mb": mb}
+    if what == "child":
+        pid = os.fork()
+        if pid == 0:
+            blob = bytearray(mb << 20)
+            os._exit(0 if len(blob) else 1)
+        return {"child_status": os.waitpid(pid, 0)[1]}
+    out = {}
+    for path in ["/x", "/dev/x", "/etc/x", "/usr/x", "/code/x", "/sless/x"]:
+        try:
+            open(path, "w").write("x")
+            out[path] = "WROTE"
+        except OSError as e:
+            out[path] = "DENIED:" + type(e).__name__
+    return out
+"#;
+
+#[tokio::test]
+async fn tmp_shared_memory_and_children_count_towards_the_limits() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "box",
+            json!({"runtime": "python3.11", "memory_mb": 128, "tmp_mb": 16}),
+            &[("handler.py", LIMITS_PROBE)],
+        )
+        .await;
+    let call = |body: Value| {
+        let server = &server;
+        async move {
+            let (status, _, text) = server.invoke(Method::POST, "/fn/ns/box", &body.to_string()).await;
+            (
+                status,
+                serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)),
+            )
+        }
+    };
+    // /tmp and /dev/shm hold tmp_mb, then refuse.
+    for what in ["tmp", "shm"] {
+        let (status, out) = call(json!({"what": what, "mb": 8})).await;
+        assert_eq!(
+            (status, &out["written_mb"]),
+            (StatusCode::OK, &json!(8)),
+            "{what}: {out}"
+        );
+        let (status, out) = call(json!({"what": what, "mb": 64})).await;
+        assert_eq!(status, StatusCode::OK, "{out}");
+        assert!(
+            out["written_mb"].as_u64().unwrap() < 17,
+            "{what} holds more than tmp_mb: {out}"
+        );
+        assert_eq!(out["error"], "OSError", "{out}");
+    }
+    // Nothing but /tmp is writable.
+    let (status, out) = call(json!({"what": "write"})).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    for (path, seen) in out.as_object().unwrap() {
+        assert!(seen.as_str().unwrap().starts_with("DENIED"), "{path} writable: {out}");
+    }
+    // A child's memory counts: it is killed, the instance lives on.
+    let (status, out) = call(json!({"what": "child", "mb": 400})).await;
+    assert_eq!(status, StatusCode::OK, "{out}");
+    assert_ne!(
+        out["child_status"], 0,
+        "a child allocated 400 MB under memory_mb 128: {out}"
+    );
+    // Shared memory counts: the instance is stopped (502), the next call
+    // gets a new one.
+    let (status, out) = call(json!({"what": "shared", "mb": 400})).await;
+    assert!(
+        status == StatusCode::BAD_GATEWAY || status == StatusCode::INTERNAL_SERVER_ERROR,
+        "400 MB of shared memory under memory_mb 128: {status} {out}"
+    );
+    let (status, out) = call(json!({"what": "tmp", "mb": 1})).await;
+    assert_eq!((status, &out["written_mb"]), (StatusCode::OK, &json!(1)), "{out}");
+}
+
+/// Every instance's control group holds the function's limits (read from
+/// the host's cgroup files of this server process).
+#[tokio::test]
+async fn instances_run_in_control_groups_with_the_functions_limits() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy(
+            "ns",
+            "sized",
+            json!({"runtime": "python3.11", "memory_mb": 96}),
+            &[("handler.py", b"def handle(e, c):\n    return 'ok'\n")],
+        )
+        .await;
+    let (status, _, _) = server.invoke(Method::GET, "/fn/ns/sized", "").await;
+    assert_eq!(status, StatusCode::OK);
+    let own = std::fs::read_to_string(format!("/proc/{}/cgroup", server.pid())).unwrap();
+    let unified = std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let group_of = |controller: &str| {
+        let path = own
+            .lines()
+            .find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let matches = if unified {
+                    controllers.is_empty()
+                } else {
+                    controllers.split(',').any(|c| c == controller)
+                };
+                matches.then_some(path.to_string())
+            })
+            .unwrap();
+        let mount = if unified {
+            "/sys/fs/cgroup".to_string()
+        } else {
+            format!("/sys/fs/cgroup/{controller}")
+        };
+        std::path::PathBuf::from(mount)
+            .join(path.trim_start_matches('/'))
+            .join(format!("sless-{}", server.pid()))
+    };
+    let (memory_file, expected) = if unified {
+        ("memory.max", 96u64 << 20)
+    } else {
+        ("memory.limit_in_bytes", 96u64 << 20)
+    };
+    let limits: Vec<u64> = std::fs::read_dir(group_of("memory"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| std::fs::read_to_string(e.path().join(memory_file)).ok())
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    assert!(limits.contains(&expected), "no group limited to 96 MiB: {limits:?}");
+    let pids: Vec<String> = std::fs::read_dir(group_of("pids"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("pids.max")).ok())
+        .collect();
+    assert!(!pids.is_empty() && pids.iter().all(|p| p.trim() != "max"), "{pids:?}");
+    let quota_file = if unified { "cpu.max" } else { "cpu.cfs_quota_us" };
+    let quotas: Vec<String> = std::fs::read_dir(group_of("cpu"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| std::fs::read_to_string(e.path().join(quota_file)).ok())
+        .collect();
+    assert!(
+        !quotas.is_empty() && quotas.iter().all(|q| !q.starts_with("-1") && !q.starts_with("max")),
+        "{quotas:?}"
     );
 }

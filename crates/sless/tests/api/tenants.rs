@@ -257,3 +257,94 @@ def handle(event, context):
     let cookie = headers["set-cookie"].to_str().unwrap();
     assert_eq!(cookie, "sid=stolen; HttpOnly; Path=/fn/ns/app");
 }
+
+/// A namespace's quotas: functions, instances and memory (403), job runs
+/// at once (429); each refusal names its setting, and other namespaces
+/// are not held back.
+#[tokio::test]
+async fn namespace_quotas_are_refused_by_name() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[
+            ("SLESS_NS_MAX_FUNCTIONS", "2"),
+            ("SLESS_NS_MAX_INSTANCES", "6"),
+            ("SLESS_NS_MAX_MEMORY_MB", "2048"),
+            ("SLESS_NS_MAX_JOB_RUNS", "1"),
+        ],
+    )
+    .await;
+    let create = |ns: &'static str, body: serde_json::Value| {
+        let server = &server;
+        async move {
+            server
+                .call(Method::POST, &format!("/v1/namespaces/{ns}/functions"), Some(body))
+                .await
+        }
+    };
+    let slow = b"import time\n\ndef handle(e, c):\n    time.sleep(30)\n    return 'done'\n";
+    server
+        .deploy(
+            "ns",
+            "one",
+            json!({"runtime": "python3.11", "timeout_sec": 60}),
+            &[("handler.py", slow)],
+        )
+        .await;
+    let (status, body) = create(
+        "ns",
+        json!({"name": "two", "runtime": "python3.11", "max_instances": 2}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = create("ns", json!({"name": "three", "runtime": "python3.11"})).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_NS_MAX_FUNCTIONS"),
+        "{body}"
+    );
+    let (status, body) = create("other", json!({"name": "three", "runtime": "python3.11"})).await;
+    assert_eq!(
+        status,
+        StatusCode::CREATED,
+        "another namespace is not held back: {body}"
+    );
+
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/two",
+            Some(json!({"max_instances": 3})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_NS_MAX_INSTANCES"),
+        "{body}"
+    );
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/two",
+            Some(json!({"memory_mb": 1024})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_NS_MAX_MEMORY_MB"),
+        "{body}"
+    );
+
+    let job = |name: &'static str| json!({"name": name, "function": "one", "run_id": 1});
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(job("first")))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(job("second")))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_NS_MAX_JOB_RUNS"),
+        "{body}"
+    );
+}

@@ -14,6 +14,9 @@ use crate::convert::to_u32;
 use crate::diagnostics::{error, guess_attribute};
 use crate::resource::settable;
 
+/// The networks a function may have.
+pub const NETWORKS: &[&str] = &["internet", "none"];
+
 /// The runtimes sless builds.
 pub const RUNTIMES: &[&str] = &["python3.11", "nodejs20"];
 
@@ -30,6 +33,19 @@ pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
                     RUNTIMES.join(", ")
                 ),
                 Some("runtime"),
+            );
+        }
+    }
+    if let Some(network) = config.network.as_ref_option() {
+        if !NETWORKS.contains(&network.as_str()) {
+            error(
+                diags,
+                "Unsupported network",
+                format!(
+                    "network {network:?} is not one sless knows: use one of {}.",
+                    NETWORKS.join(", ")
+                ),
+                Some("network"),
             );
         }
     }
@@ -52,6 +68,8 @@ pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
     // The server's own limits (ranges, min <= max, entrypoint shape, env
     // keys), once every value they involve is known.
     let all_known = !config.entrypoint.is_unknown()
+        && !config.network.is_unknown()
+        && !config.expose_errors.is_unknown()
         && !config.env.is_unknown()
         && config
             .env
@@ -111,6 +129,12 @@ pub fn plan(
     if config.env.is_null() {
         planned.env = Value::Value(Default::default());
     }
+    if config.network.is_null() {
+        planned.network = Value::Value(defaults.network.as_str().to_string());
+    }
+    if config.expose_errors.is_null() {
+        planned.expose_errors = Value::Value(defaults.expose_errors);
+    }
     let default_numbers = [
         ("memory_mb", defaults.memory_mb),
         ("timeout_sec", defaults.timeout_sec),
@@ -118,6 +142,7 @@ pub fn plan(
         ("min_instances", defaults.min_instances),
         ("max_instances", defaults.max_instances),
         ("build_timeout_sec", defaults.build_timeout_sec),
+        ("tmp_mb", defaults.tmp_mb),
     ];
     for (field, default) in default_numbers {
         if config.number(field).is_null() {

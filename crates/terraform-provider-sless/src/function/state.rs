@@ -23,6 +23,7 @@ pub const NUMBERS: &[&str] = &[
     "max_instances",
     "replicas",
     "build_timeout_sec",
+    "tmp_mb",
 ];
 
 /// A `sless_function` as Terraform holds it.
@@ -42,6 +43,9 @@ pub struct FunctionState {
     pub max_instances: Value<i64>,
     pub replicas: Value<i64>,
     pub build_timeout_sec: Value<i64>,
+    pub network: Value<String>,
+    pub tmp_mb: Value<i64>,
+    pub expose_errors: Value<bool>,
     pub filename: Value<String>,
     pub code_hash: Value<String>,
     pub phase: Value<String>,
@@ -60,6 +64,7 @@ impl FunctionState {
             "max_instances" => &self.max_instances,
             "replicas" => &self.replicas,
             "build_timeout_sec" => &self.build_timeout_sec,
+            "tmp_mb" => &self.tmp_mb,
             other => unreachable!("{other} is not a number attribute of sless_function"),
         }
     }
@@ -73,6 +78,7 @@ impl FunctionState {
             "max_instances" => &mut self.max_instances,
             "replicas" => &mut self.replicas,
             "build_timeout_sec" => &mut self.build_timeout_sec,
+            "tmp_mb" => &mut self.tmp_mb,
             other => unreachable!("{other} is not a number attribute of sless_function"),
         }
     }
@@ -87,6 +93,7 @@ pub fn default_spec() -> FunctionSpec {
 pub fn fields() -> Vec<Field> {
     let string = || AttributeType::String;
     let number = || AttributeType::Number;
+    let boolean = || AttributeType::Bool;
     vec![
         replaces("runtime", required(string(), "python3.11 or nodejs20. Changing it replaces the function.")),
         updates("entrypoint", defaulted(string(), "module.function (Python) or file.export (Node); default handler.handle.")),
@@ -98,6 +105,9 @@ pub fn fields() -> Vec<Field> {
         updates("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
         updates("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
         updates("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
+        updates("network", defaulted(string(), "internet (default: outbound internet, no private or host addresses) or none (loopback only).")),
+        updates("tmp_mb", defaulted(number(), "Size of an instance's /tmp in MiB (default 64); it counts towards memory_mb.")),
+        updates("expose_errors", defaulted(boolean(), "Whether callers see an unhandled exception's message (default false: \"the function failed\")")),
         updates("filename", required(string(), "Path of the zip of the function's code.")),
         updates("code_hash", defaulted(string(), "sha256 of the zip: set it to filesha256(filename) so a new zip is uploaded and built in place. Default: the file's sha256 when it can be read while planning.")),
         reported("phase", string(), "Pending, Building, Ready or Failed."),
@@ -127,6 +137,12 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
         if let Some(n) = to_u32(diags, state.number(field), field) {
             spec.insert(field.to_string(), json!(n));
         }
+    }
+    if let Some(network) = state.network.as_ref_option() {
+        spec.insert("network".into(), json!(network));
+    }
+    if let Some(expose) = state.expose_errors.as_ref_option() {
+        spec.insert("expose_errors".into(), json!(expose));
     }
     Json::Object(spec)
 }
@@ -179,6 +195,9 @@ pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
         max_instances: number(spec.max_instances),
         replicas: spec.replicas.map(i64::from).into(),
         build_timeout_sec: number(spec.build_timeout_sec),
+        network: Value::Value(spec.network.as_str().to_string()),
+        tmp_mb: number(spec.tmp_mb),
+        expose_errors: Value::Value(spec.expose_errors),
         filename,
         code_hash: served_hash(function).into(),
         phase: Value::Value(phase_name(function.status.phase)),

@@ -40,6 +40,9 @@ fn applied() -> FunctionState {
         min_instances: Value::Value(0),
         max_instances: Value::Value(4),
         build_timeout_sec: Value::Value(300),
+        network: s("internet"),
+        tmp_mb: Value::Value(64),
+        expose_errors: Value::Value(false),
         phase: s("Ready"),
         version: Value::Value(1),
         url: s("http://127.0.0.1:8080/fn/default/hello"),
@@ -83,6 +86,9 @@ fn a_create_plans_the_servers_defaults_and_leaves_version_and_url_unknown() {
     assert_eq!(planned.memory_mb, Value::Value(256));
     assert_eq!(planned.max_instances, Value::Value(4));
     assert_eq!(planned.build_timeout_sec, Value::Value(300));
+    assert_eq!(planned.network, s("internet"));
+    assert_eq!(planned.tmp_mb, Value::Value(64));
+    assert_eq!(planned.expose_errors, Value::Value(false));
     assert_eq!(planned.replicas, Value::Null);
     assert_eq!(planned.phase, s("Ready"));
     assert_eq!(planned.version, Value::Unknown);
@@ -250,6 +256,27 @@ fn validation_names_the_attribute() {
             ..config()
         }),
         ["memory_mb"]
+    );
+    assert_eq!(
+        bad(FunctionState {
+            network: s("wifi"),
+            ..config()
+        }),
+        ["network"]
+    );
+    assert_eq!(
+        bad(FunctionState {
+            replicas: Value::Value(9),
+            ..config()
+        }),
+        ["replicas"]
+    );
+    assert_eq!(
+        bad(FunctionState {
+            tmp_mb: Value::Value(0),
+            ..config()
+        }),
+        ["tmp_mb"]
     );
 }
 

@@ -1,0 +1,242 @@
+//! Control groups of instances and builds: memory (tmpfs, shared memory and
+//! child processes count, as the kernel charges them), processes and CPU
+//! per sandbox. cgroup v1 (a mount per controller) and v2 (one unified
+//! mount) are both supported; a group lives below the server's own group,
+//! `sless-{server pid}/{n}`, so groups of a server that is gone are found
+//! and removed at start.
+//!
+//! **Invariant:** a limit that cannot be written is an error the caller
+//! turns into a failed start; nothing runs with a limit it asked for and
+//! did not get.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// CPU period of the quota (µs); the quota is one CPU's worth of it.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// The cgroup filesystem as mounted on this machine.
+#[derive(Debug)]
+enum Layout {
+    /// One directory per controller: (memory, pids, cpu) parents.
+    V1 {
+        memory: PathBuf,
+        pids: PathBuf,
+        cpu: PathBuf,
+    },
+    /// The unified hierarchy, controllers enabled below the parent.
+    V2 { parent: PathBuf },
+}
+
+/// Makes the groups of this server process.
+#[derive(Debug)]
+pub struct Cgroups {
+    layout: Layout,
+    next: AtomicU64,
+}
+
+/// Limits of one group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupLimits {
+    pub memory_bytes: u64,
+    pub processes: u64,
+    /// CPUs' worth of time per period (1.0 = one CPU).
+    pub cpus: f64,
+}
+
+impl Cgroups {
+    /// Finds the controllers and makes this server's parent groups.
+    pub fn start() -> anyhow::Result<Cgroups> {
+        let own = std::fs::read_to_string("/proc/self/cgroup")?;
+        let dir = format!("sless-{}", std::process::id());
+        let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        let layout = if unified {
+            let path = own
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .ok_or_else(|| anyhow::anyhow!("no cgroup v2 entry in /proc/self/cgroup"))?;
+            let base = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+            let parent = base.join(&dir);
+            remove_stale(&base);
+            std::fs::create_dir_all(&parent)?;
+            // Controllers for the instances' groups, below ours.
+            write(&base.join("cgroup.subtree_control"), "+memory +pids +cpu").map_err(|e| {
+                anyhow::anyhow!(
+                    "enabling the memory, pids and cpu controllers for sandboxes in {}: {e}",
+                    base.display()
+                )
+            })?;
+            write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu")
+                .map_err(|e| anyhow::anyhow!("enabling controllers in {}: {e}", parent.display()))?;
+            Layout::V2 { parent }
+        } else {
+            let mut parents = Vec::new();
+            for controller in ["memory", "pids", "cpu"] {
+                let mount = Path::new("/sys/fs/cgroup").join(controller);
+                if !mount.join("cgroup.procs").exists() {
+                    anyhow::bail!(
+                        "the {controller} cgroup controller is not mounted at {}",
+                        mount.display()
+                    );
+                }
+                let path = own
+                    .lines()
+                    .find_map(|l| {
+                        let mut parts = l.splitn(3, ':');
+                        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                        controllers.split(',').any(|c| c == controller).then_some(path)
+                    })
+                    .unwrap_or("/");
+                let base = mount.join(path.trim_start_matches('/'));
+                remove_stale(&base);
+                let parent = base.join(&dir);
+                std::fs::create_dir_all(&parent)
+                    .map_err(|e| anyhow::anyhow!("making cgroup {}: {e}", parent.display()))?;
+                parents.push(parent);
+            }
+            let cpu = parents.pop().expect("three controllers");
+            let pids = parents.pop().expect("three controllers");
+            let memory = parents.pop().expect("three controllers");
+            Layout::V1 { memory, pids, cpu }
+        };
+        Ok(Cgroups {
+            layout,
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// A new group with `limits`; its `procs` files are where a sandbox's
+    /// first process writes its pid.
+    pub fn create(&self, limits: GroupLimits) -> Result<Group, String> {
+        let name = self.next.fetch_add(1, Ordering::Relaxed).to_string();
+        let dirs = match &self.layout {
+            Layout::V1 { memory, pids, cpu } => vec![memory.join(&name), pids.join(&name), cpu.join(&name)],
+            Layout::V2 { parent } => vec![parent.join(&name)],
+        };
+        let group = Group {
+            v2: matches!(self.layout, Layout::V2 { .. }),
+            dirs,
+        };
+        for dir in &group.dirs {
+            std::fs::create_dir(dir).map_err(|e| format!("making a control group: {e}"))?;
+        }
+        group.set_memory(limits.memory_bytes)?;
+        group.write_limit("pids", "pids.max", &limits.processes.to_string())?;
+        let quota = ((limits.cpus * CPU_PERIOD_US as f64) as u64).max(1000);
+        if group.v2 {
+            group.write_limit("cpu", "cpu.max", &format!("{quota} {CPU_PERIOD_US}"))?;
+        } else {
+            group.write_limit("cpu", "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
+            group.write_limit("cpu", "cpu.cfs_quota_us", &quota.to_string())?;
+        }
+        Ok(group)
+    }
+}
+
+/// One sandbox's control group(s); its processes are killed and the group
+/// removed when dropped.
+#[derive(Debug)]
+pub struct Group {
+    v2: bool,
+    /// v1: memory, pids, cpu; v2: the one group.
+    dirs: Vec<PathBuf>,
+}
+
+impl Group {
+    /// The `cgroup.procs` files a process joins the group through.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
+    }
+
+    /// Sets the memory limit (tmpfs pages and shared memory included).
+    /// Lowering it below what the group uses makes the kernel reclaim; if it
+    /// cannot, this fails.
+    pub fn set_memory(&self, bytes: u64) -> Result<(), String> {
+        if self.v2 {
+            self.write_limit("memory", "memory.max", &bytes.to_string())?;
+            // No swap to escape into where swap accounting exists.
+            let swap = self.dirs[0].join("memory.swap.max");
+            if swap.exists() {
+                self.write_limit("memory", "memory.swap.max", "0")?;
+            }
+            Ok(())
+        } else {
+            self.write_limit("memory", "memory.limit_in_bytes", &bytes.to_string())?;
+            let memsw = self.dirs[0].join("memory.memsw.limit_in_bytes");
+            if memsw.exists() {
+                self.write_limit("memory", "memory.memsw.limit_in_bytes", &bytes.to_string())?;
+            }
+            Ok(())
+        }
+    }
+
+    fn dir(&self, controller: &str) -> &Path {
+        match (self.v2, controller) {
+            (true, _) | (false, "memory") => &self.dirs[0],
+            (false, "pids") => &self.dirs[1],
+            _ => &self.dirs[2],
+        }
+    }
+
+    fn write_limit(&self, controller: &str, file: &str, value: &str) -> Result<(), String> {
+        let path = self.dir(controller).join(file);
+        write(&path, value).map_err(|e| format!("setting the {controller} limit ({file} = {value}): {e}"))
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let dirs = std::mem::take(&mut self.dirs);
+        // The processes may still be exiting: retry off the caller's thread.
+        std::thread::spawn(move || remove_groups(&dirs));
+    }
+}
+
+/// Kills what is left in the groups and removes them.
+fn remove_groups(dirs: &[PathBuf]) {
+    for _ in 0..100 {
+        for dir in dirs {
+            for pid in std::fs::read_to_string(dir.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+            {
+                if let Some(pid) = pid.trim().parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+        }
+        if dirs.iter().all(|d| std::fs::remove_dir(d).is_ok() || !d.exists()) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Groups left by server processes that are gone.
+fn remove_stale(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("sless-"))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let children: Vec<PathBuf> = std::fs::read_dir(entry.path())
+            .map(|d| d.flatten().filter(|e| e.path().is_dir()).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        remove_groups(&children);
+        let _ = std::fs::remove_dir(entry.path());
+    }
+}
+
+fn write(path: &Path, value: &str) -> std::io::Result<()> {
+    std::fs::write(path, value)
+}

@@ -1,0 +1,171 @@
+//! What confines one sandbox beyond its mounts: its uid, its control group
+//! (memory, processes, CPU), its network namespace and its sized scratch
+//! tmpfs (/tmp and /dev/shm). A [`Confiner`] makes them before the sandbox
+//! starts; a [`Confinement`] lives as long as the process it confines and
+//! undoes itself when dropped.
+
+use std::path::{Path, PathBuf};
+
+use sless_api::Network;
+
+use super::cgroup::{Cgroups, Group, GroupLimits};
+use super::network::{Netns, Networks, PrivateEgress};
+
+/// How this server confines sandboxes (chosen at start from its settings).
+#[derive(Debug, Clone, Default)]
+pub struct IsolationSettings {
+    /// Network namespaces with fenced internet egress (needs root, pasta, nft).
+    pub network: bool,
+    /// Private destinations opened per namespace.
+    pub private_egress: Vec<PrivateEgress>,
+}
+
+/// Makes confinements.
+pub struct Confiner {
+    networks: Option<Networks>,
+    cgroups: Option<Cgroups>,
+    mounts_tmpfs: bool,
+}
+
+impl Confiner {
+    /// With root: control groups and sized tmpfs always, network namespaces
+    /// when `settings.network`. Without root none of them can be made: that
+    /// is said once in the log.
+    pub fn start(data_dir: &Path, settings: &IsolationSettings) -> anyhow::Result<Confiner> {
+        let root = rustix::process::geteuid().is_root();
+        if !root {
+            tracing::warn!("the server does not run as root: sandboxes get no control groups, sized /tmp or network namespaces (rlimits only)");
+            if settings.network {
+                anyhow::bail!(
+                    "network isolation needs root; run the server as root or set SLESS_NETWORK_ISOLATION=off"
+                );
+            }
+            return Ok(Confiner {
+                networks: None,
+                cgroups: None,
+                mounts_tmpfs: false,
+            });
+        }
+        let networks = if settings.network {
+            Some(Networks::start(data_dir, settings.private_egress.clone())?)
+        } else {
+            None
+        };
+        Ok(Confiner {
+            networks,
+            cgroups: Some(Cgroups::start()?),
+            mounts_tmpfs: true,
+        })
+    }
+
+    pub fn resolv_conf(&self) -> Option<&Path> {
+        self.networks.as_ref().map(|n| n.resolv_conf.as_path())
+    }
+
+    /// Everything a new sandbox runs in. `scratch` is the directory its
+    /// tmpfs is mounted on (made here), sized `tmp_bytes`.
+    pub async fn confine(
+        &self,
+        uid: Option<u32>,
+        limits: GroupLimits,
+        scratch: PathBuf,
+        tmp_bytes: u64,
+    ) -> Result<Confinement, String> {
+        let mut confinement = Confinement {
+            uid,
+            cgroup: None,
+            netns: None,
+            scratch: None,
+        };
+        if let Some(cgroups) = &self.cgroups {
+            confinement.cgroup = Some(cgroups.create(limits)?);
+        }
+        if self.mounts_tmpfs {
+            confinement.scratch = Some(Scratch::mount(scratch, uid, tmp_bytes)?);
+        }
+        if let Some(networks) = &self.networks {
+            confinement.netns = Some(networks.create().await?);
+        }
+        Ok(confinement)
+    }
+
+    /// Fits a started (generic) sandbox to a function: its memory, its /tmp
+    /// size and its network. Any failure is the instance's failure to start.
+    pub async fn fit(
+        &self,
+        confinement: &Confinement,
+        namespace: &str,
+        memory_bytes: u64,
+        tmp_bytes: u64,
+        network: Network,
+    ) -> Result<(), String> {
+        if let Some(group) = &confinement.cgroup {
+            group.set_memory(memory_bytes)?;
+        }
+        if let Some(scratch) = &confinement.scratch {
+            scratch.resize(tmp_bytes)?;
+        }
+        if let (Some(networks), Some(netns)) = (&self.networks, confinement.netns.as_ref()) {
+            match network {
+                Network::None => netns.cut_off().await?,
+                Network::Internet => networks.open_private(netns, namespace).await?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The confinement of one sandbox (see the module doc).
+#[derive(Default)]
+pub struct Confinement {
+    pub uid: Option<u32>,
+    pub cgroup: Option<Group>,
+    pub netns: Option<Netns>,
+    pub scratch: Option<Scratch>,
+}
+
+/// A tmpfs of a fixed size mounted by the server; the sandbox sees its
+/// `tmp` directory as /tmp and `shm` as /dev/shm. What is written there is
+/// charged to the writer's control group as well.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    fn mount(path: PathBuf, uid: Option<u32>, bytes: u64) -> Result<Scratch, String> {
+        use rustix::mount::{mount, MountFlags};
+        std::fs::create_dir_all(&path).map_err(|e| format!("making the scratch mount point: {e}"))?;
+        let owner = uid.map(|u| format!(",uid={u},gid={u}")).unwrap_or_default();
+        let options = std::ffi::CString::new(format!("size={bytes},mode=0700,nr_inodes=65536{owner}"))
+            .map_err(|e| e.to_string())?;
+        mount(
+            "sless-tmp",
+            &path,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            Some(options.as_c_str()),
+        )
+        .map_err(|e| format!("mounting the instance's /tmp: {e}"))?;
+        let scratch = Scratch { path };
+        for dir in ["tmp", "shm"] {
+            super::sandbox::make_owned_dir(&scratch.path.join(dir), uid)
+                .map_err(|e| format!("preparing the instance's /tmp: {e}"))?;
+        }
+        Ok(scratch)
+    }
+
+    /// A new size (a tmpfs holding more than that refuses the remount).
+    fn resize(&self, bytes: u64) -> Result<(), String> {
+        use rustix::mount::{mount_remount, MountFlags};
+        let options = std::ffi::CString::new(format!("size={bytes}")).map_err(|e| e.to_string())?;
+        mount_remount(&self.path, MountFlags::NOSUID | MountFlags::NODEV, options.as_c_str())
+            .map_err(|e| format!("sizing the instance's /tmp to {} MiB: {e}", bytes >> 20))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::DETACH);
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}

@@ -1,0 +1,67 @@
+//! Per-namespace quotas: what one namespace may hold (functions, instances,
+//! memory: 403 past them) and run at once (job runs: 429; builds wait for
+//! the namespace's own build slots, so one namespace never holds all of
+//! the server's). Every refusal names the quota and its setting.
+
+use sless_api::FunctionSpec;
+
+use crate::error::{Error, Result};
+use crate::state::AppState;
+use crate::store::Kind;
+
+/// The instances a function may have at most.
+fn instances(spec: &FunctionSpec) -> u64 {
+    u64::from(spec.max_instances.max(spec.replicas.unwrap_or(0)))
+}
+
+/// Refuses a function (new, or `name` with new settings) that takes its
+/// namespace past the functions, instances or memory quota.
+pub async fn check_function(state: &AppState, ns: &str, name: &str, spec: &FunctionSpec, creating: bool) -> Result<()> {
+    let config = &state.config;
+    let others: Vec<FunctionSpec> = state
+        .store
+        .list(Kind::Function, ns)
+        .await?
+        .into_iter()
+        .filter(|r| r.name != name)
+        .filter_map(|r| serde_json::from_value(r.spec).ok())
+        .collect();
+    if creating && others.len() as u64 >= u64::from(config.ns_max_functions) {
+        return Err(Error::Forbidden(format!(
+            "namespace {ns} is at its quota of {} functions (the server's SLESS_NS_MAX_FUNCTIONS); delete one first",
+            config.ns_max_functions
+        )));
+    }
+    let total_instances: u64 = others.iter().map(instances).sum::<u64>() + instances(spec);
+    if total_instances > u64::from(config.ns_max_instances) {
+        return Err(Error::Forbidden(format!(
+            "namespace {ns} would have up to {total_instances} instances, more than its quota of {} (the server's SLESS_NS_MAX_INSTANCES): lower max_instances",
+            config.ns_max_instances
+        )));
+    }
+    let memory = |s: &FunctionSpec| instances(s) * u64::from(s.memory_mb);
+    let total_memory: u64 = others.iter().map(memory).sum::<u64>() + memory(spec);
+    if total_memory > u64::from(config.ns_max_memory_mb) {
+        return Err(Error::Forbidden(format!(
+            "namespace {ns} would use up to {total_memory} MB (memory_mb x max_instances over its functions), more than its quota of {} MB (the server's SLESS_NS_MAX_MEMORY_MB): lower memory_mb or max_instances",
+            config.ns_max_memory_mb
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a new run of job `job` while the namespace has its quota of
+/// other runs going.
+pub fn check_job_run(state: &AppState, ns: &str, job: &str) -> Result<()> {
+    let running = state.jobs.running_in(ns, job);
+    let quota = state.config.ns_max_job_runs as usize;
+    if running >= quota {
+        return Err(Error::TooManyRequests {
+            message: format!(
+                "namespace {ns} has {running} job runs under way, its quota (the server's SLESS_NS_MAX_JOB_RUNS); try again when one ends"
+            ),
+            retry_after: 5,
+        });
+    }
+    Ok(())
+}
