@@ -12,8 +12,8 @@ use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
 
 /// The shims, embedded in the binary and written out at start.
-const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
-const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
+pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
+pub(crate) const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
 
 /// Version of the embedded shims: a digest of their text, so any change
 /// rebuilds and rolls every function.

@@ -19,6 +19,7 @@ mod api {
     mod functions;
     mod handlers;
     pub mod harness;
+    mod instance;
     mod jobs;
     mod lifecycle;
     mod observability;
