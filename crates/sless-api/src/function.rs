@@ -57,6 +57,10 @@ pub struct FunctionSpec {
     pub replicas: Option<u32>,
     #[serde(default = "default_build_timeout_sec")]
     pub build_timeout_sec: u32,
+    /// Delivery of asynchronous calls (`X-Sless-Invocation-Type: Event`):
+    /// retries, maximum event age, destinations; absent = the defaults.
+    #[serde(rename = "async", default, skip_serializing_if = "Option::is_none")]
+    pub async_settings: Option<crate::AsyncSettings>,
     /// What an instance (and the function's build) may reach on the
     /// network.
     #[serde(default)]
@@ -194,6 +198,9 @@ impl FunctionSpec {
         let (module, func) = self.entrypoint.rsplit_once('.').ok_or_else(bad_entrypoint)?;
         if module.is_empty() || func.is_empty() {
             return Err(bad_entrypoint());
+        }
+        if let Some(settings) = &self.async_settings {
+            settings.check_field()?;
         }
         for key in self.env.keys() {
             let valid = !key.is_empty()

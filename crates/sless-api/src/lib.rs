@@ -1,6 +1,7 @@
 //! Wire types of the sless REST API: what the server sends and accepts, shared
 //! by the server, the CLI and the Terraform provider. No I/O lives here.
 
+mod async_invocation;
 mod error;
 mod function;
 mod invocation;
@@ -11,6 +12,10 @@ mod token;
 mod trigger;
 mod version;
 
+pub use async_invocation::{
+    AsyncAccepted, AsyncInvocation, AsyncInvocationPage, AsyncSettings, AsyncStatus, Destination, DestinationType,
+    DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT,
+};
 pub use error::ErrorBody;
 pub use function::{
     Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime, SpecLimits,

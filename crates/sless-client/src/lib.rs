@@ -12,6 +12,7 @@
 //! # }
 //! ```
 
+mod async_invocations;
 mod error;
 mod functions;
 mod gateway;

@@ -70,7 +70,7 @@ impl Client {
     }
 }
 
-fn strip_empty_query(url: &mut Url) {
+pub(crate) fn strip_empty_query(url: &mut Url) {
     if url.query() == Some("") {
         url.set_query(None);
     }

@@ -12,6 +12,9 @@ pub mod kind {
     pub const INVOKE: u8 = b'I';
     pub const OUTPUT: u8 = b'O';
     pub const LOG: u8 = b'G';
+    /// `sless instance` -> gateway only (over TCP): an invocation ended without
+    /// an answer (`{"error": "timeout" | "crashed", "reason": ...}`).
+    pub const ERROR: u8 = b'E';
 }
 
 /// Largest frame accepted from a shim unless [`set_max_frame`] says otherwise.

@@ -12,11 +12,11 @@ use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
 
 /// The shims, embedded in the binary and written out at start.
-const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
-const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
+pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
+pub(crate) const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
 /// How the Node shim is started: frames on fds 3 (in) and 4 (out), stdin
 /// on /dev/null and stdout on stderr, so no write to fd 1 can pass for a frame.
-const NODE_FDS: &str = r#"exec 3<&0 4>&1 </dev/null 1>&2; exec "$@""#;
+pub(crate) const NODE_FDS: &str = r#"exec 3<&0 4>&1 </dev/null 1>&2; exec "$@""#;
 
 /// Version of the embedded shims: a digest of their text, so any change
 /// rebuilds and rolls every function.

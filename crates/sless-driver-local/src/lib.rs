@@ -8,7 +8,7 @@ mod artifacts;
 mod builder;
 mod cgroup;
 mod confine;
-mod frame;
+pub mod frame;
 #[cfg(test)]
 mod fuzz_frames;
 mod launcher;
@@ -16,6 +16,7 @@ mod network;
 mod pool;
 mod process;
 mod sandbox;
+pub mod standalone;
 mod warm;
 
 use std::collections::{HashMap, HashSet};
@@ -33,13 +34,14 @@ use sless_driver::{
 pub use confine::IsolationSettings;
 pub use launcher::shim_version;
 pub use network::PrivateEgress;
-pub use pool::PoolSettings;
+pub use pool::{PoolSettings, StartFailure};
+pub use process::Output;
 
 use self::artifacts::SharedArtifacts;
 use self::builder::Builder;
 use self::launcher::Launcher;
-use self::pool::{FunctionPool, Generation, StartFailure};
-use self::process::{Output, ShimProcess};
+use self::pool::{FunctionPool, Generation};
+use self::process::ShimProcess;
 use self::warm::WarmPool;
 
 /// Settings of the local driver.
@@ -331,7 +333,7 @@ fn result(output: Output, cold_start: bool, version: u64) -> InvocationResult {
 
 /// The INVOKE frame (runtimes/PROTOCOL.md), its id still to be set; a zero
 /// timeout leaves the deadline to the pool's own timeout.
-fn invocation_frame(invocation: &Invocation, timeout_sec: u32) -> bytes::BytesMut {
+pub fn invocation_frame(invocation: &Invocation, timeout_sec: u32) -> bytes::BytesMut {
     /// Serializes the headers as a JSON object.
     struct Headers<'a>(&'a [(String, String)]);
     impl serde::Serialize for Headers<'_> {

@@ -31,10 +31,13 @@ pub struct Output {
 }
 
 #[derive(Deserialize)]
-struct OutputHead {
-    status: u16,
+pub(crate) struct OutputHead {
+    pub(crate) status: u16,
     #[serde(default, deserialize_with = "header_pairs")]
-    headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
+    /// Set by `sless instance` over TCP only (see `standalone`).
+    #[serde(default)]
+    pub(crate) logs_truncated: bool,
 }
 
 /// The head's `headers` object as pairs, in the order sent.
@@ -446,7 +449,7 @@ async fn write_loop(mut stdin: ChildStdin, mut frames: mpsc::UnboundedReceiver<B
     }
 }
 
-fn parse_output(payload: Bytes) -> std::io::Result<(OutputHead, Bytes)> {
+pub(crate) fn parse_output(payload: Bytes) -> std::io::Result<(OutputHead, Bytes)> {
     let (head, body) = frame::split_head(payload)?;
     let head: OutputHead =
         serde_json::from_slice(&head).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;

@@ -28,9 +28,19 @@ pub struct BlobSettings {
 
 /// Opens the object store named by `settings.url`.
 pub async fn open(settings: &BlobSettings) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    open_checked(settings, true).await
+}
+
+/// Opens the object store with credentials that may only read (a function
+/// pod fetching its artifact): the probe at start lists, writes nothing.
+pub async fn open_for_reading(settings: &BlobSettings) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    open_checked(settings, false).await
+}
+
+async fn open_checked(settings: &BlobSettings, writes: bool) -> anyhow::Result<Arc<dyn ObjectStore>> {
     let url = &settings.url;
     if let Some(rest) = url.strip_prefix("s3://") {
-        return open_s3(settings, rest).await;
+        return open_s3(settings, rest, writes).await;
     }
     let dir = url
         .strip_prefix("file://")
@@ -42,7 +52,11 @@ pub async fn open(settings: &BlobSettings) -> anyhow::Result<Arc<dyn ObjectStore
 }
 
 /// An S3 bucket (under a prefix), checked by writing and deleting a probe.
-async fn open_s3(settings: &BlobSettings, bucket_and_prefix: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
+async fn open_s3(
+    settings: &BlobSettings,
+    bucket_and_prefix: &str,
+    writes: bool,
+) -> anyhow::Result<Arc<dyn ObjectStore>> {
     // reqwest 0.13 (object_store's client) uses rustls without a built-in
     // crypto provider: ring, installed once for the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -78,18 +92,21 @@ async fn open_s3(settings: &BlobSettings, bucket_and_prefix: &str) -> anyhow::Re
     } else {
         Arc::new(PrefixStore::new(s3, prefix.trim_matches('/')))
     };
-    probe(&*store, settings, bucket).await?;
+    probe(&*store, settings, bucket, writes).await?;
     tracing::info!(bucket, prefix, endpoint = ?settings.s3_endpoint, "S3 code store reachable");
     Ok(store)
 }
 
 /// Lists the bucket (a missing bucket says so here; some servers would
-/// create it on a write), then writes and deletes one small object, naming
-/// the setting to fix when the server refuses.
-async fn probe(store: &dyn ObjectStore, settings: &BlobSettings, bucket: &str) -> anyhow::Result<()> {
+/// create it on a write), then, with `writes`, writes and deletes one small
+/// object, naming the setting to fix when the server refuses.
+async fn probe(store: &dyn ObjectStore, settings: &BlobSettings, bucket: &str, writes: bool) -> anyhow::Result<()> {
     let key = Path::from(format!(".sless-probe-{:016x}", rand::random::<u64>()));
     let result = async {
         store.list_with_delimiter(None).await?;
+        if !writes {
+            return Ok(());
+        }
         store.put(&key, bytes::Bytes::from_static(b"probe").into()).await?;
         store.delete(&key).await
     }

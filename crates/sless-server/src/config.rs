@@ -117,6 +117,25 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_INVOKE_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_invoke_bytes: usize,
 
+    /// Largest body of an asynchronous call (`X-Sless-Invocation-Type:
+    /// Event`): it is stored until delivered.
+    #[arg(long, env = "SLESS_ASYNC_MAX_EVENT_BYTES", default_value_t = 256 * 1024)]
+    pub async_max_event_bytes: usize,
+
+    /// Asynchronous events waiting (queued or running) per namespace at
+    /// most; more are refused with 429.
+    #[arg(long, env = "SLESS_ASYNC_MAX_BACKLOG", default_value_t = 200_000)]
+    pub async_max_backlog: u64,
+
+    /// Asynchronous events this server delivers at once.
+    #[arg(long, env = "SLESS_ASYNC_CONCURRENCY", default_value_t = 64)]
+    pub async_concurrency: usize,
+
+    /// Wait after an asynchronous event's first failed attempt, in
+    /// milliseconds; doubled after each further one (at most 5 minutes).
+    #[arg(long, env = "SLESS_ASYNC_RETRY_BASE_MS", default_value_t = 1000)]
+    pub async_retry_base_ms: u64,
+
     /// Largest response a handler may give (body); the shim refuses a
     /// larger one with a 500, and the server closes an instance that sends more.
     #[arg(long, env = "SLESS_MAX_RESPONSE_BYTES", default_value_t = 6 * 1024 * 1024)]
@@ -354,6 +373,18 @@ impl Config {
         let db = self.database_url();
         if !(db.starts_with("sqlite:") || db.starts_with("postgres://") || db.starts_with("postgresql://")) {
             anyhow::bail!("SLESS_DATABASE_URL {db:?}: expected sqlite://PATH or postgres://...");
+        }
+        if !(1..=10_000).contains(&self.async_concurrency) {
+            anyhow::bail!(
+                "SLESS_ASYNC_CONCURRENCY {}: expected 1 to 10000",
+                self.async_concurrency
+            );
+        }
+        if !(1..=3_600_000).contains(&self.async_retry_base_ms) {
+            anyhow::bail!(
+                "SLESS_ASYNC_RETRY_BASE_MS {}: expected 1 to 3600000",
+                self.async_retry_base_ms
+            );
         }
         let blob = self.blob_url();
         match blob.strip_prefix("s3://") {

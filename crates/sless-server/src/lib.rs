@@ -2,6 +2,7 @@
 //! REST API and the invoke gateway. `server::run` is the entry point.
 
 pub mod archive;
+pub mod async_invoke;
 pub mod auth;
 pub mod blobs;
 pub mod bounds;

@@ -120,6 +120,27 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )
     .await?;
     let jobs = crate::jobs::Jobs::new(store.clone(), invoker.clone());
+    let async_invocations = crate::async_invoke::AsyncInvocations::start(
+        store::open_events(&config.database_url()).await?,
+        store.clone(),
+        invoker.clone(),
+        crate::async_invoke::destinations::Publisher::new(
+            crate::triggers::brokers::BrokerAllowList::parse(&config.amqp_allowed_hosts).map_err(anyhow::Error::msg)?,
+        ),
+        crate::async_invoke::AsyncSettings {
+            max_backlog: config.async_max_backlog,
+            delivery: crate::async_invoke::DeliverySettings {
+                concurrency: config.async_concurrency,
+                retry_base: Duration::from_millis(config.async_retry_base_ms),
+                lease: Duration::from_secs(60),
+                max_response_bytes: config.async_max_event_bytes,
+            },
+            retention: Duration::from_secs(config.invocation_retention_days * 86_400),
+            single: !config.shared(),
+        },
+        cluster.leadership.watch(),
+    )
+    .await?;
     let reconciler = crate::cluster::reconcile::Reconciler::start(
         cluster.clone(),
         crate::cluster::reconcile::Parts {
@@ -143,6 +164,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         versions,
         triggers: triggers.clone(),
         jobs,
+        async_invocations,
         cluster: cluster.clone(),
         admin_hash,
     });

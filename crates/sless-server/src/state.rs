@@ -26,6 +26,8 @@ pub struct AppState {
     pub versions: Arc<crate::versions::Versions>,
     pub triggers: Arc<crate::triggers::Triggers>,
     pub jobs: Arc<crate::jobs::Jobs>,
+    /// Asynchronous calls: accepted here, delivered by every replica.
+    pub async_invocations: Arc<crate::async_invoke::AsyncInvocations>,
     /// This replica among the others: leadership, the `/fn` fence.
     pub cluster: Arc<crate::cluster::Cluster>,
     /// sha256 of the admin token.

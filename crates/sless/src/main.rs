@@ -2,6 +2,7 @@
 //! subcommand is the command-line client (`cli`).
 
 mod cli;
+mod instance;
 
 /// The gateway allocates per request (headers, frames, records); mimalloc
 /// makes that markedly cheaper than the system allocator.
@@ -27,6 +28,9 @@ struct Cli {
 enum Command {
     /// Run the server (embedded default: SQLite and a local code directory under ./sless-data).
     Server(sless_server::Config),
+    /// Run one function instance (inside a pod of the Kubernetes driver).
+    #[command(hide = true)]
+    Instance(instance::InstanceArgs),
     #[command(flatten)]
     Client(cli::Command),
 }
@@ -36,6 +40,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match cli.command {
         Command::Server(config) => config,
+        Command::Instance(args) => std::process::exit(run_instance(args)),
         Command::Client(command) => std::process::exit(cli::main(command, cli.conn, Cli::command)),
     };
     if let Some(flag) = cli::ConnArgs::given_on_command_line(&matches) {
@@ -46,14 +51,7 @@ fn main() -> anyhow::Result<()> {
             )
             .exit();
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    init_tracing();
     // One thread gets the current-thread scheduler: no wake-ups across
     // threads, and a woken task runs after those already ready, so the frames
     // queued for an instance in one pass over the ready connections leave in
@@ -66,4 +64,34 @@ fn main() -> anyhow::Result<()> {
             .build()?,
     };
     runtime.block_on(sless_server::server::run(config))
+}
+
+fn init_tracing() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// `sless instance`: its exit code (see `instance::serve`).
+fn run_instance(args: instance::InstanceArgs) -> i32 {
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("sless instance: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(instance::run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            1
+        }
+    }
 }

@@ -4,6 +4,7 @@
 mod api {
     mod amqp;
     mod archive_rules;
+    mod asynchronous;
     mod auth;
     mod browser;
     mod cli;
@@ -20,6 +21,7 @@ mod api {
     mod handler_output;
     mod handlers;
     pub mod harness;
+    mod instance;
     mod jobs;
     mod lifecycle;
     mod observability;

@@ -179,6 +179,7 @@ fn states_decode_from_terraforms_msgpack_with_unknowns_and_nulls() {
         ("max_instances", Mp::Nil),
         ("replicas", Mp::Nil),
         ("build_timeout_sec", Mp::Nil),
+        ("async", Mp::Nil),
         ("network", Mp::Str("none")),
         ("tmp_mb", Mp::Nil),
         ("expose_errors", Mp::Bool(true)),

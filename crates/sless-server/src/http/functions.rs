@@ -23,6 +23,22 @@ fn checked_spec(state: &AppState, value: Value) -> Result<FunctionSpec> {
     let spec: FunctionSpec = from_value("function", value)?;
     spec.check_within(&state.config.spec_limits())
         .map_err(|(field, message)| Error::invalid(field, message))?;
+    // An amqp destination's broker must be one the operator allows.
+    let settings = spec.async_settings.iter();
+    for (field, destination) in settings.flat_map(|a| {
+        [
+            ("async.on_failure.broker_url", &a.on_failure),
+            ("async.on_success.broker_url", &a.on_success),
+        ]
+    }) {
+        if let Some(url) = destination.as_ref().and_then(|d| d.broker_url.as_deref()) {
+            state
+                .triggers
+                .brokers
+                .check(url)
+                .map_err(|e| Error::invalid(field, format!("{field}: {e}")))?;
+        }
+    }
     Ok(spec)
 }
 

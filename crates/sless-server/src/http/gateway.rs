@@ -112,9 +112,14 @@ impl Target {
 /// newest ready build (`$latest`); `{name}@{version}` calls a version by
 /// number and `{name}@{alias}` the version(s) an alias points at.
 #[utoipa::path(post, path = "/fn/{ns}/{name}", tag = "gateway",
-    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
-    responses((status = 200, description = "The handler's answer"), (status = 404, body = sless_api::ErrorBody),
-        (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting (Retry-After)"),
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"),
+        ("X-Sless-Invocation-Type" = Option<String>, Header, description = "`Event`: store the call and answer 202 at once (delivered later with retries); `RequestResponse` (the default): wait for the handler"),
+        ("Prefer" = Option<String>, Header, description = "`respond-async` asks for an asynchronous call as `X-Sless-Invocation-Type: Event` does")),
+    responses((status = 200, description = "The handler's answer"),
+        (status = 202, body = sless_api::AsyncAccepted, description = "Asynchronous call stored; its record is at `Location`"),
+        (status = 400, body = sless_api::ErrorBody, description = "A bad X-Sless-Invocation-Type"),
+        (status = 404, body = sless_api::ErrorBody),
+        (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting, or the namespace's asynchronous backlog is full (SLESS_ASYNC_MAX_BACKLOG; Retry-After)"),
         (status = 502, body = sless_api::ErrorBody, description = "The handler crashed or failed to start (details in the invocation record under request_id)"),
         (status = 503, body = sless_api::ErrorBody, description = "No ready version yet (Retry-After), no code, the only build failed, or disabled"),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
@@ -165,17 +170,38 @@ async fn serve(
             retry_after: None,
         });
     }
-    let body = match Limited::new(body, state.config.max_invoke_bytes).collect().await {
+    let asynchronous = is_asynchronous(&parts.headers)?;
+    let (limit, what, setting) = if asynchronous {
+        (
+            state.config.async_max_event_bytes,
+            "the body of an asynchronous call",
+            "SLESS_ASYNC_MAX_EVENT_BYTES",
+        )
+    } else {
+        (
+            state.config.max_invoke_bytes,
+            "the request body",
+            "SLESS_MAX_INVOKE_BYTES",
+        )
+    };
+    let body = match Limited::new(body, limit).collect().await {
         Ok(body) => body.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => {
-            return Err(Error::too_large(
-                "the request body",
-                state.config.max_invoke_bytes,
-                "SLESS_MAX_INVOKE_BYTES",
-            ))
-        }
+        Err(e) if e.is::<LengthLimitError>() => return Err(Error::too_large(what, limit, setting)),
         Err(e) => return Err(Error::BadRequest(format!("cannot read request body: {e}"))),
     };
+    if asynchronous {
+        if !matches!(selector, Selector::Latest) {
+            // Events are delivered to `$latest`; a stored event does not keep a selector.
+            return Err(Error::invalid(
+                "X-Sless-Invocation-Type",
+                format!(
+                    "asynchronous calls go to the function's latest version: call /fn/{}/{} without '@'",
+                    key.namespace, key.name
+                ),
+            ));
+        }
+        return accept_event(state, key, &parts, path, body, request_id).await;
+    }
     let invocation = Invocation {
         kind: TriggerKind::Http,
         request_id: request_id.to_string(),
@@ -240,6 +266,91 @@ async fn serve(
             "function {key} failed to start; its owner finds why in the function's invocation record with this request id"
         ))),
     }
+}
+
+/// Whether the caller asks for an asynchronous call:
+/// `X-Sless-Invocation-Type: Event` (`RequestResponse` is the default), or
+/// `Prefer: respond-async` (RFC 7240).
+fn is_asynchronous(headers: &HeaderMap) -> Result<bool, Error> {
+    if let Some(value) = headers.get("x-sless-invocation-type") {
+        let value = value.to_str().unwrap_or_default().trim();
+        if value.eq_ignore_ascii_case("event") {
+            return Ok(true);
+        }
+        if !value.eq_ignore_ascii_case("requestresponse") {
+            return Err(Error::invalid(
+                "X-Sless-Invocation-Type",
+                "the X-Sless-Invocation-Type header must be Event or RequestResponse",
+            ));
+        }
+        return Ok(false);
+    }
+    Ok(headers.get_all("prefer").iter().any(|value| {
+        value
+            .to_str()
+            .unwrap_or_default()
+            .split([',', ';'])
+            .any(|preference| preference.trim().eq_ignore_ascii_case("respond-async"))
+    }))
+}
+
+/// Stores an asynchronous call and answers 202 with its id and, in
+/// `Location`, its record. The function must exist (it need not be ready:
+/// the event waits for a version).
+async fn accept_event(
+    state: &AppState,
+    key: FunctionKey,
+    parts: &Parts,
+    path: String,
+    body: bytes::Bytes,
+    request_id: &str,
+) -> Result<Response, Error> {
+    if state.invoker.routes.latest(&key).is_none()
+        && state
+            .store
+            .get(Kind::Function, &key.namespace, &key.name)
+            .await?
+            .is_none()
+    {
+        return Err(not_found(&key));
+    }
+    let created_at = crate::store::events::now_micros();
+    let id = crate::async_invoke::event_id(created_at);
+    let event = crate::store::events::NewEvent {
+        id: id.clone(),
+        namespace: key.namespace.clone(),
+        function: key.name.clone(),
+        request_id: request_id.to_string(),
+        method: parts.method.as_str().to_string(),
+        path,
+        query: parts.uri.query().unwrap_or("").to_string(),
+        headers: serde_json::to_string(&header_pairs(&parts.headers)).map_err(Error::internal)?,
+        body,
+        created_at,
+        source: None,
+    };
+    state.async_invocations.accept(event).await?;
+    let location = format!(
+        "/v1/namespaces/{}/functions/{}/async-invocations/{id}",
+        key.namespace, key.name
+    );
+    let accepted = sless_api::AsyncAccepted {
+        id,
+        status: sless_api::AsyncStatus::Queued,
+        request_id: request_id.to_string(),
+        location: location.clone(),
+    };
+    let mut response = Response::new(Body::from(serde_json::to_vec(&accepted).map_err(Error::internal)?));
+    *response.status_mut() = StatusCode::ACCEPTED;
+    let headers = response.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        headers.insert("location", v);
+    }
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        headers.insert("x-request-id", v);
+    }
+    Ok(response)
 }
 
 /// The header a shim puts on the 500 it answers for a handler that failed

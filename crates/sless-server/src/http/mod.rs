@@ -3,6 +3,7 @@
 //! layers every request passes.
 
 mod access_log;
+mod async_invocations;
 pub(crate) mod body;
 mod console;
 mod functions;
@@ -76,6 +77,14 @@ fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/namespaces/{ns}/functions/{name}/invocations",
             get(invocations::list),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/async-invocations",
+            get(async_invocations::list),
+        )
+        .route(
+            "/v1/namespaces/{ns}/functions/{name}/async-invocations/{id}",
+            get(async_invocations::get),
         )
         .route("/v1/namespaces/{ns}/functions/{name}/logs", get(invocations::logs))
         .route("/v1/namespaces/{ns}/functions/{name}/stats", get(stats::stats))

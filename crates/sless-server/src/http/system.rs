@@ -93,6 +93,7 @@ async fn render_metrics(state: &crate::state::AppState) -> String {
         u8::from(state.cluster.is_leader())
     );
     state.metrics.render(&mut out);
+    state.async_invocations.render(&mut out);
     let log = &state.invoker.log;
     use std::sync::atomic::Ordering::Relaxed;
     let _ = writeln!(

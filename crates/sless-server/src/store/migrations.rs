@@ -10,6 +10,7 @@ pub const SQLITE: Migrations = &[
     (3, include_str!("../../migrations/sqlite/0003_invocation_chunks.sql")),
     (4, include_str!("../../migrations/sqlite/0004_compressed_chunks.sql")),
     (5, include_str!("../../migrations/sqlite/0005_versions.sql")),
+    (6, include_str!("../../migrations/sqlite/0006_async_events.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -19,4 +20,5 @@ pub const POSTGRES: Migrations = &[
     (4, include_str!("../../migrations/postgres/0004_compressed_chunks.sql")),
     (5, include_str!("../../migrations/postgres/0005_cluster.sql")),
     (6, include_str!("../../migrations/postgres/0006_versions.sql")),
+    (7, include_str!("../../migrations/postgres/0007_async_events.sql")),
 ];

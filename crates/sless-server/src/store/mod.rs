@@ -2,6 +2,7 @@
 //! implementation chosen once at start from the database URL.
 
 pub mod chunks;
+pub mod events;
 mod migrations;
 mod postgres;
 mod sql;
@@ -127,6 +128,16 @@ pub fn unreadable(kind: Kind, namespace: &str, name: &str, why: impl std::fmt::D
 pub fn now() -> DateTime<Utc> {
     use chrono::SubsecRound;
     Utc::now().trunc_subsecs(6)
+}
+
+/// Opens the queue of asynchronous events in the store named by `url`
+/// (after [`open`] has migrated it).
+pub async fn open_events(url: &str) -> anyhow::Result<Arc<dyn events::EventStore>> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(events::PostgresEvents::connect(url).await?))
+    } else {
+        Ok(Arc::new(events::SqliteEvents::connect(url).await?))
+    }
 }
 
 /// Opens (creating where needed) and migrates the store named by `url`.

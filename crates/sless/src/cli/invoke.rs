@@ -1,5 +1,7 @@
 //! `sless invoke NAME`: one call through the public gateway. The answer's
-//! body goes to stdout as is; a status of 400 or more is a failure.
+//! body goes to stdout as is; a status of 400 or more is a failure. With
+//! `--async` the call is stored and delivered later: the event's id is
+//! printed (`sless async NAME ID` shows what became of it).
 
 use std::io::{IsTerminal, Read};
 
@@ -27,6 +29,10 @@ pub struct InvokeArgs {
     /// Extra request header `Name: value` (repeatable).
     #[arg(short = 'H', long = "header", value_name = "NAME: VALUE", value_parser = parse_header)]
     pub headers: Vec<(String, String)>,
+    /// Asynchronous call: stored at once (202) and delivered later with
+    /// retries; prints the event's id.
+    #[arg(long = "async")]
+    pub asynchronous: bool,
 }
 
 fn parse_header(text: &str) -> Result<(String, String), String> {
@@ -60,6 +66,9 @@ pub async fn run(args: InvokeArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         };
         headers.push(("content-type".into(), kind.into()));
     }
+    if args.asynchronous {
+        headers.push(("x-sless-invocation-type".into(), "Event".into()));
+    }
     let request = InvokeRequest {
         method,
         path: args.path.clone(),
@@ -67,6 +76,21 @@ pub async fn run(args: InvokeArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         body,
     };
     let response = cx.client.invoke(&cx.namespace, &args.name, request).await?;
+    if args.asynchronous && response.status.as_u16() == 202 {
+        let accepted: sless_client::api::AsyncAccepted =
+            serde_json::from_slice(&response.body).context("the server's 202 is not an event record")?;
+        return match cx.output {
+            OutputFormat::Json => print_json(&accepted),
+            OutputFormat::Table => {
+                write_stdout(format!("{}\n", accepted.id).as_bytes())?;
+                eprintln!(
+                    "queued; see what became of it: sless async {} {}",
+                    args.name, accepted.id
+                );
+                Ok(())
+            }
+        };
+    }
     match cx.output {
         OutputFormat::Json => print_json(&as_json(&response))?,
         OutputFormat::Table => {

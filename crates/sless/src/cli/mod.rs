@@ -4,6 +4,7 @@
 //! with the server's message.
 
 mod archive;
+mod async_calls;
 mod completions;
 mod config;
 mod context;
@@ -39,6 +40,8 @@ pub enum Command {
     Rm(functions::RemoveArgs),
     /// Call a function through the public gateway and print its answer.
     Invoke(invoke::InvokeArgs),
+    /// Show a function's asynchronous calls (`invoke --async`), or one by id.
+    Async(async_calls::AsyncArgs),
     /// Print (or follow) what a function's handlers printed.
     Logs(logs::LogsArgs),
     /// List a function's recent invocations, newest first.
@@ -102,6 +105,7 @@ async fn run(command: Command, conn: &ConnArgs) -> anyhow::Result<()> {
         Command::Get(args) => functions::get(args, conn).await,
         Command::Rm(args) => functions::remove(args, conn).await,
         Command::Invoke(args) => invoke::run(args, conn).await,
+        Command::Async(args) => async_calls::run(args, conn).await,
         Command::Logs(args) => logs::logs(args, conn).await,
         Command::Invocations(args) => logs::invocations(args, conn).await,
         Command::Trigger(command) => triggers::run(command, conn).await,

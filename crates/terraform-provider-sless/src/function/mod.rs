@@ -2,6 +2,7 @@
 //! (a new `code_hash`) apply in place, and apply waits for the build; a new
 //! runtime replaces it.
 
+mod asynchronous;
 mod deploy;
 mod plan;
 mod state;

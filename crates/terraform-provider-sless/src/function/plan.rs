@@ -75,7 +75,8 @@ pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
             .env
             .as_ref_option()
             .is_none_or(|env| env.values().all(|v| !v.is_unknown()))
-        && NUMBERS.iter().all(|field| !config.number(field).is_unknown());
+        && NUMBERS.iter().all(|field| !config.number(field).is_unknown())
+        && super::asynchronous::is_known(&config.async_settings);
     if diags.errors.len() == errors && all_known {
         let mut merged = serde_json::to_value(default_spec()).expect("a spec serializes");
         if let (Some(merged), serde_json::Value::Object(given)) = (merged.as_object_mut(), spec_json(diags, config)) {
@@ -149,6 +150,8 @@ pub fn plan(
             *planned.number_mut(field) = Value::Value(default.into());
         }
     }
+
+    super::asynchronous::plan_defaults(&mut planned.async_settings);
 
     if config.code_hash.is_null() {
         planned.code_hash = match planned.filename.as_ref_option().and_then(|f| file_hash(f)) {

@@ -43,6 +43,8 @@ pub struct FunctionState {
     pub max_instances: Value<i64>,
     pub replicas: Value<i64>,
     pub build_timeout_sec: Value<i64>,
+    #[serde(rename = "async")]
+    pub async_settings: Value<super::asynchronous::AsyncState>,
     pub network: Value<String>,
     pub tmp_mb: Value<i64>,
     pub expose_errors: Value<bool>,
@@ -105,6 +107,7 @@ pub fn fields() -> Vec<Field> {
         updates("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
         updates("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
         updates("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
+        updates("async", optional(super::asynchronous::attribute_type(), "Delivery of asynchronous calls (X-Sless-Invocation-Type: Event): retry_limit, max_event_age_sec, on_failure and on_success destinations.")),
         updates("network", defaulted(string(), "internet (default: outbound internet, no private or host addresses) or none (loopback only).")),
         updates("tmp_mb", defaulted(number(), "Size of an instance's /tmp in MiB (default 64); it counts towards memory_mb.")),
         updates("expose_errors", defaulted(boolean(), "Whether callers see an unhandled exception's message (default false: \"the function failed\")")),
@@ -137,6 +140,9 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
         if let Some(n) = to_u32(diags, state.number(field), field) {
             spec.insert(field.to_string(), json!(n));
         }
+    }
+    if let Some(settings) = super::asynchronous::to_json(&state.async_settings) {
+        spec.insert("async".into(), settings);
     }
     if let Some(network) = state.network.as_ref_option() {
         spec.insert("network".into(), json!(network));
@@ -195,6 +201,7 @@ pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
         max_instances: number(spec.max_instances),
         replicas: spec.replicas.map(i64::from).into(),
         build_timeout_sec: number(spec.build_timeout_sec),
+        async_settings: super::asynchronous::from_api(&spec.async_settings),
         network: Value::Value(spec.network.as_str().to_string()),
         tmp_mb: number(spec.tmp_mb),
         expose_errors: Value::Value(spec.expose_errors),

@@ -2,6 +2,7 @@
 //! the freshly built provider against a real sless server.
 
 mod alias;
+mod asynchronous;
 mod destroy;
 mod example;
 mod failures;

@@ -1,0 +1,231 @@
+//! The pod of an instance (`sless instance`), shared by a version's
+//! Deployment and a job run's Job: the restricted security context, the
+//! fetch of the artifact by an init container (which alone holds the
+//! object store's credentials), resources from `memory_mb`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, HTTPGetAction,
+    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretEnvSource, SecurityContext, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use sless_api::FunctionSpec;
+use sless_driver::FunctionKey;
+
+use crate::settings::KubeSettings;
+
+/// The port `sless instance` serves frames on.
+pub const FRAME_PORT: u16 = 7070;
+/// The port of its readiness endpoint (`GET /ready`).
+pub const READY_PORT: u16 = 7071;
+/// The uid and gid pods run as (nobody in the runtime images).
+pub const RUN_AS: i64 = 65532;
+/// Where the artifact is unpacked in the pod: a directory the fetch makes
+/// on the `code` volume (mounted at [`CODE_MOUNT`]), or baked into the image.
+pub const CODE_DIR: &str = "/code/app";
+/// Where the `code` volume is mounted (artifact mode).
+pub const CODE_MOUNT: &str = "/code";
+/// Memory beyond `memory_mb` for the runtime and `sless instance` itself.
+pub const OVERHEAD_MB: u32 = 64;
+
+/// What an instance runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeSource {
+    /// An artifact tarball in the object store, checked against its sha256.
+    Artifact { fingerprint: String, digest: String },
+    /// An image with the artifact baked in at [`CODE_DIR`] (image mode).
+    Image(String),
+}
+
+/// One version of a function as a pod runs it.
+#[derive(Debug, Clone, Copy)]
+pub struct InstanceInput<'a> {
+    pub key: &'a FunctionKey,
+    pub version: u64,
+    pub spec: &'a FunctionSpec,
+    pub code: &'a CodeSource,
+}
+
+/// Serving many calls (a Deployment) or one (a job run, which exits after it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodMode {
+    Serve,
+    Once,
+}
+
+/// The pod spec of an instance.
+pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: PodMode) -> PodSpec {
+    let baked = matches!(input.code, CodeSource::Image(_));
+    let (image, init_containers) = match input.code {
+        CodeSource::Artifact { fingerprint, digest } => {
+            let image = settings.runtime_image(input.spec.runtime);
+            let fetch = Container {
+                name: "fetch".into(),
+                image: Some(image.clone()),
+                command: Some(vec!["sless".into(), "instance".into(), "fetch".into()]),
+                env: Some(vec![
+                    env("SLESS_INSTANCE_ARTIFACT", fingerprint),
+                    env("SLESS_INSTANCE_DIGEST", digest),
+                    env("SLESS_INSTANCE_CODE_DIR", CODE_DIR),
+                ]),
+                env_from: Some(vec![EnvFromSource {
+                    secret_ref: Some(SecretEnvSource {
+                        name: settings.artifact_reader_secret.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvFromSource::default()
+                }]),
+                resources: Some(resources(256, 256)),
+                security_context: Some(restricted_container()),
+                volume_mounts: Some(vec![mount("code", CODE_MOUNT, false), mount("tmp", "/tmp", false)]),
+                ..Container::default()
+            };
+            (image, Some(vec![fetch]))
+        }
+        CodeSource::Image(image) => (image.clone(), None),
+    };
+    let spec = input.spec;
+    let mut env_vars = vec![
+        env("SLESS_INSTANCE_RUNTIME", spec.runtime.as_str()),
+        env("SLESS_INSTANCE_ENTRYPOINT", &spec.entrypoint),
+        env("SLESS_INSTANCE_NAMESPACE", &input.key.namespace),
+        env("SLESS_INSTANCE_FUNCTION", &input.key.name),
+        env("SLESS_INSTANCE_VERSION", &input.version.to_string()),
+        env("SLESS_INSTANCE_CONCURRENCY", &spec.concurrency.to_string()),
+        env("SLESS_INSTANCE_TIMEOUT_SEC", &spec.timeout_sec.to_string()),
+        env("SLESS_INSTANCE_MEMORY_MB", &spec.memory_mb.to_string()),
+        env(
+            "SLESS_INSTANCE_ENV",
+            &serde_json::to_string(&spec.env).expect("a map of strings"),
+        ),
+        env("SLESS_INSTANCE_CODE_DIR", CODE_DIR),
+        env("SLESS_INSTANCE_LISTEN", &format!("0.0.0.0:{FRAME_PORT}")),
+        env("SLESS_INSTANCE_READY_LISTEN", &format!("0.0.0.0:{READY_PORT}")),
+        env("SLESS_INSTANCE_WORK_DIR", "/tmp/sless"),
+    ];
+    if mode == PodMode::Once {
+        env_vars.push(env("SLESS_INSTANCE_ONCE", "true"));
+    }
+    let instance = Container {
+        name: "instance".into(),
+        image: Some(image),
+        command: Some(vec!["sless".into(), "instance".into(), "serve".into()]),
+        env: Some(env_vars),
+        ports: Some(vec![port("frames", FRAME_PORT), port("ready", READY_PORT)]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/ready".into()),
+                port: IntOrString::Int(READY_PORT.into()),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(1),
+            ..Probe::default()
+        }),
+        resources: Some(resources(spec.memory_mb, spec.memory_mb + OVERHEAD_MB)),
+        security_context: Some(restricted_container()),
+        volume_mounts: Some(if baked {
+            vec![mount("tmp", "/tmp", false)]
+        } else {
+            vec![mount("code", CODE_MOUNT, true), mount("tmp", "/tmp", false)]
+        }),
+        ..Container::default()
+    };
+    PodSpec {
+        automount_service_account_token: Some(false),
+        enable_service_links: Some(false),
+        security_context: Some(restricted_pod()),
+        termination_grace_period_seconds: Some(i64::from(spec.timeout_sec) + 5),
+        restart_policy: Some(if mode == PodMode::Once { "Never" } else { "Always" }.into()),
+        init_containers,
+        containers: vec![instance],
+        volumes: Some(if baked {
+            vec![empty_dir("tmp", Some(512))]
+        } else {
+            vec![empty_dir("code", None), empty_dir("tmp", Some(512))]
+        }),
+        ..PodSpec::default()
+    }
+}
+
+/// The pod-level half of the "restricted" Pod Security Standard.
+pub fn restricted_pod() -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        fs_group: Some(RUN_AS),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        ..PodSecurityContext::default()
+    }
+}
+
+/// The container-level half: no privilege escalation, no capabilities, a
+/// read-only root filesystem (writes go to the `tmp` volume).
+pub fn restricted_container() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+pub fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..EnvVar::default()
+    }
+}
+
+pub fn mount(volume: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: volume.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+pub fn empty_dir(name: &str, size_limit_mb: Option<u32>) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: size_limit_mb.map(|mb| Quantity(format!("{mb}Mi"))),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+/// Memory requested and limited in MiB; a tenth of a CPU requested, none limited.
+pub fn resources(request_mb: u32, limit_mb: u32) -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".into(), Quantity("100m".into())),
+            ("memory".into(), Quantity(format!("{request_mb}Mi"))),
+        ])),
+        limits: Some(BTreeMap::from([("memory".into(), Quantity(format!("{limit_mb}Mi")))])),
+        ..ResourceRequirements::default()
+    }
+}
+
+fn port(name: &str, number: u16) -> ContainerPort {
+    ContainerPort {
+        name: Some(name.into()),
+        container_port: number.into(),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    }
+}

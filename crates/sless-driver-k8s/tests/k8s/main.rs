@@ -1,0 +1,6 @@
+//! The Kubernetes driver's tests, one binary: the objects it applies
+//! (snapshots), the install manifests (rendered by kubectl), and the
+//! driver's reconcile scenarios against a mocked API server.
+
+mod install;
+mod objects;

@@ -1,0 +1,315 @@
+//! One instance on its own, outside the local driver's pools: what
+//! `sless instance` runs in a pod of the Kubernetes driver. The shim is
+//! started as the local driver starts it ([`ShimProcess`], the same frames)
+//! but without a sandbox of its own (the pod is the sandbox), loaded from
+//! the artifact directory in place, and fed invocation frames by its
+//! caller.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sless_api::Runtime;
+
+use crate::launcher::{NODE_FDS, NODE_SHIM, PYTHON_SHIM};
+use crate::pool::StartFailure;
+use crate::process::{Output, ShimProcess};
+
+/// What to start and load.
+#[derive(Debug, Clone)]
+pub struct StandaloneSpec {
+    pub runtime: Runtime,
+    /// The interpreter of `runtime` (python3.11 or node).
+    pub program: String,
+    /// A writable directory for the shims' files.
+    pub work_dir: PathBuf,
+    /// The unpacked artifact (code and dependencies), loaded in place.
+    pub code_dir: PathBuf,
+    pub entrypoint: String,
+    pub env: BTreeMap<String, String>,
+    pub namespace: String,
+    pub function: String,
+    pub version: u64,
+    pub concurrency: u32,
+    pub max_output_bytes: usize,
+    pub load_timeout: Duration,
+}
+
+/// A loaded shim serving one function.
+pub struct Standalone {
+    process: Arc<ShimProcess>,
+}
+
+impl Standalone {
+    /// Starts the shim and loads the handler; the user's load error is
+    /// [`StartFailure::Load`].
+    pub async fn start(spec: &StandaloneSpec) -> Result<Standalone, StartFailure> {
+        crate::frame::set_max_frame(spec.max_output_bytes);
+        let shims = spec.work_dir.join("shims");
+        std::fs::create_dir_all(&shims).map_err(|e| StartFailure::Start(format!("creating {shims:?}: {e}")))?;
+        let (file, text) = match spec.runtime {
+            Runtime::Python311 => ("sless_shim.py", PYTHON_SHIM),
+            Runtime::Nodejs20 => ("sless_shim.js", NODE_SHIM),
+        };
+        let shim = shims.join(file);
+        std::fs::write(&shim, text).map_err(|e| StartFailure::Start(format!("writing {shim:?}: {e}")))?;
+        let mut command = match spec.runtime {
+            Runtime::Python311 => {
+                let mut command = tokio::process::Command::new(&spec.program);
+                command.args(["-u", "-B"]).arg(&shim);
+                command
+            }
+            // As the launcher starts it: the frame pipes on fds 3 and 4.
+            Runtime::Nodejs20 => {
+                let mut command = tokio::process::Command::new("/bin/sh");
+                command.args(["-c", NODE_FDS, "sless-shim", &spec.program]).arg(&shim);
+                command
+            }
+        };
+        // The handler sees its own env only (from LOAD), not the instance's.
+        command
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &spec.work_dir)
+            .env("LANG", "C.UTF-8")
+            .current_dir(&spec.code_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let child = command
+            .spawn()
+            .map_err(|e| StartFailure::Start(format!("starting {}: {e}", spec.program)))?;
+        // The shim's slot is the work dir's, not the code: nothing is removed on drop.
+        let slot = spec.work_dir.join("slot");
+        let _ = std::fs::create_dir_all(&slot);
+        // No confinement of its own: the pod is the sandbox.
+        let confinement = crate::confine::Confinement::default();
+        let process = ShimProcess::start(
+            child,
+            slot,
+            confinement,
+            format!("{}/{}", spec.namespace, spec.function),
+        )
+        .await
+        .map_err(StartFailure::Start)?;
+        let code = spec.code_dir.display().to_string();
+        let path = match spec.runtime {
+            Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],
+            Runtime::Nodejs20 => vec![format!("{code}/node_modules")],
+        };
+        let load = serde_json::json!({
+            "code_dir": code,
+            "path": path,
+            "entrypoint": spec.entrypoint,
+            "env": spec.env,
+            "function": spec.function,
+            "namespace": spec.namespace,
+            "version": spec.version,
+            "concurrency": spec.concurrency,
+            "max_output_bytes": spec.max_output_bytes,
+        });
+        if let Err(e) = process.load(&load, spec.load_timeout).await {
+            process.kill();
+            return Err(StartFailure::Load(e));
+        }
+        Ok(Standalone { process })
+    }
+
+    /// Sends one INVOKE frame (its id is set here) and waits for the answer.
+    pub async fn invoke(&self, frame: bytes::BytesMut) -> Result<Output, String> {
+        self.process.invoke(frame).await
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.process.is_alive()
+    }
+
+    /// Resolves with the reason once the shim has died.
+    pub fn died(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.process.died()
+    }
+
+    /// Stops the shim and waits for it to exit.
+    pub async fn stop(&self) {
+        self.process.stop().await
+    }
+}
+
+/// Fetches the artifact `fingerprint` with tarball `digest` from `store`
+/// into `dir`, checking the digest (what a pod's init container does).
+pub async fn fetch_artifact(
+    store: Arc<dyn object_store::ObjectStore>,
+    dir: &Path,
+    fingerprint: &str,
+    digest: &str,
+) -> Result<(), String> {
+    crate::artifacts::SharedArtifacts::new(store)
+        .fetch(dir, &sless_driver::Fingerprint::from_stored(fingerprint), digest)
+        .await
+}
+
+/// The frames answering invocation `id` over TCP (`sless instance` to a
+/// gateway): the handler's LOG frames, then OUTPUT, whose head also says
+/// whether the logs were cut (`logs_truncated`).
+pub fn answer_frames(id: u32, output: &Output) -> bytes::Bytes {
+    use crate::frame::{encode, encode_with_head, kind, set_id};
+    /// The headers as a JSON object, in their order.
+    struct Headers<'a>(&'a [(String, String)]);
+    impl serde::Serialize for Headers<'_> {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
+        }
+    }
+    #[derive(serde::Serialize)]
+    struct Head<'a> {
+        status: u16,
+        headers: Headers<'a>,
+        logs_truncated: bool,
+    }
+    let mut out = bytes::BytesMut::new();
+    for chunk in &output.logs {
+        let stream = match chunk.stream {
+            sless_driver::OutputStream::Stdout => 1u8,
+            sless_driver::OutputStream::Stderr => 2u8,
+        };
+        let mut payload = Vec::with_capacity(1 + chunk.text.len());
+        payload.push(stream);
+        payload.extend_from_slice(chunk.text.as_bytes());
+        out.extend_from_slice(&encode(kind::LOG, id, &payload));
+    }
+    let head = Head {
+        status: output.status,
+        headers: Headers(&output.headers),
+        logs_truncated: output.logs_truncated,
+    };
+    let mut frame = encode_with_head(kind::OUTPUT, &head, &output.body);
+    set_id(&mut frame, id);
+    out.extend_from_slice(&frame);
+    out.freeze()
+}
+
+/// Why an invocation sent over TCP has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "error", content = "reason", rename_all = "lowercase")]
+pub enum Unanswered {
+    /// The function's timeout passed; the instance restarts.
+    Timeout(String),
+    /// The shim died while handling it; the instance restarts.
+    Crashed(String),
+}
+
+/// The ERROR frame of invocation `id`.
+pub fn error_frame(id: u32, why: &Unanswered) -> bytes::Bytes {
+    crate::frame::encode(
+        crate::frame::kind::ERROR,
+        id,
+        &serde_json::to_vec(why).expect("plain JSON"),
+    )
+}
+
+/// What a gateway reads back for one invocation over TCP.
+#[derive(Debug)]
+pub enum Answer {
+    Output(Output),
+    Unanswered(Unanswered),
+}
+
+/// Collects the answer of one invocation from the frames a gateway reads:
+/// LOG frames accumulate, OUTPUT or ERROR completes it (`Some`).
+#[derive(Debug, Default)]
+pub struct AnswerReader {
+    logs: Vec<sless_driver::LogChunk>,
+}
+
+impl AnswerReader {
+    pub fn push(&mut self, frame: crate::frame::Frame) -> Result<Option<Answer>, String> {
+        use crate::frame::kind;
+        match frame.kind {
+            kind::LOG => {
+                let Some((stream, text)) = frame.payload.split_first() else {
+                    return Ok(None);
+                };
+                self.logs.push(sless_driver::LogChunk {
+                    stream: if *stream == 1 {
+                        sless_driver::OutputStream::Stdout
+                    } else {
+                        sless_driver::OutputStream::Stderr
+                    },
+                    text: String::from_utf8_lossy(text).into_owned(),
+                });
+                Ok(None)
+            }
+            kind::OUTPUT => {
+                let (head, body) = crate::process::parse_output(frame.payload).map_err(|e| e.to_string())?;
+                Ok(Some(Answer::Output(Output {
+                    status: head.status,
+                    headers: head.headers,
+                    body,
+                    logs: std::mem::take(&mut self.logs),
+                    logs_truncated: head.logs_truncated,
+                })))
+            }
+            kind::ERROR => serde_json::from_slice(&frame.payload)
+                .map(|why| Some(Answer::Unanswered(why)))
+                .map_err(|e| format!("bad error frame: {e}")),
+            other => Err(format!("unexpected frame {:?} from an instance", other as char)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sless_driver::{LogChunk, OutputStream};
+
+    async fn read_back(bytes: bytes::Bytes) -> Answer {
+        let mut reader = &bytes[..];
+        let mut answer = AnswerReader::default();
+        loop {
+            let frame = crate::frame::read(&mut reader).await.unwrap().unwrap();
+            if let Some(done) = answer.push(frame).unwrap() {
+                return done;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn an_answer_round_trips_with_its_logs_and_headers_in_order() {
+        let output = Output {
+            status: 201,
+            headers: vec![("x-b".into(), "2".into()), ("content-type".into(), "text/plain".into())],
+            body: bytes::Bytes::from_static(b"made"),
+            logs: vec![
+                LogChunk {
+                    stream: OutputStream::Stdout,
+                    text: "out\n".into(),
+                },
+                LogChunk {
+                    stream: OutputStream::Stderr,
+                    text: "err\n".into(),
+                },
+            ],
+            logs_truncated: true,
+        };
+        let Answer::Output(got) = read_back(answer_frames(7, &output)).await else {
+            panic!("an output")
+        };
+        assert_eq!(got.status, 201);
+        assert_eq!(got.headers, output.headers);
+        assert_eq!(&got.body[..], b"made");
+        assert_eq!(got.logs, output.logs);
+        assert!(got.logs_truncated);
+    }
+
+    #[tokio::test]
+    async fn an_error_round_trips() {
+        let why = Unanswered::Timeout("no answer within 3s".into());
+        let Answer::Unanswered(got) = read_back(error_frame(9, &why)).await else {
+            panic!("an error")
+        };
+        assert_eq!(got, why);
+    }
+}

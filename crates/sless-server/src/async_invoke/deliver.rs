@@ -1,0 +1,421 @@
+//! Delivery: each replica claims due events a bounded page at a time (never
+//! more than it has free delivery slots, so memory does not grow with the
+//! backlog), runs each attempt through the invoker, and writes outcomes in
+//! groups. A held event's lease is renewed while its attempt runs; a
+//! replica that dies lets its leases run out and another takes the events
+//! again (at-least-once).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use sless_api::{AsyncSettings, AsyncStatus, DestinationType, FunctionSpec};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::destinations::{outcome, Condition, Publisher};
+use crate::invoker::{Invoker, Run};
+use crate::store::events::{now_micros, ClaimedEvent, EventStore, Finish, NewEvent};
+use crate::store::{Kind, Store};
+use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
+
+/// Events claimed in one statement at most.
+const PAGE: usize = 256;
+/// How often a replica looks for due events when nothing woke it.
+const POLL: Duration = Duration::from_millis(250);
+/// How long a function's spec is reused before it is read again.
+const SPEC_TTL: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// The wait before trying again an event whose function had no free
+/// instance, no ready version or was off (not counted as an attempt).
+const THROTTLE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How delivery runs.
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    /// Attempts in flight on this replica at most.
+    pub concurrency: usize,
+    /// The wait after the first failed attempt; doubled after each further one.
+    pub retry_base: Duration,
+    /// How long a claim holds an event; renewed every third of it.
+    pub lease: Duration,
+    /// The most of a successful answer's body a destination receives.
+    pub max_response_bytes: usize,
+}
+
+/// Counters for `/metrics`.
+#[derive(Default)]
+pub struct DeliveryStats {
+    pub succeeded: AtomicU64,
+    pub retried: AtomicU64,
+    pub failed: AtomicU64,
+    pub throttled: AtomicU64,
+}
+
+pub struct Deliverer {
+    events: Arc<dyn EventStore>,
+    store: Arc<dyn Store>,
+    invoker: Arc<Invoker>,
+    publisher: Publisher,
+    settings: DeliverySettings,
+    slots: Arc<Semaphore>,
+    /// Events this replica holds: id → claim.
+    held: Mutex<HashMap<String, String>>,
+    /// Outcomes waiting to be written, and the writer's wake-up.
+    finished: Mutex<Vec<Finish>>,
+    finish_now: Notify,
+    specs: Mutex<HashMap<FunctionKey, (Instant, Option<FunctionSpec>)>>,
+    /// This replica's prefix of claim tokens, and the count after it.
+    token: String,
+    claims: AtomicU64,
+    pub stats: DeliveryStats,
+}
+
+impl Deliverer {
+    pub fn start(
+        events: Arc<dyn EventStore>,
+        store: Arc<dyn Store>,
+        invoker: Arc<Invoker>,
+        publisher: Publisher,
+        settings: DeliverySettings,
+        wake: Arc<Notify>,
+    ) -> Arc<Deliverer> {
+        let deliverer = Arc::new(Deliverer {
+            events,
+            store,
+            invoker,
+            publisher,
+            slots: Arc::new(Semaphore::new(settings.concurrency.max(1))),
+            settings,
+            held: Mutex::new(HashMap::new()),
+            finished: Mutex::new(Vec::new()),
+            finish_now: Notify::new(),
+            specs: Mutex::new(HashMap::new()),
+            token: crate::record::hex_id(&[(rand::random::<u64>(), 16)]),
+            claims: AtomicU64::new(0),
+            stats: DeliveryStats::default(),
+        });
+        tokio::spawn(deliverer.clone().claim_loop(wake));
+        tokio::spawn(deliverer.clone().finish_loop());
+        tokio::spawn(deliverer.clone().renew_loop());
+        deliverer
+    }
+
+    /// Events being attempted or waiting for their outcome to be written here.
+    pub fn in_flight(&self) -> usize {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    async fn claim_loop(self: Arc<Self>, wake: Arc<Notify>) {
+        loop {
+            // Only as many events as there are free slots: the page, not the backlog, is in memory.
+            let Ok(first) = self.slots.clone().acquire_owned().await else {
+                return;
+            };
+            let mut slots = vec![first];
+            while slots.len() < PAGE {
+                match self.slots.clone().try_acquire_owned() {
+                    Ok(slot) => slots.push(slot),
+                    Err(_) => break,
+                }
+            }
+            let now = now_micros();
+            let lease_until = now + self.settings.lease.as_micros() as i64;
+            let claim = format!("{}-{}", self.token, self.claims.fetch_add(1, Ordering::Relaxed));
+            match self.events.claim(now, lease_until, slots.len() as i64, &claim).await {
+                Ok(page) if page.is_empty() => {
+                    drop(slots);
+                    let _ = tokio::time::timeout(POLL, wake.notified()).await;
+                }
+                Ok(page) => {
+                    let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+                    for event in &page {
+                        held.insert(event.event.id.clone(), event.claim.clone());
+                    }
+                    drop(held);
+                    for (event, slot) in page.into_iter().zip(slots) {
+                        tokio::spawn(self.clone().deliver(event, slot));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming asynchronous events failed; retrying");
+                    drop(slots);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    async fn deliver(self: Arc<Self>, event: ClaimedEvent, slot: OwnedSemaphorePermit) {
+        let finish = self.attempt(&event).await;
+        // The slot is free once the attempt is over; the event stays held
+        // (its lease renewed) until its outcome is written.
+        drop(slot);
+        self.finished
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(finish);
+        self.finish_now.notify_one();
+    }
+
+    /// One attempt and what it leaves: succeeded, queued again, or failed.
+    async fn attempt(&self, claimed: &ClaimedEvent) -> Finish {
+        let event = &claimed.event;
+        let key = FunctionKey::new(&event.namespace, &event.function);
+        let now = now_micros();
+        let mut finish = Finish {
+            id: event.id.clone(),
+            claim: claimed.claim.clone(),
+            status: AsyncStatus::Failed,
+            attempts: claimed.attempts,
+            due_at: now,
+            succeeded_attempt: None,
+            last_error: None,
+            last_status: None,
+            destination_error: None,
+            then: None,
+        };
+        let spec = match self.spec(&key).await {
+            Ok(Some(spec)) => spec,
+            Ok(None) => {
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                finish.attempts -= 1;
+                finish.last_error = Some(format!("function {key} no longer exists"));
+                return finish;
+            }
+            Err(e) => {
+                // Not the event's fault: try again without counting it.
+                finish.status = AsyncStatus::Queued;
+                finish.attempts -= 1;
+                finish.due_at = now + THROTTLE_BACKOFF.as_micros() as i64;
+                finish.last_error = Some(format!("reading the function failed: {e}"));
+                return finish;
+            }
+        };
+        let settings = spec.async_settings.clone().unwrap_or_default();
+        let age = Duration::from_micros((now - event.created_at).max(0) as u64);
+        if age > Duration::from_secs(settings.max_event_age_sec.into()) {
+            finish.attempts -= 1;
+            finish.last_error = Some(format!(
+                "the event was not delivered within async.max_event_age_sec ({} s)",
+                settings.max_event_age_sec
+            ));
+            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+            self.send_outcome(&mut finish, event, &settings, Condition::EventAgeExceeded, None)
+                .await;
+            return finish;
+        }
+        let result = self.invoker.invoke(&key, invocation(claimed), Run::Serving).await;
+        let error = match result {
+            Ok(answer) if answer.status < 400 => {
+                finish.status = AsyncStatus::Succeeded;
+                finish.succeeded_attempt = Some(claimed.attempts);
+                finish.last_status = Some(answer.status);
+                self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
+                let body = &answer.body[..answer.body.len().min(self.settings.max_response_bytes)];
+                self.send_outcome(&mut finish, event, &settings, Condition::Success, Some(body))
+                    .await;
+                return finish;
+            }
+            Ok(answer) => {
+                finish.last_status = Some(answer.status);
+                crate::invoker::error_text(&answer.body)
+            }
+            Err(e @ (InvokeError::NotDeployed(_) | InvokeError::Disabled(_) | InvokeError::QueueFull(_))) => {
+                // Nothing ran: not an attempt; the event's age limits these.
+                self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+                finish.status = AsyncStatus::Queued;
+                finish.attempts -= 1;
+                finish.due_at = now + THROTTLE_BACKOFF.as_micros() as i64;
+                finish.last_error = Some(crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES));
+                return finish;
+            }
+            Err(e) => {
+                finish.last_status = Some(if matches!(e, InvokeError::Timeout { .. }) {
+                    504
+                } else {
+                    502
+                });
+                crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES)
+            }
+        };
+        finish.last_error = Some(error);
+        if claimed.attempts > settings.retry_limit {
+            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+            self.send_outcome(&mut finish, event, &settings, Condition::RetriesExhausted, None)
+                .await;
+        } else {
+            self.stats.retried.fetch_add(1, Ordering::Relaxed);
+            finish.status = AsyncStatus::Queued;
+            finish.due_at = now + backoff(self.settings.retry_base, claimed.attempts).as_micros() as i64;
+        }
+        finish
+    }
+
+    /// Sends the outcome to the destination for `condition`, if there is
+    /// one (and the event is not itself an outcome: those go nowhere, so
+    /// destinations cannot loop).
+    async fn send_outcome(
+        &self,
+        finish: &mut Finish,
+        event: &NewEvent,
+        settings: &AsyncSettings,
+        condition: Condition,
+        response: Option<&[u8]>,
+    ) {
+        let destination = match condition {
+            Condition::Success => &settings.on_success,
+            _ => &settings.on_failure,
+        };
+        let (Some(destination), None) = (destination, &event.source) else {
+            return;
+        };
+        let record = outcome(
+            event,
+            condition,
+            finish.attempts,
+            finish.last_status,
+            finish.last_error.as_deref(),
+            response,
+        );
+        let body = serde_json::to_vec(&record).expect("plain JSON");
+        match destination.kind {
+            DestinationType::Function => {
+                let created_at = now_micros();
+                finish.then = Some(NewEvent {
+                    id: super::event_id(created_at),
+                    namespace: event.namespace.clone(),
+                    function: destination.function.clone().unwrap_or_default(),
+                    request_id: event.request_id.clone(),
+                    method: "POST".into(),
+                    path: String::new(),
+                    query: String::new(),
+                    headers: r#"[["content-type","application/json"]]"#.into(),
+                    body: body.into(),
+                    created_at,
+                    source: Some(event.id.clone()),
+                });
+            }
+            DestinationType::Amqp => {
+                let url = destination.broker_url.as_deref().unwrap_or_default();
+                let queue = destination.queue.as_deref().unwrap_or_default();
+                if let Err(e) = self.publisher.publish(url, queue, &body).await {
+                    tracing::warn!(event = %event.id, error = %e, "sending an asynchronous event's outcome failed");
+                    finish.destination_error = Some(crate::bounds::clip(e, crate::bounds::MAX_ERROR_BYTES));
+                }
+            }
+        }
+    }
+
+    /// The function's spec, read at most once a second; None when it is gone.
+    async fn spec(&self, key: &FunctionKey) -> crate::Result<Option<FunctionSpec>> {
+        if let Some((read, spec)) = self.specs.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
+            if read.elapsed() < SPEC_TTL {
+                return Ok(spec.clone());
+            }
+        }
+        let spec = match self.store.get(Kind::Function, &key.namespace, &key.name).await? {
+            Some(record) => Some(serde_json::from_value(record.spec).map_err(crate::Error::internal)?),
+            None => None,
+        };
+        let mut specs = self.specs.lock().unwrap_or_else(PoisonError::into_inner);
+        if specs.len() > 10_000 {
+            specs.retain(|_, (read, _)| read.elapsed() < SPEC_TTL);
+        }
+        specs.insert(key.clone(), (Instant::now(), spec.clone()));
+        Ok(spec)
+    }
+
+    /// Writes outcomes as they come, in groups; a failed write is retried
+    /// (the events stay held and their leases renewed meanwhile).
+    async fn finish_loop(self: Arc<Self>) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let batch = std::mem::take(&mut *self.finished.lock().unwrap_or_else(PoisonError::into_inner));
+            if batch.is_empty() {
+                self.finish_now.notified().await;
+                continue;
+            }
+            match self.events.finish(&batch).await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(100);
+                    let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+                    for finish in &batch {
+                        held.remove(&finish.id);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, events = batch.len(), "writing asynchronous outcomes failed; retrying");
+                    self.finished
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .extend(batch);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+
+    async fn renew_loop(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.settings.lease / 3);
+        loop {
+            tick.tick().await;
+            let held: Vec<(String, String)> = self
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|(id, claim)| (id.clone(), claim.clone()))
+                .collect();
+            if held.is_empty() {
+                continue;
+            }
+            let lease_until = now_micros() + self.settings.lease.as_micros() as i64;
+            if let Err(e) = self.events.renew(&held, lease_until).await {
+                tracing::warn!(error = %e, events = held.len(), "renewing leases of asynchronous events failed");
+            }
+        }
+    }
+}
+
+/// The wait after failed attempt number `attempts` (1 = the first).
+fn backoff(base: Duration, attempts: u32) -> Duration {
+    base.saturating_mul(1 << attempts.saturating_sub(1).min(20))
+        .min(MAX_BACKOFF)
+}
+
+/// The call a stored event makes: the request as it came, with the event's
+/// id and the attempt's number in `x-sless-async-id` and `x-sless-attempt`.
+fn invocation(claimed: &ClaimedEvent) -> Invocation {
+    let event = &claimed.event;
+    let mut headers: Vec<(String, String)> = serde_json::from_str(&event.headers).unwrap_or_default();
+    headers.push(("x-sless-async-id".into(), event.id.clone()));
+    headers.push(("x-sless-attempt".into(), claimed.attempts.to_string()));
+    Invocation {
+        kind: TriggerKind::Http,
+        request_id: event.request_id.clone(),
+        method: event.method.clone(),
+        path: event.path.clone(),
+        query: event.query.clone(),
+        headers,
+        body: event.body.clone(),
+        event: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_base_up_to_five_minutes() {
+        let base = Duration::from_secs(1);
+        assert_eq!(backoff(base, 1), Duration::from_secs(1));
+        assert_eq!(backoff(base, 2), Duration::from_secs(2));
+        assert_eq!(backoff(base, 3), Duration::from_secs(4));
+        assert_eq!(backoff(base, 12), MAX_BACKOFF);
+        assert_eq!(backoff(base, u32::MAX), MAX_BACKOFF);
+    }
+}

@@ -1,0 +1,256 @@
+//! Asynchronous invocation: `POST /fn/{ns}/{name}` with
+//! `X-Sless-Invocation-Type: Event` (or `Prefer: respond-async`) stores the
+//! event and answers 202; delivery runs later with retries and backoff,
+//! and the outcome may go to a destination. Everything an event needs
+//! lives in the store (`store/events`), so any replica delivers it, and a
+//! crash loses none: `accept` (group commit), `deliver` (claims, attempts,
+//! outcomes), `destinations` (the outcome record, RabbitMQ publishing).
+
+mod accept;
+mod deliver;
+pub mod destinations;
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+pub use deliver::DeliverySettings;
+
+use crate::error::{Error, Result};
+use crate::invoker::Invoker;
+use crate::store::events::{now_micros, Backlog, EventStore, NewEvent};
+use crate::store::Store;
+
+/// How the asynchronous path is bounded and run.
+#[derive(Debug, Clone)]
+pub struct AsyncSettings {
+    /// Events waiting per namespace at most (429 beyond).
+    pub max_backlog: u64,
+    pub delivery: DeliverySettings,
+    /// Finished events are kept this long.
+    pub retention: Duration,
+    /// One server on its own database (SQLite): events it was running when
+    /// it stopped are queued again at start.
+    pub single: bool,
+}
+
+/// The asynchronous path's front: accepts events, reports the backlog.
+pub struct AsyncInvocations {
+    pub events: Arc<dyn EventStore>,
+    acceptor: Arc<accept::Acceptor>,
+    deliverer: Arc<deliver::Deliverer>,
+    settings: AsyncSettings,
+    /// The backlog as last counted (every second), and per namespace what
+    /// this replica accepted since.
+    backlog: Mutex<BacklogView>,
+    pub accepted: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+/// The backlog as last counted, kept an upper bound between counts: an
+/// event counts from the moment it is accepted, and a count that runs
+/// while events are being stored adds those (stored in time for it or not).
+#[derive(Default)]
+struct BacklogView {
+    functions: Vec<Backlog>,
+    /// Waiting events per namespace, as the bound sees them.
+    namespaces: HashMap<String, u64>,
+    /// Accepted, not yet stored.
+    storing: HashMap<String, u64>,
+    /// Accepted since the running count began (when one runs).
+    since: Option<HashMap<String, u64>>,
+}
+
+impl AsyncInvocations {
+    pub async fn start(
+        events: Arc<dyn EventStore>,
+        store: Arc<dyn Store>,
+        invoker: Arc<Invoker>,
+        publisher: destinations::Publisher,
+        settings: AsyncSettings,
+        leading: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<Arc<AsyncInvocations>> {
+        if settings.single {
+            let released = events.release_all(now_micros()).await?;
+            if released > 0 {
+                tracing::info!(
+                    events = released,
+                    "asynchronous events left running at the last stop are queued again"
+                );
+            }
+        }
+        let written = Arc::new(Notify::new());
+        let acceptor = accept::Acceptor::start(events.clone(), written.clone());
+        let deliverer = deliver::Deliverer::start(
+            events.clone(),
+            store,
+            invoker,
+            publisher,
+            settings.delivery.clone(),
+            written,
+        );
+        let this = Arc::new(AsyncInvocations {
+            events,
+            acceptor,
+            deliverer,
+            settings,
+            backlog: Mutex::new(BacklogView::default()),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        });
+        this.count_backlog().await;
+        tokio::spawn(count_loop(Arc::downgrade(&this)));
+        tokio::spawn(prune_loop(this.events.clone(), this.settings.retention, leading));
+        Ok(this)
+    }
+
+    /// Stores `event` durably, or refuses it when its namespace's backlog is full.
+    pub async fn accept(&self, event: NewEvent) -> Result<()> {
+        {
+            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            let waiting = backlog.namespaces.entry(event.namespace.clone()).or_default();
+            if *waiting >= self.settings.max_backlog {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::TooManyRequests {
+                    message: format!(
+                        "namespace {:?} has {} asynchronous events waiting, the most the server's SLESS_ASYNC_MAX_BACKLOG allows; try again later",
+                        event.namespace, *waiting
+                    ),
+                    retry_after: 5,
+                });
+            }
+            *waiting += 1;
+            *backlog.storing.entry(event.namespace.clone()).or_default() += 1;
+            if let Some(since) = &mut backlog.since {
+                *since.entry(event.namespace.clone()).or_default() += 1;
+            }
+        }
+        let namespace = event.namespace.clone();
+        let stored = self.acceptor.store(event).await;
+        {
+            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = backlog.storing.get_mut(&namespace) {
+                *n -= 1;
+                if *n == 0 {
+                    backlog.storing.remove(&namespace);
+                }
+            }
+            if stored.is_err() {
+                if let Some(n) = backlog.namespaces.get_mut(&namespace) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        stored?;
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn count_backlog(&self) {
+        let storing = {
+            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            backlog.since = Some(HashMap::new());
+            backlog.storing.clone()
+        };
+        let counted = self.events.backlog().await;
+        let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+        let since = backlog.since.take().unwrap_or_default();
+        match counted {
+            Ok(functions) => {
+                let mut namespaces = HashMap::new();
+                for b in &functions {
+                    *namespaces.entry(b.namespace.clone()).or_default() += b.events;
+                }
+                for (namespace, n) in storing.into_iter().chain(since) {
+                    *namespaces.entry(namespace).or_default() += n;
+                }
+                backlog.functions = functions;
+                backlog.namespaces = namespaces;
+            }
+            Err(e) => tracing::warn!(error = %e, "counting asynchronous events failed"),
+        }
+    }
+
+    /// Appends the asynchronous path's series to `/metrics`.
+    pub fn render(&self, out: &mut String) {
+        let now = now_micros();
+        let backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+        out.push_str("# HELP sless_async_backlog Asynchronous events waiting (queued or running), by function.\n");
+        out.push_str("# TYPE sless_async_backlog gauge\n");
+        for b in &backlog.functions {
+            let _ = writeln!(
+                out,
+                "sless_async_backlog{{namespace=\"{}\",function=\"{}\"}} {}",
+                b.namespace, b.function, b.events
+            );
+        }
+        out.push_str(
+            "# HELP sless_async_oldest_event_age_seconds Age of the oldest waiting asynchronous event, by function.\n",
+        );
+        out.push_str("# TYPE sless_async_oldest_event_age_seconds gauge\n");
+        for b in &backlog.functions {
+            let _ = writeln!(
+                out,
+                "sless_async_oldest_event_age_seconds{{namespace=\"{}\",function=\"{}\"}} {}",
+                b.namespace,
+                b.function,
+                (now - b.oldest).max(0) as f64 / 1e6
+            );
+        }
+        drop(backlog);
+        let stats = &self.deliverer.stats;
+        out.push_str("# HELP sless_async_events_total Asynchronous events accepted and refused (backlog full), and attempts' outcomes on this replica.\n");
+        out.push_str("# TYPE sless_async_events_total counter\n");
+        for (outcome, n) in [
+            ("accepted", self.accepted.load(Ordering::Relaxed)),
+            ("refused", self.refused.load(Ordering::Relaxed)),
+            ("succeeded", stats.succeeded.load(Ordering::Relaxed)),
+            ("retried", stats.retried.load(Ordering::Relaxed)),
+            ("failed", stats.failed.load(Ordering::Relaxed)),
+            ("throttled", stats.throttled.load(Ordering::Relaxed)),
+        ] {
+            let _ = writeln!(out, "sless_async_events_total{{outcome=\"{outcome}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sless_async_in_flight Asynchronous events held by this replica.\n# TYPE sless_async_in_flight gauge\nsless_async_in_flight {}",
+            self.deliverer.in_flight()
+        );
+    }
+}
+
+/// A new event's id: its time in microseconds and a random part, in hex
+/// (the shape of invocation record ids, so ids sort by time).
+pub fn event_id(micros: i64) -> String {
+    crate::record::record_id((micros.max(0) as u64, rand::random::<u32>()))
+}
+
+async fn count_loop(this: std::sync::Weak<AsyncInvocations>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let Some(this) = this.upgrade() else { return };
+        this.count_backlog().await;
+    }
+}
+
+/// Deletes finished events past retention (the leader's work).
+async fn prune_loop(events: Arc<dyn EventStore>, retention: Duration, leading: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        if !*leading.borrow() {
+            continue;
+        }
+        let before = now_micros() - retention.as_micros() as i64;
+        match events.prune(before).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "pruned finished asynchronous events"),
+            Err(e) => tracing::warn!(error = %e, "pruning asynchronous events failed"),
+        }
+    }
+}

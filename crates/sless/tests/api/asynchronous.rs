@@ -1,0 +1,440 @@
+//! Asynchronous calls (`X-Sless-Invocation-Type: Event`) over real HTTP on
+//! both stores: the 202 and its record, retries with backoff, dead letters
+//! to a function and to a RabbitMQ queue, the bounds, and a kill -9 right
+//! after the 202s that loses nothing.
+
+use std::time::Duration;
+
+use lapin::options::{BasicGetOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
+use lapin::{Connection, ConnectionProperties};
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{eventually, hex_id, Backend, Server};
+
+const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// Echoes its event, fails when asked to.
+const HANDLER: &[u8] = br#"
+import json
+
+def handle(event, context):
+    print("got", json.dumps(event), "attempt", context.headers.get("x-sless-attempt"))
+    if isinstance(event, dict) and event.get("fail"):
+        raise RuntimeError("failing on purpose: " + str(event.get("fail")))
+    return {"echo": event}
+"#;
+
+/// Fails its first two calls, then succeeds (one instance keeps the count).
+const FAILS_TWICE: &[u8] = br#"
+calls = 0
+
+def handle(event, context):
+    global calls
+    calls += 1
+    print("call", calls, "attempt", context.headers.get("x-sless-attempt"))
+    if calls <= 2:
+        raise RuntimeError("call %d fails" % calls)
+    return {"calls": calls}
+"#;
+
+/// Sends an asynchronous call; returns status, Location and body.
+async fn send_event(server: &Server, path: &str, body: &str) -> (StatusCode, Option<String>, Value) {
+    let response = server
+        .request(Method::POST, path, None)
+        .header("x-sless-invocation-type", "Event")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("request sent");
+    let location = response
+        .headers()
+        .get("location")
+        .map(|v| v.to_str().unwrap().to_string());
+    let (status, body) = super::harness::read(response).await;
+    (status, location, body)
+}
+
+/// Waits until the event's record reaches `status`; returns the record.
+async fn record_reaches(server: &Server, location: &str, status: &str, secs: u64) -> Value {
+    eventually(Duration::from_secs(secs), || async {
+        let (code, record) = server.call(Method::GET, location, None).await;
+        if code == StatusCode::OK && record["status"] == status {
+            Ok(record)
+        } else {
+            Err(format!("{code}: {record}"))
+        }
+    })
+    .await
+}
+
+async fn accepted_then_delivered(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_EVENT_BYTES", "1024")]).await;
+    server
+        .deploy(
+            "ns",
+            "echo",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+    let (status, location, body) = send_event(&server, "/fn/ns/echo", r#"{"n": 1}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let location = location.expect("a Location header");
+    let id = body["id"].as_str().unwrap();
+    assert_eq!(
+        location,
+        format!("/v1/namespaces/ns/functions/echo/async-invocations/{id}")
+    );
+    assert_eq!(
+        (body["status"].as_str(), body["location"].as_str()),
+        (Some("queued"), Some(location.as_str()))
+    );
+    let record = record_reaches(&server, &location, "succeeded", 60).await;
+    assert_eq!(
+        (record["attempts"].as_u64(), record["succeeded_attempt"].as_u64()),
+        (Some(1), Some(1)),
+        "{record}"
+    );
+    assert_eq!(record["last_status"], 200, "{record}");
+    // The attempt is an ordinary invocation record under the event's request id.
+    let request_id = body["request_id"].as_str().unwrap().to_string();
+    let calls = eventually(Duration::from_secs(20), || async {
+        let calls: Vec<Value> = server
+            .records("ns", "echo")
+            .await
+            .into_iter()
+            .filter(|r| r["request_id"] == request_id.as_str())
+            .collect();
+        if calls.is_empty() {
+            Err("no record of the attempt yet".to_string())
+        } else {
+            Ok(calls)
+        }
+    })
+    .await;
+    assert_eq!(calls.len(), 1);
+    let printed = calls[0]["logs"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        printed.contains(r#"{"n": 1}"#) && printed.contains("attempt 1"),
+        "{printed}"
+    );
+
+    // Prefer: respond-async asks for the same.
+    let response = server
+        .request(Method::POST, "/fn/ns/echo/sub?x=1", None)
+        .header("prefer", "respond-async")
+        .body("plain text")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+    record_reaches(&server, &location, "succeeded", 60).await;
+
+    // The list, by state.
+    let (status, page) = server
+        .call(
+            Method::GET,
+            "/v1/namespaces/ns/functions/echo/async-invocations?status=succeeded",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert_eq!(page["items"].as_array().unwrap().len(), 2, "{page}");
+    let (status, bad) = server
+        .call(
+            Method::GET,
+            "/v1/namespaces/ns/functions/echo/async-invocations?status=done",
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, bad["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("status")),
+        "{bad}"
+    );
+
+    // Bounds and bad input.
+    let (status, _, body) = send_event(&server, "/fn/ns/echo", &"x".repeat(2000)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_ASYNC_MAX_EVENT_BYTES"),
+        "{body}"
+    );
+    let (status, _, body) = send_event(&server, "/fn/ns/echo@1", "{}").await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "events go to the latest version: {body}"
+    );
+    let (status, _, body) = send_event(&server, "/fn/ns/missing", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let response = server
+        .request(Method::POST, "/fn/ns/echo", None)
+        .header("x-sless-invocation-type", "Later")
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = super::harness::read(response).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("X-Sless-Invocation-Type"),
+        "{body}"
+    );
+    let (status, body) = server
+        .call(
+            Method::GET,
+            "/v1/namespaces/ns/functions/echo/async-invocations/0000",
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let accepted = server.metric(r#"sless_async_events_total{outcome="accepted"}"#).await;
+    assert_eq!(accepted, Some(2.0));
+}
+
+async fn fails_twice_then_succeeds_in_three_calls(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_ASYNC_RETRY_BASE_MS", "50")]).await;
+    server
+        .deploy(
+            "ns",
+            "flaky",
+            json!({"runtime": "python3.11", "max_instances": 1, "concurrency": 1}),
+            &[("handler.py", FAILS_TWICE)],
+        )
+        .await;
+    let (status, location, body) = send_event(&server, "/fn/ns/flaky", "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let record = record_reaches(&server, &location.unwrap(), "succeeded", 60).await;
+    assert_eq!(
+        (record["attempts"].as_u64(), record["succeeded_attempt"].as_u64()),
+        (Some(3), Some(3)),
+        "{record}"
+    );
+    let calls = eventually(Duration::from_secs(20), || async {
+        let calls = server.records("ns", "flaky").await;
+        if calls.len() >= 3 {
+            Ok(calls)
+        } else {
+            Err(format!("{} calls recorded", calls.len()))
+        }
+    })
+    .await;
+    let mut statuses: Vec<&str> = calls.iter().map(|c| c["status"].as_str().unwrap()).collect();
+    statuses.sort();
+    assert_eq!(statuses, ["200", "500", "500"], "exactly three calls: {calls:?}");
+}
+
+async fn dead_letter_to_a_function(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_ASYNC_RETRY_BASE_MS", "50")]).await;
+    server
+        .deploy(
+            "ns",
+            "dlq",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+    let spec = json!({"runtime": "python3.11", "async": {"retry_limit": 1, "on_failure": {"type": "function", "function": "dlq"}}});
+    let function = server.deploy("ns", "broken", spec, &[("handler.py", HANDLER)]).await;
+    assert_eq!(function["async"]["retry_limit"], 1, "{function}");
+    assert_eq!(function["async"]["max_event_age_sec"], 21600, "{function}");
+    let (status, location, body) = send_event(&server, "/fn/ns/broken", r#"{"fail": "boom"}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let record = record_reaches(&server, &location.unwrap(), "failed", 60).await;
+    assert_eq!(record["attempts"], 2, "{record}");
+    assert!(
+        record["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("failing on purpose: boom"),
+        "{record}"
+    );
+    // The dead letter is an event of its own for `dlq`, which prints it.
+    let (_, page) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/dlq/async-invocations", None)
+        .await;
+    let letter = &page["items"][0];
+    assert_eq!(letter["source"], id.as_str(), "{page}");
+    let location = format!(
+        "/v1/namespaces/ns/functions/dlq/async-invocations/{}",
+        letter["id"].as_str().unwrap()
+    );
+    record_reaches(&server, &location, "succeeded", 60).await;
+    let printed = eventually(Duration::from_secs(20), || async {
+        let logs: Vec<String> = server
+            .records("ns", "dlq")
+            .await
+            .iter()
+            .filter_map(|r| r["logs"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        logs.into_iter()
+            .find(|l| l.contains(&id))
+            .ok_or_else(|| "the dead letter has not arrived".to_string())
+    })
+    .await;
+    let sent: Value = serde_json::from_str(printed.trim_start_matches("got ").split(" attempt").next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {printed}"));
+    assert_eq!(sent["condition"], "retries_exhausted", "{sent}");
+    assert_eq!(
+        (sent["attempts"].as_u64(), sent["status"].as_u64()),
+        (Some(2), Some(500)),
+        "{sent}"
+    );
+    assert!(
+        sent["error"].as_str().unwrap().contains("failing on purpose: boom"),
+        "{sent}"
+    );
+    assert_eq!(sent["request"]["body"], r#"{"fail": "boom"}"#, "{sent}");
+    // A bad setting names its field.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/broken",
+            Some(json!({"async": {"retry_limit": 11}})),
+        )
+        .await;
+    assert_eq!(
+        (status, body["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("async.retry_limit")),
+        "{body}"
+    );
+}
+
+async fn dead_letter_to_a_rabbitmq_queue(backend: Backend) {
+    let server = Server::start(backend).await;
+    let queue = format!("sless-async-dead-{}", hex_id());
+    let spec = json!({"runtime": "python3.11", "async": {"retry_limit": 0,
+        "on_failure": {"type": "amqp", "broker_url": BROKER, "queue": queue}}});
+    server.deploy("ns", "broken", spec, &[("handler.py", HANDLER)]).await;
+    let (status, location, body) = send_event(&server, "/fn/ns/broken", r#"{"fail": "to the queue"}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let record = record_reaches(&server, &location.unwrap(), "failed", 60).await;
+    assert_eq!(record["attempts"], 1, "{record}");
+    assert!(record.get("destination_error").is_none(), "{record}");
+    // Read back from the real broker.
+    let connection = Connection::connect(BROKER, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ on 127.0.0.1:5672 is required for these tests");
+    let channel = connection.create_channel().await.unwrap();
+    let options = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(queue.as_str().into(), options, FieldTable::default())
+        .await
+        .unwrap();
+    let message = channel
+        .basic_get(queue.as_str().into(), BasicGetOptions { no_ack: true })
+        .await
+        .unwrap()
+        .expect("the dead letter is in the queue");
+    let sent: Value = serde_json::from_slice(&message.delivery.data).unwrap();
+    assert_eq!(
+        (sent["id"].as_str(), sent["condition"].as_str()),
+        (Some(id.as_str()), Some("retries_exhausted")),
+        "{sent}"
+    );
+    assert_eq!(sent["attempts"], 1, "{sent}");
+    assert!(sent["error"].as_str().unwrap().contains("to the queue"), "{sent}");
+    assert_eq!(sent["request"]["body"], r#"{"fail": "to the queue"}"#, "{sent}");
+    let _ = channel.queue_delete(queue.as_str().into(), Default::default()).await;
+    // A broker the operator does not allow is refused when the function is saved.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/broken",
+            Some(json!({"async": {"on_failure": {"type": "amqp", "broker_url": "amqp://10.1.2.3:5672/%2f", "queue": "q"}}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["field"], "async.on_failure.broker_url", "{body}");
+}
+
+async fn kill_after_202_loses_nothing(backend: Backend) {
+    let mut server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_BACKLOG", "30")]).await;
+    // Off (replicas 0): the events wait in the store, whatever the timing.
+    server
+        .deploy(
+            "ns",
+            "echo",
+            json!({"runtime": "python3.11", "replicas": 0}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+    // Until the namespace's backlog is full: refused, naming the setting.
+    // (The bound counts an event being stored as waiting, so it may refuse
+    // one early while a count of the store runs; never one late.)
+    let mut locations = Vec::new();
+    let refused = loop {
+        let (status, location, body) =
+            send_event(&server, "/fn/ns/echo", &json!({"n": locations.len()}).to_string()).await;
+        if status != StatusCode::ACCEPTED {
+            break (status, body);
+        }
+        locations.push(location.unwrap());
+        assert!(
+            locations.len() <= 30,
+            "more events accepted than SLESS_ASYNC_MAX_BACKLOG"
+        );
+    };
+    assert_eq!(refused.0, StatusCode::TOO_MANY_REQUESTS, "{}", refused.1);
+    assert!(
+        refused.1["error"].as_str().unwrap().contains("SLESS_ASYNC_MAX_BACKLOG"),
+        "{}",
+        refused.1
+    );
+    assert!(locations.len() >= 29, "{} accepted", locations.len());
+    server.kill9();
+    server.spawn();
+    for location in &locations {
+        let (status, record) = server.call(Method::GET, location, None).await;
+        assert_eq!(status, StatusCode::OK, "{record}");
+        assert!(
+            record["status"] == "queued" || record["status"] == "running",
+            "{record}"
+        );
+    }
+    server
+        .wait_metric(
+            r#"sless_async_backlog{namespace="ns",function="echo"}"#,
+            locations.len() as f64,
+            20,
+        )
+        .await;
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/echo",
+            Some(json!({"replicas": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    for location in &locations {
+        // A replica's lease on PostgreSQL (60 s) outlives a kill -9.
+        let record = record_reaches(&server, location, "succeeded", 150).await;
+        assert_eq!(record["succeeded_attempt"], record["attempts"], "{record}");
+    }
+    eventually(Duration::from_secs(20), || async {
+        let n = server.records("ns", "echo").await.len();
+        if n >= locations.len() {
+            Ok(())
+        } else {
+            Err(format!("{n} calls"))
+        }
+    })
+    .await;
+}
+
+crate::both_stores!(
+    accepted_then_delivered,
+    fails_twice_then_succeeds_in_three_calls,
+    dead_letter_to_a_function,
+    dead_letter_to_a_rabbitmq_queue,
+    kill_after_202_loses_nothing,
+);

@@ -1,0 +1,277 @@
+//! `sless instance` for real on 127.0.0.1: the artifact fetched from a
+//! file:// object store and checked, the shim loaded, readiness only once
+//! loaded, invocations over TCP with their captured output, and the ways
+//! an instance ends (a timeout, one run, a handler that does not load, a
+//! corrupt artifact).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use sless_driver::{Invocation, OutputStream, TriggerKind};
+use sless_driver_local::frame::{self, kind};
+use sless_driver_local::standalone::{Answer, AnswerReader, Unanswered};
+
+const HANDLER: &str = r#"
+import time
+def handle(event, context):
+    print("hello from", context.function)
+    if isinstance(event, dict) and event.get("sleep"):
+        time.sleep(event["sleep"])
+    return {"statusCode": 201, "body": "made " + str(event.get("n") if isinstance(event, dict) else "")}
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A store dir holding the artifact of `handler` as the driver stores it;
+/// its fingerprint and digest.
+fn store_with(store: &Path, file: &str, handler: &str) -> (String, String) {
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join(file), handler).unwrap();
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    tar.append_dir_all(".", code.path()).unwrap();
+    let tarball = tar.into_inner().unwrap().finish().unwrap();
+    let digest = hex::encode(Sha256::digest(&tarball));
+    let fingerprint = "0123456789abcdef0123456789abcdef".to_string();
+    let dir = store.join("artifacts").join(&fingerprint);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(format!("{digest}.tar.gz")), tarball).unwrap();
+    (fingerprint, digest)
+}
+
+struct Instance {
+    child: Child,
+    frames: u16,
+    ready: u16,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `sless instance` on a fresh artifact of `handler`; with
+/// `corrupt`, the stored tarball's bytes no longer match its digest.
+fn start(handler: &str, extra: &[(&str, &str)], corrupt: bool) -> Instance {
+    let store = tempfile::tempdir().unwrap();
+    let pod = tempfile::tempdir().unwrap();
+    let node = extra.contains(&("SLESS_INSTANCE_RUNTIME", "nodejs20"));
+    let (fingerprint, digest) = store_with(store.path(), if node { "handler.js" } else { "handler.py" }, handler);
+    if corrupt {
+        let tarball = store.path().join(format!("artifacts/{fingerprint}/{digest}.tar.gz"));
+        let mut bytes = std::fs::read(&tarball).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&tarball, bytes).unwrap();
+    }
+    let (frames, ready) = (free_port(), free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
+    cmd.arg("instance")
+        .env("SLESS_BLOB_URL", format!("file://{}", store.path().display()))
+        .env("SLESS_INSTANCE_ARTIFACT", &fingerprint)
+        .env("SLESS_INSTANCE_DIGEST", &digest)
+        .env("SLESS_INSTANCE_CODE_DIR", pod.path().join("code"))
+        .env("SLESS_INSTANCE_WORK_DIR", pod.path().join("work"))
+        .env("SLESS_INSTANCE_RUNTIME", "python3.11")
+        .env("SLESS_INSTANCE_NAMESPACE", "demo")
+        .env("SLESS_INSTANCE_FUNCTION", "hello")
+        .env("SLESS_INSTANCE_VERSION", "4")
+        .env("SLESS_INSTANCE_ENV", r#"{"GREETING":"hi"}"#)
+        .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
+        .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    Instance {
+        child: cmd.spawn().unwrap(),
+        frames,
+        ready,
+        _dirs: vec![store, pod],
+    }
+}
+
+/// The readiness endpoint's status code, None when nothing listens.
+fn readiness(port: u16) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.write_all(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).ok()?;
+    text.split(' ').nth(1)?.parse().ok()
+}
+
+impl Instance {
+    fn wait_ready(&mut self) {
+        let limit = Instant::now() + Duration::from_secs(30);
+        while readiness(self.ready) != Some(200) {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("the instance exited ({status}) before it was ready: {}", self.stderr());
+            }
+            assert!(Instant::now() < limit, "not ready within 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stderr(&mut self) -> String {
+        let mut text = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut text);
+        }
+        text
+    }
+
+    fn exit_code(&mut self) -> i32 {
+        let limit = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(Instant::now() < limit, "the instance did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// A gateway's side of one connection.
+struct Gateway {
+    stream: tokio::net::TcpStream,
+    hello: serde_json::Value,
+}
+
+impl Gateway {
+    async fn connect(port: u16) -> Gateway {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        let hello = frame::read(&mut stream).await.unwrap().unwrap();
+        assert_eq!(hello.kind, kind::HELLO);
+        let hello = serde_json::from_slice(&hello.payload).unwrap();
+        Gateway { stream, hello }
+    }
+
+    async fn invoke(&mut self, id: u32, event: serde_json::Value) -> Answer {
+        use tokio::io::AsyncWriteExt;
+        let invocation = Invocation {
+            kind: TriggerKind::Job,
+            request_id: format!("req-{id}"),
+            method: "POST".into(),
+            path: String::new(),
+            query: String::new(),
+            headers: vec![],
+            body: bytes::Bytes::new(),
+            event: Some(event),
+        };
+        let mut invoke = sless_driver_local::invocation_frame(&invocation, 0);
+        frame::set_id(&mut invoke, id);
+        self.stream.write_all(&invoke).await.unwrap();
+        let mut answer = AnswerReader::default();
+        loop {
+            let f = frame::read(&mut self.stream)
+                .await
+                .unwrap()
+                .expect("an answer before the end");
+            assert_eq!(f.id, id);
+            if let Some(done) = answer.push(f).unwrap() {
+                return done;
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_instance_fetches_loads_then_serves_frames_over_tcp() {
+    let mut instance = start(HANDLER, &[], false);
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    assert_eq!(gateway.hello["function"], "hello");
+    assert_eq!(gateway.hello["version"], 4);
+    for n in 1..=3 {
+        let Answer::Output(output) = gateway.invoke(n, serde_json::json!({"n": n})).await else {
+            panic!("an output")
+        };
+        assert_eq!(output.status, 201);
+        assert_eq!(&output.body[..], format!("made {n}").as_bytes());
+        assert_eq!(output.logs.len(), 1, "{:?}", output.logs);
+        assert_eq!(output.logs[0].stream, OutputStream::Stdout);
+        assert_eq!(output.logs[0].text, "hello from hello\n");
+    }
+    // A second gateway shares the instance.
+    let mut other = Gateway::connect(instance.frames).await;
+    assert!(matches!(
+        other.invoke(9, serde_json::json!({})).await,
+        Answer::Output(_)
+    ));
+    assert_eq!(readiness(instance.ready), Some(200));
+}
+
+/// Started as the launcher starts it (frame pipes on fds 3 and 4): a write
+/// to fd 1 is not a frame.
+#[tokio::test]
+async fn a_node_instance_serves_and_its_stdout_is_not_the_frames() {
+    let handler = "const fs = require('fs');\n\
+        exports.handle = (event, context) => {\n\
+          fs.writeSync(1, 'stray bytes on fd 1\\n');\n\
+          console.log('hello from', context.function);\n\
+          return { n: event.n };\n\
+        };\n";
+    let mut instance = start(handler, &[("SLESS_INSTANCE_RUNTIME", "nodejs20")], false);
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    for n in 1..=2 {
+        let Answer::Output(output) = gateway.invoke(n, serde_json::json!({"n": n})).await else {
+            panic!("an output")
+        };
+        assert_eq!(output.status, 200);
+        assert_eq!(&output.body[..], format!("{{\"n\":{n}}}").as_bytes());
+        assert_eq!(output.logs[0].text, "hello from hello\n");
+    }
+}
+
+#[tokio::test]
+async fn a_call_past_the_timeout_is_answered_timeout_and_the_instance_exits() {
+    let mut instance = start(HANDLER, &[("SLESS_INSTANCE_TIMEOUT_SEC", "1")], false);
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    let answer = gateway.invoke(1, serde_json::json!({"sleep": 30})).await;
+    assert!(
+        matches!(answer, Answer::Unanswered(Unanswered::Timeout(_))),
+        "{answer:?}"
+    );
+    assert_eq!(instance.exit_code(), 1, "a timed-out instance restarts");
+}
+
+#[tokio::test]
+async fn a_run_once_instance_exits_after_its_answer() {
+    let mut instance = start(HANDLER, &[("SLESS_INSTANCE_ONCE", "true")], false);
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    assert!(matches!(
+        gateway.invoke(1, serde_json::json!({"n": 1})).await,
+        Answer::Output(_)
+    ));
+    assert_eq!(instance.exit_code(), 0);
+}
+
+#[tokio::test]
+async fn a_handler_that_does_not_load_is_never_ready() {
+    let mut instance = start("import not_a_module\n", &[], false);
+    assert_eq!(instance.exit_code(), 3);
+    assert!(instance.stderr().contains("not_a_module"));
+    assert_eq!(readiness(instance.ready), None);
+}
+
+#[tokio::test]
+async fn a_corrupt_artifact_is_refused() {
+    let mut instance = start(HANDLER, &[], true);
+    assert_ne!(instance.exit_code(), 0);
+    let stderr = instance.stderr();
+    assert!(stderr.contains("is corrupt: its sha256 is"), "{stderr}");
+    assert_eq!(readiness(instance.ready), None, "a corrupt artifact is never served");
+}

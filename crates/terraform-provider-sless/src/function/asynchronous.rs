@@ -1,0 +1,172 @@
+//! `sless_function`'s `async` attribute: nested attributes for retries,
+//! maximum event age and the on-failure and on-success destinations, their
+//! schema, their API JSON and the server's defaults a plan fills in.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value as Json};
+use sless_api::{AsyncSettings, Destination, DestinationType};
+use tf_provider::schema::{Attribute, AttributeType};
+use tf_provider::value::Value;
+
+use crate::schema::{defaulted, optional, required};
+
+/// `async = { ... }` as Terraform holds it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AsyncState {
+    pub retry_limit: Value<i64>,
+    pub max_event_age_sec: Value<i64>,
+    pub on_failure: Value<DestinationState>,
+    pub on_success: Value<DestinationState>,
+}
+
+/// `on_failure = { type = "function", function = "dlq" }` or
+/// `{ type = "amqp", broker_url = "...", queue = "..." }`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DestinationState {
+    #[serde(rename = "type")]
+    pub kind: Value<String>,
+    pub function: Value<String>,
+    pub broker_url: Value<String>,
+    pub queue: Value<String>,
+}
+
+/// The attribute's type: its nested attributes.
+pub fn attribute_type() -> AttributeType {
+    let destination = |when: &str| {
+        let string = || AttributeType::String;
+        optional(
+            AttributeType::AttributeSingle(HashMap::from([
+                ("type".to_string(), required(string(), "function or amqp.")),
+                (
+                    "function".to_string(),
+                    optional(string(), "function: a function of the same namespace."),
+                ),
+                (
+                    "broker_url".to_string(),
+                    optional(string(), "amqp: the broker (on the server's SLESS_AMQP_ALLOWED_HOSTS)."),
+                ),
+                (
+                    "queue".to_string(),
+                    optional(string(), "amqp: the queue (declared durable)."),
+                ),
+            ])),
+            &format!("Where the record of an event goes {when}."),
+        )
+    };
+    AttributeType::AttributeSingle(HashMap::<String, Attribute>::from([
+        (
+            "retry_limit".to_string(),
+            defaulted(
+                AttributeType::Number,
+                "Retries after a failed attempt, 0-10 (default 2).",
+            ),
+        ),
+        (
+            "max_event_age_sec".to_string(),
+            defaulted(
+                AttributeType::Number,
+                "Seconds after which an undelivered event fails, 60-21600 (default 21600).",
+            ),
+        ),
+        (
+            "on_failure".to_string(),
+            destination("when its retries ran out or it grew too old"),
+        ),
+        ("on_success".to_string(), destination("once it was delivered")),
+    ]))
+}
+
+/// Whether every value inside is known (so the spec can be checked).
+pub fn is_known(state: &Value<AsyncState>) -> bool {
+    match state {
+        Value::Unknown => false,
+        Value::Null => true,
+        Value::Value(a) => {
+            let destination_known = |d: &Value<DestinationState>| match d {
+                Value::Unknown => false,
+                Value::Null => true,
+                Value::Value(d) => [&d.kind, &d.function, &d.broker_url, &d.queue]
+                    .iter()
+                    .all(|v| !v.is_unknown()),
+            };
+            !a.retry_limit.is_unknown()
+                && !a.max_event_age_sec.is_unknown()
+                && destination_known(&a.on_failure)
+                && destination_known(&a.on_success)
+        }
+    }
+}
+
+/// The known values as the API's `async` JSON (`None` when unset).
+pub fn to_json(state: &Value<AsyncState>) -> Option<Json> {
+    let a = state.as_ref_option()?;
+    let mut out = Map::new();
+    for (name, value) in [
+        ("retry_limit", &a.retry_limit),
+        ("max_event_age_sec", &a.max_event_age_sec),
+    ] {
+        if let Some(n) = value.as_ref_option() {
+            out.insert(name.into(), json!(n));
+        }
+    }
+    for (name, destination) in [("on_failure", &a.on_failure), ("on_success", &a.on_success)] {
+        if let Some(d) = destination.as_ref_option() {
+            let mut fields = Map::new();
+            for (key, value) in [
+                ("type", &d.kind),
+                ("function", &d.function),
+                ("broker_url", &d.broker_url),
+                ("queue", &d.queue),
+            ] {
+                if let Some(text) = value.as_ref_option() {
+                    fields.insert(key.into(), json!(text));
+                }
+            }
+            out.insert(name.into(), Json::Object(fields));
+        }
+    }
+    Some(Json::Object(out))
+}
+
+/// The state of the server's settings.
+pub fn from_api(settings: &Option<AsyncSettings>) -> Value<AsyncState> {
+    let Some(settings) = settings else { return Value::Null };
+    let destination = |d: &Option<Destination>| match d {
+        None => Value::Null,
+        Some(d) => Value::Value(DestinationState {
+            kind: Value::Value(
+                match d.kind {
+                    DestinationType::Function => "function",
+                    DestinationType::Amqp => "amqp",
+                }
+                .to_string(),
+            ),
+            function: d.function.clone().into(),
+            broker_url: d.broker_url.clone().into(),
+            queue: d.queue.clone().into(),
+        }),
+    };
+    Value::Value(AsyncState {
+        retry_limit: Value::Value(i64::from(settings.retry_limit)),
+        max_event_age_sec: Value::Value(i64::from(settings.max_event_age_sec)),
+        on_failure: destination(&settings.on_failure),
+        on_success: destination(&settings.on_success),
+    })
+}
+
+/// Fills the server's defaults into a planned `async` that leaves them unset.
+pub fn plan_defaults(planned: &mut Value<AsyncState>) {
+    if let Value::Value(a) = planned {
+        let defaults = AsyncSettings::default();
+        if a.retry_limit.is_null() {
+            a.retry_limit = Value::Value(i64::from(defaults.retry_limit));
+        }
+        if a.max_event_age_sec.is_null() {
+            a.max_event_age_sec = Value::Value(i64::from(defaults.max_event_age_sec));
+        }
+    }
+}
