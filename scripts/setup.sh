@@ -61,11 +61,11 @@ if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
   echo "setup: starting RabbitMQ (127.0.0.1:5672)"
   rabbitmq-server -detached || true
   for _ in $(seq 1 60); do (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break; sleep 1; done
+fi
 
 # schemathesis checks the served OpenAPI document (scripts/schemathesis.sh).
 if ! python3 -m pip show schemathesis 2>/dev/null | grep -qx 'Version: 4.32.5'; then
   echo "setup: installing schemathesis"
   python3 -m pip install --quiet --disable-pip-version-check 'schemathesis==4.32.5' \
     || python3 -m pip install --quiet --disable-pip-version-check --break-system-packages 'schemathesis==4.32.5'
-fi
 fi

@@ -17,10 +17,10 @@ END
 $$ LANGUAGE plpgsql;
 
 DROP TRIGGER IF EXISTS resources_added_or_removed ON resources;
-CREATE TRIGGER resources_added_or_removed AFTER INSERT OR DELETE ON resources
+CREATE OR REPLACE TRIGGER resources_added_or_removed AFTER INSERT OR DELETE ON resources
     FOR EACH ROW EXECUTE FUNCTION sless_bump_revision();
 DROP TRIGGER IF EXISTS resources_changed ON resources;
-CREATE TRIGGER resources_changed AFTER UPDATE ON resources
+CREATE OR REPLACE TRIGGER resources_changed AFTER UPDATE ON resources
     FOR EACH ROW WHEN (OLD.spec IS DISTINCT FROM NEW.spec OR NEW.kind = 'function')
     EXECUTE FUNCTION sless_bump_revision();
 

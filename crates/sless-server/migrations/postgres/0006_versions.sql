@@ -1,6 +1,6 @@
 -- Every successful build of a function is a version; aliases point at one
 -- (optionally sending a share of calls to a second, `weights` as JSON).
-CREATE TABLE function_versions (
+CREATE TABLE IF NOT EXISTS function_versions (
     namespace       TEXT NOT NULL,
     function        TEXT NOT NULL,
     version         BIGINT NOT NULL,
@@ -12,7 +12,7 @@ CREATE TABLE function_versions (
     PRIMARY KEY (namespace, function, version)
 );
 
-CREATE TABLE function_aliases (
+CREATE TABLE IF NOT EXISTS function_aliases (
     namespace  TEXT NOT NULL,
     function   TEXT NOT NULL,
     name       TEXT NOT NULL,
@@ -24,5 +24,5 @@ CREATE TABLE function_aliases (
 
 -- Replicas route aliases from their own table: a moved alias is a change
 -- they converge on (see 0005_cluster.sql).
-CREATE TRIGGER function_aliases_changed AFTER INSERT OR UPDATE OR DELETE ON function_aliases
+CREATE OR REPLACE TRIGGER function_aliases_changed AFTER INSERT OR UPDATE OR DELETE ON function_aliases
     FOR EACH ROW EXECUTE FUNCTION sless_bump_revision();
