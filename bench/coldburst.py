@@ -212,7 +212,8 @@ def idle_pss(address, server_pid, count):
                 pids = [int(p) for p in f.read().split()]
         except OSError:
             continue
-        shim = [p for p in pids if any(a.endswith(b"sless_shim.py") for a in cmdline(p))]
+        # The interpreter (a new one, or a fork of the zygote), not bubblewrap.
+        shim = [p for p in pids if os.path.basename((cmdline(p) or [b""])[0]).startswith(b"python")]
         if shim:
             shims.append(sum(pss_kb(p) for p in shim))
             sandboxes.append(sum(pss_kb(p) for p in pids))
