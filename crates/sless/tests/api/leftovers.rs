@@ -2,8 +2,9 @@
 //! that lasts. Its pasta processes and sandboxes die with it, SIGKILL
 //! included; its sandboxes' tmpfs mounts go when they stop and when the
 //! server shuts down; after a kill, the next server on the data dir removes
-//! the mounts and network namespaces the killed one left, and so does the
-//! harness when it drops a server.
+//! the mounts and network namespaces the killed one left (even when its pid
+//! belongs to another process by then), and so does the harness when it
+//! drops a server.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -68,13 +69,16 @@ fn namespaces_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// The running server's slots directory, `slots/{pid}-{start time}`.
 fn slots_of(server: &Server) -> PathBuf {
-    server
-        .data_path()
-        .canonicalize()
+    let slots = server.data_path().canonicalize().unwrap().join("slots");
+    let prefix = format!("{}-", server.pid());
+    std::fs::read_dir(&slots)
         .unwrap()
-        .join("slots")
-        .join(server.pid().to_string())
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no slots directory of server {} in {}", server.pid(), slots.display()))
 }
 
 async fn deploy_and_call(server: &Server, name: &str) {
@@ -157,4 +161,30 @@ async fn scratch_mounts_go_when_instances_stop_and_when_the_server_shuts_down() 
         "namespaces removed at shutdown"
     );
     assert_eq!(pastas_of(pid), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_dead_servers_mounts_go_even_when_another_process_has_its_pid() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    // Slots as a killed server leaves them, tagged with a pid that is alive
+    // again (this test's) but with another start time.
+    let stale = server
+        .data_path()
+        .canonicalize()
+        .unwrap()
+        .join("slots")
+        .join(format!("{}-1", std::process::id()));
+    let scratch = stale.join("0123456789abcdef.tmp");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "sless-tmp"])
+        .arg(&scratch)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    assert!(!mounts_under(&stale).is_empty());
+
+    server.restart();
+    assert_eq!(mounts_under(&stale), Vec::<String>::new(), "a reused pid kept them");
+    assert!(!stale.exists());
 }
