@@ -72,6 +72,13 @@ fn apply(doc: &mut Value) {
                             _ => json!({"type": "integer", "minimum": 0}),
                         };
                     }
+                    // An asynchronous record's state, one of four words.
+                    Some("status") if path.ends_with("/async-invocations") => {
+                        parameter["in"] = json!("query");
+                        parameter["required"] = json!(false);
+                        parameter["schema"] =
+                            json!({"type": "string", "enum": ["queued", "running", "succeeded", "failed"]});
+                    }
                     // Other query structs derive their parameters as `path`:
                     // a parameter not in the path is a query parameter.
                     Some(other) if parameter["in"] == "path" && !path.contains(&format!("{{{other}}}")) => {
@@ -244,6 +251,33 @@ fn tighten_schemas(doc: &mut Value) {
             {"required": ["namespaces"], "properties": {"namespaces": {"minItems": 1}}}
         ]);
     }
+    if let Some(spec) = schemas.get_mut("AsyncSettings").and_then(|s| s.get_mut("properties")) {
+        spec["retry_limit"]["minimum"] = json!(0);
+        spec["retry_limit"]["maximum"] = json!(10);
+        spec["max_event_age_sec"]["minimum"] = json!(60);
+        spec["max_event_age_sec"]["maximum"] = json!(sless_api::DEFAULT_MAX_EVENT_AGE_SEC);
+    }
+    if let Some(spec) = schemas.get_mut("AliasSpec").and_then(|s| s.get_mut("properties")) {
+        spec["version"] = json!({"type": "integer", "minimum": 1, "maximum": u64::MAX,
+            "description": "The version the alias sends calls to (1 or more)."});
+        spec["weights"]["maxProperties"] = json!(1);
+        spec["weights"]["propertyNames"] = json!({"type": "string", "pattern": "^[1-9][0-9]{0,18}$"});
+        spec["weights"]["additionalProperties"] = json!({"type": "number", "minimum": 0, "maximum": 1});
+    }
+    if let Some(settings) = schemas.get("AsyncSettings").cloned() {
+        let properties: Map<String, Value> = settings["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(field, schema)| (field, json!({"anyOf": [schema, {"type": "null"}]})))
+            .collect();
+        schemas.insert(
+            "AsyncSettingsPatch".into(),
+            json!({"type": "object", "properties": properties, "additionalProperties": false,
+                "description": "The `async` settings in a merge patch: null resets a setting to its default"}),
+        );
+    }
     flatten_all_ofs(schemas);
     // Lists name their item type instead of inlining it.
     for list in ["Function", "Job", "Trigger", "Token"] {
@@ -301,6 +335,11 @@ fn tighten_schemas(doc: &mut Value) {
                 // A merge patch removes a map's key with null.
                 if let Some(values) = schema.get_mut("additionalProperties").filter(|v| v.is_object()) {
                     *values = json!({"anyOf": [values.clone(), {"type": "null"}]});
+                }
+                // A merge patch recurses into an object: null inside `async`
+                // resets that setting.
+                if field == "async" {
+                    schema = json!({"$ref": "#/components/schemas/AsyncSettingsPatch"});
                 }
                 if required.contains(&json!(field)) {
                     (field, schema)
