@@ -34,4 +34,5 @@ mod api {
     mod tenants;
     mod triggers;
     mod versions;
+    mod zygote;
 }
