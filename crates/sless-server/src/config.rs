@@ -57,6 +57,10 @@ pub struct Config {
     #[arg(long, env = "SLESS_DRIVER", value_enum, default_value = "local")]
     pub driver: DriverKind,
 
+    /// The Kubernetes driver's settings (`SLESS_K8S_*`).
+    #[command(flatten)]
+    pub kube: crate::kube_options::KubeOptions,
+
     /// Base URL users reach the gateway at; default: `http://{listen}`.
     #[arg(long, env = "SLESS_EXTERNAL_URL")]
     pub external_url: Option<String>,
@@ -406,20 +410,20 @@ impl Config {
             anyhow::bail!("SLESS_S3_ACCESS_KEY_ID and SLESS_S3_SECRET_ACCESS_KEY go together: set both or neither");
         }
         if self.driver == DriverKind::Kubernetes {
-            anyhow::bail!(
-                "SLESS_DRIVER=kubernetes: the Kubernetes driver is not available in this build yet; use local"
-            );
+            self.kube.validate(&blob)?;
         }
         if let Some(url) = &self.external_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 anyhow::bail!("SLESS_EXTERNAL_URL {url:?}: expected an http:// or https:// URL");
             }
         }
-        for (name, path) in [
+        // Handlers and builds run on this machine with the local driver only.
+        let local_runtimes = [
             ("SLESS_PYTHON", &self.python),
             ("SLESS_NODE", &self.node),
             ("SLESS_NPM", &self.npm),
-        ] {
+        ];
+        for (name, path) in local_runtimes.into_iter().filter(|_| self.driver == DriverKind::Local) {
             if !std::path::Path::new(path).exists() {
                 anyhow::bail!("{name} {path:?}: no such file; install it or point {name} at the binary");
             }

@@ -17,6 +17,7 @@ pub mod invocation_stats;
 pub mod invocations;
 pub mod invoker;
 pub mod jobs;
+pub mod kube_options;
 pub mod listener;
 pub mod metrics;
 pub mod quota;

@@ -23,6 +23,7 @@ mod api {
     pub mod harness;
     mod instance;
     mod jobs;
+    mod kubernetes;
     mod leftovers;
     mod lifecycle;
     mod network;
