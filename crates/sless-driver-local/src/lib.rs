@@ -19,6 +19,7 @@ mod pool;
 mod process;
 mod sandbox;
 pub mod standalone;
+pub mod standalone_build;
 mod warm;
 
 use std::collections::{HashMap, HashSet};

@@ -22,6 +22,7 @@ mod api {
     mod handlers;
     pub mod harness;
     mod instance;
+    mod instance_build;
     mod jobs;
     mod kubernetes;
     mod leftovers;
