@@ -44,6 +44,8 @@ fn scenario() -> Scenario {
         poll: Duration::from_millis(10),
         endpoints_ttl: Duration::from_secs(3600),
         start_timeout: Duration::from_secs(2),
+        // Listed on demand: each list is a step of the scenario.
+        watch_endpoints: false,
     };
     let driver = KubeDriver::new(client, settings(), serving, store.clone());
     Scenario { driver, api, store }
@@ -127,7 +129,7 @@ fn ended_pod(name: &str, container: &str, exit_code: i32, message: &str) -> Valu
 impl ApiServer {
     /// A function namespace made ready (the first object in it) and the
     /// function's anchor.
-    async fn prepares_namespace_and_anchor(&mut self) {
+    pub(crate) async fn prepares_namespace_and_anchor(&mut self) {
         let namespace = self.apply("/api/v1/namespaces/sless-fn-demo").await;
         assert_eq!(
             namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"],
@@ -157,7 +159,7 @@ impl ApiServer {
 
     /// A version's Deployment and Service applied, its scale read (at
     /// `replicas`); the applied Deployment.
-    async fn applies_version(&mut self, version: u64, replicas: i32) -> Value {
+    pub(crate) async fn applies_version(&mut self, version: u64, replicas: i32) -> Value {
         let name = format!("fn-hello-v{version}");
         let deployment = self.apply(&format!("{APPS}/deployments/{name}")).await;
         assert_eq!(deployment["metadata"]["ownerReferences"][0]["uid"], "uid-of-fn-hello");
