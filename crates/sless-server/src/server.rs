@@ -266,6 +266,7 @@ fn local_driver(
             node: config.node.clone(),
             npm: config.npm.clone(),
             warm_per_runtime: config.warm_instances,
+            python_zygote: config.python_zygote,
             pool: sless_driver_local::PoolSettings {
                 idle_timeout: Duration::from_secs(config.idle_timeout_sec),
                 max_queue: config.max_queue,

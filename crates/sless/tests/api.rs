@@ -36,4 +36,5 @@ mod api {
     mod tenants;
     mod triggers;
     mod versions;
+    mod zygote;
 }
