@@ -334,6 +334,8 @@ impl Drop for ShimProcess {
             let _ = child.start_kill();
         }
         let _ = std::fs::remove_dir_all(&self.slot);
+        // Secret files kept beside the slot (no scratch tmpfs of its own).
+        let _ = std::fs::remove_dir_all(self.slot.with_extension("secrets"));
     }
 }
 

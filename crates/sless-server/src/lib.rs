@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod quota;
 pub mod record;
 pub mod routes;
+pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;

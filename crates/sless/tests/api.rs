@@ -28,6 +28,7 @@ mod api {
     mod poisoning;
     mod sandbox;
     mod scaling;
+    mod secrets;
     mod starving;
     mod tenants;
     mod triggers;
