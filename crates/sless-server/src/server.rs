@@ -29,6 +29,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.secret_key.as_deref(),
         config.secret_key_previous.as_deref(),
         &config.data_dir,
+        config.shared(),
     )
     .await?;
     let admin_hash = auth::admin_token_hash(config.admin_token.as_deref(), &config.data_dir)?;

@@ -68,7 +68,8 @@ pub async fn list(
         ));
     }
     let status = match query.status.as_deref() {
-        None => None,
+        // `status=` filters nothing, as no `status` does.
+        None | Some("") => None,
         Some(text) => Some(AsyncStatus::parse(text).ok_or_else(|| {
             Error::invalid(
                 "status",

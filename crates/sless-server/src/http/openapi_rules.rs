@@ -58,6 +58,12 @@ fn apply(doc: &mut Value) {
                         parameter["schema"] =
                             json!({"type": "string", "pattern": ALIAS_LABEL, "minLength": 1, "maxLength": 63});
                     }
+                    // The states of an asynchronous call (`async_invocations::list`);
+                    // empty or absent filters nothing.
+                    Some("status") if path.ends_with("/async-invocations") => {
+                        parameter["schema"] = json!({"type": ["string", "null"],
+                            "enum": ["queued", "running", "succeeded", "failed", "", null]});
+                    }
                     Some("version") if parameter["in"] == "path" => {
                         parameter["schema"] = json!({"type": "integer", "minimum": 1, "maximum": u64::MAX});
                     }
@@ -237,6 +243,13 @@ fn tighten_schemas(doc: &mut Value) {
             body["additionalProperties"] = json!(false);
         }
     }
+    // An alias points at a version number, counted from 1.
+    if let Some(version) = schemas
+        .get_mut("AliasSpec")
+        .and_then(|s| s.pointer_mut("/properties/version"))
+    {
+        version["minimum"] = json!(1);
+    }
     if let Some(create) = schemas.get_mut("SecretCreate") {
         create["properties"]["name"] = name.clone();
     }
@@ -356,6 +369,45 @@ fn tighten_schemas(doc: &mut Value) {
         patch.insert("additionalProperties".into(), json!(false));
         let kind = create.trim_end_matches("Create");
         schemas.insert(format!("{kind}Patch"), Value::Object(patch));
+    }
+    nested_patches(schemas);
+}
+
+/// A merge patch reaches into a function's `async` settings and their
+/// destinations: there every field may be left out or null (which resets
+/// it), so the patch names `AsyncSettingsPatch` and `DestinationPatch`,
+/// the same fields, each optional and nullable.
+fn nested_patches(schemas: &mut Map<String, Value>) {
+    let loosened = |schema: &Value, replace: &dyn Fn(&Value) -> Value| -> Value {
+        let properties: Map<String, Value> = schema["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(field, property)| (field, json!({"anyOf": [replace(&property), {"type": "null"}]})))
+            .collect();
+        json!({"type": "object", "properties": properties, "additionalProperties": false})
+    };
+    let (Some(settings), Some(destination)) = (
+        schemas.get("AsyncSettings").cloned(),
+        schemas.get("Destination").cloned(),
+    ) else {
+        return;
+    };
+    schemas.insert("DestinationPatch".into(), loosened(&destination, &|p| p.clone()));
+    let to_destination_patch = |property: &Value| -> Value {
+        if property.to_string().contains("#/components/schemas/Destination\"") {
+            json!({"$ref": "#/components/schemas/DestinationPatch"})
+        } else {
+            property.clone()
+        }
+    };
+    schemas.insert("AsyncSettingsPatch".into(), loosened(&settings, &to_destination_patch));
+    if let Some(patch) = schemas
+        .get_mut("FunctionPatch")
+        .and_then(|p| p.pointer_mut("/properties/async"))
+    {
+        *patch = json!({"anyOf": [{"$ref": "#/components/schemas/AsyncSettingsPatch"}, {"type": "null"}]});
     }
 }
 

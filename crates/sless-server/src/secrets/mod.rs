@@ -45,11 +45,18 @@ impl Secrets {
         key: Option<&str>,
         previous: Option<&str>,
         data_dir: &Path,
+        shared: bool,
     ) -> anyhow::Result<Arc<Secrets>> {
         let current = match key {
             Some(text) => decode_key(text).map_err(|e| anyhow::anyhow!("SLESS_SECRET_KEY: {e}"))?,
             None => key_file(data_dir)?,
         };
+        if key.is_none() && shared {
+            tracing::warn!(
+                "SLESS_SECRET_KEY is not set: this replica seals secrets with a key of its own data dir, \
+                 which the other replicas cannot open; give every replica the same SLESS_SECRET_KEY"
+            );
+        }
         let previous = previous
             .map(|text| decode_key(text).map_err(|e| anyhow::anyhow!("SLESS_SECRET_KEY_PREVIOUS: {e}")))
             .transpose()?;

@@ -425,3 +425,127 @@ async fn a_rotated_key_keeps_every_value_then_goes(backend: Backend) {
     );
     assert!(!said.contains(&old), "the key is in the message: {said}");
 }
+
+/// `sless secret`: values from a flag, a file and stdin go in; what the
+/// CLI prints back is names and keys only.
+#[tokio::test]
+async fn the_cli_creates_changes_lists_and_deletes_secrets() {
+    use std::io::Write;
+    let (server, user) = super::cli::logged_in().await;
+    let value = fresh_value();
+    let mut child = user
+        .command(&[
+            "secret",
+            "create",
+            "db",
+            "--literal",
+            "user=app",
+            "--from-stdin",
+            "password",
+            "-o",
+            "json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(child.stdin.take().unwrap(), "{value}").unwrap();
+    let created = child.wait_with_output().unwrap();
+    assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stderr));
+    let created: Value = serde_json::from_slice(&created.stdout).unwrap();
+    assert_eq!(created["keys"], json!(["password", "user"]), "{created}");
+
+    // The value reaches a function as given (the final newline dropped).
+    server
+        .deploy("default", "reader", uses_db(), &[("handler.py", HANDLER)])
+        .await;
+    let (_, _, body) = server.invoke(Method::POST, "/fn/default/reader", "{}").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["env"],
+        digest(&value),
+        "{body}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cert.pem");
+    std::fs::write(&file, "-----BEGIN-----\n").unwrap();
+    let set = user.ok(&[
+        "secret",
+        "set",
+        "db",
+        "--from-file",
+        &format!("cert={}", file.display()),
+        "--remove",
+        "user",
+    ]);
+    assert!(set.stdout.contains("cert,password"), "{}", set.stdout);
+    let listed = user.ok(&["secret", "ls"]);
+    assert!(
+        listed.stdout.contains("db") && listed.stdout.contains("cert,password"),
+        "{}",
+        listed.stdout
+    );
+    let shown = user.ok(&["secret", "get", "db", "-o", "json"]);
+    assert_eq!(shown.json()["keys"], json!(["cert", "password"]));
+    for run in [&set, &listed, &shown] {
+        assert!(!run.stdout.contains(&value) && !run.stderr.contains(&value));
+    }
+    // In use: the server's 409 names the function.
+    let refused = user.fails(&["secret", "rm", "db"]);
+    assert!(refused.stderr.contains("reader"), "{}", refused.stderr);
+    user.ok(&["rm", "reader"]);
+    user.ok(&["secret", "rm", "db"]);
+    assert!(user.ok(&["secret", "ls"]).stderr.contains("no secrets"));
+}
+
+/// Replicas on one PostgreSQL (same SLESS_SECRET_KEY): a secret changed
+/// through one rolls the functions on the other within a reconcile period.
+#[tokio::test]
+async fn a_secret_changed_through_one_replica_rolls_on_the_other() {
+    use super::harness::{eventually, PgDb, S3Server};
+    let db = PgDb::create().await;
+    let s3 = S3Server::start().await;
+    let mut env = s3.env();
+    env.push(("SLESS_SECRET_KEY".into(), key_text(7)));
+    let leader = Server::replica(&db.url(), &env);
+    let follower = Server::replica(&db.url(), &env);
+    let first = fresh_value();
+    create_db_secret(&leader, &first).await;
+    leader
+        .deploy("ns", "reader", uses_db(), &[("handler.py", HANDLER)])
+        .await;
+    for server in [&leader, &follower] {
+        eventually(std::time::Duration::from_secs(20), || async {
+            let (status, _, body) = server.invoke(Method::POST, "/fn/ns/reader", "{}").await;
+            let got: Value = serde_json::from_str(&body).unwrap_or_default();
+            if status == StatusCode::OK && got["env"] == digest(&first) {
+                Ok(())
+            } else {
+                Err(format!("{status}: {body}"))
+            }
+        })
+        .await;
+    }
+
+    let second = fresh_value();
+    let (status, changed) = follower
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/secrets/db",
+            Some(json!({"data": {"password": second}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{changed}");
+    assert_eq!(answer(&follower).await["env"], digest(&second));
+    let got = eventually(std::time::Duration::from_secs(20), || async {
+        let got = answer(&leader).await;
+        if got["file"] == digest(&second) {
+            Ok(got)
+        } else {
+            Err(format!("the leader still serves the old value: {got}"))
+        }
+    })
+    .await;
+    assert_eq!(got["env"], digest(&second), "{got}");
+}
