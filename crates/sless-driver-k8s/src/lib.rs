@@ -9,8 +9,20 @@
 //! owned by the function's anchor ConfigMap, so deleting a function
 //! deletes everything it made.
 
+mod artifacts;
+mod builds;
+mod cluster;
+mod connection;
+mod driver;
+mod endpoints;
+mod gateway;
+mod jobs;
 pub mod names;
 pub mod objects;
+mod rollout;
+mod runs;
 mod settings;
 
+pub use driver::KubeDriver;
+pub use gateway::ServingSettings;
 pub use settings::{BuildMode, ImageBuild, KubeSettings};

@@ -159,7 +159,7 @@ impl Builder {
         // are on the internet, the host and private ranges are not.
         let confinement = self
             .launcher
-            .confine(uid, BUILD_GROUP, work, BUILD_LIMITS.tmp_bytes)
+            .confine(uid, BUILD_GROUP, BUILD_LIMITS.tmp_bytes)
             .await
             .map_err(|e| BuildError::Internal(format!("confining the build: {e}")))?;
         let mut child = self

@@ -3,7 +3,9 @@
 //! per sandbox. cgroup v1 (a mount per controller) and v2 (one unified
 //! mount) are both supported; a group lives below the server's own group,
 //! `sless-{server pid}/{n}`, so groups of a server that is gone are found
-//! and removed at start.
+//! and removed at start. Under v2 the server itself moves into
+//! `sless-{server pid}/server` (a group with processes of its own cannot
+//! hand controllers down).
 //!
 //! **Invariant:** a limit that cannot be written is an error the caller
 //! turns into a failed start; nothing runs with a limit it asked for and
@@ -48,21 +50,35 @@ impl Cgroups {
     /// Finds the controllers and makes this server's parent groups.
     pub fn start() -> anyhow::Result<Cgroups> {
         let own = std::fs::read_to_string("/proc/self/cgroup")?;
-        let dir = format!("sless-{}", std::process::id());
-        let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+        Cgroups::start_in(Path::new("/sys/fs/cgroup"), &own, std::process::id())
+    }
+
+    /// [`Cgroups::start`] for the cgroup filesystem at `root`, server process
+    /// `pid` whose `/proc/{pid}/cgroup` reads `own`.
+    fn start_in(root: &Path, own: &str, pid: u32) -> anyhow::Result<Cgroups> {
+        let dir = format!("sless-{pid}");
+        let unified = root.join("cgroup.controllers").exists();
         let layout = if unified {
             let path = own
                 .lines()
                 .find_map(|l| l.strip_prefix("0::"))
                 .ok_or_else(|| anyhow::anyhow!("no cgroup v2 entry in /proc/self/cgroup"))?;
-            let base = Path::new("/sys/fs/cgroup").join(path.trim_start_matches('/'));
+            let base = root.join(path.trim_start_matches('/'));
             let parent = base.join(&dir);
             remove_stale(&base);
-            std::fs::create_dir_all(&parent)?;
+            // v2 hands controllers down only from a group that holds no
+            // process itself: the server moves into a leaf of its own,
+            // `sless-{pid}/server`, next to its sandboxes' groups.
+            let leaf = parent.join("server");
+            std::fs::create_dir_all(&leaf)?;
+            write(&leaf.join("cgroup.procs"), &pid.to_string())
+                .map_err(|e| anyhow::anyhow!("moving the server into {}: {e}", leaf.display()))?;
             // Controllers for the instances' groups, below ours.
             write(&base.join("cgroup.subtree_control"), "+memory +pids +cpu").map_err(|e| {
                 anyhow::anyhow!(
-                    "enabling the memory, pids and cpu controllers for sandboxes in {}: {e}",
+                    "enabling the memory, pids and cpu controllers for sandboxes in {}: {e} \
+                     (a group that holds other processes cannot: run the server in a cgroup of its own, \
+                     e.g. a systemd service with Delegate=yes, or a container)",
                     base.display()
                 )
             })?;
@@ -72,7 +88,7 @@ impl Cgroups {
         } else {
             let mut parents = Vec::new();
             for controller in ["memory", "pids", "cpu"] {
-                let mount = Path::new("/sys/fs/cgroup").join(controller);
+                let mount = root.join(controller);
                 if !mount.join("cgroup.procs").exists() {
                     anyhow::bail!(
                         "the {controller} cgroup controller is not mounted at {}",
@@ -239,4 +255,46 @@ fn remove_stale(base: &Path) {
 
 fn write(path: &Path, value: &str) -> std::io::Result<()> {
     std::fs::write(path, value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// v2 cannot be mounted with these controllers on a machine whose
+    /// memory, pids and cpu controllers are bound to v1: the layout is
+    /// checked on a directory tree shaped like a delegated v2 group.
+    #[test]
+    fn under_v2_the_server_moves_to_a_leaf_and_groups_get_their_limits() {
+        let root = std::env::temp_dir().join(format!("sless-cgroup-v2-{:016x}", rand::random::<u64>()));
+        let base = root.join("system.slice/sless.service");
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap();
+
+        let cgroups = Cgroups::start_in(&root, "0::/system.slice/sless.service\n", 4_000_001).unwrap();
+        let parent = base.join("sless-4000001");
+        assert_eq!(read(&parent.join("server/cgroup.procs")), "4000001");
+        assert_eq!(read(&base.join("cgroup.subtree_control")), "+memory +pids +cpu");
+        assert_eq!(read(&parent.join("cgroup.subtree_control")), "+memory +pids +cpu");
+
+        let group = cgroups
+            .create(GroupLimits {
+                memory_bytes: 96 << 20,
+                processes: 64,
+                cpus: 0.5,
+            })
+            .unwrap();
+        let dir = parent.join("0");
+        assert_eq!(group.procs_files(), vec![dir.join("cgroup.procs")]);
+        assert_eq!(read(&dir.join("memory.max")), (96u64 << 20).to_string());
+        assert_eq!(read(&dir.join("pids.max")), "64");
+        assert_eq!(read(&dir.join("cpu.max")), "50000 100000");
+        group.set_memory(128 << 20).unwrap();
+        assert_eq!(read(&dir.join("memory.max")), (128u64 << 20).to_string());
+
+        // Its removal would wait for files a real cgroupfs does not hold.
+        std::mem::forget(group);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 }

@@ -58,6 +58,14 @@ impl Confiner {
         })
     }
 
+    /// Undoes what this server made that outlives a dropped handle: its
+    /// network namespaces (the scratch mounts are the launcher's to undo).
+    pub fn release(&self) {
+        if let Some(networks) = &self.networks {
+            networks.release();
+        }
+    }
+
     pub fn resolv_conf(&self) -> Option<&Path> {
         self.networks.as_ref().map(|n| n.resolv_conf.as_path())
     }
@@ -167,5 +175,59 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::DETACH);
         let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// Unmounts every mount at or below `dir`, deepest first (read from
+/// /proc/self/mountinfo, where `dir` must appear as given: canonical).
+pub fn unmount_all_under(dir: &Path) {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<PathBuf> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|point| PathBuf::from(unescape_mount_point(point)))
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points.dedup();
+    for point in points {
+        let _ = rustix::mount::unmount(&point, rustix::mount::UnmountFlags::DETACH);
+    }
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo` (octal).
+fn unescape_mount_point(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| (b'0'..=b'3').contains(&d[0]) && d[1..].iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped() {
+        assert_eq!(unescape_mount_point("/tmp/a\\040b/slots"), "/tmp/a b/slots");
+        assert_eq!(unescape_mount_point("/plain/path"), "/plain/path");
+        assert_eq!(unescape_mount_point("/odd\\x"), "/odd\\x");
     }
 }

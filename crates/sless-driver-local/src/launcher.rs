@@ -7,7 +7,7 @@ use std::sync::Arc;
 use sless_api::Runtime;
 
 use super::cgroup::GroupLimits;
-use super::confine::{Confinement, Confiner, IsolationSettings};
+use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings};
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
 
@@ -80,7 +80,8 @@ impl Launcher {
         std::fs::create_dir_all(&all_slots)?;
         set_mode(&all_slots, 0o711)?;
         remove_stale_slots(&all_slots);
-        let slots_dir = all_slots.join(std::process::id().to_string());
+        // Canonical: mount points are compared with /proc/self/mountinfo.
+        let slots_dir = all_slots.canonicalize()?.join(std::process::id().to_string());
         std::fs::create_dir_all(&slots_dir)?;
         set_mode(&slots_dir, 0o711)?;
         Ok(Launcher {
@@ -157,15 +158,19 @@ impl Launcher {
         process
     }
 
-    /// A confinement for a sandbox that is not a shim (a build).
-    pub async fn confine(
-        &self,
-        uid: Option<u32>,
-        limits: GroupLimits,
-        near: &Path,
-        tmp_bytes: u64,
-    ) -> Result<Confinement, String> {
-        self.confiner.confine(uid, limits, scratch_of(near), tmp_bytes).await
+    /// A confinement for a sandbox that is not a shim (a build); its
+    /// scratch is mounted among this server's slots like an instance's.
+    pub async fn confine(&self, uid: Option<u32>, limits: GroupLimits, tmp_bytes: u64) -> Result<Confinement, String> {
+        let scratch = self.slots_dir.join(format!("build-{:016x}.tmp", rand::random::<u64>()));
+        self.confiner.confine(uid, limits, scratch, tmp_bytes).await
+    }
+
+    /// At shutdown: unmounts what is still mounted among this server's
+    /// slots, removes them and its network namespaces.
+    pub fn release(&self) {
+        self.confiner.release();
+        unmount_all_under(&self.slots_dir);
+        let _ = std::fs::remove_dir_all(&self.slots_dir);
     }
 
     /// Fits a loaded shim's confinement to its function (memory, /tmp,
@@ -265,7 +270,7 @@ fn reachable_by_others(data_dir: &Path) -> anyhow::Result<()> {
 }
 
 /// Removes slot directories of server processes that are gone.
-fn remove_stale_slots(all_slots: &Path) {
+pub(crate) fn remove_stale_slots(all_slots: &Path) {
     let Ok(entries) = std::fs::read_dir(all_slots) else {
         return;
     };
@@ -276,11 +281,9 @@ fn remove_stale_slots(all_slots: &Path) {
             .and_then(|n| n.parse::<u32>().ok())
             .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
         if !alive {
-            // Scratch tmpfs mounts of the dead server's instances first.
-            for inner in std::fs::read_dir(entry.path()).into_iter().flatten().flatten() {
-                if inner.file_name().to_string_lossy().ends_with(".tmp") {
-                    let _ = rustix::mount::unmount(inner.path(), rustix::mount::UnmountFlags::DETACH);
-                }
+            // Scratch tmpfs mounts of the dead server's sandboxes first.
+            if let Ok(dir) = entry.path().canonicalize() {
+                unmount_all_under(&dir);
             }
             let _ = std::fs::remove_dir_all(entry.path());
         }

@@ -13,6 +13,7 @@ pub mod frame;
 mod fuzz_frames;
 mod launcher;
 mod network;
+mod pasta;
 mod pool;
 mod process;
 mod sandbox;
@@ -43,6 +44,15 @@ use self::launcher::Launcher;
 use self::pool::{FunctionPool, Generation};
 use self::process::ShimProcess;
 use self::warm::WarmPool;
+
+/// Removes what servers that are gone left on this machine and in
+/// `data_dir`: their sandboxes' scratch mounts and slots, their network
+/// namespaces and pasta processes. A server does this when it starts; a
+/// test harness that kills servers does it after.
+pub fn remove_leftovers(data_dir: &Path) {
+    launcher::remove_stale_slots(&data_dir.join("slots"));
+    network::remove_stale();
+}
 
 /// Settings of the local driver.
 #[derive(Debug, Clone)]
@@ -317,6 +327,9 @@ impl Driver for LocalDriver {
             pool.remove();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+        // Whatever an instance still held (a request in flight past the
+        // grace period) is undone now: nothing stays mounted or named.
+        self.launcher.release();
     }
 }
 

@@ -15,12 +15,17 @@
 //!
 //! **Invariant:** no sandboxed process runs in a namespace before its rules
 //! are in place (the sandbox is started inside it only after `create`).
+//! Namespaces are named `sless-{server pid}-{n}`; those of a server that is
+//! gone, and their pasta processes, are removed when a server starts.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use tokio::process::Command;
+
+use super::pasta::{self, Pasta};
 
 /// Where a sandbox sends DNS queries; pasta forwards them to the host's
 /// resolver.
@@ -107,7 +112,13 @@ impl Networks {
     /// Checks the tools, writes the resolver file, removes namespaces left by
     /// dead servers and fixes the rules (the host's addresses are read now).
     pub fn start(data_dir: &Path, private: Vec<PrivateEgress>) -> anyhow::Result<Networks> {
-        for tool in ["/usr/bin/pasta", "/usr/sbin/nft", "/usr/sbin/ip", "/usr/bin/nsenter"] {
+        for tool in [
+            pasta::PASTA,
+            pasta::SETPRIV,
+            "/usr/sbin/nft",
+            "/usr/sbin/ip",
+            "/usr/bin/nsenter",
+        ] {
             if !Path::new(tool).exists() {
                 anyhow::bail!(
                     "network isolation needs {tool} (packages passt, nftables, iproute2, util-linux; scripts/setup-run.sh installs them), \
@@ -147,56 +158,23 @@ impl Networks {
         .await?;
         let netns = Netns {
             path: PathBuf::from("/run/netns").join(&name),
-            pasta: AtomicU32::new(0),
+            pasta: Mutex::new(None),
         };
         // Rules first: nothing is connected before they hold.
         nft(&netns.path, &self.rules).await?;
-        netns.pasta.store(self.connect(&netns.path).await?, Ordering::Release);
+        let pasta = Pasta::connect(&netns.path, DNS_ADDRESS).await?;
+        *netns.pasta.lock().unwrap() = Some(pasta);
         Ok(netns)
     }
 
-    /// Starts pasta on the namespace; it returns once the tap is configured
-    /// and leaves a daemon whose pid it writes.
-    async fn connect(&self, path: &Path) -> Result<u32, String> {
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let pid_file = std::env::temp_dir().join(format!("{name}.pasta.pid"));
-        // pasta's daemon keeps the standard streams it was given: give it
-        // none, or waiting for their end would wait for the daemon.
-        let status = Command::new("/usr/bin/pasta")
-            .args([
-                "--quiet",
-                "--runas",
-                "0:0",
-                "--config-net",
-                "--no-map-gw",
-                "--ipv4-only",
-            ])
-            .args(["-t", "none", "-u", "none", "-T", "none", "-U", "none"])
-            .arg("--dns-forward")
-            .arg(DNS_ADDRESS.to_string())
-            .arg("--pid")
-            .arg(&pid_file)
-            .arg("--netns")
-            .arg(path)
-            .env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .status();
-        let status = tokio::time::timeout(std::time::Duration::from_secs(20), status)
-            .await
-            .map_err(|_| "connecting the network namespace (pasta): timed out".to_string())?
-            .map_err(|e| format!("connecting the network namespace (pasta): {e}"))?;
-        if !status.success() {
-            return Err(format!("connecting the network namespace (pasta) failed ({status})"));
+    /// Removes every namespace of this server (at shutdown: pasta quits when
+    /// its namespace's file goes, and is killed when the server exits).
+    pub fn release(&self) {
+        for entry in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&self.prefix) {
+                remove_netns(&entry.path());
+            }
         }
-        let pid = std::fs::read_to_string(&pid_file)
-            .ok()
-            .and_then(|p| p.trim().parse::<u32>().ok())
-            .ok_or("pasta wrote no pid")?;
-        let _ = std::fs::remove_file(&pid_file);
-        Ok(pid)
     }
 
     /// Opens the operator's private destinations for `namespace`, if it has any.
@@ -217,82 +195,49 @@ impl Networks {
 /// One network namespace; removed (and its pasta with it) when dropped.
 pub struct Netns {
     pub path: PathBuf,
-    /// pasta's pid; 0 once it is stopped.
-    pasta: AtomicU32,
+    /// None once it is cut off.
+    pasta: Mutex<Option<Pasta>>,
 }
 
 impl Netns {
     /// Takes the namespace off the network: pasta stops and its tap device
     /// goes, loopback stays. Waits until pasta is gone.
     pub async fn cut_off(&self) -> Result<(), String> {
-        let pid = self.pasta.swap(0, Ordering::AcqRel);
-        if pid == 0 {
-            return Ok(());
+        let pasta = self.pasta.lock().unwrap().take();
+        match pasta {
+            Some(pasta) => pasta.stop().await,
+            None => Ok(()),
         }
-        stop_pasta(pid);
-        for _ in 0..200 {
-            if !is_pasta(pid) {
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-        Err("the network did not go down".into())
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        let pid = *self.pasta.get_mut();
-        if pid != 0 {
-            stop_pasta(pid);
-        }
-        // pasta also quits by itself once the namespace's file is gone.
-        let _ = rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::DETACH);
-        let _ = std::fs::remove_file(&self.path);
+        drop(self.pasta.get_mut().unwrap().take());
+        remove_netns(&self.path);
     }
 }
 
-/// Whether `pid` is a live pasta (a zombie is gone: its tap went with it).
-fn is_pasta(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) state ...": comm may hold spaces, the state follows the last ')'.
-    let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-        return false;
-    };
-    let comm = &stat[open + 1..close];
-    let state = stat[close + 1..].trim_start().chars().next();
-    (comm.starts_with("pasta") || comm.starts_with("passt")) && !matches!(state, Some('Z' | 'X'))
+fn remove_netns(path: &Path) {
+    let _ = rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH);
+    let _ = std::fs::remove_file(path);
 }
 
-fn stop_pasta(pid: u32) {
-    // The pid came from pasta's own pid file; check it is still pasta.
-    if is_pasta(pid) {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid as i32) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-        }
-    }
+/// Whether a namespace name is one of a server process that is gone.
+fn owner_gone(name: &str) -> bool {
+    name.strip_prefix("sless-")
+        .and_then(|n| n.split('-').next())
+        .and_then(|p| p.parse::<u32>().ok())
+        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
-/// Namespaces of server processes that are gone.
-fn remove_stale() {
-    let Ok(entries) = std::fs::read_dir("/run/netns") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("sless-"))
-            .and_then(|n| n.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = rustix::mount::unmount(entry.path(), rustix::mount::UnmountFlags::DETACH);
-            let _ = std::fs::remove_file(entry.path());
+/// Namespaces of server processes that are gone, and their pasta processes
+/// (which outlived their server before they ran under the keeper).
+pub(crate) fn remove_stale() {
+    pasta::stop_stale(owner_gone);
+    for entry in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
+        if owner_gone(&entry.file_name().to_string_lossy()) {
+            remove_netns(&entry.path());
         }
     }
 }

@@ -23,7 +23,9 @@ mod api {
     pub mod harness;
     mod instance;
     mod jobs;
+    mod leftovers;
     mod lifecycle;
+    mod network;
     mod observability;
     mod poisoning;
     mod sandbox;

@@ -126,6 +126,9 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
             ..Probe::default()
         }),
         resources: Some(resources(spec.memory_mb, spec.memory_mb + OVERHEAD_MB)),
+        // A handler that fails to load ends the container (exit code 3)
+        // with its error last in the log: the driver reads it from here.
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(restricted_container()),
         volume_mounts: Some(if baked {
             vec![mount("tmp", "/tmp", false)]

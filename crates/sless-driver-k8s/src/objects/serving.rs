@@ -13,11 +13,17 @@ use super::pod::{instance_pod, CodeSource, InstanceInput, PodMode, FRAME_PORT};
 use crate::names::{self, annotation};
 use crate::settings::KubeSettings;
 
-/// The Deployment of one version at `replicas` pods. The artifact's
+/// The Deployment of one version, at `replicas` pods when given (the
+/// driver leaves them out: the scale subresource owns them). The artifact's
 /// fingerprint and digest are in the pod template, so a changed artifact
 /// (a shim update) or spec rolls the pods; a rollout starts new pods before
 /// it stops old ones.
-pub fn deployment(settings: &KubeSettings, input: InstanceInput<'_>, replicas: i32, owner: &Owner) -> Deployment {
+pub fn deployment(
+    settings: &KubeSettings,
+    input: InstanceInput<'_>,
+    replicas: Option<i32>,
+    owner: &Owner,
+) -> Deployment {
     let name = names::version_object(input.key, input.version);
     let namespace = names::function_namespace(&input.key.namespace);
     let labels = version_labels(input.key, input.version, "instance");
@@ -34,7 +40,7 @@ pub fn deployment(settings: &KubeSettings, input: InstanceInput<'_>, replicas: i
     Deployment {
         metadata: meta(&name, &namespace, labels.clone(), Some(owner)),
         spec: DeploymentSpec {
-            replicas: Some(replicas),
+            replicas,
             selector: LabelSelector {
                 match_labels: Some(labels.clone()),
                 ..LabelSelector::default()

@@ -2,5 +2,8 @@
 //! (snapshots), the install manifests (rendered by kubectl), and the
 //! driver's reconcile scenarios against a mocked API server.
 
+mod api_server;
+mod fake_instance;
 mod install;
 mod objects;
+mod reconcile;

@@ -11,7 +11,7 @@ use sless_driver::{FunctionKey, RunId};
 use sless_driver_k8s::objects::{self, BuildInput, CodeSource, ImageInput, InstanceInput, Owner};
 use sless_driver_k8s::{BuildMode, ImageBuild, KubeSettings};
 
-fn settings() -> KubeSettings {
+pub fn settings() -> KubeSettings {
     KubeSettings {
         control_plane_namespace: "sless".into(),
         image_repo: "registry.example/sless".into(),
@@ -33,7 +33,7 @@ fn image_build(insecure: bool) -> ImageBuild {
     }
 }
 
-fn spec() -> FunctionSpec {
+pub fn spec() -> FunctionSpec {
     serde_json::from_value(serde_json::json!({
         "runtime": "python3.11",
         "env": {"GREETING": "hi"},
@@ -45,7 +45,7 @@ fn spec() -> FunctionSpec {
     .unwrap()
 }
 
-fn key() -> FunctionKey {
+pub fn key() -> FunctionKey {
     FunctionKey::new("demo", "hello")
 }
 
@@ -91,7 +91,7 @@ fn deployment_of_a_version() {
         spec: &spec,
         code: &code,
     };
-    let deployment = objects::deployment(&settings(), input, 1, &owner());
+    let deployment = objects::deployment(&settings(), input, Some(1), &owner());
     let pod = deployment.spec.template.spec.as_ref().unwrap();
     assert_restricted(pod);
     let limits = pod.containers[0].resources.as_ref().unwrap().limits.as_ref().unwrap();
@@ -116,7 +116,7 @@ fn a_new_artifact_changes_the_pod_template() {
             spec: &spec,
             code,
         };
-        objects::deployment(&settings(), input, 1, &owner()).spec.template
+        objects::deployment(&settings(), input, Some(1), &owner()).spec.template
     };
     assert_ne!(template(&a), template(&b));
     assert_eq!(template(&a), template(&a));
@@ -132,7 +132,7 @@ fn deployment_of_an_image_mode_version() {
         spec: &spec,
         code: &code,
     };
-    let deployment = objects::deployment(&settings(), input, 2, &owner());
+    let deployment = objects::deployment(&settings(), input, Some(2), &owner());
     let pod = deployment.spec.template.spec.as_ref().unwrap();
     assert_restricted(pod);
     assert!(

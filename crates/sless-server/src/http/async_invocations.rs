@@ -68,8 +68,7 @@ pub async fn list(
         ));
     }
     let status = match query.status.as_deref() {
-        // `status=` filters nothing, as no `status` does.
-        None | Some("") => None,
+        None => None,
         Some(text) => Some(AsyncStatus::parse(text).ok_or_else(|| {
             Error::invalid(
                 "status",

@@ -58,12 +58,6 @@ fn apply(doc: &mut Value) {
                         parameter["schema"] =
                             json!({"type": "string", "pattern": ALIAS_LABEL, "minLength": 1, "maxLength": 63});
                     }
-                    // The states of an asynchronous call (`async_invocations::list`);
-                    // empty or absent filters nothing.
-                    Some("status") if path.ends_with("/async-invocations") => {
-                        parameter["schema"] = json!({"type": ["string", "null"],
-                            "enum": ["queued", "running", "succeeded", "failed", "", null]});
-                    }
                     Some("version") if parameter["in"] == "path" => {
                         parameter["schema"] = json!({"type": "integer", "minimum": 1, "maximum": u64::MAX});
                     }
@@ -77,6 +71,13 @@ fn apply(doc: &mut Value) {
                             "follow" => json!({"type": "boolean"}),
                             _ => json!({"type": "integer", "minimum": 0}),
                         };
+                    }
+                    // An asynchronous record's state, one of four words.
+                    Some("status") if path.ends_with("/async-invocations") => {
+                        parameter["in"] = json!("query");
+                        parameter["required"] = json!(false);
+                        parameter["schema"] =
+                            json!({"type": "string", "enum": ["queued", "running", "succeeded", "failed"]});
                     }
                     // Other query structs derive their parameters as `path`:
                     // a parameter not in the path is a query parameter.
@@ -243,13 +244,6 @@ fn tighten_schemas(doc: &mut Value) {
             body["additionalProperties"] = json!(false);
         }
     }
-    // An alias points at a version number, counted from 1.
-    if let Some(version) = schemas
-        .get_mut("AliasSpec")
-        .and_then(|s| s.pointer_mut("/properties/version"))
-    {
-        version["minimum"] = json!(1);
-    }
     if let Some(create) = schemas.get_mut("SecretCreate") {
         create["properties"]["name"] = name.clone();
     }
@@ -298,6 +292,33 @@ fn tighten_schemas(doc: &mut Value) {
             {"required": ["admin"], "properties": {"admin": {"const": true}}},
             {"required": ["namespaces"], "properties": {"namespaces": {"minItems": 1}}}
         ]);
+    }
+    if let Some(spec) = schemas.get_mut("AsyncSettings").and_then(|s| s.get_mut("properties")) {
+        spec["retry_limit"]["minimum"] = json!(0);
+        spec["retry_limit"]["maximum"] = json!(10);
+        spec["max_event_age_sec"]["minimum"] = json!(60);
+        spec["max_event_age_sec"]["maximum"] = json!(sless_api::DEFAULT_MAX_EVENT_AGE_SEC);
+    }
+    if let Some(spec) = schemas.get_mut("AliasSpec").and_then(|s| s.get_mut("properties")) {
+        spec["version"] = json!({"type": "integer", "minimum": 1, "maximum": u64::MAX,
+            "description": "The version the alias sends calls to (1 or more)."});
+        spec["weights"]["maxProperties"] = json!(1);
+        spec["weights"]["propertyNames"] = json!({"type": "string", "pattern": "^[1-9][0-9]{0,18}$"});
+        spec["weights"]["additionalProperties"] = json!({"type": "number", "minimum": 0, "maximum": 1});
+    }
+    if let Some(settings) = schemas.get("AsyncSettings").cloned() {
+        let properties: Map<String, Value> = settings["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(field, schema)| (field, json!({"anyOf": [schema, {"type": "null"}]})))
+            .collect();
+        schemas.insert(
+            "AsyncSettingsPatch".into(),
+            json!({"type": "object", "properties": properties, "additionalProperties": false,
+                "description": "The `async` settings in a merge patch: null resets a setting to its default"}),
+        );
     }
     flatten_all_ofs(schemas);
     // Lists name their item type instead of inlining it.
@@ -357,6 +378,11 @@ fn tighten_schemas(doc: &mut Value) {
                 if let Some(values) = schema.get_mut("additionalProperties").filter(|v| v.is_object()) {
                     *values = json!({"anyOf": [values.clone(), {"type": "null"}]});
                 }
+                // A merge patch recurses into an object: null inside `async`
+                // resets that setting.
+                if field == "async" {
+                    schema = json!({"$ref": "#/components/schemas/AsyncSettingsPatch"});
+                }
                 if required.contains(&json!(field)) {
                     (field, schema)
                 } else {
@@ -369,45 +395,6 @@ fn tighten_schemas(doc: &mut Value) {
         patch.insert("additionalProperties".into(), json!(false));
         let kind = create.trim_end_matches("Create");
         schemas.insert(format!("{kind}Patch"), Value::Object(patch));
-    }
-    nested_patches(schemas);
-}
-
-/// A merge patch reaches into a function's `async` settings and their
-/// destinations: there every field may be left out or null (which resets
-/// it), so the patch names `AsyncSettingsPatch` and `DestinationPatch`,
-/// the same fields, each optional and nullable.
-fn nested_patches(schemas: &mut Map<String, Value>) {
-    let loosened = |schema: &Value, replace: &dyn Fn(&Value) -> Value| -> Value {
-        let properties: Map<String, Value> = schema["properties"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(field, property)| (field, json!({"anyOf": [replace(&property), {"type": "null"}]})))
-            .collect();
-        json!({"type": "object", "properties": properties, "additionalProperties": false})
-    };
-    let (Some(settings), Some(destination)) = (
-        schemas.get("AsyncSettings").cloned(),
-        schemas.get("Destination").cloned(),
-    ) else {
-        return;
-    };
-    schemas.insert("DestinationPatch".into(), loosened(&destination, &|p| p.clone()));
-    let to_destination_patch = |property: &Value| -> Value {
-        if property.to_string().contains("#/components/schemas/Destination\"") {
-            json!({"$ref": "#/components/schemas/DestinationPatch"})
-        } else {
-            property.clone()
-        }
-    };
-    schemas.insert("AsyncSettingsPatch".into(), loosened(&settings, &to_destination_patch));
-    if let Some(patch) = schemas
-        .get_mut("FunctionPatch")
-        .and_then(|p| p.pointer_mut("/properties/async"))
-    {
-        *patch = json!({"anyOf": [{"$ref": "#/components/schemas/AsyncSettingsPatch"}, {"type": "null"}]});
     }
 }
 

@@ -382,9 +382,24 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The data dir the server runs on (a replica's may be another's).
+    pub fn data_path(&self) -> std::path::PathBuf {
+        self.extra_env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "SLESS_DATA_DIR")
+            .map(|(_, v)| std::path::PathBuf::from(v))
+            .unwrap_or_else(|| self.data_dir.path().to_path_buf())
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
+        // A killed server cannot undo its mounts: what the next server on
+        // this data dir would do at start is done now, so none stays.
+        sless_driver_local::remove_leftovers(&self.data_path());
     }
 }
 

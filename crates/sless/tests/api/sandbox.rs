@@ -1,7 +1,8 @@
 //! Escapes a hostile handler attempts, each refused: another function's code,
-//! the server's data dir, host secrets, a fork bomb, a memory balloon, the
-//! machine's loopback services, writes outside /tmp, a full /tmp, shared
-//! memory and children's memory beyond the limit.
+//! the server's data dir, host secrets, a fork bomb, a memory balloon,
+//! writes outside /tmp, a full /tmp, shared memory and children's memory
+//! beyond the limit, and a uid shared with another server's sandboxes.
+//! (The network's blocks are in `network.rs`.)
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -200,176 +201,6 @@ async fn a_memory_balloon_is_refused() {
     assert_eq!(status, StatusCode::OK, "{text}");
 }
 
-/// Tries the machine's loopback services and an "internet" server from
-/// inside a handler, and lists what the network looks like there.
-const NET_PROBE: &[u8] = br#"
-import socket, urllib.request
-
-def connect(host, port):
-    s = socket.socket()
-    s.settimeout(3)
-    try:
-        s.connect((host, port))
-        return "CONNECTED"
-    except OSError as e:
-        return "BLOCKED:" + type(e).__name__
-    finally:
-        s.close()
-
-def handle(event, context):
-    out = {"ports": {str(p): connect("127.0.0.1", p) for p in event["ports"]}}
-    try:
-        with urllib.request.urlopen(event["url"], timeout=5) as r:
-            out["egress"] = r.read().decode()
-    except Exception as e:
-        out["egress"] = "FAILED:" + type(e).__name__
-    out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
-    out["resolv"] = open("/etc/resolv.conf").read()
-    return out
-"#;
-
-/// A stand-in for "the internet": an HTTP server in a network namespace
-/// this test makes (a veth pair from the host), at a public-looking
-/// documentation address (TEST-NET-2). Removed when dropped.
-struct InternetPeer {
-    netns: String,
-    veth: String,
-    server: std::process::Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl InternetPeer {
-    fn start(token: &str) -> InternetPeer {
-        let id = std::process::id() % 100_000;
-        let (netns, veth, peer) = (format!("slt-peer-{id}"), format!("sltv{id}a"), format!("sltv{id}b"));
-        // One /30 of 198.51.100.0/24 per test process.
-        let base = (id % 64) * 4;
-        let (host_ip, peer_ip) = (format!("198.51.100.{}", base + 1), format!("198.51.100.{}", base + 2));
-        let ip = |args: &[&str]| {
-            let status = std::process::Command::new("ip").args(args).status().expect("ip runs");
-            assert!(status.success(), "ip {args:?} failed");
-        };
-        let _ = std::process::Command::new("ip").args(["netns", "del", &netns]).status();
-        let _ = std::process::Command::new("ip").args(["link", "del", &veth]).status();
-        ip(&["netns", "add", &netns]);
-        ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
-        ip(&["link", "set", &peer, "netns", &netns]);
-        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &veth]);
-        ip(&["link", "set", &veth, "up"]);
-        ip(&[
-            "netns",
-            "exec",
-            &netns,
-            "ip",
-            "addr",
-            "add",
-            &format!("{peer_ip}/30"),
-            "dev",
-            &peer,
-        ]);
-        ip(&["netns", "exec", &netns, "ip", "link", "set", &peer, "up"]);
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("index.html"), token).unwrap();
-        let server = std::process::Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &netns,
-                "python3",
-                "-m",
-                "http.server",
-                "8000",
-                "--bind",
-                &peer_ip,
-            ])
-            .arg("--directory")
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python3 http.server starts");
-        let addr: std::net::SocketAddr = format!("{peer_ip}:8000").parse().unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the peer's server did not come up"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        InternetPeer {
-            netns,
-            veth,
-            server,
-            url: format!("http://{peer_ip}:8000/index.html"),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for InternetPeer {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-        let _ = std::process::Command::new("ip")
-            .args(["link", "del", &self.veth])
-            .status();
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.netns])
-            .status();
-    }
-}
-
-#[tokio::test]
-async fn a_handler_reaches_the_internet_but_not_the_machines_services() {
-    let peer = InternetPeer::start("hello from the internet");
-    let server = Server::start(Backend::Sqlite).await;
-    let api_port: u16 = server.url.rsplit(':').next().unwrap().parse().unwrap();
-    server
-        .deploy(
-            "ns",
-            "net",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", NET_PROBE)],
-        )
-        .await;
-    server
-        .deploy(
-            "ns",
-            "offline",
-            json!({"runtime": "python3.11", "network": "none"}),
-            &[("handler.py", NET_PROBE)],
-        )
-        .await;
-    let event = json!({"ports": [5432, 5672, api_port], "url": peer.url});
-    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/net", &event.to_string()).await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let out: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(out["egress"], "hello from the internet", "internet egress works: {out}");
-    for port in ["5432", "5672", &api_port.to_string()] {
-        let seen = out["ports"][port].as_str().unwrap();
-        assert!(
-            seen.starts_with("BLOCKED"),
-            "127.0.0.1:{port} reachable from a handler: {out}"
-        );
-    }
-    assert_eq!(
-        out["resolv"], "nameserver 169.254.1.53\noptions timeout:2 attempts:2\n",
-        "DNS through pasta's forwarder: {out}"
-    );
-
-    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/offline", &event.to_string()).await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let out: Value = serde_json::from_str(&text).unwrap();
-    assert!(
-        out["egress"].as_str().unwrap().starts_with("FAILED"),
-        "network none: {out}"
-    );
-    assert_eq!(out["interfaces"], json!(["lo"]), "network none is loopback only: {out}");
-    drop(peer);
-}
-
 /// Fills memory, /tmp, /dev/shm, shared memory and a child's memory, and
 /// tries to write outside /tmp.
 const LIMITS_PROBE: &[u8] = br#"
@@ -552,4 +383,34 @@ async fn instances_run_in_control_groups_with_the_functions_limits() {
         !quotas.is_empty() && quotas.iter().all(|q| !q.starts_with("-1") && !q.starts_with("max")),
         "{quotas:?}"
     );
+}
+
+const WHOAMI: &[u8] = b"import os\n\ndef handle(event, context):\n    return {'uid': os.getuid()}\n";
+
+/// Each server holds a block of sandbox uids of its own: the instances of
+/// two servers on one machine run as different users.
+#[tokio::test]
+async fn two_servers_on_one_machine_never_share_a_sandbox_uid() {
+    let servers = [
+        Server::start(Backend::Sqlite).await,
+        Server::start(Backend::Sqlite).await,
+    ];
+    let mut uids = Vec::new();
+    for server in &servers {
+        let mut own = std::collections::BTreeSet::new();
+        for name in ["one", "two"] {
+            server
+                .deploy("ns", name, json!({"runtime": "python3.11"}), &[("handler.py", WHOAMI)])
+                .await;
+            let (status, _, text) = server.invoke(Method::GET, &format!("/fn/ns/{name}"), "").await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+            own.insert(serde_json::from_str::<Value>(&text).unwrap()["uid"].as_u64().unwrap());
+        }
+        uids.push(own);
+    }
+    for own in &uids {
+        assert_eq!(own.len(), 2, "each instance runs as a user of its own: {uids:?}");
+        assert!(!own.contains(&0), "{uids:?}");
+    }
+    assert!(uids[0].is_disjoint(&uids[1]), "two servers share a uid: {uids:?}");
 }

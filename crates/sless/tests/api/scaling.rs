@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use reqwest::{Method, StatusCode};
 use serde_json::json;
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 const PY_TOOLS: &[u8] = br#"
 import os, time
@@ -60,6 +60,28 @@ async fn crash_is_502_then_replaced() {
     assert_ne!(before, after, "a new instance serves after the crash");
 }
 
+/// The instance token of `name` once it answers. With a timeout of a
+/// second, a call that waits for an instance to start (a namespace per
+/// instance on a loaded machine can take longer) times out: such a 504 is
+/// retried until `UP_WITHIN`; any other failure fails the test.
+async fn pid_once_up(server: &Server, name: &str) -> String {
+    eventually(UP_WITHIN, || async {
+        let (status, _, text) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), "{}").await;
+        match status {
+            StatusCode::OK => Ok(serde_json::from_str::<serde_json::Value>(&text).unwrap()["pid"]
+                .as_str()
+                .unwrap()
+                .to_string()),
+            StatusCode::GATEWAY_TIMEOUT => Err(format!("no instance up yet: {text}")),
+            other => panic!("{other}: {text}"),
+        }
+    })
+    .await
+}
+
+/// How long an instance may take to start on a loaded machine.
+const UP_WITHIN: Duration = Duration::from_secs(60);
+
 #[tokio::test]
 async fn timeout_is_504_and_recycles_the_instance() {
     let server = Server::start(Backend::Sqlite).await;
@@ -71,7 +93,8 @@ async fn timeout_is_504_and_recycles_the_instance() {
             &[("handler.py", PY_TOOLS)],
         )
         .await;
-    let before = pid(&server, "tools").await;
+    let before = pid_once_up(&server, "tools").await;
+    // The instance is up and idle: the call below runs at once.
     let started = Instant::now();
     let (status, _, text) = server
         .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "sleep", "secs": 5}"#)
@@ -81,8 +104,10 @@ async fn timeout_is_504_and_recycles_the_instance() {
         started.elapsed() < Duration::from_secs(4),
         "answered at the timeout, not when the handler finished"
     );
+    // Had the instance been kept, it would answer once its sleep is over,
+    // with the same token.
     assert_ne!(
-        pid(&server, "tools").await,
+        pid_once_up(&server, "tools").await,
         before,
         "the timed-out instance was recycled"
     );
@@ -133,33 +158,39 @@ async fn scales_out_under_load_then_to_zero_and_back() {
         Some(0.0),
         "no instance before the first request"
     );
+    // Six callers keep all three instances' worth of work waiting until
+    // more than one instance has answered: they start in parallel, but on a
+    // loaded machine one may be up long before the others.
     let server = Arc::new(server);
-    let calls: Vec<_> = (0..6)
+    let seen = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    let deadline = Instant::now() + UP_WITHIN;
+    let callers: Vec<_> = (0..6)
         .map(|_| {
-            let server = server.clone();
+            let (server, seen) = (server.clone(), seen.clone());
             tokio::spawn(async move {
-                server
-                    .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "sleep", "secs": 0.5}"#)
-                    .await
+                while seen.lock().unwrap().len() < 2 && Instant::now() < deadline {
+                    let (status, _, text) = server
+                        .invoke(Method::POST, "/fn/ns/tools", r#"{"what": "sleep", "secs": 0.5}"#)
+                        .await;
+                    assert_eq!(status, StatusCode::OK, "{text}");
+                    let pid = serde_json::from_str::<serde_json::Value>(&text).unwrap()["pid"]
+                        .as_str()
+                        .unwrap()
+                        .to_string();
+                    seen.lock().unwrap().insert(pid);
+                }
             })
         })
         .collect();
-    let mut pids = std::collections::HashSet::new();
-    for call in calls {
-        let (status, _, text) = call.await.unwrap();
-        assert_eq!(status, StatusCode::OK, "{text}");
-        pids.insert(
-            serde_json::from_str::<serde_json::Value>(&text).unwrap()["pid"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+    for caller in callers {
+        caller.await.unwrap();
     }
+    let pids = seen.lock().unwrap().clone();
     assert!(
         pids.len() > 1 && pids.len() <= 3,
         "scaled out to at most max_instances: {pids:?}"
     );
-    server.wait_metric(&instances("tools"), 0.0, 10).await;
+    server.wait_metric(&instances("tools"), 0.0, 30).await;
     pid(&server, "tools").await;
     assert_eq!(
         server.metric(&instances("tools")).await,

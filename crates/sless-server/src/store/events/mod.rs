@@ -4,6 +4,8 @@
 //! LOCKED`, so replicas never take the same row), finished in groups. One
 //! implementation per database; the SQL they share is here.
 
+#[macro_use]
+mod sql;
 mod postgres;
 mod sqlite;
 

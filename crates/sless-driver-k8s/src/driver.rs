@@ -1,0 +1,325 @@
+//! [`KubeDriver`]: the [`Driver`] of the cluster shape on a `kube::Client`.
+//! Every replica of `sless server` holds one; what they share lives in the
+//! cluster (Deployments, their scale, Jobs) and the object store
+//! (artifacts), so replicas applying the same version apply the same
+//! objects, and a scale from zero by two replicas at once is one scale.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use k8s_openapi::api::apps::v1::Deployment as KubeDeployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use kube::api::{DeleteParams, ListParams};
+use kube::Client;
+use sless_api::Runtime;
+use sless_driver::{
+    BuildError, BuildJob, Built, Deployment, Driver, DriverError, Fingerprint, FunctionKey, FunctionLoad, Invocation,
+    InvocationResult, InvokeError, RunId, VersionRef,
+};
+
+use crate::artifacts::Artifacts;
+use crate::cluster::{unavailable, Cluster};
+use crate::gateway::{Serving, ServingSettings};
+use crate::names::{self, label};
+use crate::objects::{self, CodeSource, InstanceInput};
+use crate::runs::Runs;
+use crate::settings::{BuildMode, KubeSettings};
+
+/// The Kubernetes driver.
+pub struct KubeDriver {
+    cluster: Cluster,
+    artifacts: Artifacts,
+    serving: ServingSettings,
+    /// The versions this replica serves.
+    versions: RwLock<HashMap<VersionRef, Arc<Serving>>>,
+    /// Functions turned off (before or after they were deployed).
+    disabled: RwLock<HashSet<FunctionKey>>,
+    runs: Runs,
+}
+
+impl KubeDriver {
+    /// A driver on `client`, with artifacts in `store`.
+    pub fn new(
+        client: Client,
+        settings: KubeSettings,
+        serving: ServingSettings,
+        store: Arc<dyn object_store::ObjectStore>,
+    ) -> KubeDriver {
+        sless_driver_local::frame::set_max_frame(serving.max_response_bytes);
+        KubeDriver {
+            cluster: Cluster::new(client, settings),
+            artifacts: Artifacts::new(store),
+            serving,
+            versions: RwLock::new(HashMap::new()),
+            disabled: RwLock::new(HashSet::new()),
+            runs: Runs::default(),
+        }
+    }
+
+    /// A client from the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or,
+    /// in a pod, its service account; the error says which were tried.
+    pub async fn infer_client() -> Result<Client, String> {
+        let config = kube::Config::infer().await.map_err(|e| {
+            format!(
+                "SLESS_DRIVER=kubernetes needs a cluster: no kubeconfig (KUBECONFIG or ~/.kube/config) \
+                 and no in-cluster service account ({e})"
+            )
+        })?;
+        Client::try_from(config).map_err(|e| format!("SLESS_DRIVER=kubernetes: the Kubernetes client: {e}"))
+    }
+
+    fn serving(&self, target: &VersionRef) -> Result<Arc<Serving>, InvokeError> {
+        self.versions
+            .read()
+            .unwrap()
+            .get(target)
+            .cloned()
+            .ok_or_else(|| InvokeError::NotDeployed(target.clone()))
+    }
+
+    /// The replicas a version should have now that it is (re)deployed:
+    /// none when off, the pinned count, else at least its minimum (and one
+    /// to verify on), keeping what the scaler has added.
+    fn replicas(&self, deployment: &Deployment, current: i32) -> i32 {
+        let spec = &deployment.spec;
+        if self.disabled.read().unwrap().contains(&deployment.key) {
+            return 0;
+        }
+        let floor = i32::try_from(spec.min_instances)
+            .unwrap_or(i32::MAX)
+            .max(i32::from(deployment.verify));
+        match spec.replicas {
+            Some(pinned) => i32::try_from(pinned).unwrap_or(i32::MAX),
+            None => current.max(floor),
+        }
+    }
+}
+
+#[async_trait]
+impl Driver for KubeDriver {
+    async fn build(&self, job: BuildJob) -> Result<Built, BuildError> {
+        let artifact = Fingerprint::of(job.runtime, &self.cluster.settings.image_tag, &job.code_hash);
+        crate::builds::build(&self.cluster, &self.artifacts, self.serving.poll, job, artifact).await
+    }
+
+    /// The runtime image's tag names the shims (`{version}-{shim digest}`):
+    /// a new one means a rebuild.
+    async fn fingerprint(&self, runtime: Runtime, code_hash: &str) -> Result<Fingerprint, DriverError> {
+        Ok(Fingerprint::of(runtime, &self.cluster.settings.image_tag, code_hash))
+    }
+
+    async fn has_artifact(&self, artifact: &Fingerprint) -> Result<bool, DriverError> {
+        Ok(self.artifacts.digest(artifact).await?.is_some())
+    }
+
+    async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
+        self.artifacts.remove(artifact).await
+    }
+
+    async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
+        if self.cluster.settings.build == BuildMode::Image {
+            return Err(DriverError::Unavailable(
+                "image mode (SLESS_K8S_BUILD=image) is not served by the driver yet".into(),
+            ));
+        }
+        let key = &deployment.key;
+        let digest = deployment.digest.clone().ok_or_else(|| {
+            DriverError::Unavailable(format!(
+                "artifact {} is not in the object store, where pods fetch it",
+                deployment.artifact
+            ))
+        })?;
+        let code = CodeSource::Artifact {
+            fingerprint: deployment.artifact.to_string(),
+            digest,
+        };
+        let owner = self.cluster.prepare(key).await?;
+        let input = InstanceInput {
+            key,
+            version: deployment.version,
+            spec: &deployment.spec,
+            code: &code,
+        };
+        let namespace = names::function_namespace(&key.namespace);
+        let name = names::version_object(key, deployment.version);
+        let target = deployment.version_ref();
+        let new = !self.versions.read().unwrap().contains_key(&target);
+        // Replicas are left out of the apply: the scale subresource owns them.
+        self.cluster
+            .apply(
+                &self.cluster.api::<KubeDeployment>(&namespace),
+                &objects::deployment(&self.cluster.settings, input, None, &owner),
+            )
+            .await?;
+        self.cluster
+            .apply(
+                &self.cluster.api::<Service>(&namespace),
+                &objects::service(input, &owner),
+            )
+            .await?;
+        let (current, _) = self.cluster.replicas(&namespace, &name).await?;
+        let wanted = self.replicas(&deployment, current);
+        if wanted != current {
+            self.cluster.scale(&namespace, &name, wanted, None).await?;
+        }
+        if deployment.verify && wanted > 0 {
+            let waited = crate::rollout::wait(
+                &self.cluster,
+                key,
+                deployment.version,
+                self.serving.poll,
+                self.serving.start_timeout,
+            )
+            .await;
+            if let Err(e) = waited {
+                if new {
+                    // Nothing changes: a version that never served is taken away again.
+                    let _ = self.retire(&target).await;
+                }
+                return Err(e);
+            }
+        }
+        let enabled = !self.disabled.read().unwrap().contains(key);
+        let serving = Arc::new(Serving::new(target.clone(), deployment.spec, code, enabled));
+        self.versions.write().unwrap().insert(target, serving);
+        Ok(())
+    }
+
+    async fn retire(&self, version: &VersionRef) -> Result<(), DriverError> {
+        self.versions.write().unwrap().remove(version);
+        let namespace = names::function_namespace(&version.key.namespace);
+        let name = names::version_object(&version.key, version.version);
+        self.cluster
+            .delete(
+                &self.cluster.api::<KubeDeployment>(&namespace),
+                &name,
+                &DeleteParams::background(),
+            )
+            .await?;
+        self.cluster
+            .delete(
+                &self.cluster.api::<Service>(&namespace),
+                &name,
+                &DeleteParams::background(),
+            )
+            .await
+    }
+
+    async fn set_enabled(&self, key: &FunctionKey, enabled: bool) -> Result<(), DriverError> {
+        {
+            let mut disabled = self.disabled.write().unwrap();
+            if enabled {
+                disabled.remove(key);
+            } else {
+                disabled.insert(key.clone());
+            }
+        }
+        let serving: HashMap<u64, Arc<Serving>> = self
+            .versions
+            .read()
+            .unwrap()
+            .iter()
+            .filter(|(target, _)| &target.key == key)
+            .map(|(target, serving)| (target.version, serving.clone()))
+            .collect();
+        for version in serving.values() {
+            version.set_enabled(enabled);
+        }
+        // Every version in the cluster, deployed by this replica or not.
+        let namespace = names::function_namespace(&key.namespace);
+        let selector = format!(
+            "{}={},{}={},{}=instance",
+            label::NAMESPACE,
+            key.namespace,
+            label::FUNCTION,
+            key.name,
+            label::COMPONENT
+        );
+        let deployments = self
+            .cluster
+            .api::<KubeDeployment>(&namespace)
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| unavailable(&format!("listing the Deployments of {key}"), e))?;
+        for deployment in deployments.items {
+            let Some(name) = deployment.metadata.name.as_deref() else {
+                continue;
+            };
+            let version = deployment
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(label::VERSION))
+                .and_then(|v| v.parse::<u64>().ok());
+            let spec = version.and_then(|v| serving.get(&v)).map(|s| &s.spec);
+            let current = deployment.spec.replicas.unwrap_or(0);
+            // Back on: the pinned count, else at least the minimum (zero
+            // wakes on the first call); what the scaler added stays.
+            let wanted = match (enabled, spec) {
+                (false, _) => 0,
+                (true, Some(spec)) => match spec.replicas {
+                    Some(pinned) => i32::try_from(pinned).unwrap_or(i32::MAX),
+                    None => current.max(i32::try_from(spec.min_instances).unwrap_or(i32::MAX)),
+                },
+                // A version this replica does not serve: its own deploy scales it.
+                (true, None) => current,
+            };
+            if wanted != current {
+                self.cluster.scale(&namespace, name, wanted, None).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn invoke(&self, target: &VersionRef, invocation: &Invocation) -> Result<InvocationResult, InvokeError> {
+        self.serving(target)?
+            .invoke(&self.cluster, &self.serving, invocation)
+            .await
+    }
+
+    async fn run_once(
+        &self,
+        target: &VersionRef,
+        run: &RunId,
+        invocation: &Invocation,
+    ) -> Result<InvocationResult, InvokeError> {
+        let serving = self.serving(target)?;
+        self.runs
+            .run_once(&self.cluster, self.serving.poll, &serving, run, invocation)
+            .await
+    }
+
+    async fn cancel_run(&self, run: &RunId) -> Result<(), DriverError> {
+        self.runs.cancel(&self.cluster, self.serving.poll, run).await
+    }
+
+    async fn stats(&self) -> Vec<(VersionRef, FunctionLoad)> {
+        let versions = self.versions.read().unwrap();
+        let mut loads: Vec<_> = versions.iter().map(|(t, s)| (t.clone(), s.load())).collect();
+        loads.sort_by(|a, b| a.0.cmp(&b.0));
+        loads
+    }
+
+    /// Deleting the anchor deletes everything it owns (Deployments,
+    /// Services, build and run Jobs) through the garbage collector.
+    async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
+        self.versions.write().unwrap().retain(|target, _| &target.key != key);
+        self.disabled.write().unwrap().remove(key);
+        let namespace = names::function_namespace(&key.namespace);
+        self.cluster
+            .delete(
+                &self.cluster.api::<ConfigMap>(&namespace),
+                &names::anchor(key),
+                &DeleteParams::foreground(),
+            )
+            .await?;
+        self.cluster.forget(key, false);
+        Ok(())
+    }
+
+    /// Pods keep serving the other replicas: nothing in the cluster stops.
+    async fn shutdown(&self) {
+        self.versions.write().unwrap().clear();
+    }
+}

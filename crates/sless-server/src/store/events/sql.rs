@@ -1,0 +1,171 @@
+//! The event queue's SQL, one body for both pools: the statements are
+//! portable (`$n` parameters in order), and only the claim's row locking
+//! differs (PostgreSQL's replicas skip each other's locked rows; SQLite has
+//! one server and no row locks).
+
+/// Implements `EventStore` for `$store` (a struct with a `pool` field of
+/// database `$db`); `$lock` ends the claim's inner SELECT.
+macro_rules! event_store {
+    ($store:ident, $db:ty, $lock:expr) => {
+        use async_trait::async_trait;
+        use sless_api::{AsyncInvocation, AsyncStatus};
+
+        use super::{Backlog, ClaimedEvent, EventStore, Finish, NewEvent};
+        use crate::error::Result;
+
+        #[async_trait]
+        impl EventStore for $store {
+            async fn insert(&self, events: &[NewEvent]) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                for group in events.chunks(super::INSERT_ROWS) {
+                    insert_statement(group).build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn claim(&self, now: i64, lease_until: i64, limit: i64, claim: &str) -> Result<Vec<ClaimedEvent>> {
+                let sql = format!(
+                    "UPDATE async_events SET status = 'running', due_at = $1, claim = $2, attempts = attempts + 1, updated_at = $3 \
+                     WHERE id IN (SELECT id FROM async_events WHERE status IN ('queued', 'running') AND due_at <= $3 \
+                     ORDER BY due_at LIMIT $4{}) RETURNING {}",
+                    $lock,
+                    super::CLAIM_COLUMNS
+                );
+                let rows = sqlx::query(&sql)
+                    .bind(lease_until)
+                    .bind(claim)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(super::claimed).collect()
+            }
+
+            async fn renew(&self, held: &[(String, String)], lease_until: i64) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                for (id, claim) in held {
+                    sqlx::query("UPDATE async_events SET due_at = $1 WHERE id = $2 AND claim = $3 AND status = 'running'")
+                        .bind(lease_until)
+                        .bind(id)
+                        .bind(claim)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn finish(&self, done: &[Finish]) -> Result<()> {
+                let mut tx = self.pool.begin().await?;
+                let now = super::now_micros();
+                for f in done {
+                    let updated = sqlx::query(super::FINISH)
+                        .bind(f.status.as_str())
+                        .bind(i64::from(f.attempts))
+                        .bind(f.due_at)
+                        .bind(f.succeeded_attempt.map(i64::from))
+                        .bind(&f.last_error)
+                        .bind(f.last_status.map(i64::from))
+                        .bind(&f.destination_error)
+                        .bind(now)
+                        .bind(&[][..] as &[u8])
+                        .bind(&f.id)
+                        .bind(&f.claim)
+                        .execute(&mut *tx)
+                        .await?;
+                    if let (1, Some(then)) = (updated.rows_affected(), &f.then) {
+                        insert_statement(std::slice::from_ref(then))
+                            .build()
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn release_all(&self, now: i64) -> Result<u64> {
+                let done = sqlx::query(
+                    "UPDATE async_events SET status = 'queued', due_at = $1, claim = NULL, updated_at = $1 WHERE status = 'running'",
+                )
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn get(&self, namespace: &str, function: &str, id: &str) -> Result<Option<AsyncInvocation>> {
+                let sql = format!(
+                    "SELECT {} FROM async_events WHERE id = $1 AND namespace = $2 AND function = $3",
+                    super::RECORD_COLUMNS
+                );
+                let row = sqlx::query(&sql)
+                    .bind(id)
+                    .bind(namespace)
+                    .bind(function)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(super::record).transpose()
+            }
+
+            async fn list(
+                &self,
+                namespace: &str,
+                function: &str,
+                status: Option<AsyncStatus>,
+                before: Option<&str>,
+                limit: i64,
+            ) -> Result<Vec<AsyncInvocation>> {
+                let sql = super::list_sql(status.is_some());
+                let mut query = sqlx::query(&sql)
+                    .bind(namespace)
+                    .bind(function)
+                    // Ids are lowercase hex: "g" sorts after every one.
+                    .bind(before.unwrap_or("g"))
+                    .bind(limit);
+                if let Some(status) = status {
+                    query = query.bind(status.as_str());
+                }
+                let rows = query.fetch_all(&self.pool).await?;
+                rows.iter().map(super::record).collect()
+            }
+
+            async fn backlog(&self) -> Result<Vec<Backlog>> {
+                let rows = sqlx::query(super::BACKLOG).fetch_all(&self.pool).await?;
+                rows.iter().map(super::backlog).collect()
+            }
+
+            async fn prune(&self, before: i64) -> Result<u64> {
+                let done = sqlx::query("DELETE FROM async_events WHERE status IN ('succeeded', 'failed') AND updated_at < $1")
+                    .bind(before)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected())
+            }
+        }
+
+        /// One multi-row INSERT of `events`, queued.
+        fn insert_statement(events: &[NewEvent]) -> sqlx::QueryBuilder<'_, $db> {
+            let mut insert = sqlx::QueryBuilder::new(super::INSERT);
+            insert.push_values(events, |mut row, e| {
+                row.push_bind(&e.id)
+                    .push_bind(&e.namespace)
+                    .push_bind(&e.function)
+                    .push_bind(&e.request_id)
+                    .push_bind(&e.method)
+                    .push_bind(&e.path)
+                    .push_bind(&e.query)
+                    .push_bind(&e.headers)
+                    .push_bind(&e.body[..])
+                    .push_bind(AsyncStatus::Queued.as_str())
+                    .push_bind(0i64)
+                    .push_bind(e.created_at)
+                    .push_bind(e.created_at)
+                    .push_bind(e.created_at)
+                    .push_bind(&e.source);
+            });
+            insert
+        }
+    };
+}

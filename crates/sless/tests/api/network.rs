@@ -1,0 +1,230 @@
+//! What a handler reaches on the network: the internet through pasta, not
+//! the machine's loopback services; nothing with `network: none`; an
+//! operator's private destination only from the namespace it is granted to.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server};
+
+/// Tries the machine's loopback services and an "internet" server from
+/// inside a handler, and lists what the network looks like there.
+const NET_PROBE: &[u8] = br#"
+import socket, urllib.request
+
+def connect(host, port):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, port))
+        return "CONNECTED"
+    except OSError as e:
+        return "BLOCKED:" + type(e).__name__
+    finally:
+        s.close()
+
+def handle(event, context):
+    out = {"ports": {str(p): connect("127.0.0.1", p) for p in event["ports"]}}
+    try:
+        with urllib.request.urlopen(event["url"], timeout=5) as r:
+            out["egress"] = r.read().decode()
+    except Exception as e:
+        out["egress"] = "FAILED:" + type(e).__name__
+    out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+    out["resolv"] = open("/etc/resolv.conf").read()
+    return out
+"#;
+
+/// An HTTP server in a network namespace this test makes, joined to the
+/// host by a veth pair: "the internet" at a public-looking documentation
+/// address (TEST-NET-2), or an operator's private service at a private
+/// one. Traffic to it never leaves this machine. Removed when dropped.
+struct Peer {
+    netns: String,
+    veth: String,
+    server: std::process::Child,
+    /// `address:port` of its server.
+    addr: String,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Peer {
+    /// The internet stand-in, at 198.51.100.0/24.
+    fn internet(token: &str) -> Peer {
+        Peer::start('v', "198.51.100", token)
+    }
+
+    /// A private service, at 10.213.x.0/24.
+    fn private(token: &str) -> Peer {
+        Peer::start('p', &format!("10.213.{}", std::process::id() / 64 % 256), token)
+    }
+
+    /// Serves `token` at an address of `net24` (`a.b.c`), one /30 of it per
+    /// test process; `tag` tells the kinds of peer apart in device names.
+    fn start(tag: char, net24: &str, token: &str) -> Peer {
+        let id = std::process::id() % 100_000;
+        let (netns, veth, peer) = (
+            format!("slt-{tag}-{id}"),
+            format!("slt{tag}{id}a"),
+            format!("slt{tag}{id}b"),
+        );
+        let base = (id % 64) * 4;
+        let (host_ip, peer_ip) = (format!("{net24}.{}", base + 1), format!("{net24}.{}", base + 2));
+        let ip = |args: &[&str]| {
+            let status = std::process::Command::new("ip").args(args).status().expect("ip runs");
+            assert!(status.success(), "ip {args:?} failed");
+        };
+        let _ = std::process::Command::new("ip").args(["netns", "del", &netns]).status();
+        let _ = std::process::Command::new("ip").args(["link", "del", &veth]).status();
+        ip(&["netns", "add", &netns]);
+        ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &netns]);
+        ip(&["addr", "add", &format!("{host_ip}/30"), "dev", &veth]);
+        ip(&["link", "set", &veth, "up"]);
+        ip(&[
+            "netns",
+            "exec",
+            &netns,
+            "ip",
+            "addr",
+            "add",
+            &format!("{peer_ip}/30"),
+            "dev",
+            &peer,
+        ]);
+        ip(&["netns", "exec", &netns, "ip", "link", "set", &peer, "up"]);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("index.html"), token).unwrap();
+        let server = std::process::Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &netns,
+                "python3",
+                "-m",
+                "http.server",
+                "8000",
+                "--bind",
+                &peer_ip,
+            ])
+            .arg("--directory")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 http.server starts");
+        let addr: std::net::SocketAddr = format!("{peer_ip}:8000").parse().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the peer's server did not come up"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Peer {
+            netns,
+            veth,
+            server,
+            addr: format!("{peer_ip}:8000"),
+            url: format!("http://{peer_ip}:8000/index.html"),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+        let _ = std::process::Command::new("ip")
+            .args(["link", "del", &self.veth])
+            .status();
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .status();
+    }
+}
+
+#[tokio::test]
+async fn a_handler_reaches_the_internet_but_not_the_machines_services() {
+    let peer = Peer::internet("hello from the internet");
+    let server = Server::start(Backend::Sqlite).await;
+    let api_port: u16 = server.url.rsplit(':').next().unwrap().parse().unwrap();
+    server
+        .deploy(
+            "ns",
+            "net",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", NET_PROBE)],
+        )
+        .await;
+    server
+        .deploy(
+            "ns",
+            "offline",
+            json!({"runtime": "python3.11", "network": "none"}),
+            &[("handler.py", NET_PROBE)],
+        )
+        .await;
+    let event = json!({"ports": [5432, 5672, api_port], "url": peer.url});
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/net", &event.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(out["egress"], "hello from the internet", "internet egress works: {out}");
+    for port in ["5432", "5672", &api_port.to_string()] {
+        let seen = out["ports"][port].as_str().unwrap();
+        assert!(
+            seen.starts_with("BLOCKED"),
+            "127.0.0.1:{port} reachable from a handler: {out}"
+        );
+    }
+    assert_eq!(
+        out["resolv"], "nameserver 169.254.1.53\noptions timeout:2 attempts:2\n",
+        "DNS through pasta's forwarder: {out}"
+    );
+
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/offline", &event.to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        out["egress"].as_str().unwrap().starts_with("FAILED"),
+        "network none: {out}"
+    );
+    assert_eq!(out["interfaces"], json!(["lo"]), "network none is loopback only: {out}");
+    drop(peer);
+}
+
+#[tokio::test]
+async fn a_private_destination_is_reachable_from_its_namespace_only() {
+    let peer = Peer::private("hello from the private network");
+    let grant = format!("alpha={}", peer.addr);
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_PRIVATE_EGRESS", &grant)]).await;
+    for ns in ["alpha", "beta"] {
+        server
+            .deploy(
+                ns,
+                "net",
+                json!({"runtime": "python3.11"}),
+                &[("handler.py", NET_PROBE)],
+            )
+            .await;
+    }
+    let event = json!({"ports": [], "url": peer.url}).to_string();
+    let (status, _, text) = server.invoke(Method::POST, "/fn/alpha/net", &event).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        out["egress"], "hello from the private network",
+        "{grant} opens the destination to alpha: {out}"
+    );
+    let (status, _, text) = server.invoke(Method::POST, "/fn/beta/net", &event).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let out: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        out["egress"].as_str().unwrap().starts_with("FAILED"),
+        "{grant} opened the destination to beta too: {out}"
+    );
+    drop(peer);
+}
