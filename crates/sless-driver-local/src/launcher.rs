@@ -81,7 +81,7 @@ impl Launcher {
         set_mode(&all_slots, 0o711)?;
         remove_stale_slots(&all_slots);
         // Canonical: mount points are compared with /proc/self/mountinfo.
-        let slots_dir = all_slots.canonicalize()?.join(std::process::id().to_string());
+        let slots_dir = all_slots.canonicalize()?.join(super::owner::own_tag());
         std::fs::create_dir_all(&slots_dir)?;
         set_mode(&slots_dir, 0o711)?;
         Ok(Launcher {
@@ -269,17 +269,14 @@ fn reachable_by_others(data_dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Removes slot directories of server processes that are gone.
+/// Removes slot directories (named by owner tag) of server processes that
+/// are gone.
 pub(crate) fn remove_stale_slots(all_slots: &Path) {
     let Ok(entries) = std::fs::read_dir(all_slots) else {
         return;
     };
     for entry in entries.flatten() {
-        let name = entry.file_name();
-        let alive = name
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        let alive = super::owner::is_gone(&entry.file_name().to_string_lossy()) == Some(false);
         if !alive {
             // Scratch tmpfs mounts of the dead server's sandboxes first.
             if let Ok(dir) = entry.path().canonicalize() {

@@ -13,6 +13,7 @@ pub mod frame;
 mod fuzz_frames;
 mod launcher;
 mod network;
+mod owner;
 mod pasta;
 mod pool;
 mod process;

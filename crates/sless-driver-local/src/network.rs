@@ -15,8 +15,9 @@
 //!
 //! **Invariant:** no sandboxed process runs in a namespace before its rules
 //! are in place (the sandbox is started inside it only after `create`).
-//! Namespaces are named `sless-{server pid}-{n}`; those of a server that is
-//! gone, and their pasta processes, are removed when a server starts.
+//! Namespaces are named `sless-{owner tag}-{n}` (the server's pid and start
+//! time, see `owner`); those of a server that is gone, and their pasta
+//! processes, are removed when a server starts.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use std::sync::Mutex;
 
 use tokio::process::Command;
 
+use super::owner;
 use super::pasta::{self, Pasta};
 
 /// Where a sandbox sends DNS queries; pasta forwards them to the host's
@@ -140,7 +142,7 @@ impl Networks {
         set_mode(&resolv_conf, 0o644)?;
         remove_stale();
         Ok(Networks {
-            prefix: format!("sless-{}-", std::process::id()),
+            prefix: format!("sless-{}-", owner::own_tag()),
             rules: rules(&host_addresses()),
             next: AtomicU64::new(0),
             private,
@@ -223,12 +225,14 @@ fn remove_netns(path: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
-/// Whether a namespace name is one of a server process that is gone.
+/// Whether a namespace name, `sless-{owner tag}-{n}`, is one of a server
+/// process that is gone.
 fn owner_gone(name: &str) -> bool {
     name.strip_prefix("sless-")
-        .and_then(|n| n.split('-').next())
-        .and_then(|p| p.parse::<u32>().ok())
-        .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        .and_then(|n| n.rsplit_once('-'))
+        .filter(|(_, n)| n.parse::<u64>().is_ok())
+        .and_then(|(tag, _)| owner::is_gone(tag))
+        .unwrap_or(false)
 }
 
 /// Namespaces of server processes that are gone, and their pasta processes

@@ -1,9 +1,10 @@
 //! What a server leaves on the machine when it stops or is killed: nothing
-//! that lasts. Its pasta processes die with it, SIGKILL included; its
-//! sandboxes' tmpfs mounts go when they stop and when the server shuts
-//! down; after a kill, the next server on the data dir removes the mounts
-//! and network namespaces the killed one left, and so does the harness when
-//! it drops a server.
+//! that lasts. Its pasta processes and sandboxes die with it, SIGKILL
+//! included; its sandboxes' tmpfs mounts go when they stop and when the
+//! server shuts down; after a kill, the next server on the data dir removes
+//! the mounts and network namespaces the killed one left (even when its pid
+//! belongs to another process by then), and so does the harness when it
+//! drops a server.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,28 +16,34 @@ use super::harness::{eventually, Backend, Server};
 
 const HELLO: &[u8] = b"def handle(event, context):\n    return 'hello'\n";
 
-/// Live pasta processes serving a namespace of server `pid`
-/// (`/run/netns/sless-{pid}-…`), whoever their parent is now.
-fn pastas_of(pid: u32) -> Vec<u32> {
-    let needle = format!("/run/netns/sless-{pid}-");
+/// Live processes whose `/proc/{p}/{file}` contains `needle`.
+fn live_processes_with(file: &str, needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|p| {
+            // "pid (comm) state ...": a zombie (Z) or dead (X) one is gone.
             let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
-            let comm_and_state = stat.split_once('(').map(|(_, rest)| rest).unwrap_or("");
-            let pasta = comm_and_state.starts_with("pasta") || comm_and_state.starts_with("passt");
-            let zombie = comm_and_state
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']));
-            pasta && !zombie
+            let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start()).unwrap_or("Z");
+            !state.starts_with(['Z', 'X'])
         })
         .filter(|p| {
-            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            String::from_utf8_lossy(&cmdline).contains(&needle)
+            let text = std::fs::read(format!("/proc/{p}/{file}")).unwrap_or_default();
+            String::from_utf8_lossy(&text).contains(needle)
         })
         .collect()
+}
+
+/// Live pasta processes serving a namespace of server `pid`
+/// (`/run/netns/sless-{pid}-…`), whoever their parent is now.
+fn pastas_of(pid: u32) -> Vec<u32> {
+    live_processes_with("cmdline", &format!("/run/netns/sless-{pid}-"))
+}
+
+/// Live processes in the control groups of server `pid`'s sandboxes.
+fn sandboxed_processes_of(pid: u32) -> Vec<u32> {
+    live_processes_with("cgroup", &format!("/sless-{pid}/"))
 }
 
 /// Mount points at or below `dir` (canonical), as the kernel lists them.
@@ -62,13 +69,16 @@ fn namespaces_of(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// The running server's slots directory, `slots/{pid}-{start time}`.
 fn slots_of(server: &Server) -> PathBuf {
-    server
-        .data_path()
-        .canonicalize()
+    let slots = server.data_path().canonicalize().unwrap().join("slots");
+    let prefix = format!("{}-", server.pid());
+    std::fs::read_dir(&slots)
         .unwrap()
-        .join("slots")
-        .join(server.pid().to_string())
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no slots directory of server {} in {}", server.pid(), slots.display()))
 }
 
 async fn deploy_and_call(server: &Server, name: &str) {
@@ -87,13 +97,17 @@ async fn a_killed_servers_pasta_dies_with_it_and_the_next_start_clears_the_rest(
     let slots = slots_of(&server);
     let data = server.data_path().canonicalize().unwrap();
     assert!(!pastas_of(pid).is_empty(), "an instance's namespace is served by pasta");
+    assert!(
+        !sandboxed_processes_of(pid).is_empty(),
+        "instances run in the server's groups"
+    );
     assert!(!mounts_under(&slots).is_empty(), "instances have scratch mounts");
 
     server.kill9();
     eventually(Duration::from_secs(5), || async {
-        match pastas_of(pid) {
-            left if left.is_empty() => Ok(()),
-            left => Err(format!("pasta {left:?} outlived server {pid}")),
+        match (pastas_of(pid), sandboxed_processes_of(pid)) {
+            (pastas, sandboxed) if pastas.is_empty() && sandboxed.is_empty() => Ok(()),
+            left => Err(format!("pasta and sandboxed processes {left:?} outlived server {pid}")),
         }
     })
     .await;
@@ -147,4 +161,30 @@ async fn scratch_mounts_go_when_instances_stop_and_when_the_server_shuts_down() 
         "namespaces removed at shutdown"
     );
     assert_eq!(pastas_of(pid), Vec::<u32>::new());
+}
+
+#[tokio::test]
+async fn a_dead_servers_mounts_go_even_when_another_process_has_its_pid() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    // Slots as a killed server leaves them, tagged with a pid that is alive
+    // again (this test's) but with another start time.
+    let stale = server
+        .data_path()
+        .canonicalize()
+        .unwrap()
+        .join("slots")
+        .join(format!("{}-1", std::process::id()));
+    let scratch = stale.join("0123456789abcdef.tmp");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "sless-tmp"])
+        .arg(&scratch)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    assert!(!mounts_under(&stale).is_empty());
+
+    server.restart();
+    assert_eq!(mounts_under(&stale), Vec::<String>::new(), "a reused pid kept them");
+    assert!(!stale.exists());
 }

@@ -152,6 +152,8 @@ async fn first_start_generates_admin_token_once() {
     assert_eq!(ok.status(), StatusCode::OK, "same token after restart");
     child.kill().unwrap();
     child.wait().unwrap();
+    // What the killed server had mounted (as the harness does for its own).
+    sless_driver_local::remove_leftovers(dir.path());
 }
 
 #[tokio::test]
