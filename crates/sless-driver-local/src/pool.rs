@@ -456,14 +456,7 @@ impl std::fmt::Display for StartFailure {
 
 async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
     let runtime = generation.spec.runtime;
-    let process = match pool.warm.take() {
-        Some(p) => p,
-        None => pool
-            .launcher
-            .spawn_generic(runtime)
-            .await
-            .map_err(StartFailure::Start)?,
-    };
+    let process = pool.warm.take().await.map_err(StartFailure::Start)?;
     let from = generation.artifact_dir.clone();
     let slot = process.slot.clone();
     tokio::task::spawn_blocking(move || link_tree(&from, &slot))

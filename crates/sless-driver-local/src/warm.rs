@@ -1,91 +1,159 @@
-//! Pre-started generic interpreters, one small pool per runtime: a cold start
+//! Pre-started generic interpreters, one pool per runtime: a cold start
 //! takes one of these and only loads the handler into it.
+//!
+//! Shims are started by the pool's own tasks, never by a request: enough
+//! to keep `target` ready, plus one for each cold start that found none.
+//! A cold start that waits takes the first shim to become ready, whichever
+//! start made it, so it never waits for a start it does not need (nor for
+//! one that a refill began before it came). At most `parallel` starts run
+//! at once: each costs an interpreter's start-up CPU, and on a busy machine
+//! starting everything at once would make the first ready shim come last.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use sless_api::Runtime;
-use tokio::sync::Notify;
+use tokio::sync::oneshot;
 
 use super::launcher::Launcher;
 use super::process::ShimProcess;
+
+type Handoff = oneshot::Sender<Result<Arc<ShimProcess>, String>>;
 
 /// Warm shims of one runtime, refilled in the background.
 pub struct WarmPool {
     runtime: Runtime,
     target: usize,
-    ready: Mutex<VecDeque<Arc<ShimProcess>>>,
-    refill: Notify,
-    stopped: std::sync::atomic::AtomicBool,
+    parallel: usize,
+    launcher: Arc<Launcher>,
+    state: Mutex<WarmState>,
+    stopped: AtomicBool,
+}
+
+#[derive(Default)]
+struct WarmState {
+    ready: VecDeque<Arc<ShimProcess>>,
+    /// Cold starts waiting for a shim, oldest first.
+    waiters: VecDeque<Handoff>,
+    /// Starts under way.
+    starting: usize,
+    /// Failed starts in a row (the next start waits longer).
+    failures: u32,
 }
 
 impl WarmPool {
     pub fn start(runtime: Runtime, target: usize, launcher: Arc<Launcher>) -> Arc<WarmPool> {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let pool = Arc::new(WarmPool {
             runtime,
             target,
-            ready: Mutex::new(VecDeque::new()),
-            refill: Notify::new(),
-            stopped: std::sync::atomic::AtomicBool::new(false),
+            parallel: (2 * cpus).max(2),
+            launcher,
+            state: Mutex::new(WarmState::default()),
+            stopped: AtomicBool::new(false),
         });
-        let this = pool.clone();
-        tokio::spawn(async move {
-            let pool = this;
-            let mut failures = 0u32;
-            loop {
-                if pool.stopped.load(std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                let missing = {
-                    let mut ready = pool.ready.lock().unwrap();
-                    ready.retain(|p| p.is_alive());
-                    pool.target.saturating_sub(ready.len())
-                };
-                if missing == 0 {
-                    pool.refill.notified().await;
-                    continue;
-                }
-                match launcher.spawn_generic(runtime).await {
-                    Ok(process) => {
-                        failures = 0;
-                        pool.ready.lock().unwrap().push_back(process);
-                    }
-                    Err(e) => {
-                        failures += 1;
-                        tracing::warn!(runtime = %runtime, error = %e, "starting a warm instance failed");
-                        let backoff = 100u64 << failures.min(7);
-                        tokio::time::sleep(std::time::Duration::from_millis(backoff)).await;
-                    }
-                }
-            }
-        });
+        pool.refill();
         pool
     }
 
-    /// A warm shim if one is ready.
-    pub fn take(&self) -> Option<Arc<ShimProcess>> {
-        let process = {
-            let mut ready = self.ready.lock().unwrap();
-            loop {
-                match ready.pop_front() {
-                    Some(p) if p.is_alive() => break Some(p),
-                    Some(_) => continue,
-                    None => break None,
+    /// A warm shim: one that is ready, else the next one to become ready.
+    pub async fn take(self: &Arc<Self>) -> Result<Arc<ShimProcess>, String> {
+        let handed = {
+            let mut st = self.state.lock().unwrap();
+            st.ready.retain(|p| p.is_alive());
+            match st.ready.pop_front() {
+                Some(process) => Ok(process),
+                None => {
+                    let (tx, rx) = oneshot::channel();
+                    st.waiters.push_back(tx);
+                    Err(rx)
                 }
             }
         };
-        self.refill.notify_one();
-        if process.is_none() {
-            tracing::debug!(runtime = %self.runtime, "no warm instance ready");
+        self.refill();
+        match handed {
+            Ok(process) => Ok(process),
+            Err(rx) => {
+                tracing::debug!(runtime = %self.runtime, "no warm instance ready; waiting for the next");
+                rx.await.unwrap_or_else(|_| Err("the warm pool stopped".into()))
+            }
         }
-        process
+    }
+
+    /// Begins the starts that the ready shims and the waiters call for.
+    fn refill(self: &Arc<Self>) {
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut st = self.state.lock().unwrap();
+        st.waiters.retain(|w| !w.is_closed());
+        let wanted = (self.target + st.waiters.len()).saturating_sub(st.ready.len() + st.starting);
+        let room = self.parallel.saturating_sub(st.starting);
+        for _ in 0..wanted.min(room) {
+            st.starting += 1;
+            tokio::spawn(self.clone().start_one());
+        }
+    }
+
+    async fn start_one(self: Arc<Self>) {
+        let result = self.launcher.spawn_generic(self.runtime).await;
+        let backoff = {
+            let mut st = self.state.lock().unwrap();
+            match result {
+                Ok(process) => {
+                    st.failures = 0;
+                    st.starting -= 1;
+                    if self.stopped.load(Ordering::SeqCst) {
+                        process.kill();
+                    } else {
+                        hand_over(&mut st, process);
+                    }
+                    None
+                }
+                Err(error) => {
+                    st.failures += 1;
+                    tracing::warn!(runtime = %self.runtime, %error, "starting a warm instance failed");
+                    // The oldest waiter learns why (it would fail alike).
+                    while let Some(waiter) = st.waiters.pop_front() {
+                        if waiter.send(Err(error.clone())).is_ok() {
+                            break;
+                        }
+                    }
+                    Some(Duration::from_millis(100u64 << st.failures.min(7)))
+                }
+            }
+        };
+        if let Some(backoff) = backoff {
+            // Still counted as starting: failures do not multiply starts.
+            tokio::time::sleep(backoff).await;
+            self.state.lock().unwrap().starting -= 1;
+        }
+        self.refill();
     }
 
     pub fn stop(&self) {
-        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.refill.notify_one();
-        for p in self.ready.lock().unwrap().drain(..) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let mut st = self.state.lock().unwrap();
+        for p in st.ready.drain(..) {
             p.kill();
         }
+        st.waiters.clear();
     }
+}
+
+/// Gives a new shim to the oldest waiter still waiting, else keeps it ready.
+fn hand_over(st: &mut WarmState, mut process: Arc<ShimProcess>) {
+    while let Some(waiter) = st.waiters.pop_front() {
+        // A waiter that gave up hands the shim back.
+        match waiter.send(Ok(process)) {
+            Ok(()) => return,
+            Err(returned) => match returned {
+                Ok(back) => process = back,
+                Err(_) => return,
+            },
+        }
+    }
+    st.ready.push_back(process);
 }

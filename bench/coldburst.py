@@ -1,0 +1,321 @@
+"""Cold starts at scale (issue 21): N functions per runtime, all scaled to
+zero, each called once by C callers in parallel (distinct functions, so
+every call is a cold start). Prints, per runtime and C, cold starts per
+second, p50 and p99 of the first answer, the machine's load average before
+and after each burst, and the figures' ratio to their targets; then the
+proportional set size (PSS) of idle Python hello instances. One command:
+
+    python3 bench/coldburst.py --sless "$CARGO_TARGET_DIR/release/sless"
+
+Several server settings side by side (`--mode`, repeatable, NAME:K=V,K=V)
+run the same scenario on one server each, in turn, e.g.
+`--mode fork:SLESS_PYTHON_ZYGOTE=true --mode exec:SLESS_PYTHON_ZYGOTE=false`.
+Instances stop 1 s after their call (SLESS_IDLE_TIMEOUT_SEC=1), so memory
+stays bounded by the burst's rate, and each burst starts once the last
+one's instances are gone. Needs root for the PSS figures (it reads the
+server's control groups)."""
+
+import argparse
+import concurrent.futures
+import glob
+import http.client
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import zipfile
+
+ADMIN = "bench-admin-token-0123456789"
+HELLO = {
+    "python": ("python3.11", "handler.py", "def handle(event, context):\n    return {'hello': 'world'}\n"),
+    "node": ("nodejs20", "handler.js", "exports.handle = async (event, context) => ({ hello: 'world' });\n"),
+}
+# Issue 21's targets: (cold starts/s at C=16, p50 at C=16 in ms, p50 at C=1 in ms).
+TARGETS = {"python": (300.0, 25.0, 4.0), "node": (60.0, 60.0, 8.0)}
+PSS_TARGET_MB = 3.0
+
+
+class Api:
+    def __init__(self, address):
+        host, port = address.rsplit(":", 1)
+        self.host, self.port = host, int(port)
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+
+    def call(self, method, path, body=None, content_type="application/json"):
+        data = json.dumps(body).encode() if isinstance(body, (dict, list)) else body
+        headers = {"authorization": f"Bearer {ADMIN}"}
+        if data is not None:
+            headers["content-type"] = content_type
+        self.conn.request(method, path, body=data, headers=headers)
+        resp = self.conn.getresponse()
+        text = resp.read()
+        return resp.status, text
+
+    def json(self, method, path, body=None, content_type="application/json"):
+        status, text = self.call(method, path, body, content_type)
+        return status, (json.loads(text) if text else None)
+
+
+def start_server(sless, data, env):
+    env = dict(os.environ, SLESS_LISTEN="127.0.0.1:0", SLESS_DATA_DIR=data, SLESS_ADMIN_TOKEN=ADMIN,
+               SLESS_LOG="warn", SLESS_IDLE_TIMEOUT_SEC="1", SLESS_NS_MAX_FUNCTIONS="100000",
+               SLESS_NS_MAX_INSTANCES="1000000", SLESS_NS_MAX_MEMORY_MB="1000000000", **env)
+    proc = subprocess.Popen([sless, "server"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for line in proc.stdout:
+        if line.startswith("sless: listening on "):
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            return proc, line.split("http://", 1)[1].strip()
+    raise SystemExit("the server did not start")
+
+
+def zip_of(name, text):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(name, text)
+    return buf.getvalue()
+
+
+def deploy_all(address, namespace, runtime, names, extra=None, parallel=8):
+    """Creates and builds every function (one archive, so one artifact)."""
+    rt, filename, code = HELLO[runtime]
+    archive = zip_of(filename, code)
+
+    def one(name):
+        api = Api(address)
+        status, body = api.json("POST", f"/v1/namespaces/{namespace}/functions",
+                                {"name": name, "runtime": rt, **(extra or {})})
+        assert status in (201, 409), body
+        status, body = api.json("PUT", f"/v1/namespaces/{namespace}/functions/{name}/code", archive, "application/zip")
+        assert status == 202, body
+        while True:
+            _, f = api.json("GET", f"/v1/namespaces/{namespace}/functions/{name}")
+            if f["status"]["phase"] == "Ready":
+                return
+            if f["status"]["phase"] == "Failed":
+                raise SystemExit(f"{namespace}/{name} failed to build: {f['status']['message']}")
+            time.sleep(0.05)
+
+    with concurrent.futures.ThreadPoolExecutor(parallel) as pool:
+        list(pool.map(one, names))
+
+
+def instances(api, namespace):
+    _, text = api.call("GET", "/metrics")
+    total = 0
+    for line in text.decode().splitlines():
+        if line.startswith(f'sless_instances{{namespace="{namespace}"'):
+            total += int(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_for_zero(api, namespace, timeout=120):
+    end = time.time() + timeout
+    while instances(api, namespace) > 0:
+        if time.time() > end:
+            raise SystemExit(f"instances of {namespace} did not stop within {timeout} s")
+        time.sleep(0.2)
+
+
+def burst(address, namespace, names, callers):
+    """Calls each function once, `callers` at a time; returns the rate and latencies (ms)."""
+    todo = iter(names)
+    lock = threading.Lock()
+    latencies, failures = [], []
+
+    def caller():
+        conn = http.client.HTTPConnection(*address.rsplit(":", 1), timeout=300)
+        while True:
+            with lock:
+                name = next(todo, None)
+            if name is None:
+                return
+            started = time.perf_counter()
+            conn.request("GET", f"/fn/{namespace}/{name}")
+            resp = conn.getresponse()
+            body = resp.read()
+            took = (time.perf_counter() - started) * 1000
+            with lock:
+                latencies.append(took)
+                if resp.status != 200:
+                    failures.append((name, resp.status, body[:200]))
+
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    if failures:
+        raise SystemExit(f"{len(failures)} calls failed, e.g. {failures[:3]}")
+    return len(names) / wall, latencies
+
+
+def pct(values, p):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def load():
+    return os.getloadavg()[0]
+
+
+def pss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return int(re.search(r"^Pss:\s+(\d+) kB", f.read(), re.M).group(1))
+    except (OSError, AttributeError):
+        return 0
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def instance_groups(server_pid):
+    """The server's per-sandbox control groups (v1 memory controller, or v2)."""
+    with open(f"/proc/{server_pid}/cgroup") as f:
+        own = f.read().splitlines()
+    for line in own:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return glob.glob(f"/sys/fs/cgroup/memory{path.rstrip('/')}/sless-{server_pid}/*/")
+        if controllers == "" and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            return glob.glob(f"/sys/fs/cgroup{path.rstrip('/')}/sless-{server_pid}/*/")
+    return []
+
+
+def idle_pss(address, server_pid, count):
+    """PSS (kB) of idle loaded Python hello instances: the shim process
+    alone, and every process of its sandbox; and of each one's pasta."""
+    api = Api(address)
+    names = [f"pss-{i}" for i in range(count)]
+    deploy_all(address, "burst-pss", "python", names, {"min_instances": 1})
+    for name in names:
+        status, _ = api.call("GET", f"/fn/burst-pss/{name}")
+        assert status == 200
+    time.sleep(2)  # let them settle (and be the only ones: the bursts' are gone)
+    shims, sandboxes = [], []
+    for group in instance_groups(server_pid):
+        try:
+            with open(os.path.join(group, "cgroup.procs")) as f:
+                pids = [int(p) for p in f.read().split()]
+        except OSError:
+            continue
+        # The interpreter (a new one, or a fork of the zygote), not bubblewrap.
+        shim = [p for p in pids if os.path.basename((cmdline(p) or [b""])[0]).startswith(b"python")]
+        if shim:
+            shims.append(sum(pss_kb(p) for p in shim))
+            sandboxes.append(sum(pss_kb(p) for p in pids))
+    marker = f"/run/netns/sless-{server_pid}-".encode()
+    pastas = [pss_kb(int(p)) for p in os.listdir("/proc") if p.isdigit()
+              and any(a.startswith(marker) for a in cmdline(int(p)))
+              and os.path.basename(cmdline(int(p))[0]) in (b"pasta", b"passt")]
+    return shims, sandboxes, pastas
+
+
+def run_mode(args, label, env):
+    work = tempfile.mkdtemp(prefix="sless-coldburst-")
+    os.chmod(work, 0o711)  # sandboxed functions run as other users and must reach the data dir
+    server, address = start_server(args.sless, f"{work}/data", env)
+    rows = []
+    try:
+        api = Api(address)
+        for runtime in args.runtimes:
+            namespace = f"burst-{runtime}"
+            names = [f"f-{i}" for i in range(args.functions)]
+            started = time.time()
+            deploy_all(address, namespace, runtime, names)
+            print(f"[{label}] {runtime}: {len(names)} functions deployed in {time.time() - started:.0f} s", flush=True)
+            for callers in args.callers:
+                wait_for_zero(api, namespace)
+                time.sleep(args.settle)  # the warm pool refills
+                before = load()
+                rate, latencies = burst(address, namespace, names, callers)
+                after = load()
+                row = (label, runtime, callers, rate, pct(latencies, 50), pct(latencies, 99), before, after)
+                rows.append(row)
+                print(f"[{label}] {runtime} C={callers:<2}: {rate:6.1f} cold starts/s, p50 {row[4]:6.1f} ms, "
+                      f"p99 {row[5]:6.1f} ms (load average {before:.2f} -> {after:.2f})", flush=True)
+        pss = None
+        if "python" in args.runtimes and args.pss_instances > 0 and os.geteuid() == 0:
+            pss = idle_pss(address, server.pid, args.pss_instances)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    return rows, pss
+
+
+def report(rows, pss_by_mode):
+    print("\nmode      runtime  C   cold/s    p50 ms   p99 ms  load avg (1 min) before -> after")
+    for label, runtime, callers, rate, p50, p99, before, after in rows:
+        print(f"{label:<9} {runtime:<7} {callers:>2} {rate:8.1f} {p50:9.1f} {p99:8.1f}  {before:.2f} -> {after:.2f}")
+    print("\nagainst the targets of issue 21 (figure / target; rate >= 1 and latency <= 1 meet them):")
+    for label in dict.fromkeys(r[0] for r in rows):
+        for runtime, (rate_t, p50_t, single_t) in TARGETS.items():
+            mine = {r[2]: r for r in rows if r[0] == label and r[1] == runtime}
+            parts = []
+            if 16 in mine:
+                parts.append(f"C=16 rate {mine[16][3]:.1f}/{rate_t:.0f} = {mine[16][3] / rate_t:.2f}x")
+                parts.append(f"C=16 p50 {mine[16][4]:.1f}/{p50_t:.0f} ms = {mine[16][4] / p50_t:.2f}x")
+            if 1 in mine:
+                parts.append(f"C=1 p50 {mine[1][4]:.1f}/{single_t:.0f} ms = {mine[1][4] / single_t:.2f}x")
+            if parts:
+                print(f"  {label} {runtime}: " + "; ".join(parts))
+    for label, pss in pss_by_mode.items():
+        if pss is None:
+            continue
+        shims, sandboxes, pastas = pss
+        if not shims:
+            print(f"  {label}: no idle Python instance found for PSS")
+            continue
+        line = (f"  {label} idle Python hello PSS ({len(shims)} instances): shim process median "
+                f"{statistics.median(shims) / 1024:.1f} MB ({statistics.median(shims) / 1024 / PSS_TARGET_MB:.2f}x "
+                f"of {PSS_TARGET_MB:.0f} MB), whole sandbox {statistics.median(sandboxes) / 1024:.1f} MB")
+        if pastas:
+            line += f", its pasta (network) {statistics.median(pastas) / 1024:.1f} MB"
+        print(line)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sless", required=True)
+    ap.add_argument("--functions", type=int, default=200, help="functions per runtime (N)")
+    ap.add_argument("--callers", default="1,4,16", help="callers in parallel (C), comma separated")
+    ap.add_argument("--runtimes", default="python,node")
+    ap.add_argument("--settle", type=float, default=2.0, help="seconds between bursts for the warm pool")
+    ap.add_argument("--pss-instances", type=int, default=10)
+    ap.add_argument("--mode", action="append", default=[],
+                    help="NAME:K=V,K=V server environment of one side (repeatable)")
+    args = ap.parse_args()
+    args.callers = [int(c) for c in args.callers.split(",")]
+    args.runtimes = args.runtimes.split(",")
+    modes = []
+    for mode in args.mode or ["default:"]:
+        label, _, pairs = mode.partition(":")
+        modes.append((label, dict(p.split("=", 1) for p in pairs.split(",") if p)))
+    print(f"{os.cpu_count()} CPUs, load average {load():.2f}; N = {args.functions}, C = {args.callers}", flush=True)
+    rows, pss_by_mode = [], {}
+    for label, env in modes:
+        mode_rows, pss = run_mode(args, label, env)
+        rows += mode_rows
+        pss_by_mode[label] = pss
+    report(rows, pss_by_mode)
+
+
+if __name__ == "__main__":
+    main()
