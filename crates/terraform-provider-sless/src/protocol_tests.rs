@@ -31,8 +31,15 @@ fn s(text: &str) -> Value<String> {
     Value::Value(text.to_string())
 }
 
+/// The top-level attributes and blocks: each is one key of the state.
 fn attribute_names(schema: &Schema) -> BTreeSet<String> {
-    schema.block.attributes.keys().cloned().collect()
+    schema
+        .block
+        .attributes
+        .keys()
+        .chain(schema.block.blocks.keys())
+        .cloned()
+        .collect()
 }
 
 fn state_keys<S: serde::Serialize + Default>() -> BTreeSet<String> {
@@ -142,6 +149,8 @@ enum Mp<'a> {
     /// cty's unknown value: fixext1 of extension type 0.
     Unknown,
     Map(Vec<(&'a str, Mp<'a>)>),
+    /// An empty list: how Terraform sends an optional block that is absent.
+    NoBlock,
 }
 
 fn encode(value: &Mp, out: &mut Vec<u8>) {
@@ -158,6 +167,7 @@ fn encode(value: &Mp, out: &mut Vec<u8>) {
         Mp::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
         Mp::Nil => out.push(0xc0),
         Mp::Unknown => out.extend([0xd4, 0x00, 0x00]),
+        Mp::NoBlock => out.push(0x90),
         Mp::Map(entries) => {
             out.push(0xde);
             out.extend((entries.len() as u16).to_be_bytes());
@@ -185,7 +195,7 @@ fn states_decode_from_terraforms_msgpack_with_unknowns_and_nulls() {
         ("max_instances", Mp::Nil),
         ("replicas", Mp::Nil),
         ("build_timeout_sec", Mp::Nil),
-        ("async", Mp::Nil),
+        ("async", Mp::NoBlock),
         ("network", Mp::Str("none")),
         ("tmp_mb", Mp::Nil),
         ("expose_errors", Mp::Bool(true)),

@@ -1,4 +1,4 @@
-//! `sless_function`'s `async` attribute: nested attributes for retries,
+//! `sless_function`'s `async` block: attributes for retries,
 //! maximum event age and the on-failure and on-success destinations, their
 //! schema, their API JSON and the server's defaults a plan fills in.
 
@@ -7,22 +7,24 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value as Json};
 use sless_api::{AsyncSettings, Destination, DestinationType};
-use tf_provider::schema::{Attribute, AttributeType};
-use tf_provider::value::Value;
+use tf_provider::schema::{Attribute, AttributeType, Block, Description, NestedBlock};
+use tf_provider::value::{self, Value};
 
-use crate::schema::{defaulted, optional, required};
+use crate::schema::{defaulted, optional, required, SCHEMA_VERSION};
 
-/// `async = { ... }` as Terraform holds it.
+/// `async { ... }` as Terraform holds it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AsyncState {
     pub retry_limit: Value<i64>,
     pub max_event_age_sec: Value<i64>,
+    #[serde(with = "value::serde_as_vec")]
     pub on_failure: Value<DestinationState>,
+    #[serde(with = "value::serde_as_vec")]
     pub on_success: Value<DestinationState>,
 }
 
-/// `on_failure = { type = "function", function = "dlq" }` or
+/// `on_failure { type = "function", function = "dlq" }` or
 /// `{ type = "amqp", broker_url = "...", queue = "..." }`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -34,12 +36,14 @@ pub struct DestinationState {
     pub queue: Value<String>,
 }
 
-/// The attribute's type: its nested attributes.
-pub fn attribute_type() -> AttributeType {
+/// The `async { ... }` block: retries, maximum age and the two destination
+/// blocks.
+pub fn block() -> Block {
     let destination = |when: &str| {
         let string = || AttributeType::String;
-        optional(
-            AttributeType::AttributeSingle(HashMap::from([
+        NestedBlock::Optional(Block {
+            version: SCHEMA_VERSION,
+            attributes: HashMap::from([
                 ("type".to_string(), required(string(), "function or amqp.")),
                 (
                     "function".to_string(),
@@ -53,31 +57,42 @@ pub fn attribute_type() -> AttributeType {
                     "queue".to_string(),
                     optional(string(), "amqp: the queue (declared durable)."),
                 ),
-            ])),
-            &format!("Where the record of an event goes {when}."),
-        )
+            ]),
+            blocks: HashMap::new(),
+            description: Description::plain(format!("Where the record of an event goes {when}.")),
+            deprecated: false,
+        })
     };
-    AttributeType::AttributeSingle(HashMap::<String, Attribute>::from([
-        (
-            "retry_limit".to_string(),
-            defaulted(
-                AttributeType::Number,
-                "Retries after a failed attempt, 0-10 (default 2).",
+    Block {
+        version: SCHEMA_VERSION,
+        attributes: HashMap::<String, Attribute>::from([
+            (
+                "retry_limit".to_string(),
+                defaulted(
+                    AttributeType::Number,
+                    "Retries after a failed attempt, 0-10 (default 2).",
+                ),
             ),
-        ),
-        (
-            "max_event_age_sec".to_string(),
-            defaulted(
-                AttributeType::Number,
-                "Seconds after which an undelivered event fails, 60-21600 (default 21600).",
+            (
+                "max_event_age_sec".to_string(),
+                defaulted(
+                    AttributeType::Number,
+                    "Seconds after which an undelivered event fails, 60-21600 (default 21600).",
+                ),
             ),
+        ]),
+        blocks: HashMap::from([
+            (
+                "on_failure".to_string(),
+                destination("when its retries ran out or it grew too old"),
+            ),
+            ("on_success".to_string(), destination("once it was delivered")),
+        ]),
+        description: Description::plain(
+            "Delivery of asynchronous calls (X-Sless-Invocation-Type: Event): retry_limit, max_event_age_sec, on_failure and on_success destinations.",
         ),
-        (
-            "on_failure".to_string(),
-            destination("when its retries ran out or it grew too old"),
-        ),
-        ("on_success".to_string(), destination("once it was delivered")),
-    ]))
+        deprecated: false,
+    }
 }
 
 /// Whether every value inside is known (so the spec can be checked).

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value as Json};
 use sless_api::{Function, FunctionSpec, Phase};
 use tf_provider::schema::AttributeType;
-use tf_provider::value::Value;
+use tf_provider::value::{self, Value};
 use tf_provider::Diagnostics;
 
 use crate::convert::{resource_id, to_u32};
-use crate::resource::fields::{replaces, reported, updates, Field};
+use crate::resource::fields::{replaces, reported, updates, updates_block, Field};
 use crate::schema::{defaulted, optional, required, string_map};
 
 /// The number attributes that are spec fields of the same name.
@@ -43,7 +43,7 @@ pub struct FunctionState {
     pub max_instances: Value<i64>,
     pub replicas: Value<i64>,
     pub build_timeout_sec: Value<i64>,
-    #[serde(rename = "async")]
+    #[serde(rename = "async", with = "value::serde_as_vec")]
     pub async_settings: Value<super::asynchronous::AsyncState>,
     pub network: Value<String>,
     pub tmp_mb: Value<i64>,
@@ -109,7 +109,7 @@ pub fn fields() -> Vec<Field> {
         updates("max_instances", defaulted(number(), "Most instances when autoscaling (default 4).")),
         updates("replicas", optional(number(), "Fixed instance count: unset autoscales, 0 turns the function off, N pins N.")),
         updates("build_timeout_sec", defaulted(number(), "Time limit of a build in seconds, and how long apply waits for it (default 300).")),
-        updates("async", optional(super::asynchronous::attribute_type(), "Delivery of asynchronous calls (X-Sless-Invocation-Type: Event): retry_limit, max_event_age_sec, on_failure and on_success destinations.")),
+        updates_block("async", super::asynchronous::block()),
         updates("network", defaulted(string(), "internet (default: outbound internet, no private or host addresses) or none (loopback only).")),
         updates("tmp_mb", defaulted(number(), "Size of an instance's /tmp in MiB (default 64); it counts towards memory_mb.")),
         updates("expose_errors", defaulted(boolean(), "Whether callers see an unhandled exception's message (default false: \"the function failed\")")),

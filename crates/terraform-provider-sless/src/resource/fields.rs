@@ -12,10 +12,10 @@ use serde::Serialize;
 use serde_json::Value as Json;
 #[cfg(test)]
 use tf_provider::schema::AttributeConstraint;
-use tf_provider::schema::{Attribute, AttributeType, Schema};
+use tf_provider::schema::{Attribute, AttributeType, Block, NestedBlock, Schema};
 use tf_provider::value::Value;
 
-use crate::schema::{computed, defaulted, required, schema};
+use crate::schema::{computed, defaulted, optional, required, schema};
 
 /// What a new value of an attribute does to the resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +35,12 @@ pub struct Field {
     pub name: &'static str,
     pub on_change: OnChange,
     pub attribute: Attribute,
+    /// Set when the attribute is written as a nested block (`name { ... }`,
+    /// at most once): then `attribute` only carries its constraint and
+    /// description. (Nested attributes, `name = { ... }`, are not an option:
+    /// tf-provider 0.2 sends them with both a type and a nested type, which
+    /// Terraform refuses.)
+    pub block: Option<Block>,
 }
 
 /// An attribute whose new value replaces the resource.
@@ -43,6 +49,7 @@ pub fn replaces(name: &'static str, attribute: Attribute) -> Field {
         name,
         on_change: OnChange::Replace,
         attribute,
+        block: None,
     }
 }
 
@@ -52,6 +59,19 @@ pub fn updates(name: &'static str, attribute: Attribute) -> Field {
         name,
         on_change: OnChange::Update,
         attribute,
+        block: None,
+    }
+}
+
+/// An optional nested block (`name { ... }`, at most once) whose new value
+/// is applied in place; its state field is serialized with
+/// `tf_provider::value::serde_as_vec`.
+pub fn updates_block(name: &'static str, block: Block) -> Field {
+    Field {
+        name,
+        on_change: OnChange::Update,
+        attribute: optional(AttributeType::Any, &block.description.content),
+        block: Some(block),
     }
 }
 
@@ -61,6 +81,7 @@ pub fn reported(name: &'static str, kind: AttributeType, description: &str) -> F
         name,
         on_change: OnChange::Report,
         attribute: computed(kind, description),
+        block: None,
     }
 }
 
@@ -91,13 +112,23 @@ pub fn identity(noun: &str) -> Vec<Field> {
 
 /// The schema of a resource with these attributes.
 pub fn schema_of(description: &str, fields: &[Field]) -> Schema {
-    schema(
+    let mut schema = schema(
         description,
         fields
             .iter()
+            .filter(|field| field.block.is_none())
             .map(|field| (field.name, field.attribute.clone()))
             .collect(),
-    )
+    );
+    for field in fields {
+        if let Some(block) = &field.block {
+            schema
+                .block
+                .blocks
+                .insert(field.name.to_string(), NestedBlock::Optional(block.clone()));
+        }
+    }
+    schema
 }
 
 /// The attributes a practitioner sets, which a server message may name.
@@ -173,7 +204,6 @@ mod tests {
     use serde::Deserialize;
 
     use super::*;
-    use crate::schema::optional;
 
     #[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
     #[serde(default)]

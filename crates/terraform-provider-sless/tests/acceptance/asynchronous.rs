@@ -47,7 +47,7 @@ fn async_settings_are_created_changed_in_place_and_removed() {
 
     let with_dlq = |retries: u32| {
         format!(
-            "async = {{\n    retry_limit = {retries}\n    on_failure  = {{\n      type     = \"function\"\n      function = sless_function.dlq.name\n    }}\n  }}"
+            "async {{\n    retry_limit = {retries}\n    on_failure {{\n      type     = \"function\"\n      function = sless_function.dlq.name\n    }}\n  }}"
         )
     };
     work.config(PROVIDER, &stack(&with_dlq(0)));
