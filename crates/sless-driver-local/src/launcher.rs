@@ -10,9 +10,11 @@ use super::cgroup::GroupLimits;
 use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings};
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
+use super::zygote::Zygote;
 
 /// The shims, embedded in the binary and written out at start.
 pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
+pub(crate) const PYTHON_ZYGOTE: &str = include_str!("../../../runtimes/python/sless_zygote.py");
 pub(crate) const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
 /// How the Node shim is started: frames on fds 3 (in) and 4 (out), stdin
 /// on /dev/null and stdout on stderr, so no write to fd 1 can pass for a frame.
@@ -24,6 +26,7 @@ pub fn shim_version() -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new()
         .chain_update(PYTHON_SHIM)
+        .chain_update(PYTHON_ZYGOTE)
         .chain_update(NODE_SHIM)
         .finalize();
     hex::encode(&digest[..6])
@@ -54,6 +57,10 @@ pub struct Launcher {
     slots_dir: PathBuf,
     python: String,
     node: String,
+    /// Where sandboxes' scratch tmpfs are mounted.
+    scratch_dir: PathBuf,
+    /// Forks Python shims instead of starting interpreters, when on.
+    zygote: Option<Zygote>,
 }
 
 impl Launcher {
@@ -62,6 +69,7 @@ impl Launcher {
         python: String,
         node: String,
         isolation: &IsolationSettings,
+        python_zygote: bool,
     ) -> anyhow::Result<Launcher> {
         let mut sandbox = Sandbox::detect()?;
         let confiner = Confiner::start(data_dir, isolation)?;
@@ -75,6 +83,8 @@ impl Launcher {
         set_mode(&shim_dir, 0o755)?;
         std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
         std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
+        std::fs::write(shim_dir.join("sless_zygote.py"), PYTHON_ZYGOTE)?;
+
         // Slots of this process only: several servers may share a data dir.
         let all_slots = data_dir.join("slots");
         std::fs::create_dir_all(&all_slots)?;
@@ -84,6 +94,19 @@ impl Launcher {
         let slots_dir = all_slots.canonicalize()?.join(super::owner::own_tag());
         std::fs::create_dir_all(&slots_dir)?;
         set_mode(&slots_dir, 0o711)?;
+        // Scratch tmpfs mounts apart from the slots (hard links into a slot
+        // cannot cross the zygote's shared mount point).
+        let scratch_dir = slots_dir.join("scratch");
+        std::fs::create_dir_all(&scratch_dir)?;
+        set_mode(&scratch_dir, 0o711)?;
+        let zygote = match (python_zygote, sandbox.as_root()) {
+            (true, true) => Some(Zygote::new(python.clone(), &shim_dir, data_dir, &scratch_dir)?),
+            (true, false) => {
+                tracing::warn!("SLESS_PYTHON_ZYGOTE needs a server running as root (it confines its forks itself): Python instances start as new interpreters");
+                None
+            }
+            (false, _) => None,
+        };
         Ok(Launcher {
             sandbox,
             confiner,
@@ -91,6 +114,8 @@ impl Launcher {
             slots_dir,
             python,
             node,
+            scratch_dir,
+            zygote,
         })
     }
 
@@ -123,7 +148,7 @@ impl Launcher {
         let started = std::time::Instant::now();
         let confinement = self
             .confiner
-            .confine(uid, WARM_GROUP, scratch_of(&slot), WARM_LIMITS.tmp_bytes)
+            .confine(uid, WARM_GROUP, self.scratch_of(&slot), WARM_LIMITS.tmp_bytes)
             .await?;
         let confined = started.elapsed();
         // Empty until the instance loads a function that mounts secrets.
@@ -143,12 +168,21 @@ impl Launcher {
             env: vec![],
             share_net: true,
         };
-        let child = self
-            .sandbox
-            .command(&spec, &confinement, WARM_LIMITS)
-            .spawn()
-            .map_err(|e| format!("starting {program}: {e}"))?;
-        let process = ShimProcess::start(child, slot, confinement, runtime.to_string()).await;
+        let process = match (runtime, &self.zygote) {
+            (Runtime::Python311, Some(zygote)) => {
+                let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
+                let forked = zygote.fork(&request).await?;
+                ShimProcess::start_forked(forked, slot, confinement, runtime.to_string()).await
+            }
+            _ => {
+                let child = self
+                    .sandbox
+                    .command(&spec, &confinement, WARM_LIMITS)
+                    .spawn()
+                    .map_err(|e| format!("starting {program}: {e}"))?;
+                ShimProcess::start(child, slot, confinement, runtime.to_string()).await
+            }
+        };
         tracing::debug!(
             %runtime,
             confine_ms = confined.as_secs_f64() * 1e3,
@@ -161,7 +195,9 @@ impl Launcher {
     /// A confinement for a sandbox that is not a shim (a build); its
     /// scratch is mounted among this server's slots like an instance's.
     pub async fn confine(&self, uid: Option<u32>, limits: GroupLimits, tmp_bytes: u64) -> Result<Confinement, String> {
-        let scratch = self.slots_dir.join(format!("build-{:016x}.tmp", rand::random::<u64>()));
+        let scratch = self
+            .scratch_dir
+            .join(format!("build-{:016x}.tmp", rand::random::<u64>()));
         self.confiner.confine(uid, limits, scratch, tmp_bytes).await
     }
 
@@ -191,17 +227,17 @@ impl Launcher {
             .await
     }
 
+    /// Where the scratch tmpfs of the sandbox whose slot is `slot` is mounted.
+    fn scratch_of(&self, slot: &Path) -> PathBuf {
+        let mut name = slot.file_name().unwrap_or_default().to_os_string();
+        name.push(".tmp");
+        self.scratch_dir.join(name)
+    }
+
     /// Where the process sees its code.
     pub fn code_path(&self, process: &ShimProcess) -> String {
         self.sandbox.seen_path(&process.slot, "/code")
     }
-}
-
-/// Where the scratch tmpfs of a sandbox whose directory is `dir` is mounted.
-fn scratch_of(dir: &Path) -> PathBuf {
-    let mut name = dir.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    dir.with_file_name(name)
 }
 
 /// Where an instance's secret files are kept on the host, seen as

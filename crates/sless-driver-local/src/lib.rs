@@ -20,6 +20,7 @@ mod process;
 mod sandbox;
 pub mod standalone;
 mod warm;
+mod zygote;
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -62,6 +63,8 @@ pub struct LocalSettings {
     pub node: String,
     pub npm: String,
     pub warm_per_runtime: usize,
+    /// Fork Python instances from a zygote (see `zygote`).
+    pub python_zygote: bool,
     pub pool: PoolSettings,
     pub isolation: IsolationSettings,
 }
@@ -95,6 +98,7 @@ impl LocalDriver {
             settings.python.clone(),
             settings.node.clone(),
             &settings.isolation,
+            settings.python_zygote,
         )?);
         let builder = Builder::new(
             data_dir.join("artifacts"),

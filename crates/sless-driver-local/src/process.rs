@@ -3,6 +3,7 @@
 //! stdin/stdout frames.
 
 use std::collections::HashMap;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -10,12 +11,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdin};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
 use super::confine::Confinement;
 use super::frame::{self, kind};
+use super::zygote::Forked;
 use sless_driver::{LogChunk, OutputStream};
 
 static NEXT_PROCESS: AtomicU64 = AtomicU64::new(1);
@@ -80,7 +82,8 @@ type ReadySlot = Mutex<Option<oneshot::Sender<Result<(), String>>>>;
 /// A running shim.
 pub struct ShimProcess {
     pub id: u64,
-    /// Host pid of the outermost process (chrt, then prlimit, then bwrap: one pid).
+    /// Host pid of the outermost process (chrt, then prlimit, then bwrap:
+    /// one pid; or the zygote's fork).
     pub pid: u32,
     /// The slot directory its code is linked into.
     pub slot: PathBuf,
@@ -92,7 +95,7 @@ pub struct ShimProcess {
     ready: ReadySlot,
     next_id: AtomicU32,
     alive: AtomicBool,
-    child: Mutex<Option<Child>>,
+    handle: Mutex<Option<Handle>>,
     death: tokio::sync::watch::Sender<Option<String>>,
 }
 
@@ -106,8 +109,53 @@ impl ShimProcess {
     ) -> Result<Arc<ShimProcess>, String> {
         let pid = child.id().ok_or("process exited at once")?;
         let stdin = child.stdin.take().ok_or("no stdin")?;
-        let mut stdout = child.stdout.take().ok_or("no stdout")?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
+        let stdio = Stdio { stdin, stdout, stderr };
+        Self::take_over(pid, Handle::Child(child), stdio, slot, confinement, label).await
+    }
+
+    /// Takes over a fork of the zygote and waits for its HELLO frame.
+    pub async fn start_forked(
+        forked: Forked,
+        slot: PathBuf,
+        confinement: Confinement,
+        label: String,
+    ) -> Result<Arc<ShimProcess>, String> {
+        // A pidfd: the pid is the zygote's child, which the kernel reaps, so
+        // after its end the number may name another process; the pidfd never does.
+        let pidfd = rustix::process::Pid::from_raw(forked.pid as i32)
+            .ok_or("the zygote named pid 0")
+            .and_then(|pid| {
+                rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                    .map_err(|_| "the fork ended before it could be watched")
+            })?;
+        let stdio = Stdio {
+            stdin: forked.stdin,
+            stdout: forked.stdout,
+            stderr: forked.stderr,
+        };
+        Self::take_over(forked.pid, Handle::Forked(pidfd), stdio, slot, confinement, label).await
+    }
+
+    async fn take_over<W, R, E>(
+        pid: u32,
+        handle: Handle,
+        stdio: Stdio<W, R, E>,
+        slot: PathBuf,
+        confinement: Confinement,
+        label: String,
+    ) -> Result<Arc<ShimProcess>, String>
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+        R: AsyncRead + Unpin + Send + 'static,
+        E: AsyncRead + Unpin + Send + 'static,
+    {
+        let Stdio {
+            stdin,
+            mut stdout,
+            stderr,
+        } = stdio;
         let (death, _) = tokio::sync::watch::channel(None);
         let (outbox, frames) = mpsc::unbounded_channel();
         let process = Arc::new(ShimProcess {
@@ -120,7 +168,7 @@ impl ShimProcess {
             ready: Mutex::new(None),
             next_id: AtomicU32::new(1),
             alive: AtomicBool::new(true),
-            child: Mutex::new(Some(child)),
+            handle: Mutex::new(Some(handle)),
             death,
         });
         let instance = process.id;
@@ -143,19 +191,17 @@ impl ShimProcess {
     }
 
     fn exit_reason(&self, what: &str) -> String {
-        let status = self
-            .child
-            .lock()
-            .unwrap()
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten());
+        let status = match self.handle.lock().unwrap().as_mut() {
+            Some(Handle::Child(child)) => child.try_wait().ok().flatten(),
+            _ => None,
+        };
         match status {
             Some(status) => format!("{what} ({status})"),
             None => what.to_string(),
         }
     }
 
-    async fn read_loop(self: Arc<Self>, mut stdout: BufReader<tokio::process::ChildStdout>) {
+    async fn read_loop<R: AsyncRead + Unpin>(self: Arc<Self>, mut stdout: BufReader<R>) {
         let reason = loop {
             match frame::read(&mut stdout).await {
                 Ok(Some(f)) => self.dispatch(f),
@@ -311,18 +357,31 @@ impl ShimProcess {
 
     /// Kills the process and waits until it has exited.
     pub async fn stop(&self) {
-        let child = self.child.lock().unwrap().take();
+        let handle = self.handle.lock().unwrap().take();
         self.mark_dead("instance stopped".into());
-        if let Some(mut child) = child {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
+        match handle {
+            Some(Handle::Child(mut child)) => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+            }
+            Some(Handle::Forked(pidfd)) => {
+                let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
+                // A pidfd turns readable when its process has ended.
+                let _ = tokio::task::spawn_blocking(move || {
+                    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+                    let limit = Timespec { tv_sec: 5, tv_nsec: 0 };
+                    poll(&mut [PollFd::new(&pidfd, PollFlags::IN)], Some(&limit))
+                })
+                .await;
+            }
+            None => {}
         }
     }
 
     /// Kills the process tree; in-flight invocations fail.
     pub fn kill(&self) {
-        if let Some(child) = self.child.lock().unwrap().as_mut() {
-            let _ = child.start_kill();
+        if let Some(handle) = self.handle.lock().unwrap().as_mut() {
+            handle.kill();
         }
         self.mark_dead("instance stopped".into());
     }
@@ -330,13 +389,42 @@ impl ShimProcess {
 
 impl Drop for ShimProcess {
     fn drop(&mut self) {
-        if let Some(child) = self.child.get_mut().unwrap().as_mut() {
-            let _ = child.start_kill();
+        if let Some(handle) = self.handle.get_mut().unwrap().as_mut() {
+            handle.kill();
         }
         let _ = std::fs::remove_dir_all(&self.slot);
         // Secret files kept beside the slot (no scratch tmpfs of its own).
         let _ = std::fs::remove_dir_all(self.slot.with_extension("secrets"));
     }
+}
+
+/// How the server holds a shim process.
+enum Handle {
+    /// Its own child (a sandbox it started).
+    Child(Child),
+    /// A fork of the zygote (pid 1 of its pid namespace: killing it ends
+    /// everything the instance started).
+    Forked(OwnedFd),
+}
+
+impl Handle {
+    fn kill(&mut self) {
+        match self {
+            Handle::Child(child) => {
+                let _ = child.start_kill();
+            }
+            Handle::Forked(pidfd) => {
+                let _ = rustix::process::pidfd_send_signal(&*pidfd, rustix::process::Signal::KILL);
+            }
+        }
+    }
+}
+
+/// The three standard streams of a shim, from the server's side.
+struct Stdio<W, R, E> {
+    stdin: W,
+    stdout: R,
+    stderr: E,
 }
 
 /// Longest line of an instance's stderr that reaches the server's log: the
@@ -346,7 +434,7 @@ impl Drop for ShimProcess {
 pub const STDERR_LINE_CAP: usize = 16 * 1024;
 
 /// Copies an instance's stderr to the server's log line by line.
-async fn copy_stderr(mut stderr: ChildStderr, instance: u64, label: String) {
+async fn copy_stderr<E: AsyncRead + Unpin>(mut stderr: E, instance: u64, label: String) {
     let emit =
         |line: &str| tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line));
     let mut lines = LineCutter::default();
@@ -430,7 +518,7 @@ const WRITE_BATCH: usize = 64;
 /// Owns the shim's stdin and writes the queued frames, all that are waiting
 /// in one write, so a busy instance gets many invocations per wake-up. A
 /// frame is always written whole: callers that give up do not cut one short.
-async fn write_loop(mut stdin: ChildStdin, mut frames: mpsc::UnboundedReceiver<Bytes>) {
+async fn write_loop<W: AsyncWrite + Unpin>(mut stdin: W, mut frames: mpsc::UnboundedReceiver<Bytes>) {
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     let mut buf = Vec::new();
     while frames.recv_many(&mut batch, WRITE_BATCH).await > 0 {

@@ -14,6 +14,7 @@ use std::sync::Once;
 use tokio::process::Command;
 
 use super::confine::Confinement;
+use super::zygote::{ForkLimits, ForkRequest};
 
 /// First uid handed to sandboxed processes; each process gets its own so
 /// per-user limits (process count) apply per instance. Each server process
@@ -178,41 +179,12 @@ impl Sandbox {
                 cmd.args(["--unshare-all", "--die-with-parent"]);
                 // In a namespace of its own the network is that one (the
                 // sandbox is started inside it); else the host's when asked.
-                let own_net = confinement.netns.is_some();
-                if spec.share_net || own_net {
+                if spec.share_net || confinement.netns.is_some() {
                     cmd.arg("--share-net");
                 }
-                for path in SYSTEM_RO {
-                    if own_net && *path == "/etc/resolv.conf" {
-                        continue;
-                    }
-                    cmd.args(["--ro-bind-try", path, path]);
+                for mount in self.view(spec, confinement, limits) {
+                    mount.push_args(&mut cmd);
                 }
-                if let (true, Some(resolv)) = (own_net, &self.resolv_conf) {
-                    cmd.arg("--ro-bind").arg(resolv).arg("/etc/resolv.conf");
-                }
-                for link in ["bin", "lib", "lib64", "sbin"] {
-                    cmd.args(["--symlink", &format!("usr/{link}"), &format!("/{link}")]);
-                }
-                cmd.args(["--proc", "/proc", "--dev", "/dev"]);
-                match &confinement.scratch {
-                    Some(scratch) => {
-                        cmd.arg("--bind").arg(scratch.path.join("tmp")).arg("/tmp");
-                        cmd.arg("--bind").arg(scratch.path.join("shm")).arg("/dev/shm");
-                    }
-                    None => {
-                        cmd.args(["--size", &limits.tmp_bytes.to_string(), "--tmpfs", "/tmp"]);
-                    }
-                }
-                cmd.args(["--ro-bind", "/dev/null", "/dev/tty"]);
-                for (host, inside) in &spec.ro {
-                    cmd.arg("--ro-bind").arg(host).arg(inside);
-                }
-                for (host, inside) in &spec.rw {
-                    cmd.arg("--bind").arg(host).arg(inside);
-                }
-                // Nothing else writable: the root and /dev (not their binds).
-                cmd.args(["--remount-ro", "/dev", "--remount-ro", "/"]);
                 cmd.args(["--chdir", &spec.chdir, "--clearenv"]);
                 for (k, v) in base_env().iter().chain(spec.env.iter()) {
                     cmd.args(["--setenv", k, v]);
@@ -232,6 +204,101 @@ impl Sandbox {
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         cmd
+    }
+}
+
+impl Sandbox {
+    /// What a sandbox sees, in the order it is built: bubblewrap's
+    /// options, which the zygote carries out itself for its forks.
+    pub fn view(&self, spec: &Spec<'_>, confinement: &Confinement, limits: Limits) -> Vec<Mount> {
+        let own_net = confinement.netns.is_some();
+        let mut view = Vec::new();
+        for path in SYSTEM_RO {
+            if own_net && *path == "/etc/resolv.conf" {
+                continue;
+            }
+            view.push(Mount::RoBindTry(path.into(), path.to_string()));
+        }
+        if let (true, Some(resolv)) = (own_net, &self.resolv_conf) {
+            view.push(Mount::RoBind(resolv.clone(), "/etc/resolv.conf".into()));
+        }
+        for link in ["bin", "lib", "lib64", "sbin"] {
+            view.push(Mount::Symlink(format!("usr/{link}"), format!("/{link}")));
+        }
+        view.push(Mount::Proc("/proc".into()));
+        view.push(Mount::Dev("/dev".into()));
+        match &confinement.scratch {
+            Some(scratch) => {
+                view.push(Mount::Bind(scratch.path.join("tmp"), "/tmp".into()));
+                view.push(Mount::Bind(scratch.path.join("shm"), "/dev/shm".into()));
+            }
+            None => view.push(Mount::Tmpfs("/tmp".into(), limits.tmp_bytes)),
+        }
+        view.push(Mount::RoBind("/dev/null".into(), "/dev/tty".into()));
+        for (host, inside) in &spec.ro {
+            view.push(Mount::RoBind(host.clone(), inside.clone()));
+        }
+        for (host, inside) in &spec.rw {
+            view.push(Mount::Bind(host.clone(), inside.clone()));
+        }
+        // Nothing else writable: the root and /dev (not their binds).
+        view.push(Mount::RemountRo("/dev".into()));
+        view.push(Mount::RemountRo("/".into()));
+        view
+    }
+
+    /// What the zygote needs to make a fork of it into this sandbox.
+    pub fn fork_request(&self, spec: &Spec<'_>, confinement: &Confinement, limits: Limits) -> ForkRequest {
+        ForkRequest {
+            uid: confinement.uid,
+            cgroups: confinement.cgroup.iter().flat_map(|g| g.procs_files()).collect(),
+            netns: confinement.netns.as_ref().map(|n| n.path.clone()),
+            mounts: self.view(spec, confinement, limits),
+            chdir: spec.chdir.clone(),
+            limits: ForkLimits {
+                data: limits.memory_bytes,
+                nproc: limits.processes,
+                cpu: limits.cpu_seconds,
+                nofile: limits.open_files,
+            },
+            env: base_env().into_iter().chain(spec.env.iter().cloned()).collect(),
+        }
+    }
+
+    /// Whether the server may confine forks itself (it must be root).
+    pub fn as_root(&self) -> bool {
+        self.as_root
+    }
+}
+
+/// One step of building a sandbox's mount view: `(host, inside)` paths.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mount {
+    RoBindTry(PathBuf, String),
+    RoBind(PathBuf, String),
+    Bind(PathBuf, String),
+    /// `(target, inside)`.
+    Symlink(String, String),
+    Proc(String),
+    Dev(String),
+    /// A tmpfs of this many bytes.
+    Tmpfs(String, u64),
+    RemountRo(String),
+}
+
+impl Mount {
+    fn push_args(&self, cmd: &mut Command) {
+        match self {
+            Mount::RoBindTry(host, inside) => cmd.arg("--ro-bind-try").arg(host).arg(inside),
+            Mount::RoBind(host, inside) => cmd.arg("--ro-bind").arg(host).arg(inside),
+            Mount::Bind(host, inside) => cmd.arg("--bind").arg(host).arg(inside),
+            Mount::Symlink(target, inside) => cmd.args(["--symlink", target, inside]),
+            Mount::Proc(inside) => cmd.args(["--proc", inside]),
+            Mount::Dev(inside) => cmd.args(["--dev", inside]),
+            Mount::Tmpfs(inside, bytes) => cmd.args(["--size", &bytes.to_string(), "--tmpfs", inside]),
+            Mount::RemountRo(inside) => cmd.args(["--remount-ro", inside]),
+        };
     }
 }
 

@@ -249,6 +249,12 @@ pub struct Config {
     #[arg(long, env = "SLESS_WARM_INSTANCES", default_value_t = 2)]
     pub warm_instances: usize,
 
+    /// Python instances are forks of one interpreter that has imported the
+    /// shim (a zygote), each confined as a sandbox of its own, instead of new
+    /// interpreters (needs root; off: a new interpreter per instance).
+    #[arg(long, env = "SLESS_PYTHON_ZYGOTE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub python_zygote: bool,
+
     /// Python 3.11 interpreter that runs handlers and pip (must live under /usr for the sandbox).
     #[arg(long, env = "SLESS_PYTHON", default_value = "/usr/bin/python3.11")]
     pub python: String,

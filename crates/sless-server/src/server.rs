@@ -60,6 +60,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             node: config.node.clone(),
             npm: config.npm.clone(),
             warm_per_runtime: config.warm_instances,
+            python_zygote: config.python_zygote,
             pool: sless_driver_local::PoolSettings {
                 idle_timeout: Duration::from_secs(config.idle_timeout_sec),
                 max_queue: config.max_queue,

@@ -35,4 +35,5 @@ mod api {
     mod tenants;
     mod triggers;
     mod versions;
+    mod zygote;
 }

@@ -1,0 +1,266 @@
+//! The Python zygote (`runtimes/python/sless_zygote.py`): one interpreter
+//! per server that has imported the shim and its standard-library modules
+//! once, and forks a generic shim per instance instead of starting a new
+//! interpreter (a fork costs a few milliseconds of CPU, a new interpreter
+//! with the shim's imports about seventy).
+//!
+//! The zygote runs as root outside any sandbox, in a mount namespace of its
+//! own whose root holds the shim at `/sless/shim` and the host's root at
+//! `/host`. The server makes an instance's [`Confinement`] (uid, control
+//! group, network namespace, scratch tmpfs) as for any sandbox, then sends
+//! the zygote a [`ForkRequest`]: the confinement, the same mount view that
+//! bubblewrap is given ([`Mount`]), the rlimits and the environment, with
+//! the fork's stdin, stdout and stderr and a reply pipe. The fork joins the
+//! control groups and the network namespace, makes its pid, mount, ipc, uts
+//! and cgroup namespaces, builds the view and pivots into it, sets the
+//! rlimits and SCHED_BATCH, closes every descriptor but its stdio, and
+//! drops to the instance's uid with no capabilities and `no_new_privs`; it
+//! says "ok" on the reply pipe only then, and only then runs the shim.
+//!
+//! **Invariant:** a fork serves only after it said "ok"; any step that
+//! fails is the instance's failed start, as for a bubblewrap sandbox.
+
+use std::io::IoSlice;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use serde::Serialize;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+
+use super::sandbox::Mount;
+
+/// What a fork is to become (see the module doc).
+#[derive(Debug, Serialize)]
+pub struct ForkRequest {
+    pub uid: Option<u32>,
+    /// `cgroup.procs` files the fork joins.
+    pub cgroups: Vec<PathBuf>,
+    /// The network namespace it enters (none: the host's network).
+    pub netns: Option<PathBuf>,
+    pub mounts: Vec<Mount>,
+    pub chdir: String,
+    pub limits: ForkLimits,
+    pub env: Vec<(String, String)>,
+}
+
+/// The rlimits of a fork (soft and hard alike, as `prlimit` sets them).
+#[derive(Debug, Serialize)]
+pub struct ForkLimits {
+    pub data: u64,
+    pub nproc: u64,
+    pub cpu: u64,
+    pub nofile: u64,
+}
+
+/// A confined fork, waiting to say HELLO.
+pub struct Forked {
+    /// Its pid on the host.
+    pub pid: u32,
+    pub stdin: pipe::Sender,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+}
+
+/// The zygote of this server, started on the first fork and again when it
+/// is found dead.
+pub struct Zygote {
+    python: String,
+    /// The data dir: the zygote starts there and names everything relative
+    /// to it (`zygote/`, an empty directory it mounts its own root on in a
+    /// mount namespace of its own, so several servers may share it).
+    data_dir: PathBuf,
+    /// The zygote's file, relative to the data dir.
+    script: PathBuf,
+    running: Mutex<Option<Running>>,
+}
+
+struct Running {
+    control: OwnedFd,
+    _process: tokio::process::Child,
+}
+
+/// How long a fork may take to confine itself.
+const FORK_TIMEOUT: Duration = Duration::from_secs(20);
+
+impl Zygote {
+    /// `scratch` is where the server mounts its sandboxes' scratch tmpfs;
+    /// it and `/run/netns` become shared mount points, so that what is
+    /// mounted there after the zygote started reaches its view too.
+    pub fn new(python: String, shim_dir: &Path, data_dir: &Path, scratch: &Path) -> std::io::Result<Zygote> {
+        std::fs::create_dir_all(data_dir.join("zygote"))?;
+        std::fs::create_dir_all(NETNS_DIR)?;
+        for dir in [scratch, Path::new(NETNS_DIR)] {
+            shared_mount_point(dir)
+                .map_err(|e| std::io::Error::other(format!("sharing mounts under {}: {e}", dir.display())))?;
+        }
+        let script = shim_dir
+            .strip_prefix(data_dir)
+            .map_err(|_| std::io::Error::other("the shims are not in the data dir"))?
+            .join("sless_zygote.py");
+        Ok(Zygote {
+            python,
+            data_dir: data_dir.to_path_buf(),
+            script,
+            running: Mutex::new(None),
+        })
+    }
+
+    /// Forks a generic shim confined as `request` says.
+    pub async fn fork(&self, request: &ForkRequest) -> Result<Forked, String> {
+        let message = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let (stdin_child, stdin) = pipe_pair()?;
+        let (stdout, stdout_child) = pipe_pair()?;
+        let (stderr, stderr_child) = pipe_pair()?;
+        let (reply, reply_child) = pipe_pair()?;
+        let fds = [
+            stdin_child.as_fd(),
+            stdout_child.as_fd(),
+            stderr_child.as_fd(),
+            reply_child.as_fd(),
+        ];
+        self.send(&message, &fds)?;
+        // The fork holds the only copies of its ends now.
+        drop((stdin_child, stdout_child, stderr_child, reply_child));
+        let mut reply = pipe::Receiver::from_owned_fd(reply).map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        tokio::time::timeout(FORK_TIMEOUT, reply.read_to_string(&mut text))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the zygote's fork did not confine itself within {}s",
+                    FORK_TIMEOUT.as_secs()
+                )
+            })?
+            .map_err(|e| format!("reading the zygote's reply: {e}"))?;
+        let answer = parse_reply(&text)?;
+        Ok(Forked {
+            pid: answer,
+            stdin: pipe::Sender::from_owned_fd(stdin).map_err(|e| e.to_string())?,
+            stdout: pipe::Receiver::from_owned_fd(stdout).map_err(|e| e.to_string())?,
+            stderr: pipe::Receiver::from_owned_fd(stderr).map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// Sends one request, starting the zygote first if it is not running
+    /// (or was found dead by a failed send).
+    fn send(&self, message: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> Result<(), String> {
+        let mut running = self.running.lock().unwrap();
+        let mut started = false;
+        loop {
+            if running.is_none() {
+                *running = Some(self.start()?);
+                started = true;
+            }
+            let Some(zygote) = running.as_ref() else { continue };
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+            let mut ancillary = SendAncillaryBuffer::new(&mut space);
+            ancillary.push(SendAncillaryMessage::ScmRights(fds));
+            match rustix::net::sendmsg(
+                &zygote.control,
+                &[IoSlice::new(message)],
+                &mut ancillary,
+                SendFlags::NOSIGNAL,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(e) if !started => {
+                    tracing::warn!(error = %e, "the Python zygote is gone; starting it again");
+                    *running = None;
+                }
+                Err(e) => return Err(format!("sending a fork request to the Python zygote: {e}")),
+            }
+        }
+    }
+
+    fn start(&self) -> Result<Running, String> {
+        use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
+        let (control, theirs) = socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
+            .map_err(|e| format!("making the zygote's socket: {e}"))?;
+        let process = tokio::process::Command::new(&self.python)
+            .arg("-u")
+            .arg("-B")
+            .arg(&self.script)
+            .current_dir(&self.data_dir)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("LANG", "C.UTF-8")
+            .stdin(std::process::Stdio::from(theirs))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("starting the Python zygote ({}): {e}", self.python))?;
+        tracing::debug!(pid = process.id(), "Python zygote started");
+        Ok(Running {
+            control,
+            _process: process,
+        })
+    }
+}
+
+/// Where `ip netns` keeps its namespaces (a shared mount point, as it makes it).
+const NETNS_DIR: &str = "/run/netns";
+
+/// Makes `dir` a mount point (bound on itself) whose mounts propagate to
+/// the mount namespaces copied from this one as slaves (the zygote's).
+fn shared_mount_point(dir: &Path) -> rustix::io::Result<()> {
+    use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
+    let dir = dir.canonicalize().map_err(|_| rustix::io::Errno::NOENT)?;
+    let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .any(|point| Path::new(point) == dir);
+    if !mounted {
+        mount_bind(&dir, &dir)?;
+    }
+    mount_change(&dir, MountPropagationFlags::SHARED)
+}
+
+/// A pipe as (read end, write end), both close-on-exec.
+fn pipe_pair() -> Result<(OwnedFd, OwnedFd), String> {
+    rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("making a pipe: {e}"))
+}
+
+/// The fork's pid ("pid N", from the zygote) once the fork said "ok"; or
+/// the error either reported. The two write to one pipe in either order.
+fn parse_reply(text: &str) -> Result<u32, String> {
+    let mut pid = None;
+    let mut ok = false;
+    for line in text.lines() {
+        if let Some(n) = line.strip_prefix("pid ") {
+            pid = n.trim().parse::<u32>().ok();
+        } else if let Some(error) = line.strip_prefix("error: ") {
+            return Err(format!("the zygote's fork failed to confine itself: {error}"));
+        } else if line == "ok" {
+            ok = true;
+        }
+    }
+    match (ok, pid) {
+        (true, Some(pid)) => Ok(pid),
+        (true, None) => Err("the zygote named no pid".to_string()),
+        (false, _) => Err(format!(
+            "the zygote's fork ended without confining itself ({:?})",
+            text.trim()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_reply;
+
+    #[test]
+    fn a_fork_serves_only_after_it_said_ok() {
+        assert_eq!(parse_reply("pid 42\nok\n"), Ok(42));
+        assert_eq!(parse_reply("ok\npid 42\n"), Ok(42));
+        assert!(parse_reply("pid 42\n").unwrap_err().contains("without confining"));
+        assert!(parse_reply("pid 42\nerror: mount /code: EPERM\n")
+            .unwrap_err()
+            .contains("mount /code: EPERM"));
+        assert!(parse_reply("ok\n").unwrap_err().contains("no pid"));
+    }
+}

@@ -1,0 +1,144 @@
+//! Python instances forked from the zygote (SLESS_PYTHON_ZYGOTE, on by
+//! default) are confined each on its own, as a new sandboxed interpreter
+//! is: their own uid, mount view, pid, network and other namespaces, no
+//! capabilities, the same rlimits, reseeded random numbers, and no
+//! descriptor a new interpreter would not hold. The other sandbox tests
+//! (sandbox.rs) run on forks too, since the zygote is the default.
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+
+use super::harness::{Backend, Server};
+
+/// Reports what an instance is: its ids, namespaces, capabilities, limits,
+/// descriptors, view and a random draw.
+const SELF_REPORT: &[u8] = br#"
+import os, random, resource, sys
+
+def status_field(name):
+    for line in open("/proc/self/status"):
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+
+def kind(target):
+    for prefix in ("pipe:", "socket:", "anon_inode:"):
+        if target.startswith(prefix):
+            return target.split("[")[0] if prefix != "anon_inode:" else target
+    return target
+
+def handle(event, context):
+    fds = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            fds[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # the directory's own descriptor, closed by now
+    return {
+        "forked": "sless_zygote" in sys.modules,
+        "uid": os.getuid(),
+        "gid": os.getgid(),
+        "groups": os.getgroups(),
+        "pid": os.getpid(),
+        "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+        "ns": {n: os.readlink(f"/proc/self/ns/{n}") for n in ("net", "mnt", "pid", "ipc", "uts", "cgroup")},
+        "cap_eff": status_field("CapEff"),
+        "cap_prm": status_field("CapPrm"),
+        "no_new_privs": status_field("NoNewPrivs"),
+        "limits": {n: resource.getrlimit(getattr(resource, n)) for n in
+                   ("RLIMIT_DATA", "RLIMIT_NPROC", "RLIMIT_CPU", "RLIMIT_NOFILE")},
+        "fd_kinds": sorted(kind(t) for t in fds.values()),
+        "root": sorted(os.listdir("/")),
+        "code": sorted(os.listdir("/code")),
+        "random": random.getrandbits(64),
+        "sched_batch": os.sched_getscheduler(0) == os.SCHED_BATCH,
+        "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
+    }
+"#;
+
+async fn report(server: &Server, name: &str) -> Value {
+    let (status, _, text) = server.invoke(Method::GET, &format!("/fn/ns/{name}"), "").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+async fn deploy_reporters(server: &Server, names: &[&str]) {
+    for name in names {
+        server
+            .deploy(
+                "ns",
+                name,
+                json!({"runtime": "python3.11"}),
+                &[("handler.py", SELF_REPORT), (&format!("{name}.txt"), b"mine")],
+            )
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn forked_instances_are_each_confined_alone() {
+    let server = Server::start(Backend::Sqlite).await;
+    deploy_reporters(&server, &["one", "two"]).await;
+    let one = report(&server, "one").await;
+    let two = report(&server, "two").await;
+    for out in [&one, &two] {
+        assert_eq!(out["forked"], true, "instances are forks of the zygote: {out}");
+        assert_ne!(out["uid"], 0, "{out}");
+        assert_eq!(out["uid"], out["gid"], "{out}");
+        assert_eq!(out["groups"], json!([]), "no supplementary groups: {out}");
+        assert_eq!(out["cap_eff"], "0000000000000000", "no capabilities: {out}");
+        assert_eq!(out["cap_prm"], "0000000000000000", "no capabilities: {out}");
+        assert_eq!(out["no_new_privs"], "1", "no way to gain privileges: {out}");
+        // Alone in a pid namespace of its own: no other process is visible.
+        assert_eq!((&out["pid"], &out["pids"]), (&json!(1), &json!(["1"])), "{out}");
+        assert_eq!(out["sched_batch"], true, "{out}");
+        assert!(
+            !out["cmdline"].as_str().unwrap().contains("/tmp"),
+            "no host path: {out}"
+        );
+    }
+    // Each its own uid, namespaces and code.
+    assert_ne!(one["uid"], two["uid"]);
+    for ns in ["net", "mnt", "pid", "ipc", "uts", "cgroup"] {
+        assert_ne!(one["ns"][ns], two["ns"][ns], "{ns} namespace shared: {one} {two}");
+    }
+    assert_eq!(one["code"], json!(["handler.py", "one.txt"]), "{one}");
+    assert_eq!(two["code"], json!(["handler.py", "two.txt"]), "{two}");
+    // Random numbers are drawn anew in each fork (CPython reseeds at fork).
+    assert_ne!(one["random"], two["random"]);
+    let again = report(&server, "one").await;
+    assert_ne!(one["random"], again["random"]);
+}
+
+/// A fork holds the same limits, view and kinds of descriptors as a new
+/// interpreter in a bubblewrap sandbox: nothing of the zygote's is left
+/// open (its socket to the server, the other forks' pipes).
+#[tokio::test]
+async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
+    let forking = Server::start(Backend::Sqlite).await;
+    let starting = Server::start_with(Backend::Sqlite, &[("SLESS_PYTHON_ZYGOTE", "false")]).await;
+    deploy_reporters(&forking, &["one"]).await;
+    deploy_reporters(&starting, &["one"]).await;
+    let fork = report(&forking, "one").await;
+    let new = report(&starting, "one").await;
+    assert_eq!(fork["forked"], true, "{fork}");
+    assert_eq!(new["forked"], false, "{new}");
+    for key in ["limits", "root", "code", "cap_eff"] {
+        assert_eq!(fork[key], new[key], "{key} differs: fork {fork} new interpreter {new}");
+    }
+    // Every descriptor of the fork is of a kind the new interpreter holds
+    // as many of (bubblewrap leaves it a pipe and /dev/null more).
+    let kinds = |out: &Value| {
+        let mut count = std::collections::BTreeMap::<String, usize>::new();
+        for kind in out["fd_kinds"].as_array().unwrap() {
+            *count.entry(kind.as_str().unwrap().to_string()).or_default() += 1;
+        }
+        count
+    };
+    let (fork_kinds, new_kinds) = (kinds(&fork), kinds(&new));
+    for (kind, n) in &fork_kinds {
+        assert!(
+            new_kinds.get(kind).is_some_and(|m| m >= n),
+            "the fork holds {n} of {kind}, more than a new interpreter: {fork_kinds:?} {new_kinds:?}"
+        );
+    }
+}

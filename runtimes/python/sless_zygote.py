@@ -1,0 +1,298 @@
+# sless Python zygote: an interpreter that has imported the shim (and so the
+# standard-library modules it uses) once, and forks a generic shim per
+# instance instead of starting a new interpreter. Each fork confines itself
+# before it runs anything else: the instance's control groups, network
+# namespace, a pid, mount, ipc, uts and cgroup namespace of its own, the
+# mount view the server describes (bubblewrap's, built here with mount(2)),
+# rlimits, SCHED_BATCH, then its own uid with no capabilities and no way to
+# gain any. Only then does it run the shim's main(), which says HELLO.
+#
+# Started by the server as root, outside any sandbox, in the data dir (its
+# arguments name no host path: a fork's /proc/self/cmdline is the zygote's),
+# with a SOCK_SEQPACKET socket on fd 0. Each message is one request: a JSON object and four file
+# descriptors (the fork's stdin, stdout and stderr, and a reply pipe). On the
+# reply pipe the zygote writes "pid N" (the fork's pid on the host), then the
+# fork writes "ok" once confined, or "error: ..." and exits. Standard library
+# only; the zygote runs no code but this file and the shim's imports.
+
+import ctypes
+import gc
+import json
+import os
+import platform
+import resource
+import signal
+import socket
+import sys
+import traceback
+
+# The zygote's own view: a small root of its own in which the host's root is
+# at HOST and the shim at SHIM, so modules are imported from the paths the
+# instances see them at.
+HOST = "/host"
+SHIM = "/sless/shim"
+NEW_ROOT = "/sless/newroot"
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE, MS_SLAVE = 32, 4096, 16384, 1 << 18, 1 << 19
+MNT_DETACH = 2
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
+
+libc = ctypes.CDLL(None, use_errno=True)
+sless_shim = None  # imported by main(), after the zygote entered its own root
+
+
+def check(result, what):
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def mount(source, target, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    check(libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+          f"mount {source} on {target}")
+
+
+def unshare(flags):
+    check(libc.unshare(flags), "unshare")
+
+
+def setns(path, nstype):
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        check(libc.setns(fd, nstype), f"entering {path}")
+    finally:
+        os.close(fd)
+
+
+def pivot_root(new_root):
+    """Makes new_root the root and detaches the old one (pivot_root(".", "."))."""
+    os.chdir(new_root)
+    check(libc.syscall(SYS_PIVOT_ROOT, b".", b"."), "pivot_root")
+    check(libc.umount2(b".", MNT_DETACH), "detaching the old root")
+    os.chdir("/")
+
+
+def prctl(option, value):
+    check(libc.prctl(option, ctypes.c_ulong(value), 0, 0, 0), f"prctl {option}")
+
+
+def make_mount_point(path, like):
+    """A directory, or an empty file when `like` (a host path) is a file."""
+    if os.path.lexists(path):
+        return
+    if os.path.isdir(like):
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "a").close()
+
+
+def bind(host, inside, read_only, root=NEW_ROOT):
+    source, target = HOST + host, root + inside
+    make_mount_point(target, source)
+    mount(source, target, None, MS_BIND)
+    if read_only:
+        mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def make_dev(inside):
+    """A /dev like bubblewrap's --dev: a tmpfs with the harmless devices."""
+    dev = NEW_ROOT + inside
+    os.makedirs(dev, exist_ok=True)
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+    for node in ("null", "zero", "full", "random", "urandom", "tty"):
+        bind(f"/dev/{node}", f"{inside}/{node}", read_only=False)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+    os.mkdir(f"{dev}/shm")
+
+
+def build_view(mounts):
+    """Runs the server's mount operations (the same list bubblewrap is given)
+    on a fresh tmpfs root, then makes it the root."""
+    mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for op in mounts:
+        ((kind, args),) = op.items()
+        args = args if isinstance(args, list) else [args]
+        if kind == "ro-bind-try":
+            if os.path.exists(HOST + args[0]):
+                bind(args[0], args[1], read_only=True)
+        elif kind == "ro-bind":
+            bind(args[0], args[1], read_only=True)
+        elif kind == "bind":
+            bind(args[0], args[1], read_only=False)
+        elif kind == "symlink":
+            os.symlink(args[0], NEW_ROOT + args[1])
+        elif kind == "proc":
+            os.makedirs(NEW_ROOT + args[0], exist_ok=True)
+            mount("proc", NEW_ROOT + args[0], "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        elif kind == "dev":
+            make_dev(args[0])
+        elif kind == "tmpfs":
+            os.makedirs(NEW_ROOT + args[0], exist_ok=True)
+            mount("tmpfs", NEW_ROOT + args[0], "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={args[1]}")
+        elif kind == "remount-ro":
+            noexec = MS_NOEXEC if args[0] == "/dev" else 0
+            mount(None, NEW_ROOT + args[0], None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | noexec)
+        else:
+            raise ValueError(f"unknown mount operation {kind!r}")
+    pivot_root(NEW_ROOT)
+
+
+def confine(spec):
+    """Everything an instance runs in, in the order that keeps it safe: the
+    control groups and the network namespace while still root on the host,
+    then namespaces of its own and the view, then limits, then the uid."""
+    for procs in spec.get("cgroups") or []:
+        with open(HOST + procs, "w") as f:
+            f.write("0")
+    if spec.get("netns"):
+        setns(HOST + spec["netns"], CLONE_NEWNET)
+    unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    build_view(spec["mounts"])
+    os.chdir(spec["chdir"])
+    limits = spec["limits"]
+    for name, value in (("RLIMIT_DATA", limits["data"]), ("RLIMIT_NPROC", limits["nproc"]),
+                        ("RLIMIT_CPU", limits["cpu"]), ("RLIMIT_NOFILE", limits["nofile"])):
+        resource.setrlimit(getattr(resource, name), (value, value))
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    uid = spec.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # every capability goes with uid 0
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    # Leaving root made the process undumpable, which makes its /proc
+    # entries root's; it holds nothing of root's, so it may read its own.
+    prctl(PR_SET_DUMPABLE, 1)
+    os.environ.clear()
+    os.environ.update(dict(spec["env"]))
+
+
+def become_instance(control, fds, spec):
+    """In the fork: drop everything of the zygote's, confine, then serve."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    control.detach()
+    stdin, stdout, stderr, reply = fds
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2), (reply, 3)):
+            os.dup2(fd, target, inheritable=False)
+        os.set_inheritable(0, True), os.set_inheritable(1, True), os.set_inheritable(2, True)
+        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        confine(spec)
+    except BaseException as exc:  # noqa: BLE001 - the reason goes back to the server
+        os.write(3, f"error: {exc}\n".encode(errors="replace"))
+        os._exit(1)
+    os.write(3, b"ok\n")
+    os.close(3)
+    # What a new interpreter running the shim would show.
+    sys.argv = [f"{SHIM}/sless_shim.py"]
+    sys.modules["sless_zygote"] = sys.modules["__main__"]
+    sys.modules["__main__"] = sless_shim
+    gc.unfreeze()
+    gc.enable()
+    try:
+        sless_shim.main()  # it ends the process itself (os._exit) at EOF
+    except SystemExit as exc:
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    except BaseException:  # noqa: BLE001 - never back into the zygote's loop
+        traceback.print_exc()
+    os._exit(1)
+
+
+def serve(control):
+    own_pid_ns = os.open(f"{HOST}/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
+        except InterruptedError:
+            continue
+        if not message:
+            return  # the server is gone
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            sys.stderr.write(f"sless zygote: a request came with {len(fds)} descriptors, not 4\n")
+            continue
+        reply = fds[3]
+        try:
+            spec = json.loads(message)
+            # The next child is pid 1 of a pid namespace of its own.
+            unshare(CLONE_NEWPID)
+            try:
+                pid = os.fork()
+            finally:
+                if os.getpid() != 1:
+                    setns_fd(own_pid_ns, CLONE_NEWPID)
+            if pid == 0:
+                become_instance(control, fds, spec)
+            os.write(reply, f"pid {pid}\n".encode())
+        except Exception as exc:  # noqa: BLE001
+            os.write(reply, f"error: {exc}\n".encode(errors="replace"))
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+
+def setns_fd(fd, nstype):
+    check(libc.setns(fd, nstype), "returning to the zygote's pid namespace")
+
+
+def enter_own_root(shim_dir, base):
+    """A mount namespace whose root holds /usr (for the interpreter),
+    the shim at SHIM and the host's root at HOST; `base` is an empty
+    directory of the server's to build it on. The host's mounts stay its
+    masters: what the server mounts later (an instance's scratch tmpfs, a
+    network namespace) appears under HOST too, where the server shares it."""
+    unshare(CLONE_NEWNS)
+    mount(None, "/", None, MS_REC | MS_SLAVE)
+    mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    os.makedirs(base + HOST)
+    mount("/", base + HOST, None, MS_BIND | MS_REC)
+    for link in ("usr", "bin", "lib", "lib64", "sbin", "etc", "dev", "proc", "sys"):
+        os.symlink(f"{HOST[1:]}/{link}", f"{base}/{link}")
+    os.makedirs(base + SHIM)
+    os.makedirs(base + NEW_ROOT)
+    mount(shim_dir, base + SHIM, None, MS_BIND)
+    mount(None, base + SHIM, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    pivot_root(base)
+
+
+def main():
+    shim_dir = os.path.dirname(os.path.abspath(__file__))
+    base = os.path.abspath("zygote")
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    control = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    enter_own_root(shim_dir, base)
+    globals()["__file__"] = f"{SHIM}/sless_zygote.py"
+    sys.path[0] = SHIM
+    global sless_shim
+    import sless_shim  # the point of the zygote: imported once, before any fork
+
+    # Forks are reaped by the kernel; a fork sets SIGCHLD back for its own children.
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    # What was imported stays shared with every fork: no collection touches it.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    serve(control)
+
+
+if __name__ == "__main__":
+    main()
