@@ -283,6 +283,11 @@ pub struct Config {
     #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 100_000)]
     pub invocation_keep: i64,
 
+    /// Most invocation records kept per function (so one busy function does
+    /// not prune its namespace neighbours' history).
+    #[arg(long, env = "SLESS_INVOCATION_KEEP_PER_FUNCTION", default_value_t = 20_000)]
+    pub invocation_keep_per_function: i64,
+
     /// Most bytes of stored (compressed) invocation records kept per namespace.
     #[arg(long, env = "SLESS_INVOCATION_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub invocation_max_bytes: i64,

@@ -85,6 +85,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             flush_interval: Duration::from_millis(50),
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
             keep: config.invocation_keep,
+            keep_per_function: config.invocation_keep_per_function,
             max_bytes: config.invocation_max_bytes,
             enabled: config.invocation_log,
             leading: cluster.leadership.watch(),

@@ -108,7 +108,13 @@ pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
     /// Deletes records started before `cutoff`, and per namespace all but
     /// the newest `keep` records and the chunks past the newest `max_bytes`
     /// of stored data; returns how many went.
-    async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64, max_bytes: i64) -> Result<u64>;
+    async fn prune_invocations(
+        &self,
+        cutoff: DateTime<Utc>,
+        keep: i64,
+        keep_per_function: i64,
+        max_bytes: i64,
+    ) -> Result<u64>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<()>;
     async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;
