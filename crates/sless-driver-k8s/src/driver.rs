@@ -128,6 +128,12 @@ impl Driver for KubeDriver {
                 "image mode (SLESS_K8S_BUILD=image) is not served by the driver yet".into(),
             ));
         }
+        if deployment.secrets != Default::default() {
+            return Err(DriverError::Unavailable(
+                "functions that use secrets (env_from_secrets, secret_files) are not served by the Kubernetes driver yet"
+                    .into(),
+            ));
+        }
         let key = &deployment.key;
         let digest = deployment.digest.clone().ok_or_else(|| {
             DriverError::Unavailable(format!(

@@ -219,6 +219,7 @@ impl Driver for LocalDriver {
             version: deployment.version,
             artifact_dir: self.builder.artifact_dir(&deployment.artifact),
             spec: deployment.spec,
+            secrets: deployment.secrets,
         };
         let loaded = if deployment.verify {
             match pool.preload(&generation).await {

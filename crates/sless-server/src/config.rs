@@ -69,6 +69,17 @@ pub struct Config {
     #[arg(long, env = "SLESS_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 
+    /// Key that seals secrets at rest: 32 bytes, base64. When unset, one is
+    /// generated on first start and kept in the data dir (`secret-key`,
+    /// mode 0600); replicas on one PostgreSQL must all be given the same key.
+    #[arg(long, env = "SLESS_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+
+    /// The key before `SLESS_SECRET_KEY` (rotation): values it sealed are
+    /// still read, and at start every one is sealed again with the new key.
+    #[arg(long, env = "SLESS_SECRET_KEY_PREVIOUS", hide_env_values = true)]
+    pub secret_key_previous: Option<String>,
+
     /// Largest accepted code upload (zip) in bytes.
     #[arg(long, env = "SLESS_MAX_UPLOAD_BYTES", default_value_t = 50 * 1024 * 1024)]
     pub max_upload_bytes: usize,
@@ -486,6 +497,17 @@ impl Config {
             if token.len() < 16 {
                 anyhow::bail!("SLESS_METRICS_TOKEN is too short: use at least 16 characters");
             }
+        }
+        for (name, key) in [
+            ("SLESS_SECRET_KEY", &self.secret_key),
+            ("SLESS_SECRET_KEY_PREVIOUS", &self.secret_key_previous),
+        ] {
+            if let Some(key) = key {
+                crate::secrets::decode_key(key).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+            }
+        }
+        if self.secret_key_previous.is_some() && self.secret_key.is_none() {
+            anyhow::bail!("SLESS_SECRET_KEY_PREVIOUS is set without SLESS_SECRET_KEY: rotation needs the new key too");
         }
         if let Some(token) = &self.admin_token {
             if token.len() < 16 {

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod quota;
 pub mod record;
 pub mod routes;
+pub mod secrets;
 pub mod server;
 pub mod state;
 pub mod store;

@@ -29,6 +29,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let check_metrics = Arc::new(sless_codecheck::CheckMetrics::new());
     let code_check = sless_codecheck::build(&config.code_check(), check_metrics.clone())
         .map_err(|e| anyhow::anyhow!("code check settings: {e}"))?;
+    let secrets = crate::secrets::Secrets::start(
+        store.clone(),
+        config.secret_key.as_deref(),
+        config.secret_key_previous.as_deref(),
+        &config.data_dir,
+        config.shared(),
+    )
+    .await?;
     let admin_hash = auth::admin_token_hash(config.admin_token.as_deref(), &config.data_dir)?;
     let open_files = crate::listener::raise_open_files_limit();
     let listener = TcpListener::bind(config.listen)
@@ -75,6 +83,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         blobs.clone(),
         driver.clone(),
         routes.clone(),
+        secrets.clone(),
         config.keep_versions as usize,
     );
     versions.start_sweeping();
@@ -155,6 +164,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         async_invocations,
         cluster: cluster.clone(),
         admin_hash,
+        secrets,
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
         replica = cluster.replica(), leader = cluster.is_leader(),

@@ -32,6 +32,7 @@ mod api {
     mod poisoning;
     mod sandbox;
     mod scaling;
+    mod secrets;
     mod starving;
     mod tenants;
     mod triggers;

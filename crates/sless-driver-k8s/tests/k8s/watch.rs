@@ -90,6 +90,7 @@ async fn calls_go_to_the_pods_the_watched_endpoint_slices_name() {
         digest: Some("f".repeat(64)),
         spec: spec(),
         verify: false,
+        secrets: Default::default(),
     };
     let (deployed, ()) = tokio::join!(driver.deploy(deployment), async {
         api.prepares_namespace_and_anchor().await;

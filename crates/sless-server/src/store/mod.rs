@@ -5,6 +5,7 @@ pub mod chunks;
 pub mod events;
 mod migrations;
 mod postgres;
+pub mod secrets;
 mod sql;
 mod sqlite;
 pub mod versions;
@@ -19,6 +20,7 @@ use sless_api::InvocationRecord;
 use crate::error::Result;
 
 pub use postgres::PostgresStore;
+pub use secrets::{SecretRecord, SecretStore};
 pub use sqlite::SqliteStore;
 pub use versions::{AliasRecord, VersionRecord, VersionStore};
 
@@ -65,7 +67,7 @@ pub struct TokenRecord {
 /// Durable state. Every method is one transaction; nothing above this trait
 /// knows which database is running.
 #[async_trait]
-pub trait Store: VersionStore + Send + Sync + 'static {
+pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
     /// Inserts a new resource; `Error::Conflict` when the name is taken.
     async fn create(&self, kind: Kind, record: &Record) -> Result<()>;
     /// One resource; [`unreadable`] when it does not read back.

@@ -64,6 +64,7 @@ fn version(n: u64, verify: bool) -> Deployment {
         digest: Some(DIGEST.into()),
         spec: spec(),
         verify,
+        secrets: Default::default(),
     }
 }
 
