@@ -75,6 +75,14 @@ pub struct FunctionSpec {
     /// invocation record.
     #[serde(default)]
     pub expose_errors: bool,
+    /// Environment variables taken from secrets of the namespace
+    /// (`[{"secret": "db", "key": "password", "env": "DB_PASSWORD"}]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_from_secrets: Vec<crate::SecretEnv>,
+    /// Secrets of the namespace mounted as read-only files,
+    /// `/secrets/{secret}/{key}` (`[{"secret": "tls"}]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secret_files: Vec<crate::SecretFiles>,
 }
 
 /// The network of a function's instances.
@@ -203,15 +211,83 @@ impl FunctionSpec {
             settings.check_field()?;
         }
         for key in self.env.keys() {
-            let valid = !key.is_empty()
-                && !key.starts_with(|c: char| c.is_ascii_digit())
-                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
+            if !is_variable_name(key) {
                 return Err(("env", format!("env key {key:?} is not a valid variable name")));
+            }
+        }
+        self.check_secret_refs()
+    }
+
+    /// The names of the secrets the function uses (as env or files), each once.
+    pub fn secret_names(&self) -> std::collections::BTreeSet<&str> {
+        let env = self.env_from_secrets.iter().map(|e| e.secret.as_str());
+        env.chain(self.secret_files.iter().map(|f| f.secret.as_str())).collect()
+    }
+
+    /// What `env_from_secrets` and `secret_files` must be, the store aside
+    /// (that the secrets and keys exist is the server's check).
+    fn check_secret_refs(&self) -> Result<(), (&'static str, String)> {
+        use crate::MAX_SECRET_REFS;
+        let secret_name =
+            |field, name: &str| crate::validate_name("secret", name).map_err(|e| (field, format!("{field}: {e}")));
+        if self.env_from_secrets.len() > MAX_SECRET_REFS {
+            return Err((
+                "env_from_secrets",
+                format!(
+                    "env_from_secrets has {} entries; at most {MAX_SECRET_REFS} are allowed",
+                    self.env_from_secrets.len()
+                ),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for entry in &self.env_from_secrets {
+            secret_name("env_from_secrets", &entry.secret)?;
+            crate::validate_secret_key(&entry.key)
+                .map_err(|e| ("env_from_secrets", format!("env_from_secrets: {e}")))?;
+            if !is_variable_name(&entry.env) {
+                return Err((
+                    "env_from_secrets",
+                    format!("env_from_secrets: {:?} is not a valid variable name", entry.env),
+                ));
+            }
+            if self.env.contains_key(&entry.env) || !seen.insert(entry.env.as_str()) {
+                return Err((
+                    "env_from_secrets",
+                    format!(
+                        "env_from_secrets: variable {:?} is set twice (in env or env_from_secrets)",
+                        entry.env
+                    ),
+                ));
+            }
+        }
+        if self.secret_files.len() > MAX_SECRET_REFS {
+            return Err((
+                "secret_files",
+                format!(
+                    "secret_files has {} entries; at most {MAX_SECRET_REFS} are allowed",
+                    self.secret_files.len()
+                ),
+            ));
+        }
+        let mut mounted = std::collections::BTreeSet::new();
+        for entry in &self.secret_files {
+            secret_name("secret_files", &entry.secret)?;
+            if !mounted.insert(entry.secret.as_str()) {
+                return Err((
+                    "secret_files",
+                    format!("secret_files: secret {:?} is mounted twice", entry.secret),
+                ));
             }
         }
         Ok(())
     }
+}
+
+/// `^[A-Za-z_][A-Za-z0-9_]*$`
+fn is_variable_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Where a function is in its life.

@@ -7,6 +7,7 @@ mod function;
 mod invocation;
 mod job;
 mod names;
+mod secret;
 mod stats;
 mod token;
 mod trigger;
@@ -23,6 +24,11 @@ pub use function::{
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};
+pub use secret::{
+    validate_secret_key, validate_secret_value, Secret, SecretCreate, SecretEnv, SecretFiles, SecretPatch,
+    MAX_SECRETS_PER_NAMESPACE, MAX_SECRET_KEYS, MAX_SECRET_KEY_CHARS, MAX_SECRET_REFS, MAX_SECRET_VALUE_CHARS,
+    SECRET_KEY_PATTERN,
+};
 pub use stats::{FunctionStats, StatsPoint};
 pub use token::{Token, TokenCreate, TokenCreated, WhoAmI};
 pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};

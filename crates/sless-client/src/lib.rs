@@ -1,5 +1,5 @@
 //! A typed async client for the sless REST API: functions, triggers, jobs,
-//! versions and aliases, invocations, logs and the public invoke gateway. Shared by the `sless`
+//! versions and aliases, secrets, invocations, logs and the public invoke gateway. Shared by the `sless`
 //! CLI and the Terraform provider; the wire types come from `sless-api`.
 //!
 //! ```no_run
@@ -19,6 +19,7 @@ mod gateway;
 mod http;
 mod jobs;
 mod logs;
+mod secrets;
 mod triggers;
 mod versions;
 mod wait;

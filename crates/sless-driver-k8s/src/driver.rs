@@ -20,6 +20,7 @@ use sless_driver::{
 
 use crate::artifacts::Artifacts;
 use crate::cluster::{unavailable, Cluster};
+use crate::endpoint_cache::EndpointCache;
 use crate::gateway::{Serving, ServingSettings};
 use crate::names::{self, label};
 use crate::objects::{self, CodeSource, InstanceInput};
@@ -31,6 +32,8 @@ pub struct KubeDriver {
     cluster: Cluster,
     artifacts: Artifacts,
     serving: ServingSettings,
+    /// Ready pods of every version, watched (unless turned off).
+    endpoints: Option<Arc<EndpointCache>>,
     /// The versions this replica serves.
     versions: RwLock<HashMap<VersionRef, Arc<Serving>>>,
     /// Functions turned off (before or after they were deployed).
@@ -47,7 +50,9 @@ impl KubeDriver {
         store: Arc<dyn object_store::ObjectStore>,
     ) -> KubeDriver {
         sless_driver_local::frame::set_max_frame(serving.max_response_bytes);
+        let endpoints = serving.watch_endpoints.then(|| EndpointCache::watch(client.clone()));
         KubeDriver {
+            endpoints,
             cluster: Cluster::new(client, settings),
             artifacts: Artifacts::new(store),
             serving,
@@ -123,6 +128,12 @@ impl Driver for KubeDriver {
                 "image mode (SLESS_K8S_BUILD=image) is not served by the driver yet".into(),
             ));
         }
+        if deployment.secrets != Default::default() {
+            return Err(DriverError::Unavailable(
+                "functions that use secrets (env_from_secrets, secret_files) are not served by the Kubernetes driver yet"
+                    .into(),
+            ));
+        }
         let key = &deployment.key;
         let digest = deployment.digest.clone().ok_or_else(|| {
             DriverError::Unavailable(format!(
@@ -181,7 +192,13 @@ impl Driver for KubeDriver {
             }
         }
         let enabled = !self.disabled.read().unwrap().contains(key);
-        let serving = Arc::new(Serving::new(target.clone(), deployment.spec, code, enabled));
+        let serving = Arc::new(Serving::new(
+            target.clone(),
+            deployment.spec,
+            code,
+            enabled,
+            self.endpoints.clone(),
+        ));
         self.versions.write().unwrap().insert(target, serving);
         Ok(())
     }

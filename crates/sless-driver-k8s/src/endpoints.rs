@@ -1,7 +1,7 @@
 //! Where the ready pods of a version are: the EndpointSlices of its
 //! headless Service (ready endpoints only, the port named `frames`).
-//! Listed on demand; a watching cache (kube-runtime's reflector) is the
-//! next step.
+//! Listed on demand, when the watching cache ([`crate::endpoint_cache`])
+//! is off or has not listed everything yet.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -12,7 +12,7 @@ use sless_driver::DriverError;
 use crate::cluster::{unavailable, Cluster};
 
 /// The label EndpointSlices carry naming their Service.
-const SERVICE_NAME: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME: &str = "kubernetes.io/service-name";
 
 /// The addresses of the ready pods behind Service `service`, sorted.
 pub async fn ready(cluster: &Cluster, namespace: &str, service: &str) -> Result<Vec<SocketAddr>, DriverError> {
@@ -28,7 +28,7 @@ pub async fn ready(cluster: &Cluster, namespace: &str, service: &str) -> Result<
 }
 
 /// The ready addresses of one slice (a missing `ready` condition means ready).
-fn ready_in(slice: &EndpointSlice) -> Vec<SocketAddr> {
+pub(crate) fn ready_in(slice: &EndpointSlice) -> Vec<SocketAddr> {
     let Some(port) = slice
         .ports
         .iter()

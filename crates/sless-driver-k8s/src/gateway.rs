@@ -19,6 +19,7 @@ use tokio::time::Instant;
 
 use crate::cluster::Cluster;
 use crate::connection::{InstanceConnection, Lost};
+use crate::endpoint_cache::EndpointCache;
 use crate::names;
 use crate::objects::CodeSource;
 
@@ -36,6 +37,9 @@ pub struct ServingSettings {
     /// How long a new version's pods may take to become ready (image pull,
     /// fetch, load) when a deploy verifies it.
     pub start_timeout: Duration,
+    /// Keep every ready pod in a cache fed by a watch of EndpointSlices
+    /// (else list a version's pods when its list is older than `endpoints_ttl`).
+    pub watch_endpoints: bool,
 }
 
 impl Default for ServingSettings {
@@ -46,6 +50,7 @@ impl Default for ServingSettings {
             poll: Duration::from_millis(250),
             endpoints_ttl: Duration::from_secs(1),
             start_timeout: Duration::from_secs(300),
+            watch_endpoints: true,
         }
     }
 }
@@ -64,6 +69,8 @@ pub struct Serving {
     namespace: String,
     name: String,
     enabled: AtomicBool,
+    /// The watched ready pods of every version, when there is a watch.
+    cache: Option<Arc<EndpointCache>>,
     pods: Mutex<Pods>,
     waiting: AtomicUsize,
 }
@@ -71,6 +78,8 @@ pub struct Serving {
 #[derive(Default)]
 struct Pods {
     listed_at: Option<Instant>,
+    /// The cache's generation `ready` was taken at.
+    generation: u64,
     ready: Vec<Arc<Pod>>,
 }
 
@@ -95,9 +104,16 @@ impl Pod {
 }
 
 impl Serving {
-    pub fn new(target: VersionRef, spec: FunctionSpec, code: CodeSource, enabled: bool) -> Serving {
+    pub fn new(
+        target: VersionRef,
+        spec: FunctionSpec,
+        code: CodeSource,
+        enabled: bool,
+        cache: Option<Arc<EndpointCache>>,
+    ) -> Serving {
         Serving {
             code,
+            cache,
             namespace: names::function_namespace(&target.key.namespace),
             name: names::version_object(&target.key, target.version),
             target,
@@ -196,20 +212,31 @@ impl Serving {
         }
     }
 
-    /// The ready pod with the most free slots, listing them again when the
-    /// list is old; `None` when no pod is ready.
+    /// The ready pod with the most free slots, from the watched cache when
+    /// it has changed, else listed again when the list is old; `None` when
+    /// no pod is ready.
     async fn least_loaded(
         &self,
         cluster: &Cluster,
         settings: &ServingSettings,
     ) -> Result<Option<Arc<Pod>>, InvokeError> {
+        let watched = self.cache.as_ref().map_or(0, |c| c.generation());
         let stale = {
             let pods = self.pods.lock().unwrap();
-            pods.listed_at.is_none_or(|at| at.elapsed() >= settings.endpoints_ttl)
+            if watched > 0 {
+                pods.generation != watched
+            } else {
+                pods.listed_at.is_none_or(|at| at.elapsed() >= settings.endpoints_ttl)
+            }
         };
         if stale {
-            match crate::endpoints::ready(cluster, &self.namespace, &self.name).await {
-                Ok(addresses) => self.replace_pods(addresses),
+            let cached = self.cache.as_ref().and_then(|c| c.ready(&self.namespace, &self.name));
+            let listed = match cached {
+                Some(addresses) => Ok(addresses),
+                None => crate::endpoints::ready(cluster, &self.namespace, &self.name).await,
+            };
+            match listed {
+                Ok(addresses) => self.replace_pods(addresses, watched),
                 Err(e) => {
                     // Serve from the old list while the API server is away.
                     tracing::warn!(function = %self.target, error = %e, "listing ready pods");
@@ -227,7 +254,7 @@ impl Serving {
     }
 
     /// Keeps the pods still listed (with their connections and slots) and adds new ones.
-    fn replace_pods(&self, addresses: Vec<SocketAddr>) {
+    fn replace_pods(&self, addresses: Vec<SocketAddr>, generation: u64) {
         let mut pods = self.pods.lock().unwrap();
         let old = std::mem::take(&mut pods.ready);
         pods.ready = addresses
@@ -243,9 +270,11 @@ impl Serving {
             })
             .collect();
         pods.listed_at = Some(Instant::now());
+        pods.generation = generation;
     }
 
-    /// Drops a pod that failed until the next listing says it is ready.
+    /// Drops a pod that failed until the next listing (or change in the
+    /// cache) says it is ready.
     fn forget(&self, addr: SocketAddr) {
         self.pods.lock().unwrap().ready.retain(|p| p.addr != addr);
     }

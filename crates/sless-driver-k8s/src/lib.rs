@@ -14,6 +14,7 @@ mod builds;
 mod cluster;
 mod connection;
 mod driver;
+mod endpoint_cache;
 mod endpoints;
 mod gateway;
 mod jobs;

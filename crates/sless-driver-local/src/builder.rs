@@ -112,35 +112,7 @@ impl Builder {
                 log_tail: format!("unpacking the archive: {e}"),
             })?;
         let mut log = format!("unpacked {files} files\n");
-        let step = match job.runtime {
-            Runtime::Python311 if work.join("requirements.txt").is_file() => Some((
-                self.python.as_str(),
-                vec![
-                    "-m",
-                    "pip",
-                    "install",
-                    "--no-input",
-                    "--disable-pip-version-check",
-                    "--no-cache-dir",
-                    "--break-system-packages",
-                    "--target",
-                    ".deps",
-                    "-r",
-                    "requirements.txt",
-                ],
-            )),
-            Runtime::Nodejs20 if work.join("package.json").is_file() => Some((
-                self.npm.as_str(),
-                vec![
-                    "install",
-                    "--omit=dev",
-                    "--no-audit",
-                    "--no-fund",
-                    "--no-update-notifier",
-                ],
-            )),
-            _ => None,
-        };
+        let step = install_step(job.runtime, work, &self.python, &self.npm);
         let Some((program, args)) = step else {
             log.push_str("no dependencies to install\n");
             return Ok(log);
@@ -197,7 +169,47 @@ impl Builder {
     }
 }
 
-fn exit_text(status: std::process::ExitStatus) -> String {
+/// The command that installs the dependencies of the code in `dir`, run
+/// there (None: nothing to install). The same for the local builder and
+/// `sless instance build`.
+pub(crate) fn install_step<'a>(
+    runtime: Runtime,
+    dir: &Path,
+    python: &'a str,
+    npm: &'a str,
+) -> Option<(&'a str, Vec<&'static str>)> {
+    match runtime {
+        Runtime::Python311 if dir.join("requirements.txt").is_file() => Some((
+            python,
+            vec![
+                "-m",
+                "pip",
+                "install",
+                "--no-input",
+                "--disable-pip-version-check",
+                "--no-cache-dir",
+                "--break-system-packages",
+                "--target",
+                ".deps",
+                "-r",
+                "requirements.txt",
+            ],
+        )),
+        Runtime::Nodejs20 if dir.join("package.json").is_file() => Some((
+            npm,
+            vec![
+                "install",
+                "--omit=dev",
+                "--no-audit",
+                "--no-fund",
+                "--no-update-notifier",
+            ],
+        )),
+        _ => None,
+    }
+}
+
+pub(crate) fn exit_text(status: std::process::ExitStatus) -> String {
     match status.code() {
         Some(code) => format!("exited with {code}"),
         None => "was killed".to_string(),
@@ -211,7 +223,7 @@ pub fn tail(log: &str) -> String {
 }
 
 /// Unpacks a checked archive (the upload rules ran already) into `dir`.
-fn unpack(zip_bytes: &[u8], dir: &Path, owner: Option<u32>) -> std::io::Result<usize> {
+pub(crate) fn unpack(zip_bytes: &[u8], dir: &Path, owner: Option<u32>) -> std::io::Result<usize> {
     let own = |path: &Path| match owner {
         Some(uid) => std::os::unix::fs::chown(path, Some(uid), Some(uid)),
         None => Ok(()),

@@ -145,24 +145,29 @@ impl Launcher {
                 ],
             ),
         };
-        let spec = Spec {
-            program,
-            args,
-            ro: vec![
-                (self.shim_dir.clone(), "/sless/shim".into()),
-                (slot.clone(), "/code".into()),
-            ],
-            rw: vec![],
-            chdir: code,
-            env: vec![],
-            share_net: true,
-        };
         let started = std::time::Instant::now();
         let confinement = self
             .confiner
             .confine(uid, WARM_GROUP, self.scratch_of(&slot), WARM_LIMITS.tmp_bytes)
             .await?;
         let confined = started.elapsed();
+        // Empty until the instance loads a function that mounts secrets.
+        let secrets = secrets_dir_of(&slot, &confinement);
+        make_owned_dir(&secrets, uid).map_err(|e| format!("creating the instance's /secrets: {e}"))?;
+        set_mode(&secrets, 0o500).map_err(|e| format!("creating the instance's /secrets: {e}"))?;
+        let spec = Spec {
+            program,
+            args,
+            ro: vec![
+                (self.shim_dir.clone(), "/sless/shim".into()),
+                (slot.clone(), "/code".into()),
+                (secrets, "/secrets".into()),
+            ],
+            rw: vec![],
+            chdir: code,
+            env: vec![],
+            share_net: true,
+        };
         let process = match (runtime, &self.zygote) {
             (Runtime::Python311, Some(zygote)) => {
                 let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
@@ -233,6 +238,48 @@ impl Launcher {
     pub fn code_path(&self, process: &ShimProcess) -> String {
         self.sandbox.seen_path(&process.slot, "/code")
     }
+}
+
+/// Where an instance's secret files are kept on the host, seen as
+/// `/secrets` inside: on its scratch tmpfs when the server mounts one (so
+/// values never reach a disk), else next to its slot. Either goes with the
+/// instance.
+fn secrets_dir_of(slot: &Path, confinement: &Confinement) -> PathBuf {
+    match &confinement.scratch {
+        Some(scratch) => scratch.path.join("secrets"),
+        None => slot.with_extension("secrets"),
+    }
+}
+
+/// [`secrets_dir_of`] a started process.
+pub fn secrets_dir(process: &ShimProcess) -> PathBuf {
+    secrets_dir_of(&process.slot, &process.confinement)
+}
+
+/// Writes `/secrets/{secret}/{key}` into an instance's secrets directory:
+/// directories 0500 and files 0400, owned by the instance's uid (when it
+/// has one of its own), so only it reads them; the mount is read-only.
+pub fn write_secret_files(dir: &Path, uid: Option<u32>, files: &[sless_driver::SecretFile]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    for file in files {
+        let secret_dir = dir.join(&file.secret);
+        if !secret_dir.is_dir() {
+            make_owned_dir(&secret_dir, uid)?;
+            set_mode(&secret_dir, 0o500)?;
+        }
+        let path = secret_dir.join(&file.key);
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .open(&path)?;
+        out.write_all(&file.value)?;
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&path, Some(uid), Some(uid))?;
+        }
+    }
+    Ok(())
 }
 
 /// Sandboxed processes run as other users: they must be able to walk down to

@@ -19,6 +19,7 @@ mod pool;
 mod process;
 mod sandbox;
 pub mod standalone;
+pub mod standalone_build;
 mod warm;
 mod zygote;
 
@@ -218,6 +219,7 @@ impl Driver for LocalDriver {
             version: deployment.version,
             artifact_dir: self.builder.artifact_dir(&deployment.artifact),
             spec: deployment.spec,
+            secrets: deployment.secrets,
         };
         let loaded = if deployment.verify {
             match pool.preload(&generation).await {

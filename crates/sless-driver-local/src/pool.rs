@@ -34,6 +34,8 @@ pub struct Generation {
     pub version: u64,
     pub artifact_dir: PathBuf,
     pub spec: FunctionSpec,
+    /// The secrets its instances get (env and files), held in memory only.
+    pub secrets: sless_driver::SecretValues,
 }
 
 /// A loaded shim serving one generation.
@@ -461,6 +463,15 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
         .await
         .map_err(|e| StartFailure::Start(e.to_string()))?
         .map_err(|e| StartFailure::Start(format!("linking code into the instance: {e}")))?;
+    if !generation.secrets.files.is_empty() {
+        let files = generation.secrets.files.clone();
+        let dir = super::launcher::secrets_dir(&process);
+        let uid = process.confinement.uid;
+        tokio::task::spawn_blocking(move || super::launcher::write_secret_files(&dir, uid, &files))
+            .await
+            .map_err(|e| StartFailure::Start(e.to_string()))?
+            .map_err(|e| StartFailure::Start(format!("writing the secret files into the instance: {e}")))?;
+    }
     if let Err(e) = pool.launcher.fit(&process, &pool.key.namespace, &generation.spec).await {
         process.kill();
         return Err(StartFailure::Start(format!("confining the instance: {e}")));
@@ -470,11 +481,19 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
         sless_api::Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],
         sless_api::Runtime::Nodejs20 => vec![format!("{code}/node_modules")],
     };
+    let mut env = generation.spec.env.clone();
+    env.extend(generation.secrets.env.iter().cloned());
+    env.insert(
+        "SLESS_SECRETS_DIR".into(),
+        pool.launcher
+            .sandbox
+            .seen_path(&super::launcher::secrets_dir(&process), "/secrets"),
+    );
     let load = json!({
         "code_dir": code,
         "path": path,
         "entrypoint": generation.spec.entrypoint,
-        "env": generation.spec.env,
+        "env": env,
         "function": pool.key.name,
         "namespace": pool.key.namespace,
         "version": generation.version,

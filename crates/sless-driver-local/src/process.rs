@@ -393,6 +393,8 @@ impl Drop for ShimProcess {
             handle.kill();
         }
         let _ = std::fs::remove_dir_all(&self.slot);
+        // Secret files kept beside the slot (no scratch tmpfs of its own).
+        let _ = std::fs::remove_dir_all(self.slot.with_extension("secrets"));
     }
 }
 

@@ -20,6 +20,38 @@ pub struct Deployment {
     /// deployed, this one included, keep serving as they were). Off
     /// when serving again what was checked before (a restart).
     pub verify: bool,
+    /// The values of the secrets the spec references, decrypted by the
+    /// server for this deploy (the driver keeps them in memory only, and
+    /// hands them to the instances).
+    pub secrets: SecretValues,
+}
+
+/// The decrypted secrets a version's instances get: environment variables
+/// and files (`/secrets/{secret}/{key}`). `Debug` shows names only.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretValues {
+    /// `(variable, value)`, set next to the spec's `env`.
+    pub env: Vec<(String, String)>,
+    pub files: Vec<SecretFile>,
+}
+
+/// One file of a mounted secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretFile {
+    pub secret: String,
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+impl std::fmt::Debug for SecretValues {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<&str> = self.env.iter().map(|(name, _)| name.as_str()).collect();
+        let files: Vec<String> = self.files.iter().map(|f| format!("{}/{}", f.secret, f.key)).collect();
+        f.debug_struct("SecretValues")
+            .field("env", &env)
+            .field("files", &files)
+            .finish()
+    }
 }
 
 impl Deployment {

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use sless_api::Runtime;
 
 pub use build::{BuildError, BuildJob, Built, Fingerprint};
-pub use deploy::{Deployment, FunctionLoad};
+pub use deploy::{Deployment, FunctionLoad, SecretFile, SecretValues};
 pub use error::DriverError;
 pub use invoke::{Invocation, InvocationResult, InvokeError, LogChunk, OutputStream, RunId, TriggerKind};
 pub use key::{FunctionKey, VersionRef};

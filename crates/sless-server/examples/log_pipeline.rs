@@ -43,6 +43,7 @@ async fn main() -> anyhow::Result<()> {
             flush_interval: Duration::from_millis(50),
             retention: Duration::from_secs(86_400),
             keep: i64::MAX,
+            keep_per_function: i64::MAX,
             max_bytes: i64::MAX,
             enabled: true,
             leading: tokio::sync::watch::channel(true).1,

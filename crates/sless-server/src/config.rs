@@ -57,6 +57,10 @@ pub struct Config {
     #[arg(long, env = "SLESS_DRIVER", value_enum, default_value = "local")]
     pub driver: DriverKind,
 
+    /// The Kubernetes driver's settings (`SLESS_K8S_*`).
+    #[command(flatten)]
+    pub kube: crate::kube_options::KubeOptions,
+
     /// Base URL users reach the gateway at; default: `http://{listen}`.
     #[arg(long, env = "SLESS_EXTERNAL_URL")]
     pub external_url: Option<String>,
@@ -64,6 +68,17 @@ pub struct Config {
     /// Admin bearer token; when unset, one is generated on first start and kept in the data dir.
     #[arg(long, env = "SLESS_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+
+    /// Key that seals secrets at rest: 32 bytes, base64. When unset, one is
+    /// generated on first start and kept in the data dir (`secret-key`,
+    /// mode 0600); replicas on one PostgreSQL must all be given the same key.
+    #[arg(long, env = "SLESS_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
+
+    /// The key before `SLESS_SECRET_KEY` (rotation): values it sealed are
+    /// still read, and at start every one is sealed again with the new key.
+    #[arg(long, env = "SLESS_SECRET_KEY_PREVIOUS", hide_env_values = true)]
+    pub secret_key_previous: Option<String>,
 
     /// Largest accepted code upload (zip) in bytes.
     #[arg(long, env = "SLESS_MAX_UPLOAD_BYTES", default_value_t = 50 * 1024 * 1024)]
@@ -272,6 +287,11 @@ pub struct Config {
     #[arg(long, env = "SLESS_INVOCATION_KEEP", default_value_t = 100_000)]
     pub invocation_keep: i64,
 
+    /// Most invocation records kept per function (so one busy function does
+    /// not prune its namespace neighbours' history).
+    #[arg(long, env = "SLESS_INVOCATION_KEEP_PER_FUNCTION", default_value_t = 20_000)]
+    pub invocation_keep_per_function: i64,
+
     /// Most bytes of stored (compressed) invocation records kept per namespace.
     #[arg(long, env = "SLESS_INVOCATION_MAX_BYTES", default_value_t = 256 * 1024 * 1024)]
     pub invocation_max_bytes: i64,
@@ -412,20 +432,20 @@ impl Config {
             anyhow::bail!("SLESS_S3_ACCESS_KEY_ID and SLESS_S3_SECRET_ACCESS_KEY go together: set both or neither");
         }
         if self.driver == DriverKind::Kubernetes {
-            anyhow::bail!(
-                "SLESS_DRIVER=kubernetes: the Kubernetes driver is not available in this build yet; use local"
-            );
+            self.kube.validate(&blob)?;
         }
         if let Some(url) = &self.external_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 anyhow::bail!("SLESS_EXTERNAL_URL {url:?}: expected an http:// or https:// URL");
             }
         }
-        for (name, path) in [
+        // Handlers and builds run on this machine with the local driver only.
+        let local_runtimes = [
             ("SLESS_PYTHON", &self.python),
             ("SLESS_NODE", &self.node),
             ("SLESS_NPM", &self.npm),
-        ] {
+        ];
+        for (name, path) in local_runtimes.into_iter().filter(|_| self.driver == DriverKind::Local) {
             if !std::path::Path::new(path).exists() {
                 anyhow::bail!("{name} {path:?}: no such file; install it or point {name} at the binary");
             }
@@ -477,6 +497,17 @@ impl Config {
             if token.len() < 16 {
                 anyhow::bail!("SLESS_METRICS_TOKEN is too short: use at least 16 characters");
             }
+        }
+        for (name, key) in [
+            ("SLESS_SECRET_KEY", &self.secret_key),
+            ("SLESS_SECRET_KEY_PREVIOUS", &self.secret_key_previous),
+        ] {
+            if let Some(key) = key {
+                crate::secrets::decode_key(key).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+            }
+        }
+        if self.secret_key_previous.is_some() && self.secret_key.is_none() {
+            anyhow::bail!("SLESS_SECRET_KEY_PREVIOUS is set without SLESS_SECRET_KEY: rotation needs the new key too");
         }
         if let Some(token) = &self.admin_token {
             if token.len() < 16 {

@@ -25,6 +25,8 @@ pub struct LogSettings {
     pub retention: Duration,
     /// At most this many records are kept per namespace.
     pub keep: i64,
+    /// At most this many records are kept per function.
+    pub keep_per_function: i64,
     /// At most this many bytes of stored records are kept per namespace;
     /// a prune runs early once a quarter of it has been written since the last.
     pub max_bytes: i64,
@@ -235,7 +237,10 @@ async fn prune_loop(store: Arc<dyn Store>, settings: LogSettings, pending: Arc<P
             continue;
         }
         let cutoff = crate::store::now() - chrono::Duration::from_std(settings.retention).unwrap_or_default();
-        match store.prune_invocations(cutoff, settings.keep, settings.max_bytes).await {
+        match store
+            .prune_invocations(cutoff, settings.keep, settings.keep_per_function, settings.max_bytes)
+            .await
+        {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "pruned old invocation records"),
             Err(e) => tracing::warn!(error = %e, "pruning invocation records failed"),

@@ -16,6 +16,11 @@ use crate::{auth, blobs, http, store};
 /// have finished (or the grace period ran out).
 pub async fn run(config: Config) -> anyhow::Result<()> {
     config.validate()?;
+    // A cluster that cannot be reached is said at once, before anything starts.
+    let kube_client = match config.driver {
+        crate::config::DriverKind::Kubernetes => Some(crate::kube_options::connect(&config.kube).await?),
+        crate::config::DriverKind::Local => None,
+    };
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| anyhow::anyhow!("creating data dir {}: {e}", config.data_dir.display()))?;
     let store = store::open(&config.database_url()).await?;
@@ -24,6 +29,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let check_metrics = Arc::new(sless_codecheck::CheckMetrics::new());
     let code_check = sless_codecheck::build(&config.code_check(), check_metrics.clone())
         .map_err(|e| anyhow::anyhow!("code check settings: {e}"))?;
+    let secrets = crate::secrets::Secrets::start(
+        store.clone(),
+        config.secret_key.as_deref(),
+        config.secret_key_previous.as_deref(),
+        &config.data_dir,
+        config.shared(),
+    )
+    .await?;
     let admin_hash = auth::admin_token_hash(config.admin_token.as_deref(), &config.data_dir)?;
     let open_files = crate::listener::raise_open_files_limit();
     let listener = TcpListener::bind(config.listen)
@@ -45,29 +58,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         keep_contents: config.code_check != sless_codecheck::Mode::Off,
         ..ArchiveRules::default()
     };
-    let driver: Arc<dyn sless_driver::Driver> = Arc::new(sless_driver_local::LocalDriver::start(
-        &config.data_dir,
-        sless_driver_local::LocalSettings {
-            python: config.python.clone(),
-            node: config.node.clone(),
-            npm: config.npm.clone(),
-            warm_per_runtime: config.warm_instances,
-            python_zygote: config.python_zygote,
-            pool: sless_driver_local::PoolSettings {
-                idle_timeout: Duration::from_secs(config.idle_timeout_sec),
-                max_queue: config.max_queue,
-                load_timeout: Duration::from_secs(30),
-                max_response_bytes: config.max_response_bytes,
-            },
-            isolation: sless_driver_local::IsolationSettings {
-                network: config.network_isolation,
-                private_egress: sless_driver_local::PrivateEgress::parse_all(&config.private_egress)
-                    .map_err(anyhow::Error::msg)?,
-            },
-        },
-        // Replicas fetch what another one built from the object store.
-        config.shared().then(|| blobs.clone()),
-    )?);
+    let driver: Arc<dyn sless_driver::Driver> = match kube_client {
+        Some(client) => Arc::new(crate::kube_options::driver(&config, client, blobs.clone())),
+        None => Arc::new(local_driver(&config, blobs.clone())?),
+    };
     let metrics = Arc::new(crate::metrics::Metrics::default());
     let log = crate::invocations::InvocationLog::start(
         store.clone(),
@@ -77,6 +71,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             flush_interval: Duration::from_millis(50),
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
             keep: config.invocation_keep,
+            keep_per_function: config.invocation_keep_per_function,
             max_bytes: config.invocation_max_bytes,
             enabled: config.invocation_log,
             leading: cluster.leadership.watch(),
@@ -88,6 +83,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         blobs.clone(),
         driver.clone(),
         routes.clone(),
+        secrets.clone(),
         config.keep_versions as usize,
     );
     versions.start_sweeping();
@@ -168,6 +164,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         async_invocations,
         cluster: cluster.clone(),
         admin_hash,
+        secrets,
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
         replica = cluster.replica(), leader = cluster.is_leader(),
@@ -266,4 +263,34 @@ fn make_private(config: &Config) {
             }
         }
     }
+}
+
+/// The local driver (the embedded default) as `config` says.
+fn local_driver(
+    config: &Config,
+    blobs: Arc<dyn object_store::ObjectStore>,
+) -> anyhow::Result<sless_driver_local::LocalDriver> {
+    sless_driver_local::LocalDriver::start(
+        &config.data_dir,
+        sless_driver_local::LocalSettings {
+            python: config.python.clone(),
+            node: config.node.clone(),
+            npm: config.npm.clone(),
+            warm_per_runtime: config.warm_instances,
+            python_zygote: config.python_zygote,
+            pool: sless_driver_local::PoolSettings {
+                idle_timeout: Duration::from_secs(config.idle_timeout_sec),
+                max_queue: config.max_queue,
+                load_timeout: Duration::from_secs(30),
+                max_response_bytes: config.max_response_bytes,
+            },
+            isolation: sless_driver_local::IsolationSettings {
+                network: config.network_isolation,
+                private_egress: sless_driver_local::PrivateEgress::parse_all(&config.private_egress)
+                    .map_err(anyhow::Error::msg)?,
+            },
+        },
+        // Replicas fetch what another one built from the object store.
+        config.shared().then_some(blobs),
+    )
 }

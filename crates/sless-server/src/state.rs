@@ -32,4 +32,6 @@ pub struct AppState {
     pub cluster: Arc<crate::cluster::Cluster>,
     /// sha256 of the admin token.
     pub admin_hash: String,
+    /// Seals and opens secret values.
+    pub secrets: Arc<crate::secrets::Secrets>,
 }

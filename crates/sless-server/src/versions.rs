@@ -29,6 +29,8 @@ pub struct Versions {
     blobs: Arc<dyn ObjectStore>,
     driver: Arc<dyn Driver>,
     routes: Arc<Routes>,
+    /// The secrets a version's spec references, opened for its deploy.
+    secrets: Arc<crate::secrets::Secrets>,
     /// How many versions of a function keep their artifacts.
     keep: usize,
     /// Deployed here besides `$latest`, with the time of the last call.
@@ -43,6 +45,7 @@ impl Versions {
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
         routes: Arc<Routes>,
+        secrets: Arc<crate::secrets::Secrets>,
         keep: usize,
     ) -> Arc<Versions> {
         Arc::new(Versions {
@@ -50,6 +53,7 @@ impl Versions {
             blobs,
             driver,
             routes,
+            secrets,
             keep: keep.max(1),
             extra: Default::default(),
             deploying: Default::default(),
@@ -59,6 +63,11 @@ impl Versions {
     /// The routing table this replica calls by.
     pub fn routes(&self) -> &Arc<Routes> {
         &self.routes
+    }
+
+    /// The secrets versions are deployed with.
+    pub fn secrets(&self) -> &Arc<crate::secrets::Secrets> {
+        &self.secrets
     }
 
     /// Routes every alias as the store holds them (a replica's pass).
@@ -99,8 +108,16 @@ impl Versions {
             return Ok(false);
         };
         let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
+        let secrets = self.secrets.resolve(&key.namespace, &spec).await.map_err(|e| {
+            tracing::warn!(function = %key, version = target.version, error = %e, "cannot start a version");
+            Error::Unavailable {
+                message: format!("version {} of function {key} cannot be started here", target.version),
+                retry_after: Some(2),
+            }
+        })?;
         self.driver
             .deploy(Deployment {
+                secrets,
                 key: key.clone(),
                 version: target.version,
                 artifact: Fingerprint::from_stored(record.artifact),
@@ -140,6 +157,23 @@ impl Versions {
     }
 
     /// Forgets a deleted function's versions (the driver removed them).
+    /// Retires the versions of `key` deployed here besides `$latest` (a
+    /// secret they use changed): the next call deploys them again, with
+    /// the secret's new values.
+    pub async fn restart(&self, key: &FunctionKey) {
+        let versions: Vec<VersionRef> = self
+            .extra
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|v| &v.key == key)
+            .cloned()
+            .collect();
+        for version in versions {
+            self.retire(&version).await;
+        }
+    }
+
     pub fn forget(&self, key: &FunctionKey) {
         self.extra.lock().unwrap().retain(|v, _| &v.key != key);
     }

@@ -22,7 +22,9 @@ mod api {
     mod handlers;
     pub mod harness;
     mod instance;
+    mod instance_build;
     mod jobs;
+    mod kubernetes;
     mod leftovers;
     mod lifecycle;
     mod network;
@@ -30,6 +32,7 @@ mod api {
     mod poisoning;
     mod sandbox;
     mod scaling;
+    mod secrets;
     mod starving;
     mod tenants;
     mod triggers;

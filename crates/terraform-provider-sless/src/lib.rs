@@ -19,6 +19,7 @@ mod job;
 mod provider;
 mod resource;
 mod schema;
+mod secret;
 mod trigger;
 
 pub use provider::SlessProvider;

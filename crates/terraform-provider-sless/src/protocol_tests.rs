@@ -101,6 +101,7 @@ fn every_attribute_says_whether_a_change_replaces_or_updates_in_place() {
     check_table::<TriggerResource>();
     check_table::<JobResource>();
     check_table::<crate::alias::AliasResource>();
+    check_table::<crate::secret::SecretResource>();
     let replacing = |fields: Vec<fields::Field>| {
         fields
             .into_iter()
@@ -131,7 +132,12 @@ fn the_provider_schema_hides_the_token_and_serves_its_resources() {
     assert!(schema.block.attributes["token"].sensitive);
     let resources = provider.get_resources(&mut diags).unwrap();
     let names: BTreeSet<_> = resources.keys().cloned().collect();
-    assert_eq!(names, ["alias", "function", "job", "trigger"].map(String::from).into());
+    assert_eq!(
+        names,
+        ["alias", "function", "job", "secret", "trigger"]
+            .map(String::from)
+            .into()
+    );
 }
 
 /// A minimal msgpack writer for the values cty sends.

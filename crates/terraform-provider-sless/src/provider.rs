@@ -18,6 +18,7 @@ use crate::function::FunctionResource;
 use crate::job::JobResource;
 use crate::resource::Managed;
 use crate::schema::{optional, schema, sensitive};
+use crate::secret::SecretResource;
 use crate::trigger::TriggerResource;
 
 /// The namespace of resources that set none, when neither the provider block
@@ -158,7 +159,7 @@ impl Provider for SlessProvider {
 
     fn get_resources(&self, _diags: &mut Diagnostics) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
         let shared = &self.shared;
-        let resources: [(&str, Box<dyn DynamicResource>); 4] = [
+        let resources: [(&str, Box<dyn DynamicResource>); 5] = [
             (
                 "function",
                 Box::new(Managed::new(FunctionResource::default(), shared.clone())),
@@ -166,6 +167,7 @@ impl Provider for SlessProvider {
             ("trigger", Box::new(Managed::new(TriggerResource, shared.clone()))),
             ("job", Box::new(Managed::new(JobResource, shared.clone()))),
             ("alias", Box::new(Managed::new(AliasResource, shared.clone()))),
+            ("secret", Box::new(Managed::new(SecretResource, shared.clone()))),
         ];
         Some(resources.into_iter().map(|(name, r)| (name.to_string(), r)).collect())
     }

@@ -14,6 +14,23 @@ use serde_json::{json, Value};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
+/// The way to answer a request taken with [`ApiServer::hold`].
+pub type Responder = tower_test::mock::SendResponse<Response<Body>>;
+
+/// Answers a held request: `status` with `answer` (a string is sent as is).
+pub fn respond(send: Responder, status: u16, answer: Value) {
+    let text = match answer {
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    send.send_response(
+        Response::builder()
+            .status(status)
+            .body(Body::from(text.into_bytes()))
+            .unwrap(),
+    );
+}
+
 /// How long a step waits for its request.
 const STEP: Duration = Duration::from_secs(1);
 
@@ -41,6 +58,14 @@ impl ApiServer {
     /// Expects `method path` next (query aside), answers `status` with
     /// `answer`, and returns what was sent.
     pub async fn expect(&mut self, method: &str, path: &str, status: u16, answer: Value) -> Seen {
+        let (seen, send) = self.hold(method, path).await;
+        respond(send, status, answer);
+        seen
+    }
+
+    /// Expects `method path` next and returns it with the means to answer
+    /// it later (a watch kept open).
+    pub async fn hold(&mut self, method: &str, path: &str) -> (Seen, Responder) {
         let (request, send) = tokio::time::timeout(STEP, self.handle.next_request())
             .await
             .unwrap_or_else(|_| panic!("expected {method} {path}: no request came"))
@@ -65,21 +90,14 @@ impl ApiServer {
         } else {
             serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
         };
-        let text = match answer {
-            Value::String(text) => text,
-            other => other.to_string(),
-        };
-        send.send_response(
-            Response::builder()
-                .status(status)
-                .body(Body::from(text.into_bytes()))
-                .unwrap(),
-        );
-        Seen {
-            query,
-            content_type,
-            body,
-        }
+        (
+            Seen {
+                query,
+                content_type,
+                body,
+            },
+            send,
+        )
     }
 
     /// Expects a server-side apply (field manager `sless`, forced) at

@@ -14,6 +14,12 @@ use tokio::net::TcpListener;
 
 /// Starts an instance of `namespace/function@version`; its address.
 pub async fn start(namespace: &str, function: &str, version: u64) -> SocketAddr {
+    start_tagged(namespace, function, version, "").await
+}
+
+/// The same, its answers naming it (`"pod": tag`) unless `tag` is empty.
+pub async fn start_tagged(namespace: &str, function: &str, version: u64, tag: &str) -> SocketAddr {
+    let tag = tag.to_string();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hello = frame::encode(
@@ -30,6 +36,7 @@ pub async fn start(namespace: &str, function: &str, version: u64) -> SocketAddr 
                 return;
             };
             let hello = hello.clone();
+            let tag = tag.clone();
             tokio::spawn(async move {
                 stream.write_all(&hello).await.unwrap();
                 while let Ok(Some(invoke)) = frame::read(&mut stream).await {
@@ -39,7 +46,13 @@ pub async fn start(namespace: &str, function: &str, version: u64) -> SocketAddr 
                     let output = Output {
                         status: 200,
                         headers: vec![("content-type".into(), "application/json".into())],
-                        body: serde_json::json!({"event": head["event"]}).to_string().into(),
+                        body: if tag.is_empty() {
+                            serde_json::json!({"event": head["event"]})
+                        } else {
+                            serde_json::json!({"event": head["event"], "pod": tag})
+                        }
+                        .to_string()
+                        .into(),
                         logs: vec![LogChunk {
                             stream: OutputStream::Stdout,
                             text: "handled\n".into(),

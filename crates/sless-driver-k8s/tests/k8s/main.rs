@@ -7,3 +7,4 @@ mod fake_instance;
 mod install;
 mod objects;
 mod reconcile;
+mod watch;

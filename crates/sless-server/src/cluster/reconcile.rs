@@ -69,6 +69,9 @@ pub struct Reconciler {
     /// When each function seen was created: a function deleted and made
     /// again between two passes is another function.
     created: std::sync::Mutex<std::collections::HashMap<FunctionKey, chrono::DateTime<chrono::Utc>>>,
+    /// For each function that uses secrets, when they last changed (as
+    /// seen at the last pass): a change rolls the function here.
+    secret_stamps: std::sync::Mutex<std::collections::HashMap<FunctionKey, String>>,
     stop: tokio::sync::Notify,
 }
 
@@ -81,6 +84,7 @@ impl Reconciler {
             parts,
             deploying: Default::default(),
             created: Default::default(),
+            secret_stamps: Default::default(),
             stop: tokio::sync::Notify::new(),
         });
         let mut state = LoopState {
@@ -196,7 +200,18 @@ impl Reconciler {
             return false;
         }
         if self.cluster.shared() {
-            self.converge_functions(&functions).await;
+            let secrets = match store.all_secrets().await {
+                Ok(secrets) => secrets,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the secrets failed");
+                    return false;
+                }
+            };
+            let changed: std::collections::HashMap<(String, String), String> = secrets
+                .into_iter()
+                .map(|s| ((s.namespace, s.name), s.updated_at.to_rfc3339()))
+                .collect();
+            self.converge_functions(&functions, &changed).await;
         }
         self.parts.triggers.converge(&triggers, leader).await;
         if leader {
@@ -217,7 +232,11 @@ impl Reconciler {
 
     /// Deploys what the store says each function serves, where this replica
     /// serves something else; removes deleted functions.
-    async fn converge_functions(self: &Arc<Self>, functions: &[crate::store::Record]) {
+    async fn converge_functions(
+        self: &Arc<Self>,
+        functions: &[crate::store::Record],
+        secrets: &std::collections::HashMap<(String, String), String>,
+    ) {
         let mut present = HashSet::new();
         for record in functions {
             let key = FunctionKey::new(&record.namespace, &record.name);
@@ -237,16 +256,26 @@ impl Reconciler {
             };
             let Some(target) = Target::of(&status) else { continue };
             let served = self.cluster.served(&key);
+            let stamp = secret_stamp(&record.namespace, &record.spec, secrets);
+            let secrets_moved = {
+                let stamps = self.secret_stamps.lock().unwrap();
+                stamps.get(&key).is_some_and(|before| Some(before) != stamp.as_ref())
+            };
             let wanted = match &served {
                 None => true,
                 Some(s) if s.version < target.version => true,
                 Some(s) if s.version > target.version => false, // the store catches up
                 Some(s) if s.failed_at.is_some_and(|at| at.elapsed() >= RETRY_AFTER) => true,
-                Some(s) => s.failed_at.is_none() && s.spec != record.spec,
+                Some(s) => s.failed_at.is_none() && (s.spec != record.spec || secrets_moved),
             };
-            if !wanted || !self.deploying.lock().unwrap().insert(key.clone()) {
+            if !wanted {
+                self.note_stamp(&key, stamp);
                 continue;
             }
+            if !self.deploying.lock().unwrap().insert(key.clone()) {
+                continue; // seen again at a later pass
+            }
+            self.note_stamp(&key, stamp);
             // A new version was checked where it was built; a spec change
             // is checked here too, as where it was made (settings whose
             // handler does not load leave the version serving as it was).
@@ -271,6 +300,18 @@ impl Reconciler {
             }
         }
         self.created.lock().unwrap().retain(|key, _| present.contains(key));
+        self.secret_stamps
+            .lock()
+            .unwrap()
+            .retain(|key, _| present.contains(key));
+    }
+
+    fn note_stamp(&self, key: &FunctionKey, stamp: Option<String>) {
+        let mut stamps = self.secret_stamps.lock().unwrap();
+        match stamp {
+            Some(stamp) => stamps.insert(key.clone(), stamp),
+            None => stamps.remove(key),
+        };
     }
 
     /// Becoming leader: finish what a dead leader left, then the leader's pass.
@@ -290,4 +331,27 @@ impl Reconciler {
         self.parts.triggers.stop_consumers();
         self.parts.jobs.step_down().await;
     }
+}
+
+/// When the secrets a stored function spec uses last changed, as one
+/// string (None when it uses none): a function whose stamp moved rolls
+/// onto the new values.
+fn secret_stamp(
+    namespace: &str,
+    spec: &serde_json::Value,
+    secrets: &std::collections::HashMap<(String, String), String>,
+) -> Option<String> {
+    let spec = serde_json::from_value::<FunctionSpec>(spec.clone()).ok()?;
+    let names = spec.secret_names();
+    if names.is_empty() {
+        return None;
+    }
+    let parts: Vec<String> = names
+        .into_iter()
+        .map(|name| {
+            let at = secrets.get(&(namespace.to_string(), name.to_string()));
+            format!("{name}@{}", at.map_or("-", String::as_str))
+        })
+        .collect();
+    Some(parts.join(","))
 }

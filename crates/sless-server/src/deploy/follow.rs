@@ -59,14 +59,25 @@ impl Deployer {
         if self.routes.latest(key).is_some_and(|latest| latest.version > version) {
             return; // a newer version serves here already; the store catches up
         }
-        let deploy = self.driver.deploy(Deployment {
-            key: key.clone(),
-            version,
-            artifact: target.artifact,
-            digest: target.digest,
-            spec,
-            verify,
-        });
+        let deploy = async {
+            let secrets = self
+                .versions
+                .secrets()
+                .resolve(&key.namespace, &spec)
+                .await
+                .map_err(sless_driver::DriverError::Unavailable)?;
+            self.driver
+                .deploy(Deployment {
+                    key: key.clone(),
+                    version,
+                    artifact: target.artifact,
+                    digest: target.digest,
+                    spec,
+                    verify,
+                    secrets,
+                })
+                .await
+        };
         let error = match tokio::time::timeout(timeout, deploy).await {
             Ok(Ok(())) => {
                 tracing::info!(function = %key, version, "serving the version the store names");
@@ -106,6 +117,14 @@ impl Deployer {
                 continue;
             }
             let version = target.version;
+            let secrets = match self.versions.secrets().resolve(&key.namespace, &spec).await {
+                Ok(secrets) => secrets,
+                Err(e) => {
+                    tracing::warn!(function = %key, error = %e, "not serving a function whose secrets cannot be read");
+                    self.cluster.deployed(&key, version, record.spec, true).await;
+                    continue;
+                }
+            };
             let deployment = Deployment {
                 key: key.clone(),
                 version,
@@ -113,6 +132,7 @@ impl Deployer {
                 digest: target.digest,
                 spec,
                 verify: false,
+                secrets,
             };
             let failed = match self.driver.deploy(deployment).await {
                 Ok(()) => {

@@ -236,9 +236,18 @@ impl Deployer {
             }
         };
         let version = status.version + 1;
+        let secrets = match self.versions.secrets().resolve(&key.namespace, &spec).await {
+            Ok(secrets) => secrets,
+            Err(e) => {
+                self.fail(key, &mut status, format!("the function cannot start: {e}"))
+                    .await;
+                return self.save(key, &status).await;
+            }
+        };
         let deployed = self
             .driver
             .deploy(Deployment {
+                secrets,
                 key: key.clone(),
                 version,
                 artifact: built.artifact.clone(),
@@ -344,17 +353,22 @@ impl Deployer {
             return Ok(());
         };
         let spec_value = serde_json::to_value(&spec).map_err(Error::internal)?;
-        let deployed = self
-            .driver
-            .deploy(Deployment {
-                key: key.clone(),
-                version: status.version,
-                artifact: Fingerprint::from_stored(artifact.clone()),
-                digest: status.artifact_digest.clone(),
-                spec,
-                verify: true,
-            })
-            .await;
+        let deployed = match self.versions.secrets().resolve(&key.namespace, &spec).await {
+            Ok(secrets) => {
+                self.driver
+                    .deploy(Deployment {
+                        key: key.clone(),
+                        version: status.version,
+                        artifact: Fingerprint::from_stored(artifact.clone()),
+                        digest: status.artifact_digest.clone(),
+                        spec,
+                        verify: true,
+                        secrets,
+                    })
+                    .await
+            }
+            Err(e) => Err(DriverError::Unavailable(e)),
+        };
         if deployed.is_ok() {
             // The newest version runs with the function's spec; its record follows.
             self.store

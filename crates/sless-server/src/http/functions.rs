@@ -69,6 +69,7 @@ pub async fn create(
     let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
     check_name("name", "function", &name)?;
     let spec = checked_spec(&state, Value::Object(body))?;
+    crate::secrets::check_refs(&*state.store, &ns, &spec).await?;
     crate::quota::check_function(&state, &ns, &name, &spec, true).await?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
@@ -134,6 +135,7 @@ pub async fn patch(
             "runtime cannot be changed in place; delete and re-create the function",
         ));
     }
+    crate::secrets::check_refs(&*state.store, &ns, &spec).await?;
     crate::quota::check_function(&state, &ns, &name, &spec, false).await?;
     record.spec = to_value(&spec)?;
     state

@@ -46,7 +46,8 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 /// Create a job. `run_id` 0 creates it without running (phase Skipped); above 0 runs it.
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", operation_id = "create_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::JobCreate,
-    responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
+    responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows")),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
@@ -98,7 +99,8 @@ pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(Str
 #[utoipa::path(patch, path = "/v1/namespaces/{ns}/jobs/{name}", operation_id = "patch_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     request_body(content = Object, description = "Any subset of the job's spec fields"),
-    responses((status = 200, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows")),
     security(("bearer" = [])))]
 pub async fn patch(
     State(state): State<Arc<AppState>>,

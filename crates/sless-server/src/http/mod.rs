@@ -13,6 +13,7 @@ mod jobs;
 mod openapi;
 mod openapi_rules;
 pub(crate) mod resource;
+mod secrets;
 mod serving;
 mod stats;
 mod system;
@@ -68,6 +69,11 @@ fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/namespaces/{ns}/triggers/{name}",
             get(triggers::get).patch(triggers::patch).delete(triggers::delete),
+        )
+        .route("/v1/namespaces/{ns}/secrets", get(secrets::list).post(secrets::create))
+        .route(
+            "/v1/namespaces/{ns}/secrets/{name}",
+            get(secrets::get).patch(secrets::patch).delete(secrets::delete),
         )
         .route("/v1/namespaces/{ns}/jobs", get(jobs::list).post(jobs::create))
         .route(

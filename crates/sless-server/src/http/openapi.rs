@@ -47,6 +47,11 @@ use super::{functions, system, tokens};
         super::versions::put_alias,
         super::versions::patch_alias,
         super::versions::delete_alias,
+        super::secrets::list,
+        super::secrets::create,
+        super::secrets::get,
+        super::secrets::patch,
+        super::secrets::delete,
         super::gateway::invoke,
     ),
     components(schemas(
@@ -87,6 +92,11 @@ use super::{functions, system, tokens};
         sless_api::FunctionVersion,
         sless_api::Alias,
         sless_api::AliasSpec,
+        sless_api::Secret,
+        sless_api::SecretCreate,
+        sless_api::SecretPatch,
+        sless_api::SecretEnv,
+        sless_api::SecretFiles,
     )),
     modifiers(&BearerAuth, &GatewayPaths),
 )]

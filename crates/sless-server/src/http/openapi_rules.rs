@@ -169,6 +169,11 @@ fn flatten_all_ofs(schemas: &mut Map<String, Value>) {
     }
 }
 
+/// A secret's key (`sless_api::validate_secret_key`).
+fn secret_key() -> Value {
+    json!({"type": "string", "pattern": sless_api::SECRET_KEY_PATTERN, "minLength": 1, "maxLength": sless_api::MAX_SECRET_KEY_CHARS})
+}
+
 fn patch_name(kind: &str) -> &'static str {
     match kind {
         "functions" => "Function",
@@ -204,6 +209,43 @@ fn tighten_schemas(doc: &mut Value) {
             "description": "Fixed instance count: absent/null = autoscale between min and max, 0 = off, N = pinned. The server takes up to max_instances; this schema says 1, which any max_instances allows."});
         spec["entrypoint"]["pattern"] = json!("^[^.]+(\\.[^.]+)*\\.[^.]+$");
         spec["env"]["propertyNames"] = json!({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"});
+        let refs = sless_api::MAX_SECRET_REFS;
+        spec["env_from_secrets"]["maxItems"] = json!(refs);
+        spec["secret_files"]["maxItems"] = json!(refs);
+    }
+    // References to secrets: names, keys and variables as the server checks them.
+    if let Some(entry) = schemas.get_mut("SecretEnv").and_then(|s| s.get_mut("properties")) {
+        entry["secret"] = name.clone();
+        entry["key"] = secret_key();
+        entry["env"] = json!({"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"});
+    }
+    if let Some(entry) = schemas.get_mut("SecretFiles").and_then(|s| s.get_mut("properties")) {
+        entry["secret"] = name.clone();
+    }
+    // Secret bodies: keys and value sizes bounded (a patch removes a key with null).
+    let value = json!({"type": "string", "maxLength": sless_api::MAX_SECRET_VALUE_CHARS});
+    for (schema, values) in [
+        ("SecretCreate", value.clone()),
+        ("SecretPatch", json!({"anyOf": [value, {"type": "null"}]})),
+    ] {
+        if let Some(data) = schemas.get_mut(schema).and_then(|s| s.pointer_mut("/properties/data")) {
+            *data = json!({
+                "type": "object",
+                "description": data.get("description").cloned().unwrap_or(Value::Null),
+                "propertyNames": secret_key(),
+                "additionalProperties": values,
+                "maxProperties": sless_api::MAX_SECRET_KEYS,
+            });
+            if data["description"].is_null() {
+                data.as_object_mut().expect("an object").remove("description");
+            }
+        }
+        if let Some(body) = schemas.get_mut(schema) {
+            body["additionalProperties"] = json!(false);
+        }
+    }
+    if let Some(create) = schemas.get_mut("SecretCreate") {
+        create["properties"]["name"] = name.clone();
     }
     if let Some(spec) = schemas.get_mut("JobSpec").and_then(|s| s.get_mut("properties")) {
         spec["function"] = name.clone();
@@ -280,7 +322,7 @@ fn tighten_schemas(doc: &mut Value) {
     }
     flatten_all_ofs(schemas);
     // Lists name their item type instead of inlining it.
-    for list in ["Function", "Job", "Trigger", "Token"] {
+    for list in ["Function", "Job", "Trigger", "Token", "Secret"] {
         if let Some(items) = schemas
             .get_mut(&format!("List_{list}"))
             .and_then(|l| l.pointer_mut("/properties/items/items"))
@@ -380,5 +422,22 @@ mod tests {
             "#/components/schemas/TriggerPatch"
         );
         assert!(doc["components"]["schemas"]["TriggerPatch"]["properties"]["enabled"].is_object());
+        let schemas = &doc["components"]["schemas"];
+        let data = &schemas["SecretCreate"]["properties"]["data"];
+        assert_eq!(data["maxProperties"], sless_api::MAX_SECRET_KEYS, "{data}");
+        assert_eq!(data["propertyNames"]["pattern"], sless_api::SECRET_KEY_PATTERN);
+        assert_eq!(
+            data["additionalProperties"]["maxLength"],
+            sless_api::MAX_SECRET_VALUE_CHARS
+        );
+        assert_eq!(schemas["SecretCreate"]["additionalProperties"], false);
+        let patch = &schemas["SecretPatch"]["properties"]["data"]["additionalProperties"]["anyOf"];
+        assert_eq!(patch[1]["type"], "null", "{patch}");
+        assert_eq!(
+            schemas["FunctionSpec"]["properties"]["env_from_secrets"]["maxItems"],
+            sless_api::MAX_SECRET_REFS
+        );
+        assert_eq!(schemas["SecretEnv"]["properties"]["secret"]["pattern"], DNS_LABEL);
+        assert!(doc["paths"]["/v1/namespaces/{ns}/secrets/{name}"]["delete"]["responses"]["409"].is_object());
     }
 }

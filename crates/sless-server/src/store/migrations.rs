@@ -11,6 +11,7 @@ pub const SQLITE: Migrations = &[
     (4, include_str!("../../migrations/sqlite/0004_compressed_chunks.sql")),
     (5, include_str!("../../migrations/sqlite/0005_versions.sql")),
     (6, include_str!("../../migrations/sqlite/0006_async_events.sql")),
+    (7, include_str!("../../migrations/sqlite/0007_secrets.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -21,4 +22,5 @@ pub const POSTGRES: Migrations = &[
     (5, include_str!("../../migrations/postgres/0005_cluster.sql")),
     (6, include_str!("../../migrations/postgres/0006_versions.sql")),
     (7, include_str!("../../migrations/postgres/0007_async_events.sql")),
+    (8, include_str!("../../migrations/postgres/0008_secrets.sql")),
 ];

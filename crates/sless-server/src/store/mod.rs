@@ -5,6 +5,7 @@ pub mod chunks;
 pub mod events;
 mod migrations;
 mod postgres;
+pub mod secrets;
 mod sql;
 mod sqlite;
 pub mod versions;
@@ -19,6 +20,7 @@ use sless_api::InvocationRecord;
 use crate::error::Result;
 
 pub use postgres::PostgresStore;
+pub use secrets::{SecretRecord, SecretStore};
 pub use sqlite::SqliteStore;
 pub use versions::{AliasRecord, VersionRecord, VersionStore};
 
@@ -65,7 +67,7 @@ pub struct TokenRecord {
 /// Durable state. Every method is one transaction; nothing above this trait
 /// knows which database is running.
 #[async_trait]
-pub trait Store: VersionStore + Send + Sync + 'static {
+pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
     /// Inserts a new resource; `Error::Conflict` when the name is taken.
     async fn create(&self, kind: Kind, record: &Record) -> Result<()>;
     /// One resource; [`unreadable`] when it does not read back.
@@ -106,7 +108,13 @@ pub trait Store: VersionStore + Send + Sync + 'static {
     /// Deletes records started before `cutoff`, and per namespace all but
     /// the newest `keep` records and the chunks past the newest `max_bytes`
     /// of stored data; returns how many went.
-    async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64, max_bytes: i64) -> Result<u64>;
+    async fn prune_invocations(
+        &self,
+        cutoff: DateTime<Utc>,
+        keep: i64,
+        keep_per_function: i64,
+        max_bytes: i64,
+    ) -> Result<u64>;
 
     async fn create_token(&self, token: &TokenRecord) -> Result<()>;
     async fn token_by_hash(&self, hash: &str) -> Result<Option<TokenRecord>>;

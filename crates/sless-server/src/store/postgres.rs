@@ -39,3 +39,4 @@ impl PostgresStore {
 
 super::sql::sql_store!(PostgresStore);
 super::versions::version_store!(PostgresStore);
+super::secrets::secret_store!(PostgresStore);

@@ -372,7 +372,13 @@ macro_rules! sql_store {
                 Ok(newest.into_items())
             }
 
-            async fn prune_invocations(&self, cutoff: DateTime<Utc>, keep: i64, max_bytes: i64) -> Result<u64> {
+            async fn prune_invocations(
+                &self,
+                cutoff: DateTime<Utc>,
+                keep: i64,
+                keep_per_function: i64,
+                max_bytes: i64,
+            ) -> Result<u64> {
                 use $crate::store::chunks::{decode, without};
                 // Ids start with the start time in hex microseconds.
                 let cutoff_id = format!("{:016x}", cutoff.timestamp_micros().max(0));
@@ -398,41 +404,53 @@ macro_rules! sql_store {
                     removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
                     Self::rewrite_chunk(&mut tx, row, trimmed).await?;
                 }
-                // Over the count, per namespace (one tenant's calls never
-                // prune another's records): the chunks past the newest
-                // `keep` records, and the older part of the one that crosses it.
-                let boundaries = sqlx::query(
-                    "SELECT namespace, function, last_id, records, data, seen - records AS newer FROM \
-                     (SELECT namespace, function, last_id, data, records, \
-                      CAST(SUM(records) OVER (PARTITION BY namespace ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
-                      FROM invocation_chunks) counted \
-                     WHERE seen > $1 AND seen - records <= $1",
-                )
-                .bind(keep)
-                .fetch_all(&mut *tx)
-                .await?;
-                for row in &boundaries {
-                    let gone: Vec<i64> = sqlx::query_scalar(
-                        "DELETE FROM invocation_chunks WHERE namespace = $1 AND last_id < $2 RETURNING records",
-                    )
-                    .bind(row.try_get::<&str, _>("namespace")?)
-                    .bind(row.try_get::<&str, _>("last_id")?)
+                // Over the count, per function and then per namespace (one
+                // function's calls never prune another tenant's records, nor
+                // all of its neighbours'): the chunks past the newest `keep`
+                // records of the group, and the older part of the one that
+                // crosses it.
+                for (per_function, keep) in [(true, keep_per_function), (false, keep)] {
+                    let (partition, same_group) = if per_function {
+                        ("namespace, function", "namespace = $1 AND function = $3")
+                    } else {
+                        ("namespace", "namespace = $1")
+                    };
+                    let boundaries = sqlx::query(&format!(
+                        "SELECT namespace, function, last_id, records, data, seen - records AS newer FROM \
+                         (SELECT namespace, function, last_id, data, records, \
+                          CAST(SUM(records) OVER (PARTITION BY {partition} ORDER BY last_id DESC ROWS UNBOUNDED PRECEDING) AS BIGINT) AS seen \
+                          FROM invocation_chunks) counted \
+                         WHERE seen > $1 AND seen - records <= $1"
+                    ))
+                    .bind(keep)
                     .fetch_all(&mut *tx)
                     .await?;
-                    removed += gone.iter().sum::<i64>();
-                    let (namespace, function, data) =
-                        (row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?);
-                    // A chunk's records are in id order: keep its last `room`.
-                    let room = (keep - row.try_get::<i64, _>("newer")?).max(0) as usize;
-                    let trimmed = match decode(namespace, function, data) {
-                        Ok(records) => {
-                            let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
-                            without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?
+                    for row in &boundaries {
+                        let delete = format!(
+                            "DELETE FROM invocation_chunks WHERE {same_group} AND last_id < $2 RETURNING records"
+                        );
+                        let mut delete = sqlx::query_scalar(&delete)
+                            .bind(row.try_get::<&str, _>("namespace")?)
+                            .bind(row.try_get::<&str, _>("last_id")?);
+                        if per_function {
+                            delete = delete.bind(row.try_get::<&str, _>("function")?);
                         }
-                        Err(_) => None,
-                    };
-                    removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
-                    Self::rewrite_chunk(&mut tx, row, trimmed).await?;
+                        let gone: Vec<i64> = delete.fetch_all(&mut *tx).await?;
+                        removed += gone.iter().sum::<i64>();
+                        let (namespace, function, data) =
+                            (row.try_get("namespace")?, row.try_get("function")?, row.try_get("data")?);
+                        // A chunk's records are in id order: keep its last `room`.
+                        let room = (keep - row.try_get::<i64, _>("newer")?).max(0) as usize;
+                        let trimmed = match decode(namespace, function, data) {
+                            Ok(records) => {
+                                let cut = records.get(records.len().saturating_sub(room)).map(|r| r.id.clone());
+                                without(data, |id| cut.as_ref().is_none_or(|c| id < c.as_str()))?
+                            }
+                            Err(_) => None,
+                        };
+                        removed += row.try_get::<i64, _>("records")? - trimmed.as_ref().map_or(0, |t| t.1);
+                        Self::rewrite_chunk(&mut tx, row, trimmed).await?;
+                    }
                 }
                 // Over the size, per namespace: whole chunks past the newest
                 // `max_bytes` of stored data.

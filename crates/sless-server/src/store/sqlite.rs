@@ -36,3 +36,4 @@ impl SqliteStore {
 
 super::sql::sql_store!(SqliteStore);
 super::versions::version_store!(SqliteStore);
+super::secrets::secret_store!(SqliteStore);

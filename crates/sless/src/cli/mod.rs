@@ -16,6 +16,7 @@ mod login;
 mod logs;
 mod output;
 mod progress;
+mod secrets;
 mod triggers;
 mod versions;
 
@@ -57,6 +58,9 @@ pub enum Command {
     /// Point aliases at versions (`/fn/{ns}/{name}@{alias}`), with an optional canary.
     #[command(subcommand)]
     Alias(versions::AliasCommand),
+    /// Manage secrets (env_from_secrets, secret_files): values go in, never out.
+    #[command(subcommand)]
+    Secret(secrets::SecretCommand),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),
 }
@@ -112,6 +116,7 @@ async fn run(command: Command, conn: &ConnArgs) -> anyhow::Result<()> {
         Command::Job(command) => jobs::run(command, conn).await,
         Command::Versions(args) => versions::list(args, conn).await,
         Command::Alias(command) => versions::run(command, conn).await,
+        Command::Secret(command) => secrets::run(command, conn).await,
         Command::Completions(_) => unreachable!("handled before the runtime starts"),
     }
 }

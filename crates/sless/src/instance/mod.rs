@@ -4,10 +4,12 @@
 //! `serve` starts the shim, loads the handler and serves the frame
 //! protocol (runtimes/PROTOCOL.md, "Over TCP") to the gateways, with
 //! `GET /ready` answering 200 only while the handler is loaded. Without an
-//! action it does both. Settings come from `SLESS_INSTANCE_*` (set by the
+//! action it does both. `build` is a build Job's command: the dependency
+//! install of the local builder, the artifact stored in the object store. Settings come from `SLESS_INSTANCE_*` (set by the
 //! driver's pod builder) and the object store's `SLESS_BLOB_URL` /
 //! `SLESS_S3_*`.
 
+mod build;
 mod ready;
 mod serve;
 
@@ -25,6 +27,8 @@ pub struct InstanceArgs {
     action: Option<Action>,
     #[command(flatten)]
     config: InstanceConfig,
+    #[command(flatten)]
+    build: build::BuildConfig,
 }
 
 #[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +37,8 @@ enum Action {
     Fetch,
     /// Start the shim on the code directory and serve frames over TCP.
     Serve,
+    /// Build an uploaded archive into an artifact in the object store (a build Job).
+    Build,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -110,6 +116,7 @@ pub async fn run(args: InstanceArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         Some(Action::Serve) => serve::run(&config).await,
+        Some(Action::Build) => build::run(&config, &args.build).await,
         None => {
             if config.artifact.is_some() {
                 fetch(&config).await?;
@@ -125,16 +132,7 @@ async fn fetch(config: &InstanceConfig) -> anyhow::Result<()> {
         .as_deref()
         .context("SLESS_INSTANCE_ARTIFACT is not set")?;
     let digest = config.digest.as_deref().context("SLESS_INSTANCE_DIGEST is not set")?;
-    let blob_url = config.blob_url.clone().context("SLESS_BLOB_URL is not set")?;
-    let store = sless_server::blobs::open_for_reading(&sless_server::blobs::BlobSettings {
-        url: blob_url,
-        s3_endpoint: config.s3_endpoint.clone(),
-        s3_region: config.s3_region.clone(),
-        s3_access_key_id: config.s3_access_key_id.clone(),
-        s3_secret_access_key: config.s3_secret_access_key.clone(),
-        s3_path_style: config.s3_path_style,
-    })
-    .await?;
+    let store = sless_server::blobs::open_for_reading(&config.blob_settings()?).await?;
     sless_driver_local::standalone::fetch_artifact(store, &config.code_dir, artifact, digest)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -147,6 +145,18 @@ async fn fetch(config: &InstanceConfig) -> anyhow::Result<()> {
 }
 
 impl InstanceConfig {
+    /// The object store, from `SLESS_BLOB_URL` and `SLESS_S3_*`.
+    fn blob_settings(&self) -> anyhow::Result<sless_server::blobs::BlobSettings> {
+        Ok(sless_server::blobs::BlobSettings {
+            url: self.blob_url.clone().context("SLESS_BLOB_URL is not set")?,
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_access_key_id: self.s3_access_key_id.clone(),
+            s3_secret_access_key: self.s3_secret_access_key.clone(),
+            s3_path_style: self.s3_path_style,
+        })
+    }
+
     fn runtime(&self) -> anyhow::Result<Runtime> {
         match self.runtime.as_deref() {
             Some("python3.11") => Ok(Runtime::Python311),

@@ -184,6 +184,9 @@ pub struct Server {
     child: Option<Child>,
     /// Lines the server printed on stdout (the listen line, a generated token).
     pub stdout_lines: Vec<String>,
+    /// Where the server's log (stderr) goes, appended across restarts;
+    /// None: the test's own stderr.
+    pub log_file: Option<std::path::PathBuf>,
     client: reqwest::Client,
 }
 
@@ -201,6 +204,31 @@ impl Server {
             url: String::new(),
             admin: ADMIN.into(),
             data_dir: tempfile::tempdir().expect("temp dir"),
+            db,
+            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            child: None,
+            stdout_lines: Vec::new(),
+            log_file: None,
+            client: reqwest::Client::new(),
+        };
+        server.extra_env.push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
+        server.spawn();
+        server
+    }
+
+    /// [`Server::start_with`], with the server's log kept in a file of the
+    /// data dir (`log_file`) for the test to read.
+    pub async fn start_logged(backend: Backend, env: &[(&str, &str)]) -> Server {
+        let db = match backend {
+            Backend::Sqlite => None,
+            Backend::Postgres => Some(PgDb::create().await),
+        };
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let mut server = Server {
+            url: String::new(),
+            admin: ADMIN.into(),
+            log_file: Some(data_dir.path().join("server.log")),
+            data_dir,
             db,
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             child: None,
@@ -224,7 +252,16 @@ impl Server {
             // The machine's RabbitMQ (and the tests' proxies to it), as an operator would allow it.
             .env("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            .stderr(match &self.log_file {
+                Some(path) => Stdio::from(
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(path)
+                        .expect("server log file"),
+                ),
+                None => Stdio::inherit(),
+            });
         if let Some(db) = &self.db {
             cmd.env("SLESS_DATABASE_URL", db.url());
         }
@@ -570,6 +607,7 @@ impl Server {
             extra_env: env,
             child: None,
             stdout_lines: Vec::new(),
+            log_file: None,
             client: reqwest::Client::new(),
         };
         server.spawn();
@@ -602,6 +640,7 @@ impl Server {
             extra_env,
             child: None,
             stdout_lines: Vec::new(),
+            log_file: None,
             client: reqwest::Client::new(),
         };
         server.spawn();

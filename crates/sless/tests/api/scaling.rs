@@ -257,20 +257,34 @@ async fn rollout_under_load(threads: &str) {
         .await;
 
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..4 {
-        let (server, stop) = (server.clone(), stop.clone());
+        let (server, stop, answered) = (server.clone(), stop.clone(), answered.clone());
         workers.push(tokio::spawn(async move {
             let mut seen = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 let sent = Instant::now();
                 let (status, _, text) = server.invoke(Method::GET, "/fn/ns/roll", "").await;
                 seen.push((sent, status, text));
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
             seen
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The load runs before, through and after the rollout: wait for
+    // answers, not for a fixed time (instances start slowly on a busy
+    // machine).
+    let answers_reach = |n: usize| {
+        let answered = answered.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while answered.load(std::sync::atomic::Ordering::SeqCst) < n && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    answers_reach(20).await;
     let (status, uploaded) = server
         .upload("ns", "roll", super::harness::zip_of(&[("handler.py", v2)]))
         .await;
@@ -278,7 +292,9 @@ async fn rollout_under_load(threads: &str) {
     let hash = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
     server.wait_built("ns", "roll", &hash).await;
     let ready_seen = Instant::now();
+    let before = answered.load(std::sync::atomic::Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    answers_reach(before + 20).await;
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
 
     let mut total = 0;
@@ -299,7 +315,7 @@ async fn rollout_under_load(threads: &str) {
         }
     }
     assert!(
-        total > 20,
+        total >= 40,
         "{threads} threads: load ran through the rollout ({total} requests)"
     );
 }

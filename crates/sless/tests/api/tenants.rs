@@ -39,7 +39,10 @@ async fn wait_count(server: &Server, ns: &str, name: &str, expected: usize) {
     }
 }
 
-crate::both_stores!(one_tenants_calls_never_prune_another_tenants_records);
+crate::both_stores!(
+    one_tenants_calls_never_prune_another_tenants_records,
+    one_functions_calls_never_prune_its_neighbours_records
+);
 
 async fn one_tenants_calls_never_prune_another_tenants_records(backend: Backend) {
     let mut server = Server::start(backend).await;
@@ -65,6 +68,35 @@ async fn one_tenants_calls_never_prune_another_tenants_records(backend: Backend)
         count(&server, "team-b", "noisy").await,
         3,
         "team-a's calls pruned team-b's records"
+    );
+}
+
+async fn one_functions_calls_never_prune_its_neighbours_records(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    for name in ["busy", "quiet"] {
+        server
+            .deploy("team", name, json!({"runtime": "python3.11"}), &[("handler.py", NOISY)])
+            .await;
+    }
+    for _ in 0..3 {
+        server.invoke(Method::POST, "/fn/team/quiet", "{}").await;
+    }
+    for _ in 0..8 {
+        server.invoke(Method::POST, "/fn/team/busy", "{}").await;
+    }
+    wait_count(&server, "team", "busy", 8).await;
+    wait_count(&server, "team", "quiet", 3).await;
+    // The next start prunes at once: 3 records per function, 100 per namespace.
+    server.kill9();
+    server
+        .extra_env
+        .push(("SLESS_INVOCATION_KEEP_PER_FUNCTION".into(), "3".into()));
+    server.spawn();
+    wait_count(&server, "team", "busy", 3).await;
+    assert_eq!(
+        count(&server, "team", "quiet").await,
+        3,
+        "the busy function's calls pruned its neighbour's records"
     );
 }
 

@@ -5,6 +5,7 @@
 mod asynchronous;
 mod deploy;
 mod plan;
+mod secrets;
 mod state;
 
 #[cfg(test)]

@@ -130,6 +130,12 @@ pub fn plan(
     if config.env.is_null() {
         planned.env = Value::Value(Default::default());
     }
+    if config.env_from_secrets.is_null() {
+        planned.env_from_secrets = Value::Value(Default::default());
+    }
+    if config.secret_files.is_null() {
+        planned.secret_files = Value::Value(Default::default());
+    }
     if config.network.is_null() {
         planned.network = Value::Value(defaults.network.as_str().to_string());
     }

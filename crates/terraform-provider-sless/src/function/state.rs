@@ -48,6 +48,8 @@ pub struct FunctionState {
     pub network: Value<String>,
     pub tmp_mb: Value<i64>,
     pub expose_errors: Value<bool>,
+    pub env_from_secrets: super::secrets::EnvList,
+    pub secret_files: super::secrets::FilesList,
     pub filename: Value<String>,
     pub code_hash: Value<String>,
     pub phase: Value<String>,
@@ -111,6 +113,8 @@ pub fn fields() -> Vec<Field> {
         updates("network", defaulted(string(), "internet (default: outbound internet, no private or host addresses) or none (loopback only).")),
         updates("tmp_mb", defaulted(number(), "Size of an instance's /tmp in MiB (default 64); it counts towards memory_mb.")),
         updates("expose_errors", defaulted(boolean(), "Whether callers see an unhandled exception's message (default false: \"the function failed\")")),
+        updates("env_from_secrets", defaulted(super::secrets::env_type(), "Environment variables from secrets of the namespace: [{ secret = \"db\", key = \"password\", env = \"DB_PASSWORD\" }] (default none).")),
+        updates("secret_files", defaulted(super::secrets::files_type(), "Secrets of the namespace mounted read-only at /secrets/{secret}/{key}: [{ secret = \"tls\" }] (default none).")),
         updates("filename", required(string(), "Path of the zip of the function's code.")),
         updates("code_hash", defaulted(string(), "sha256 of the zip: set it to filesha256(filename) so a new zip is uploaded and built in place. Default: the file's sha256 when it can be read while planning.")),
         reported("phase", string(), "Pending, Building, Ready or Failed."),
@@ -149,6 +153,12 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
     }
     if let Some(expose) = state.expose_errors.as_ref_option() {
         spec.insert("expose_errors".into(), json!(expose));
+    }
+    if let Some(env) = super::secrets::env_json(&state.env_from_secrets) {
+        spec.insert("env_from_secrets".into(), env);
+    }
+    if let Some(files) = super::secrets::files_json(&state.secret_files) {
+        spec.insert("secret_files".into(), files);
     }
     Json::Object(spec)
 }
@@ -205,6 +215,8 @@ pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
         network: Value::Value(spec.network.as_str().to_string()),
         tmp_mb: number(spec.tmp_mb),
         expose_errors: Value::Value(spec.expose_errors),
+        env_from_secrets: super::secrets::env_from_api(&spec.env_from_secrets),
+        secret_files: super::secrets::files_from_api(&spec.secret_files),
         filename,
         code_hash: served_hash(function).into(),
         phase: Value::Value(phase_name(function.status.phase)),

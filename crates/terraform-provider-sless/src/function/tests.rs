@@ -43,6 +43,8 @@ fn applied() -> FunctionState {
         network: s("internet"),
         tmp_mb: Value::Value(64),
         expose_errors: Value::Value(false),
+        env_from_secrets: Value::Value(Vec::new()),
+        secret_files: Value::Value(Vec::new()),
         phase: s("Ready"),
         version: Value::Value(1),
         url: s("http://127.0.0.1:8080/fn/default/hello"),

@@ -9,3 +9,4 @@ mod failures;
 mod harness;
 mod import;
 mod lifecycle;
+mod secret;

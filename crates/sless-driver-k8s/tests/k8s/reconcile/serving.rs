@@ -1,0 +1,233 @@
+//! Deploys, new versions, scale from zero, disable, delete.
+
+use super::*;
+
+#[tokio::test]
+async fn a_first_deploy_prepares_the_namespace_then_serves_from_a_ready_pod() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (result, ()) = tokio::join!(
+        invoke(&s.driver, 1, 1),
+        s.api.lists_endpoints(std::slice::from_ref(&pod))
+    );
+    let result = result.unwrap();
+    assert_eq!(result.status, 200);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&result.body).unwrap(),
+        json!({"event": {"n": 1}})
+    );
+    assert_eq!(result.logs[0].text, "handled\n");
+    assert!(!result.cold_start);
+    assert_eq!(result.version, 1);
+    // The list of ready pods is kept: the next call asks the API nothing.
+    let (again, ()) = tokio::join!(invoke(&s.driver, 1, 2), s.api.nothing_more());
+    assert_eq!(again.unwrap().status, 200);
+    let stats = s.driver.stats().await;
+    assert_eq!(stats.len(), 1);
+    assert_eq!(stats[0].1.instances, 1);
+}
+
+#[tokio::test]
+async fn a_new_version_applies_its_own_objects_and_waits_for_its_rollout() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let (deployed, ()) = tokio::join!(s.driver.deploy(version(2, true)), async {
+        s.api.applies_version(2, 1).await;
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments/fn-hello-v2"),
+                200,
+                deployment(
+                    "fn-hello-v2",
+                    2,
+                    1,
+                    json!({"observedGeneration": 1, "replicas": 1,
+                    "updatedReplicas": 1, "readyReplicas": 1}),
+                ),
+            )
+            .await;
+        // Version 1 is left alone.
+        s.api.nothing_more().await;
+    });
+    deployed.unwrap();
+    let deployed: Vec<u64> = s.driver.stats().await.iter().map(|(t, _)| t.version).collect();
+    assert_eq!(deployed, [1, 2]);
+}
+
+#[tokio::test]
+async fn a_new_version_whose_handler_does_not_load_is_taken_away_again() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let (deployed, ()) = tokio::join!(s.driver.deploy(version(2, true)), async {
+        s.api.applies_version(2, 1).await;
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments/fn-hello-v2"),
+                200,
+                deployment(
+                    "fn-hello-v2",
+                    2,
+                    1,
+                    json!({"observedGeneration": 1, "replicas": 1,
+                    "updatedReplicas": 1}),
+                ),
+            )
+            .await;
+        let pods = s
+            .api
+            .expect(
+                "GET",
+                &format!("{CORE}/pods"),
+                200,
+                pod_list(vec![ended_pod(
+                    "fn-hello-v2-abc",
+                    "instance",
+                    3,
+                    "ModuleNotFoundError: No module named 'handler'",
+                )]),
+            )
+            .await;
+        assert!(pods.query.contains("sless.dev%2Fversion%3D2"), "{}", pods.query);
+        s.api
+            .expect("DELETE", &format!("{APPS}/deployments/fn-hello-v2"), 200, success())
+            .await;
+        s.api
+            .expect("DELETE", &format!("{CORE}/services/fn-hello-v2"), 200, success())
+            .await;
+    });
+    let Err(DriverError::LoadFailed(error)) = deployed else {
+        panic!("a load failure, not {deployed:?}")
+    };
+    assert!(error.contains("No module named 'handler'"), "{error}");
+    let (missing, ()) = tokio::join!(invoke(&s.driver, 2, 1), s.api.nothing_more());
+    assert!(matches!(missing, Err(InvokeError::NotDeployed(_))), "{missing:?}");
+}
+
+#[tokio::test]
+async fn a_call_at_zero_scales_the_deployment_to_one_and_waits_for_its_pod() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (result, ()) = tokio::join!(invoke(&s.driver, 1, 7), async {
+        s.api.lists_endpoints(&[]).await;
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments/fn-hello-v1/scale"),
+                200,
+                scale("fn-hello-v1", 0, "41"),
+            )
+            .await;
+        // Only if nobody scaled it meanwhile (the scale's resource version).
+        let scaled = s
+            .api
+            .expect(
+                "PATCH",
+                &format!("{APPS}/deployments/fn-hello-v1/scale"),
+                200,
+                scale("fn-hello-v1", 1, "42"),
+            )
+            .await;
+        assert_eq!(
+            scaled.body,
+            json!({"metadata": {"resourceVersion": "41"}, "spec": {"replicas": 1}})
+        );
+        assert_eq!(scaled.content_type, "application/merge-patch+json");
+        // Not ready yet, then ready.
+        s.api.lists_endpoints(&[]).await;
+        s.api.lists_endpoints(&[pod]).await;
+    });
+    let result = result.unwrap();
+    assert!(result.cold_start);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&result.body).unwrap(),
+        json!({"event": {"n": 7}})
+    );
+}
+
+#[tokio::test]
+async fn disabling_scales_every_version_to_zero_and_calls_get_disabled() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let (disabled, ()) = tokio::join!(set_enabled(&s.driver, false), async {
+        // Every version in the cluster, also one this replica did not deploy.
+        let listed = s
+            .api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments"),
+                200,
+                json!({"apiVersion": "apps/v1", "kind": "DeploymentList", "metadata": {}, "items": [
+                    deployment("fn-hello-v1", 1, 1, json!({})),
+                    deployment("fn-hello-v2", 2, 3, json!({})),
+                ]}),
+            )
+            .await;
+        assert!(
+            listed.query.contains("sless.dev%2Ffunction%3Dhello"),
+            "{}",
+            listed.query
+        );
+        for name in ["fn-hello-v1", "fn-hello-v2"] {
+            let scaled = s
+                .api
+                .expect(
+                    "PATCH",
+                    &format!("{APPS}/deployments/{name}/scale"),
+                    200,
+                    scale(name, 0, "9"),
+                )
+                .await;
+            assert_eq!(scaled.body, json!({"spec": {"replicas": 0}}));
+        }
+    });
+    disabled.unwrap();
+    let (refused, ()) = tokio::join!(invoke(&s.driver, 1, 1), s.api.nothing_more());
+    assert!(matches!(refused, Err(InvokeError::Disabled(_))), "{refused:?}");
+    // Back on: nothing to scale (the first call wakes it), calls go through again.
+    let (enabled, ()) = tokio::join!(set_enabled(&s.driver, true), async {
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments"),
+                200,
+                json!({"apiVersion": "apps/v1", "kind": "DeploymentList", "metadata": {},
+                       "items": [deployment("fn-hello-v1", 1, 0, json!({}))]}),
+            )
+            .await;
+        s.api.nothing_more().await;
+    });
+    enabled.unwrap();
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (result, ()) = tokio::join!(
+        invoke(&s.driver, 1, 2),
+        s.api.lists_endpoints(std::slice::from_ref(&pod))
+    );
+    assert_eq!(result.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn deleting_a_function_deletes_its_anchor_and_with_it_everything_it_owns() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let (removed, ()) = tokio::join!(remove(&s.driver), async {
+        let deleted = s
+            .api
+            .expect("DELETE", &format!("{CORE}/configmaps/fn-hello"), 200, success())
+            .await;
+        assert_eq!(deleted.body["propagationPolicy"], "Foreground");
+    });
+    removed.unwrap();
+    let (missing, ()) = tokio::join!(invoke(&s.driver, 1, 1), s.api.nothing_more());
+    assert!(matches!(missing, Err(InvokeError::NotDeployed(_))), "{missing:?}");
+    assert!(s.driver.stats().await.is_empty());
+    // Deployed again: a new anchor (the namespace is still prepared).
+    let (again, ()) = tokio::join!(s.driver.deploy(version(3, false)), async {
+        s.api.anchors().await;
+        s.api.applies_version(3, 1).await;
+    });
+    again.unwrap();
+}

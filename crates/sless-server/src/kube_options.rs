@@ -1,0 +1,156 @@
+//! The Kubernetes driver's part of the configuration (`SLESS_K8S_*`,
+//! read only with `SLESS_DRIVER=kubernetes`), its checks, and the driver
+//! made from it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// How builds make what a pod runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum K8sBuild {
+    /// A Job uploads the artifact to the object store; pods fetch it.
+    Artifact,
+    /// A kaniko Job pushes an image per version (not served by the driver yet).
+    Image,
+}
+
+/// `SLESS_K8S_*` options.
+#[derive(Debug, Clone, Args)]
+pub struct KubeOptions {
+    /// The namespace `sless server` runs in (image builds run there; the
+    /// artifact Secrets are copied from there).
+    #[arg(long = "k8s-namespace", env = "SLESS_K8S_NAMESPACE", default_value = "sless")]
+    pub namespace: String,
+
+    /// Registry path of the runtime images: `{repo}/sless-{runtime}:{tag}`.
+    #[arg(long = "k8s-image-repo", env = "SLESS_K8S_IMAGE_REPO")]
+    pub image_repo: Option<String>,
+
+    /// Tag of the runtime images; default `{sless version}-{shim digest}`,
+    /// what deploy/images/build.sh prints for this binary.
+    #[arg(long = "k8s-image-tag", env = "SLESS_K8S_IMAGE_TAG")]
+    pub image_tag: Option<String>,
+
+    /// Secret with the object store's read-only environment for pods.
+    #[arg(
+        long = "k8s-artifact-reader-secret",
+        env = "SLESS_K8S_ARTIFACT_READER_SECRET",
+        default_value = "sless-artifact-reader"
+    )]
+    pub artifact_reader_secret: String,
+
+    /// Secret with the object store's environment for build Jobs.
+    #[arg(
+        long = "k8s-artifact-writer-secret",
+        env = "SLESS_K8S_ARTIFACT_WRITER_SECRET",
+        default_value = "sless-artifact-writer"
+    )]
+    pub artifact_writer_secret: String,
+
+    /// Private CIDRs function pods may reach (an in-cluster object store), comma separated.
+    #[arg(long = "k8s-allowed-egress", env = "SLESS_K8S_ALLOWED_EGRESS", value_delimiter = ',')]
+    pub allowed_egress: Vec<String>,
+
+    /// Builds: artifact (a Job uploads the artifact) or image (kaniko; not served yet).
+    #[arg(long = "k8s-build", env = "SLESS_K8S_BUILD", value_enum, default_value = "artifact")]
+    pub build: K8sBuild,
+}
+
+impl KubeOptions {
+    /// The image tag in force.
+    pub fn image_tag(&self) -> String {
+        self.image_tag
+            .clone()
+            .unwrap_or_else(|| format!("{}-{}", env!("CARGO_PKG_VERSION"), sless_driver_local::shim_version()))
+    }
+
+    /// Refuses settings the driver cannot work with; `blob_url` is where
+    /// artifacts go (pods must be able to fetch them).
+    pub fn validate(&self, blob_url: &str) -> anyhow::Result<()> {
+        if self.build == K8sBuild::Image {
+            anyhow::bail!(
+                "SLESS_K8S_BUILD=image: image builds are not served by the Kubernetes driver yet; use artifact"
+            );
+        }
+        match &self.image_repo {
+            None => anyhow::bail!(
+                "SLESS_DRIVER=kubernetes needs SLESS_K8S_IMAGE_REPO (the registry path of the runtime images)"
+            ),
+            Some(repo) if repo.trim().is_empty() || repo.contains(char::is_whitespace) => {
+                anyhow::bail!(
+                    "SLESS_K8S_IMAGE_REPO {repo:?}: expected a registry path such as registry.example.com/sless"
+                )
+            }
+            Some(_) => {}
+        }
+        let tag = self.image_tag();
+        if tag == "latest" || tag.is_empty() {
+            anyhow::bail!(
+                "SLESS_K8S_IMAGE_TAG {tag:?}: name the exact build ({{version}}-{{shim digest}}), never latest"
+            );
+        }
+        if !blob_url.starts_with("s3://") {
+            anyhow::bail!(
+                "SLESS_BLOB_URL {blob_url:?}: with SLESS_DRIVER=kubernetes artifacts go to an S3-compatible store \
+                 (s3://BUCKET) that pods can fetch from"
+            );
+        }
+        for cidr in &self.allowed_egress {
+            let valid = cidr
+                .split_once('/')
+                .is_some_and(|(ip, prefix)| ip.parse::<std::net::IpAddr>().is_ok() && prefix.parse::<u8>().is_ok());
+            if !valid {
+                anyhow::bail!("SLESS_K8S_ALLOWED_EGRESS {cidr:?}: expected a CIDR such as 10.96.40.0/24");
+            }
+        }
+        Ok(())
+    }
+
+    fn settings(&self) -> sless_driver_k8s::KubeSettings {
+        sless_driver_k8s::KubeSettings {
+            control_plane_namespace: self.namespace.clone(),
+            image_repo: self.image_repo.clone().unwrap_or_default(),
+            image_tag: self.image_tag(),
+            artifact_reader_secret: self.artifact_reader_secret.clone(),
+            artifact_writer_secret: self.artifact_writer_secret.clone(),
+            allowed_egress: self.allowed_egress.clone(),
+            build: sless_driver_k8s::BuildMode::Artifact,
+            image_build: None,
+        }
+    }
+}
+
+/// A client for the cluster of the kubeconfig or the pod's service
+/// account, checked to answer (before anything else starts).
+pub async fn connect(options: &KubeOptions) -> anyhow::Result<kube::Client> {
+    let client = sless_driver_k8s::KubeDriver::infer_client()
+        .await
+        .map_err(anyhow::Error::msg)?;
+    match tokio::time::timeout(Duration::from_secs(10), client.apiserver_version()).await {
+        Ok(Ok(version)) => tracing::info!(
+            kubernetes = %format!("{}.{}", version.major, version.minor),
+            namespace = %options.namespace,
+            image_tag = %options.image_tag(),
+            "Kubernetes API server reached"
+        ),
+        Ok(Err(e)) => anyhow::bail!("SLESS_DRIVER=kubernetes: the Kubernetes API server did not answer: {e}"),
+        Err(_) => anyhow::bail!("SLESS_DRIVER=kubernetes: the Kubernetes API server did not answer within 10s"),
+    }
+    Ok(client)
+}
+
+/// The Kubernetes driver on `client`, with artifacts in `blobs`.
+pub fn driver(
+    config: &crate::config::Config,
+    client: kube::Client,
+    blobs: Arc<dyn object_store::ObjectStore>,
+) -> sless_driver_k8s::KubeDriver {
+    let serving = sless_driver_k8s::ServingSettings {
+        max_queue: config.max_queue,
+        max_response_bytes: config.max_response_bytes,
+        ..sless_driver_k8s::ServingSettings::default()
+    };
+    sless_driver_k8s::KubeDriver::new(client, config.kube.settings(), serving, blobs)
+}
