@@ -29,13 +29,13 @@ use crate::settings::{BuildMode, KubeSettings};
 
 /// The Kubernetes driver.
 pub struct KubeDriver {
-    cluster: Cluster,
+    cluster: Arc<Cluster>,
     artifacts: Artifacts,
     serving: ServingSettings,
     /// Ready pods of every version, watched (unless turned off).
     endpoints: Option<Arc<EndpointCache>>,
     /// The versions this replica serves.
-    versions: RwLock<HashMap<VersionRef, Arc<Serving>>>,
+    versions: Arc<RwLock<HashMap<VersionRef, Arc<Serving>>>>,
     /// Functions turned off (before or after they were deployed).
     disabled: RwLock<HashSet<FunctionKey>>,
     runs: Runs,
@@ -51,12 +51,17 @@ impl KubeDriver {
     ) -> KubeDriver {
         sless_driver_local::frame::set_max_frame(serving.max_response_bytes);
         let endpoints = serving.watch_endpoints.then(|| EndpointCache::watch(client.clone()));
+        let cluster = Arc::new(Cluster::new(client, settings));
+        let versions = Arc::new(RwLock::new(HashMap::new()));
+        if let Some(idle) = serving.idle_timeout {
+            crate::idle::spawn(cluster.clone(), versions.clone(), idle);
+        }
         KubeDriver {
             endpoints,
-            cluster: Cluster::new(client, settings),
+            cluster,
             artifacts: Artifacts::new(store),
             serving,
-            versions: RwLock::new(HashMap::new()),
+            versions,
             disabled: RwLock::new(HashSet::new()),
             runs: Runs::default(),
         }
