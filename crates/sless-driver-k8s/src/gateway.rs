@@ -1,7 +1,8 @@
 //! The gateway's side of one deployed version: its ready pods (from the
 //! EndpointSlices of its Service), a connection and a concurrency budget
 //! per pod, and the invoke path: the least-loaded pod with a free slot
-//! takes the call; with every slot taken the call waits (a bounded queue);
+//! takes the call; with every slot taken the call waits (a bounded queue)
+//! and asks for one more pod, up to `max_instances`;
 //! with no pod ready, the Deployment is scaled from zero (through the scale
 //! subresource, idempotent across replicas) and the call waits for a pod
 //! within the function's timeout.
@@ -80,6 +81,8 @@ pub struct Serving {
     /// Calls under way on this replica, and when the last one was (ms since
     /// the epoch; the deploy counts as one), and what was reported of it.
     inflight: AtomicUsize,
+    /// A scale-out of this version is being asked for.
+    scaling_out: AtomicBool,
     last_call_ms: AtomicU64,
     reported_ms: AtomicU64,
 }
@@ -131,6 +134,7 @@ impl Serving {
             pods: Mutex::new(Pods::default()),
             waiting: AtomicUsize::new(0),
             inflight: AtomicUsize::new(0),
+            scaling_out: AtomicBool::new(false),
             last_call_ms: AtomicU64::new(now_ms()),
             reported_ms: AtomicU64::new(0),
         }
@@ -219,6 +223,7 @@ impl Serving {
                         return Err(InvokeError::QueueFull(key.clone()));
                     }
                     self.waiting.fetch_add(1, Ordering::Relaxed);
+                    self.scale_out(cluster).await;
                     let slot = tokio::time::timeout_at(deadline, pod.slots.clone().acquire_owned()).await;
                     self.waiting.fetch_sub(1, Ordering::Relaxed);
                     match slot {
@@ -321,6 +326,35 @@ impl Serving {
     /// cache) says it is ready.
     fn forget(&self, addr: SocketAddr) {
         self.pods.lock().unwrap().ready.retain(|p| p.addr != addr);
+    }
+
+    /// One pod more, up to `max_instances`, when a call has to wait for a
+    /// slot: unless one is on its way already (more replicas asked for
+    /// than pods ready), another scale is under way here, or the scale
+    /// changed since it was read (another replica scaled it). A failure
+    /// only costs the waiting call its chance of a new pod.
+    async fn scale_out(&self, cluster: &Cluster) {
+        if self.spec.replicas.is_some() || self.scaling_out.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ready = self.pods.lock().unwrap().ready.len();
+        let most = i32::try_from(self.spec.max_instances).unwrap_or(i32::MAX);
+        let scaled = async {
+            let (replicas, version) = cluster.replicas(&self.namespace, &self.name).await?;
+            if replicas >= most || usize::try_from(replicas).unwrap_or(0) > ready {
+                return Ok(None);
+            }
+            cluster
+                .scale(&self.namespace, &self.name, replicas + 1, version.as_deref())
+                .await
+                .map(|done| done.then_some(replicas + 1))
+        };
+        match scaled.await {
+            Ok(Some(replicas)) => tracing::info!(function = %self.target, replicas, "calls waiting: scaled out"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(function = %self.target, error = %e, "scaling out"),
+        }
+        self.scaling_out.store(false, Ordering::Release);
     }
 
     /// Scales the Deployment from zero to one pod, unless another replica

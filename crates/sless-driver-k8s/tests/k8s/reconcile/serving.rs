@@ -231,3 +231,53 @@ async fn deleting_a_function_deletes_its_anchor_and_with_it_everything_it_owns()
     });
     again.unwrap();
 }
+
+#[tokio::test]
+async fn a_call_that_waits_for_a_slot_asks_for_one_more_pod() {
+    let mut s = scenario();
+    let mut one_at_a_time = spec();
+    one_at_a_time.concurrency = 1;
+    one_at_a_time.max_instances = 3;
+    let deployment = Deployment {
+        spec: one_at_a_time,
+        ..version(1, false)
+    };
+    let (deployed, ()) = tokio::join!(s.driver.deploy(deployment), async {
+        s.api.prepares_namespace_and_anchor().await;
+        s.api.applies_version(1, 1).await;
+    });
+    deployed.unwrap();
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (slot_taken, taken) = tokio::sync::oneshot::channel();
+    let (driver, api) = (&s.driver, &mut s.api);
+    let version = target(1);
+    let slow = Invocation {
+        event: Some(json!({"sleep_ms": 300})),
+        ..call(1)
+    };
+    let scale_path = format!("{APPS}/deployments/fn-hello-v1/scale");
+    let (first, second, ()) = tokio::join!(
+        driver.invoke(&version, &slow),
+        async {
+            taken.await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            invoke(driver, 1, 2).await
+        },
+        async {
+            api.lists_endpoints(std::slice::from_ref(&pod)).await;
+            slot_taken.send(()).unwrap();
+            // The second call finds the only slot taken: one pod more.
+            api.expect("GET", &scale_path, 200, scale("fn-hello-v1", 1, "3")).await;
+            let scaled = api
+                .expect("PATCH", &scale_path, 200, scale("fn-hello-v1", 2, "4"))
+                .await;
+            assert_eq!(
+                scaled.body,
+                json!({"metadata": {"resourceVersion": "3"}, "spec": {"replicas": 2}})
+            );
+            api.nothing_more().await;
+        }
+    );
+    assert_eq!(first.unwrap().status, 200);
+    assert_eq!(second.unwrap().status, 200);
+}
