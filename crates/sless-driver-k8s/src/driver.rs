@@ -160,7 +160,7 @@ impl Driver for KubeDriver {
         let namespace = names::function_namespace(&key.namespace);
         let name = names::version_object(key, deployment.version);
         let target = deployment.version_ref();
-        let new = !self.versions.read().unwrap().contains_key(&target);
+        let before = self.versions.read().unwrap().get(&target).cloned();
         // Replicas are left out of the apply: the scale subresource owns them.
         self.cluster
             .apply(
@@ -189,9 +189,30 @@ impl Driver for KubeDriver {
             )
             .await;
             if let Err(e) = waited {
-                if new {
-                    // Nothing changes: a version that never served is taken away again.
-                    let _ = self.retire(&target).await;
+                // Nothing changes: a version that never served is taken
+                // away again, one that did gets its spec back.
+                match before {
+                    None => {
+                        let _ = self.retire(&target).await;
+                    }
+                    Some(before) => {
+                        let previous = InstanceInput {
+                            key,
+                            version: deployment.version,
+                            spec: &before.spec,
+                            code: &before.code,
+                        };
+                        let restored = self
+                            .cluster
+                            .apply(
+                                &self.cluster.api::<KubeDeployment>(&namespace),
+                                &objects::deployment(&self.cluster.settings, previous, None, &owner),
+                            )
+                            .await;
+                        if let Err(restore) = restored {
+                            tracing::error!(function = %target, error = %restore, "restoring the spec that served");
+                        }
+                    }
                 }
                 return Err(e);
             }

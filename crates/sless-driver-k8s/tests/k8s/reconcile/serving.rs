@@ -281,3 +281,66 @@ async fn a_call_that_waits_for_a_slot_asks_for_one_more_pod() {
     assert_eq!(first.unwrap().status, 200);
     assert_eq!(second.unwrap().status, 200);
 }
+
+#[tokio::test]
+async fn new_settings_whose_handler_does_not_load_give_the_version_its_old_spec_back() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let mut broken = spec();
+    broken.entrypoint = "missing.handle".into();
+    let respec = Deployment {
+        spec: broken,
+        ..version(1, true)
+    };
+    let (deployed, ()) = tokio::join!(s.driver.deploy(respec), async {
+        let applied = s.api.applies_version(1, 1).await;
+        let env = applied["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+        assert!(env.contains("missing.handle"), "{env}");
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments/fn-hello-v1"),
+                200,
+                deployment(
+                    "fn-hello-v1",
+                    1,
+                    1,
+                    json!({"observedGeneration": 1, "replicas": 2,
+                    "updatedReplicas": 1, "readyReplicas": 1}),
+                ),
+            )
+            .await;
+        s.api
+            .expect(
+                "GET",
+                &format!("{CORE}/pods"),
+                200,
+                pod_list(vec![ended_pod(
+                    "fn-hello-v1-new",
+                    "instance",
+                    3,
+                    "No module named 'missing'",
+                )]),
+            )
+            .await;
+        // The spec that served is applied again.
+        let restored = s.api.apply(&format!("{APPS}/deployments/fn-hello-v1")).await;
+        let env = restored["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+        assert!(
+            env.contains("handler.handle") && !env.contains("missing.handle"),
+            "{env}"
+        );
+        s.api.nothing_more().await;
+    });
+    let Err(DriverError::LoadFailed(error)) = deployed else {
+        panic!("a load failure, not {deployed:?}")
+    };
+    assert!(error.contains("No module named 'missing'"), "{error}");
+    // Still deployed, still served.
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (result, ()) = tokio::join!(
+        invoke(&s.driver, 1, 3),
+        s.api.lists_endpoints(std::slice::from_ref(&pod))
+    );
+    assert_eq!(result.unwrap().status, 200);
+}
