@@ -29,13 +29,13 @@ use crate::settings::{BuildMode, KubeSettings};
 
 /// The Kubernetes driver.
 pub struct KubeDriver {
-    cluster: Cluster,
+    cluster: Arc<Cluster>,
     artifacts: Artifacts,
     serving: ServingSettings,
     /// Ready pods of every version, watched (unless turned off).
     endpoints: Option<Arc<EndpointCache>>,
     /// The versions this replica serves.
-    versions: RwLock<HashMap<VersionRef, Arc<Serving>>>,
+    versions: Arc<RwLock<HashMap<VersionRef, Arc<Serving>>>>,
     /// Functions turned off (before or after they were deployed).
     disabled: RwLock<HashSet<FunctionKey>>,
     runs: Runs,
@@ -51,12 +51,17 @@ impl KubeDriver {
     ) -> KubeDriver {
         sless_driver_local::frame::set_max_frame(serving.max_response_bytes);
         let endpoints = serving.watch_endpoints.then(|| EndpointCache::watch(client.clone()));
+        let cluster = Arc::new(Cluster::new(client, settings));
+        let versions = Arc::new(RwLock::new(HashMap::new()));
+        if let Some(idle) = serving.idle_timeout {
+            crate::idle::spawn(cluster.clone(), versions.clone(), idle);
+        }
         KubeDriver {
             endpoints,
-            cluster: Cluster::new(client, settings),
+            cluster,
             artifacts: Artifacts::new(store),
             serving,
-            versions: RwLock::new(HashMap::new()),
+            versions,
             disabled: RwLock::new(HashSet::new()),
             runs: Runs::default(),
         }
@@ -155,7 +160,7 @@ impl Driver for KubeDriver {
         let namespace = names::function_namespace(&key.namespace);
         let name = names::version_object(key, deployment.version);
         let target = deployment.version_ref();
-        let new = !self.versions.read().unwrap().contains_key(&target);
+        let before = self.versions.read().unwrap().get(&target).cloned();
         // Replicas are left out of the apply: the scale subresource owns them.
         self.cluster
             .apply(
@@ -184,9 +189,30 @@ impl Driver for KubeDriver {
             )
             .await;
             if let Err(e) = waited {
-                if new {
-                    // Nothing changes: a version that never served is taken away again.
-                    let _ = self.retire(&target).await;
+                // Nothing changes: a version that never served is taken
+                // away again, one that did gets its spec back.
+                match before {
+                    None => {
+                        let _ = self.retire(&target).await;
+                    }
+                    Some(before) => {
+                        let previous = InstanceInput {
+                            key,
+                            version: deployment.version,
+                            spec: &before.spec,
+                            code: &before.code,
+                        };
+                        let restored = self
+                            .cluster
+                            .apply(
+                                &self.cluster.api::<KubeDeployment>(&namespace),
+                                &objects::deployment(&self.cluster.settings, previous, None, &owner),
+                            )
+                            .await;
+                        if let Err(restore) = restored {
+                            tracing::error!(function = %target, error = %restore, "restoring the spec that served");
+                        }
+                    }
                 }
                 return Err(e);
             }

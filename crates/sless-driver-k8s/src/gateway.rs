@@ -1,13 +1,14 @@
 //! The gateway's side of one deployed version: its ready pods (from the
 //! EndpointSlices of its Service), a connection and a concurrency budget
 //! per pod, and the invoke path: the least-loaded pod with a free slot
-//! takes the call; with every slot taken the call waits (a bounded queue);
+//! takes the call; with every slot taken the call waits (a bounded queue)
+//! and asks for one more pod, up to `max_instances`;
 //! with no pod ready, the Deployment is scaled from zero (through the scale
 //! subresource, idempotent across replicas) and the call waits for a pod
 //! within the function's timeout.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,6 +38,9 @@ pub struct ServingSettings {
     /// How long a new version's pods may take to become ready (image pull,
     /// fetch, load) when a deploy verifies it.
     pub start_timeout: Duration,
+    /// Scale a version to zero once no replica has had a call on it for
+    /// this long (None: never).
+    pub idle_timeout: Option<Duration>,
     /// Keep every ready pod in a cache fed by a watch of EndpointSlices
     /// (else list a version's pods when its list is older than `endpoints_ttl`).
     pub watch_endpoints: bool,
@@ -50,6 +54,7 @@ impl Default for ServingSettings {
             poll: Duration::from_millis(250),
             endpoints_ttl: Duration::from_secs(1),
             start_timeout: Duration::from_secs(300),
+            idle_timeout: Some(Duration::from_secs(300)),
             watch_endpoints: true,
         }
     }
@@ -73,6 +78,13 @@ pub struct Serving {
     cache: Option<Arc<EndpointCache>>,
     pods: Mutex<Pods>,
     waiting: AtomicUsize,
+    /// Calls under way on this replica, and when the last one was (ms since
+    /// the epoch; the deploy counts as one), and what was reported of it.
+    inflight: AtomicUsize,
+    /// A scale-out of this version is being asked for.
+    scaling_out: AtomicBool,
+    last_call_ms: AtomicU64,
+    reported_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -121,7 +133,33 @@ impl Serving {
             enabled: AtomicBool::new(enabled),
             pods: Mutex::new(Pods::default()),
             waiting: AtomicUsize::new(0),
+            inflight: AtomicUsize::new(0),
+            scaling_out: AtomicBool::new(false),
+            last_call_ms: AtomicU64::new(now_ms()),
+            reported_ms: AtomicU64::new(0),
         }
+    }
+
+    /// When this replica last had a call on the version (now while one runs).
+    pub fn last_call_ms(&self) -> u64 {
+        if self.inflight.load(Ordering::Relaxed) > 0 {
+            self.last_call_ms.store(now_ms(), Ordering::Relaxed);
+        }
+        self.last_call_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn reported_ms(&self) -> u64 {
+        self.reported_ms.load(Ordering::Relaxed)
+    }
+
+    pub fn set_reported_ms(&self, ms: u64) {
+        self.reported_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether idleness takes this version to zero: autoscaled, no
+    /// minimum, enabled.
+    pub fn scales_to_zero(&self) -> bool {
+        self.spec.replicas.is_none() && self.spec.min_instances == 0 && self.enabled.load(Ordering::Relaxed)
     }
 
     pub fn set_enabled(&self, enabled: bool) {
@@ -146,6 +184,16 @@ impl Serving {
         let timeout = Duration::from_secs(self.spec.timeout_sec.max(1).into());
         let deadline = Instant::now() + timeout;
         let frame = sless_driver_local::invocation_frame(invocation, self.spec.timeout_sec);
+        /// Counts the call as under way until it ends, then as the last one.
+        struct Active<'a>(&'a Serving);
+        impl Drop for Active<'_> {
+            fn drop(&mut self) {
+                self.0.last_call_ms.store(now_ms(), Ordering::Relaxed);
+                self.0.inflight.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        let _active = Active(self);
         let mut cold_start = false;
         let mut woken = false;
         loop {
@@ -175,6 +223,7 @@ impl Serving {
                         return Err(InvokeError::QueueFull(key.clone()));
                     }
                     self.waiting.fetch_add(1, Ordering::Relaxed);
+                    self.scale_out(cluster).await;
                     let slot = tokio::time::timeout_at(deadline, pod.slots.clone().acquire_owned()).await;
                     self.waiting.fetch_sub(1, Ordering::Relaxed);
                     match slot {
@@ -279,6 +328,35 @@ impl Serving {
         self.pods.lock().unwrap().ready.retain(|p| p.addr != addr);
     }
 
+    /// One pod more, up to `max_instances`, when a call has to wait for a
+    /// slot: unless one is on its way already (more replicas asked for
+    /// than pods ready), another scale is under way here, or the scale
+    /// changed since it was read (another replica scaled it). A failure
+    /// only costs the waiting call its chance of a new pod.
+    async fn scale_out(&self, cluster: &Cluster) {
+        if self.spec.replicas.is_some() || self.scaling_out.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let ready = self.pods.lock().unwrap().ready.len();
+        let most = i32::try_from(self.spec.max_instances).unwrap_or(i32::MAX);
+        let scaled = async {
+            let (replicas, version) = cluster.replicas(&self.namespace, &self.name).await?;
+            if replicas >= most || usize::try_from(replicas).unwrap_or(0) > ready {
+                return Ok(None);
+            }
+            cluster
+                .scale(&self.namespace, &self.name, replicas + 1, version.as_deref())
+                .await
+                .map(|done| done.then_some(replicas + 1))
+        };
+        match scaled.await {
+            Ok(Some(replicas)) => tracing::info!(function = %self.target, replicas, "calls waiting: scaled out"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(function = %self.target, error = %e, "scaling out"),
+        }
+        self.scaling_out.store(false, Ordering::Release);
+    }
+
     /// Scales the Deployment from zero to one pod, unless another replica
     /// (or the scaler) has scaled it already.
     async fn wake(&self, cluster: &Cluster) -> Result<(), InvokeError> {
@@ -327,4 +405,11 @@ pub(crate) fn answered(
         | Ok(Err(Lost::Broken(reason)))
         | Ok(Err(Lost::NotSent(reason))) => Err(InvokeError::Crashed { key, reason }),
     }
+}
+
+/// Milliseconds since the epoch.
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

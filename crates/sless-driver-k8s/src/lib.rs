@@ -17,6 +17,7 @@ mod driver;
 mod endpoint_cache;
 mod endpoints;
 mod gateway;
+mod idle;
 mod jobs;
 pub mod names;
 pub mod objects;

@@ -26,6 +26,9 @@ pub mod annotation {
     pub const ARTIFACT: &str = "sless.dev/artifact";
     /// The sha256 of the artifact's tarball.
     pub const DIGEST: &str = "sless.dev/artifact-digest";
+    /// When a replica last had a call on a version (milliseconds since the
+    /// epoch), on its Deployment: what scaling to zero after the idle period reads.
+    pub const LAST_CALL: &str = "sless.dev/last-call";
 }
 
 /// The Kubernetes namespace of a sless namespace's functions.

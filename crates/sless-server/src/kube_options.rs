@@ -150,6 +150,7 @@ pub fn driver(
     let serving = sless_driver_k8s::ServingSettings {
         max_queue: config.max_queue,
         max_response_bytes: config.max_response_bytes,
+        idle_timeout: Some(Duration::from_secs(config.idle_timeout_sec.max(1))),
         ..sless_driver_k8s::ServingSettings::default()
     };
     sless_driver_k8s::KubeDriver::new(client, config.kube.settings(), serving, blobs)

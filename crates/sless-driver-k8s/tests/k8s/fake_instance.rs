@@ -1,7 +1,8 @@
 //! A stand-in for a pod's `sless instance serve` on 127.0.0.1: it opens
 //! each connection with the HELLO of the version it claims to serve and
 //! answers every INVOKE with a 200 whose body echoes the call's event,
-//! after one line of stdout. The frames are the real ones.
+//! after one line of stdout (and `sleep_ms` of the event, if it says so).
+//! The frames are the real ones.
 
 use std::net::SocketAddr;
 
@@ -43,6 +44,9 @@ pub async fn start_tagged(namespace: &str, function: &str, version: u64, tag: &s
                     assert_eq!(invoke.kind, kind::INVOKE);
                     let (head, _body) = frame::split_head(invoke.payload).unwrap();
                     let head: serde_json::Value = serde_json::from_slice(&head).unwrap();
+                    if let Some(ms) = head["event"]["sleep_ms"].as_u64() {
+                        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                    }
                     let output = Output {
                         status: 200,
                         headers: vec![("content-type".into(), "application/json".into())],

@@ -3,10 +3,12 @@
 //! (`api_server.rs`: a mocked service behind a real `kube::Client`; no
 //! cluster is available on this machine), the pods' `sless instance` is a
 //! stand-in speaking the real frames on 127.0.0.1 (`fake_instance.rs`),
-//! and the object store is in memory. Serving (`serving.rs`), builds
-//! (`builds.rs`) and job runs (`runs.rs`) each have their file.
+//! and the object store is in memory. Serving (`serving.rs`), scaling to
+//! zero when idle (`idle.rs`), builds (`builds.rs`) and job runs
+//! (`runs.rs`) each have their file.
 
 mod builds;
+mod idle;
 mod runs;
 mod serving;
 
@@ -41,6 +43,11 @@ struct Scenario {
 }
 
 fn scenario() -> Scenario {
+    scenario_with(None)
+}
+
+/// A scenario whose versions go back to zero after `idle_timeout`.
+fn scenario_with(idle_timeout: Option<Duration>) -> Scenario {
     let (client, api) = mocked();
     let store = Arc::new(InMemory::new());
     let serving = ServingSettings {
@@ -49,8 +56,10 @@ fn scenario() -> Scenario {
         poll: Duration::from_millis(10),
         endpoints_ttl: Duration::from_secs(3600),
         start_timeout: Duration::from_secs(2),
-        // Listed on demand: each list is a step of the scenario.
+        // Listed on demand and never scaled down for idleness: each
+        // request is a step of the scenario.
         watch_endpoints: false,
+        idle_timeout,
     };
     let driver = KubeDriver::new(client, settings(), serving, store.clone());
     Scenario { driver, api, store }

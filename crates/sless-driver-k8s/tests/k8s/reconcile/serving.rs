@@ -231,3 +231,116 @@ async fn deleting_a_function_deletes_its_anchor_and_with_it_everything_it_owns()
     });
     again.unwrap();
 }
+
+#[tokio::test]
+async fn a_call_that_waits_for_a_slot_asks_for_one_more_pod() {
+    let mut s = scenario();
+    let mut one_at_a_time = spec();
+    one_at_a_time.concurrency = 1;
+    one_at_a_time.max_instances = 3;
+    let deployment = Deployment {
+        spec: one_at_a_time,
+        ..version(1, false)
+    };
+    let (deployed, ()) = tokio::join!(s.driver.deploy(deployment), async {
+        s.api.prepares_namespace_and_anchor().await;
+        s.api.applies_version(1, 1).await;
+    });
+    deployed.unwrap();
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (slot_taken, taken) = tokio::sync::oneshot::channel();
+    let (driver, api) = (&s.driver, &mut s.api);
+    let version = target(1);
+    let slow = Invocation {
+        event: Some(json!({"sleep_ms": 300})),
+        ..call(1)
+    };
+    let scale_path = format!("{APPS}/deployments/fn-hello-v1/scale");
+    let (first, second, ()) = tokio::join!(
+        driver.invoke(&version, &slow),
+        async {
+            taken.await.unwrap();
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            invoke(driver, 1, 2).await
+        },
+        async {
+            api.lists_endpoints(std::slice::from_ref(&pod)).await;
+            slot_taken.send(()).unwrap();
+            // The second call finds the only slot taken: one pod more.
+            api.expect("GET", &scale_path, 200, scale("fn-hello-v1", 1, "3")).await;
+            let scaled = api
+                .expect("PATCH", &scale_path, 200, scale("fn-hello-v1", 2, "4"))
+                .await;
+            assert_eq!(
+                scaled.body,
+                json!({"metadata": {"resourceVersion": "3"}, "spec": {"replicas": 2}})
+            );
+            api.nothing_more().await;
+        }
+    );
+    assert_eq!(first.unwrap().status, 200);
+    assert_eq!(second.unwrap().status, 200);
+}
+
+#[tokio::test]
+async fn new_settings_whose_handler_does_not_load_give_the_version_its_old_spec_back() {
+    let mut s = scenario();
+    deployed(&mut s).await;
+    let mut broken = spec();
+    broken.entrypoint = "missing.handle".into();
+    let respec = Deployment {
+        spec: broken,
+        ..version(1, true)
+    };
+    let (deployed, ()) = tokio::join!(s.driver.deploy(respec), async {
+        let applied = s.api.applies_version(1, 1).await;
+        let env = applied["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+        assert!(env.contains("missing.handle"), "{env}");
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments/fn-hello-v1"),
+                200,
+                deployment(
+                    "fn-hello-v1",
+                    1,
+                    1,
+                    json!({"observedGeneration": 1, "replicas": 2,
+                    "updatedReplicas": 1, "readyReplicas": 1}),
+                ),
+            )
+            .await;
+        s.api
+            .expect(
+                "GET",
+                &format!("{CORE}/pods"),
+                200,
+                pod_list(vec![ended_pod(
+                    "fn-hello-v1-new",
+                    "instance",
+                    3,
+                    "No module named 'missing'",
+                )]),
+            )
+            .await;
+        // The spec that served is applied again.
+        let restored = s.api.apply(&format!("{APPS}/deployments/fn-hello-v1")).await;
+        let env = restored["spec"]["template"]["spec"]["containers"][0]["env"].to_string();
+        assert!(
+            env.contains("handler.handle") && !env.contains("missing.handle"),
+            "{env}"
+        );
+        s.api.nothing_more().await;
+    });
+    let Err(DriverError::LoadFailed(error)) = deployed else {
+        panic!("a load failure, not {deployed:?}")
+    };
+    assert!(error.contains("No module named 'missing'"), "{error}");
+    // Still deployed, still served.
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (result, ()) = tokio::join!(
+        invoke(&s.driver, 1, 3),
+        s.api.lists_endpoints(std::slice::from_ref(&pod))
+    );
+    assert_eq!(result.unwrap().status, 200);
+}
