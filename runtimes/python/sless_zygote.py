@@ -201,7 +201,8 @@ def become_instance(control, fds, spec):
     sys.argv = [f"{SHIM}/sless_shim.py"]
     sys.modules["sless_zygote"] = sys.modules["__main__"]
     sys.modules["__main__"] = sless_shim
-    gc.unfreeze()
+    # The zygote's objects stay frozen: a collection that walked them would
+    # write to every page they share with the zygote and its other forks.
     gc.enable()
     try:
         sless_shim.main()  # it ends the process itself (os._exit) at EOF

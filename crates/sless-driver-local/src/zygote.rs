@@ -159,13 +159,14 @@ impl Zygote {
             let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
             let mut ancillary = SendAncillaryBuffer::new(&mut space);
             ancillary.push(SendAncillaryMessage::ScmRights(fds));
-            match rustix::net::sendmsg(
-                &zygote.control,
-                &[IoSlice::new(message)],
-                &mut ancillary,
-                SendFlags::NOSIGNAL,
-            ) {
+            // Never blocks: a zygote that does not read is a failed start,
+            // not a stalled server thread.
+            let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+            match rustix::net::sendmsg(&zygote.control, &[IoSlice::new(message)], &mut ancillary, flags) {
                 Ok(_) => return Ok(()),
+                Err(rustix::io::Errno::AGAIN) => {
+                    return Err("the Python zygote is not keeping up with fork requests".to_string())
+                }
                 Err(e) if !started => {
                     tracing::warn!(error = %e, "the Python zygote is gone; starting it again");
                     *running = None;
