@@ -128,11 +128,6 @@ impl Driver for KubeDriver {
     }
 
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
-        if self.cluster.settings.build == BuildMode::Image {
-            return Err(DriverError::Unavailable(
-                "image mode (SLESS_K8S_BUILD=image) is not served by the driver yet".into(),
-            ));
-        }
         if deployment.secrets != Default::default() {
             return Err(DriverError::Unavailable(
                 "functions that use secrets (env_from_secrets, secret_files) are not served by the Kubernetes driver yet"
@@ -146,9 +141,14 @@ impl Driver for KubeDriver {
                 deployment.artifact
             ))
         })?;
-        let code = CodeSource::Artifact {
-            fingerprint: deployment.artifact.to_string(),
-            digest,
+        let code = match self.cluster.settings.build {
+            BuildMode::Artifact => CodeSource::Artifact {
+                fingerprint: deployment.artifact.to_string(),
+                digest,
+            },
+            BuildMode::Image => {
+                CodeSource::Image(crate::images::ensure(&self.cluster, self.serving.poll, &deployment, &digest).await?)
+            }
         };
         let owner = self.cluster.prepare(key).await?;
         let input = InstanceInput {
@@ -358,6 +358,9 @@ impl Driver for KubeDriver {
             )
             .await?;
         self.cluster.forget(key, false);
+        if self.cluster.settings.build == BuildMode::Image {
+            crate::images::forget(&self.cluster, key).await?;
+        }
         Ok(())
     }
 

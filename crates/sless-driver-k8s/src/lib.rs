@@ -18,6 +18,7 @@ mod endpoint_cache;
 mod endpoints;
 mod gateway;
 mod idle;
+mod images;
 mod jobs;
 pub mod names;
 pub mod objects;

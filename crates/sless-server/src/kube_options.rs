@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 pub enum K8sBuild {
     /// A Job uploads the artifact to the object store; pods fetch it.
     Artifact,
-    /// A kaniko Job pushes an image per version (not served by the driver yet).
+    /// A kaniko Job bakes the artifact into an image per version and pushes it.
     Image,
 }
 
@@ -53,9 +53,33 @@ pub struct KubeOptions {
     #[arg(long = "k8s-allowed-egress", env = "SLESS_K8S_ALLOWED_EGRESS", value_delimiter = ',')]
     pub allowed_egress: Vec<String>,
 
-    /// Builds: artifact (a Job uploads the artifact) or image (kaniko; not served yet).
+    /// Builds: artifact (a Job uploads the artifact) or image (kaniko pushes an image per version).
     #[arg(long = "k8s-build", env = "SLESS_K8S_BUILD", value_enum, default_value = "artifact")]
     pub build: K8sBuild,
+
+    /// Image mode: `host[:port][/path]` the per-version images are pushed to.
+    #[arg(long = "k8s-registry", env = "SLESS_K8S_REGISTRY")]
+    pub registry: Option<String>,
+
+    /// Image mode: the kaniko executor image.
+    #[arg(
+        long = "k8s-kaniko-image",
+        env = "SLESS_K8S_KANIKO_IMAGE",
+        default_value = "gcr.io/kaniko-project/executor:v1.23.2"
+    )]
+    pub kaniko_image: String,
+
+    /// Image mode: a `kubernetes.io/dockerconfigjson` Secret (in SLESS_K8S_NAMESPACE) to push with.
+    #[arg(
+        long = "k8s-registry-secret",
+        env = "SLESS_K8S_REGISTRY_SECRET",
+        default_value = "sless-registry"
+    )]
+    pub registry_secret: String,
+
+    /// Image mode: push over plain HTTP / without checking TLS (an in-cluster registry).
+    #[arg(long = "k8s-insecure-registry", env = "SLESS_K8S_INSECURE_REGISTRY", default_value_t = false, action = clap::ArgAction::Set)]
+    pub insecure_registry: bool,
 }
 
 impl KubeOptions {
@@ -70,9 +94,13 @@ impl KubeOptions {
     /// artifacts go (pods must be able to fetch them).
     pub fn validate(&self, blob_url: &str) -> anyhow::Result<()> {
         if self.build == K8sBuild::Image {
-            anyhow::bail!(
-                "SLESS_K8S_BUILD=image: image builds are not served by the Kubernetes driver yet; use artifact"
-            );
+            match &self.registry {
+                None => anyhow::bail!("SLESS_K8S_BUILD=image needs SLESS_K8S_REGISTRY (where the images are pushed)"),
+                Some(registry) if registry.trim().is_empty() || registry.contains(char::is_whitespace) => {
+                    anyhow::bail!("SLESS_K8S_REGISTRY {registry:?}: expected host[:port][/path]")
+                }
+                Some(_) => {}
+            }
         }
         match &self.image_repo {
             None => anyhow::bail!(
@@ -116,8 +144,16 @@ impl KubeOptions {
             artifact_reader_secret: self.artifact_reader_secret.clone(),
             artifact_writer_secret: self.artifact_writer_secret.clone(),
             allowed_egress: self.allowed_egress.clone(),
-            build: sless_driver_k8s::BuildMode::Artifact,
-            image_build: None,
+            build: match self.build {
+                K8sBuild::Artifact => sless_driver_k8s::BuildMode::Artifact,
+                K8sBuild::Image => sless_driver_k8s::BuildMode::Image,
+            },
+            image_build: (self.build == K8sBuild::Image).then(|| sless_driver_k8s::ImageBuild {
+                registry: self.registry.clone().unwrap_or_default(),
+                kaniko_image: self.kaniko_image.clone(),
+                docker_config_secret: self.registry_secret.clone(),
+                insecure_registry: self.insecure_registry,
+            }),
         }
     }
 }

@@ -24,7 +24,7 @@ pub fn settings() -> KubeSettings {
     }
 }
 
-fn image_build(insecure: bool) -> ImageBuild {
+pub fn image_build(insecure: bool) -> ImageBuild {
     ImageBuild {
         registry: "registry.sless.svc:5000".into(),
         kaniko_image: "gcr.io/kaniko-project/executor:v1.23.2".into(),

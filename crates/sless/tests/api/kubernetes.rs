@@ -59,6 +59,12 @@ fn the_kubernetes_driver_names_the_settings_it_cannot_work_with() {
         err.contains("SLESS_K8S_IMAGE_TAG") && err.contains("never latest"),
         "{err}"
     );
+    let err = refused_start(&[
+        ("SLESS_K8S_IMAGE_REPO", "registry.example/sless"),
+        ("SLESS_BLOB_URL", "s3://sless"),
+        ("SLESS_K8S_BUILD", "image"),
+    ]);
+    assert!(err.contains("SLESS_K8S_REGISTRY"), "{err}");
 }
 
 /// A function built, deployed and called on a real cluster. Opt-in, as the

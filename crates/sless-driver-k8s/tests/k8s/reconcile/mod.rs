@@ -4,11 +4,12 @@
 //! cluster is available on this machine), the pods' `sless instance` is a
 //! stand-in speaking the real frames on 127.0.0.1 (`fake_instance.rs`),
 //! and the object store is in memory. Serving (`serving.rs`), scaling to
-//! zero when idle (`idle.rs`), builds (`builds.rs`) and job runs
+//! zero when idle (`idle.rs`), image mode (`images.rs`), builds (`builds.rs`) and job runs
 //! (`runs.rs`) each have their file.
 
 mod builds;
 mod idle;
+mod images;
 mod runs;
 mod serving;
 
@@ -48,6 +49,10 @@ fn scenario() -> Scenario {
 
 /// A scenario whose versions go back to zero after `idle_timeout`.
 fn scenario_with(idle_timeout: Option<Duration>) -> Scenario {
+    scenario_of(settings(), idle_timeout)
+}
+
+fn scenario_of(settings: sless_driver_k8s::KubeSettings, idle_timeout: Option<Duration>) -> Scenario {
     let (client, api) = mocked();
     let store = Arc::new(InMemory::new());
     let serving = ServingSettings {
@@ -61,7 +66,7 @@ fn scenario_with(idle_timeout: Option<Duration>) -> Scenario {
         watch_endpoints: false,
         idle_timeout,
     };
-    let driver = KubeDriver::new(client, settings(), serving, store.clone());
+    let driver = KubeDriver::new(client, settings, serving, store.clone());
     Scenario { driver, api, store }
 }
 

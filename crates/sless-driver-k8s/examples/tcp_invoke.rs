@@ -1,0 +1,190 @@
+//! Warm calls through the Kubernetes driver's data path on this machine:
+//! `KubeDriver::invoke` → frames over TCP → a real `sless instance serve`
+//! (python3.11) on 127.0.0.1. The API server is a stand-in (no cluster
+//! here) that answers the deploy and the one listing of ready pods; after
+//! that the calls touch no API. Prints calls per second and latency
+//! percentiles.
+//!
+//! ```sh
+//! cargo build -p sless && cargo run -p sless-driver-k8s --example tcp_invoke -- target/debug/sless [CALLS] [CONCURRENCY]
+//! ```
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::{json, Value};
+use sless_driver::{Deployment, Driver, Fingerprint, FunctionKey, Invocation, TriggerKind, VersionRef};
+use sless_driver_k8s::{BuildMode, KubeDriver, KubeSettings, ServingSettings};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn ready(port: u16) -> bool {
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.write_all(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n");
+    let mut text = String::new();
+    let _ = stream.read_to_string(&mut text);
+    text.starts_with("HTTP/1.1 200")
+}
+
+/// Answers whatever the driver asks while deploying and listing pods.
+async fn stand_in(mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>, frames: u16) {
+    while let Some((request, send)) = handle.next_request().await {
+        let path = request.uri().path().to_string();
+        let body = request.into_body().collect_bytes().await.unwrap();
+        let answer = if path.ends_with("/scale") {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": "x", "resourceVersion": "1"},
+                   "spec": {"replicas": 1}, "status": {"replicas": 1}})
+        } else if path.ends_with("/endpointslices") {
+            json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {}, "items": [
+                {"metadata": {"name": "s"}, "addressType": "IPv4",
+                 "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                 "ports": [{"name": "frames", "port": frames}]}]})
+        } else if path.contains("/secrets/") && body.is_empty() {
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}, "data": {}})
+        } else {
+            let mut object: Value = serde_json::from_slice(&body).unwrap();
+            object["metadata"]["uid"] = json!("uid");
+            object
+        };
+        send.send_response(Response::new(Body::from(answer.to_string().into_bytes())));
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let sless = args
+        .next()
+        .expect("usage: tcp_invoke SLESS_BINARY [CALLS] [CONCURRENCY]");
+    let calls: usize = args.next().map_or(20_000, |n| n.parse().unwrap());
+    let concurrency: usize = args.next().map_or(8, |n| n.parse().unwrap());
+
+    let dir = std::env::temp_dir().join(format!("sless-tcp-invoke-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("code")).unwrap();
+    std::fs::write(
+        dir.join("code/handler.py"),
+        "def handle(event, context):\n    return {'ok': True}\n",
+    )
+    .unwrap();
+    let (frames, ready_port) = (free_port(), free_port());
+    let mut instance = std::process::Command::new(&sless)
+        .args(["instance", "serve"])
+        .env("SLESS_INSTANCE_CODE_DIR", dir.join("code"))
+        .env("SLESS_INSTANCE_WORK_DIR", dir.join("work"))
+        .env("SLESS_INSTANCE_RUNTIME", "python3.11")
+        .env("SLESS_INSTANCE_NAMESPACE", "demo")
+        .env("SLESS_INSTANCE_FUNCTION", "hello")
+        .env("SLESS_INSTANCE_VERSION", "1")
+        .env("SLESS_INSTANCE_CONCURRENCY", concurrency.to_string())
+        .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
+        .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready_port}"))
+        .spawn()
+        .expect("start sless instance serve");
+    let started = Instant::now();
+    while !ready(ready_port) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the instance was not ready"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    tokio::spawn(stand_in(handle, frames));
+    let settings = KubeSettings {
+        control_plane_namespace: "sless".into(),
+        image_repo: "registry.example/sless".into(),
+        image_tag: "bench".into(),
+        artifact_reader_secret: "r".into(),
+        artifact_writer_secret: "w".into(),
+        allowed_egress: vec![],
+        build: BuildMode::Artifact,
+        image_build: None,
+    };
+    let serving = ServingSettings {
+        endpoints_ttl: Duration::from_secs(3600),
+        watch_endpoints: false,
+        idle_timeout: None,
+        ..ServingSettings::default()
+    };
+    let store = Arc::new(object_store::memory::InMemory::new());
+    let driver = Arc::new(KubeDriver::new(
+        kube::Client::new(service, "default"),
+        settings,
+        serving,
+        store,
+    ));
+    let key = FunctionKey::new("demo", "hello");
+    let mut spec: sless_api::FunctionSpec = serde_json::from_value(json!({"runtime": "python3.11"})).unwrap();
+    spec.concurrency = u32::try_from(concurrency).unwrap();
+    driver
+        .deploy(Deployment {
+            key: key.clone(),
+            version: 1,
+            artifact: Fingerprint::from_stored("0123456789abcdef0123456789abcdef"),
+            digest: Some("0".repeat(64)),
+            spec,
+            verify: false,
+            secrets: Default::default(),
+        })
+        .await
+        .unwrap();
+    let target = VersionRef::new(key, 1);
+    let call = Invocation {
+        kind: TriggerKind::Http,
+        request_id: "bench".into(),
+        method: "GET".into(),
+        path: String::new(),
+        query: String::new(),
+        headers: vec![],
+        body: bytes::Bytes::new(),
+        event: None,
+    };
+    for _ in 0..200 {
+        driver.invoke(&target, &call).await.unwrap();
+    }
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|_| {
+            let (driver, target, call) = (driver.clone(), target.clone(), call.clone());
+            tokio::spawn(async move {
+                let mut took = Vec::with_capacity(calls / concurrency);
+                for _ in 0..calls / concurrency {
+                    let one = Instant::now();
+                    let answer = driver.invoke(&target, &call).await.unwrap();
+                    assert_eq!(answer.status, 200);
+                    took.push(one.elapsed());
+                }
+                took
+            })
+        })
+        .collect();
+    let mut took = Vec::new();
+    for task in tasks {
+        took.extend(task.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    took.sort();
+    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    println!(
+        "{} calls, {concurrency} at a time: {:.0} calls/s, p50 {:?}, p99 {:?}",
+        took.len(),
+        took.len() as f64 / elapsed.as_secs_f64(),
+        at(0.50),
+        at(0.99)
+    );
+    let _ = instance.kill();
+    let _ = instance.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
