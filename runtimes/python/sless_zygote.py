@@ -32,6 +32,12 @@ import traceback
 HOST = "/host"
 SHIM = "/sless/shim"
 NEW_ROOT = "/sless/newroot"
+# What of the host is bound at HOST (with what is mounted below): the
+# system files of the view, devices, control groups, network namespaces,
+# and the data dir (the zygote's working directory: shims, slots,
+# scratch, resolv.conf). Every fork's mount namespace starts as a copy of
+# these, so the fewer the cheaper.
+HOST_PATHS = ("/usr", "/etc", "/dev", "/proc", "/sys/fs/cgroup", "/run/netns")
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -251,19 +257,24 @@ def setns_fd(fd, nstype):
     check(libc.setns(fd, nstype), "returning to the zygote's pid namespace")
 
 
-def enter_own_root(shim_dir, base):
+def enter_own_root(shim_dir, base, data_dir):
     """A mount namespace whose root holds /usr (for the interpreter),
-    the shim at SHIM and the host's root at HOST; `base` is an empty
-    directory of the server's to build it on. The host's mounts stay its
-    masters: what the server mounts later (an instance's scratch tmpfs, a
-    network namespace) appears under HOST too, where the server shares it."""
+    the shim at SHIM and HOST_PATHS and `data_dir` under HOST; `base` is
+    an empty directory of the server's to build it on. The host's mounts
+    stay its masters: what the server mounts later (an instance's scratch
+    tmpfs, a network namespace) appears under HOST too, where the server
+    shares it."""
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_SLAVE)
     mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-    os.makedirs(base + HOST)
-    mount("/", base + HOST, None, MS_BIND | MS_REC)
-    for link in ("usr", "bin", "lib", "lib64", "sbin", "etc", "dev", "proc", "sys"):
+    for path in HOST_PATHS + (data_dir,):
+        if os.path.exists(path):
+            make_mount_point(base + HOST + path, path)
+            mount(path, base + HOST + path, None, MS_BIND | MS_REC)
+    for link in ("usr", "etc", "dev", "proc", "sys"):
         os.symlink(f"{HOST[1:]}/{link}", f"{base}/{link}")
+    for link in ("bin", "lib", "lib64", "sbin"):
+        os.symlink(f"usr/{link}", f"{base}/{link}")
     os.makedirs(base + SHIM)
     os.makedirs(base + NEW_ROOT)
     mount(shim_dir, base + SHIM, None, MS_BIND)
@@ -283,7 +294,7 @@ def main():
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
-    enter_own_root(shim_dir, base)
+    enter_own_root(shim_dir, base, os.getcwd())
     globals()["__file__"] = f"{SHIM}/sless_zygote.py"
     sys.path[0] = SHIM
     global sless_shim

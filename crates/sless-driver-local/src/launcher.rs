@@ -71,6 +71,10 @@ impl Launcher {
         isolation: &IsolationSettings,
         python_zygote: bool,
     ) -> anyhow::Result<Launcher> {
+        // Canonical: every path a sandbox is given lies below it as named
+        // (the zygote binds only the data dir itself of the host's tree).
+        std::fs::create_dir_all(data_dir)?;
+        let data_dir = &data_dir.canonicalize()?;
         let mut sandbox = Sandbox::detect()?;
         let confiner = Confiner::start(data_dir, isolation)?;
         sandbox.resolv_conf = confiner.resolv_conf().map(Path::to_path_buf);
