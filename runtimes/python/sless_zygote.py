@@ -274,7 +274,10 @@ def enter_own_root(shim_dir, base):
 def main():
     shim_dir = os.path.dirname(os.path.abspath(__file__))
     base = os.path.abspath("zygote")
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # No parent-death signal here: it would follow the server thread that
+    # started the zygote, not the server. The zygote ends when its socket
+    # does, which is when the server ends, however it ends; its forks have
+    # the signal, and it has one thread.
     control = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)

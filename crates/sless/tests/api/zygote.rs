@@ -2,13 +2,16 @@
 //! default) are confined each on its own, as a new sandboxed interpreter
 //! is: their own uid, mount view, pid, network and other namespaces, no
 //! capabilities, the same rlimits, reseeded random numbers, and no
-//! descriptor a new interpreter would not hold. The other sandbox tests
+//! descriptor a new interpreter would not hold; the zygote ends with its
+//! server (SIGKILL included), and its forks with it. The other sandbox tests
 //! (sandbox.rs) run on forks too, since the zygote is the default.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use std::time::Duration;
+
+use super::harness::{eventually, Backend, Server};
 
 /// Reports what an instance is: its ids, namespaces, capabilities, limits,
 /// descriptors, view and a random draw.
@@ -141,4 +144,49 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
             "the fork holds {n} of {kind}, more than a new interpreter: {fork_kinds:?} {new_kinds:?}"
         );
     }
+}
+
+/// Live processes that are children of `parent` and run the zygote.
+fn zygotes_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // "pid (comm) state ppid ...": a zombie (Z) or dead (X) one is gone.
+            let mut rest = stat
+                .rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace())
+                .into_iter()
+                .flatten();
+            let state = rest.next().unwrap_or("Z");
+            let ppid = rest.next().and_then(|p| p.parse::<u32>().ok());
+            let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            !state.starts_with(['Z', 'X'])
+                && ppid == Some(parent)
+                && String::from_utf8_lossy(&cmdline).contains("sless_zygote.py")
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_zygote_ends_with_a_killed_server_and_its_forks_with_it() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    deploy_reporters(&server, &["one"]).await;
+    report(&server, "one").await;
+    let zygotes = zygotes_of(server.pid());
+    assert_eq!(zygotes.len(), 1, "one zygote per server: {zygotes:?}");
+    let zygote = zygotes[0];
+    server.kill9();
+    eventually(Duration::from_secs(5), || async {
+        let stat = std::fs::read_to_string(format!("/proc/{zygote}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start()).unwrap_or("X");
+        if state.starts_with(['Z', 'X']) {
+            Ok(())
+        } else {
+            Err(format!("zygote {zygote} outlived its server ({state:.1})"))
+        }
+    })
+    .await;
 }
