@@ -2,8 +2,10 @@
 //! `KubeDriver::invoke` → frames over TCP → a real `sless instance serve`
 //! (python3.11) on 127.0.0.1. The API server is a stand-in (no cluster
 //! here) that answers the deploy and the one listing of ready pods; after
-//! that the calls touch no API. Prints calls per second and latency
-//! percentiles.
+//! that the calls touch no API. In the same run, the same handler on the
+//! local driver (one instance, the same concurrency, its sandbox as this
+//! machine allows, network isolation off), for the ratio. Prints calls per
+//! second and latency percentiles of both.
 //!
 //! ```sh
 //! cargo build -p sless && cargo run -p sless-driver-k8s --example tcp_invoke -- target/debug/sless [CALLS] [CONCURRENCY]
@@ -119,7 +121,7 @@ async fn main() {
         ..ServingSettings::default()
     };
     let store = Arc::new(object_store::memory::InMemory::new());
-    let driver = Arc::new(KubeDriver::new(
+    let driver: Arc<dyn Driver> = Arc::new(KubeDriver::new(
         kube::Client::new(service, "default"),
         settings,
         serving,
@@ -151,8 +153,100 @@ async fn main() {
         body: bytes::Bytes::new(),
         event: None,
     };
+    let tcp = measure(driver, &target, &call, calls, concurrency).await;
+    println!("kubernetes driver, TCP to sless instance: {tcp}");
+    let local = local_driver(&dir, concurrency).await;
+    let on_local = measure(local, &target, &call, calls, concurrency).await;
+    println!("local driver:                             {on_local}");
+    println!("ratio (TCP / local): {:.2}", tcp.rate / on_local.rate);
+    let _ = instance.kill();
+    let _ = instance.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The hello handler built and deployed on a local driver, pinned to one instance.
+async fn local_driver(dir: &std::path::Path, concurrency: usize) -> Arc<dyn Driver> {
+    use sha2::Digest;
+    std::fs::create_dir_all(dir.join("local")).unwrap();
+    let driver = sless_driver_local::LocalDriver::start(
+        &dir.join("local"),
+        sless_driver_local::LocalSettings {
+            python: "/usr/bin/python3.11".into(),
+            node: "/usr/bin/node".into(),
+            npm: "/usr/bin/npm".into(),
+            warm_per_runtime: 1,
+            python_zygote: false,
+            pool: sless_driver_local::PoolSettings {
+                idle_timeout: Duration::from_secs(300),
+                max_queue: 10_000,
+                load_timeout: Duration::from_secs(30),
+                max_response_bytes: 6 * 1024 * 1024,
+            },
+            isolation: sless_driver_local::IsolationSettings {
+                network: false,
+                private_egress: vec![],
+            },
+        },
+        None,
+    )
+    .expect("the local driver");
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    zip.start_file("handler.py", zip::write::SimpleFileOptions::default())
+        .unwrap();
+    zip.write_all(b"def handle(event, context):\n    return {'ok': True}\n")
+        .unwrap();
+    let archive = zip.finish().unwrap().into_inner();
+    let key = FunctionKey::new("demo", "hello");
+    let built = driver
+        .build(sless_driver::BuildJob {
+            key: key.clone(),
+            runtime: sless_api::Runtime::Python311,
+            code_hash: hex::encode(sha2::Sha256::digest(&archive)),
+            archive: archive.into(),
+            timeout: Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+    let mut spec: sless_api::FunctionSpec = serde_json::from_value(json!({"runtime": "python3.11"})).unwrap();
+    spec.concurrency = u32::try_from(concurrency).unwrap();
+    spec.replicas = Some(1);
+    driver
+        .deploy(Deployment {
+            key,
+            version: 1,
+            artifact: built.artifact,
+            digest: None,
+            spec,
+            verify: true,
+            secrets: Default::default(),
+        })
+        .await
+        .unwrap();
+    Arc::new(driver)
+}
+
+/// Calls per second and latency of `calls` warm calls, `concurrency` at a time.
+struct Figures {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+impl std::fmt::Display for Figures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:.0} calls/s, p50 {:?}, p99 {:?}", self.rate, self.p50, self.p99)
+    }
+}
+
+async fn measure(
+    driver: Arc<dyn Driver>,
+    target: &VersionRef,
+    call: &Invocation,
+    calls: usize,
+    concurrency: usize,
+) -> Figures {
     for _ in 0..200 {
-        driver.invoke(&target, &call).await.unwrap();
+        driver.invoke(target, call).await.unwrap();
     }
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
@@ -177,14 +271,9 @@ async fn main() {
     let elapsed = started.elapsed();
     took.sort();
     let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
-    println!(
-        "{} calls, {concurrency} at a time: {:.0} calls/s, p50 {:?}, p99 {:?}",
-        took.len(),
-        took.len() as f64 / elapsed.as_secs_f64(),
-        at(0.50),
-        at(0.99)
-    );
-    let _ = instance.kill();
-    let _ = instance.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    Figures {
+        rate: took.len() as f64 / elapsed.as_secs_f64(),
+        p50: at(0.50),
+        p99: at(0.99),
+    }
 }
