@@ -50,16 +50,27 @@ class Api:
         headers = {"authorization": f"Bearer {TOKEN}"}
         if data is not None:
             headers["content-type"] = content_type
-        self.conn.request(method, path, body=data, headers=headers)
-        resp = self.conn.getresponse()
+        resp = self._send(method, path, data, headers)
         text = resp.read()
         return resp.status, (json.loads(text) if text else None)
 
     def get_fn(self, path):
-        self.conn.request("GET", path)
-        resp = self.conn.getresponse()
+        resp = self._send("GET", path, None, {})
         resp.read()
         return resp.status
+
+    def _send(self, method, path, data, headers):
+        """Sends on the kept-alive connection; once more on a new one if the
+        server closed it while idle (its keep-alive timeout, during the
+        throughput rounds)."""
+        try:
+            self.conn.request(method, path, body=data, headers=headers)
+            return self.conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            self.conn.close()
+            self.conn = http.client.HTTPConnection("127.0.0.1", self.port)
+            self.conn.request(method, path, body=data, headers=headers)
+            return self.conn.getresponse()
 
 
 def zip_of(name, text):

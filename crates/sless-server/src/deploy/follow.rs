@@ -190,7 +190,7 @@ impl Deployer {
             let pending_upload = status.code_hash.as_deref() != Some(built_hash.as_str());
             if current.as_str() != artifact && !pending_upload && status.phase != Phase::Building {
                 tracing::info!(function = %key, "runtime shim changed: rebuilding");
-                self.start_build(key, built_hash.clone());
+                self.start_rebuild(key, built_hash.clone());
             }
         }
         Ok(())

@@ -172,9 +172,22 @@ impl Deployer {
         Ok(status)
     }
 
-    /// Starts building `code_hash` in the background, unless that build is
-    /// under way here already.
+    /// Starts building `code_hash`, the upload a function is `Building`, in
+    /// the background, unless that build is under way here already or the
+    /// function no longer waits for it when the build starts (a reconcile
+    /// pass that read the function before its build ended must not build
+    /// the same code again as a new version).
     pub fn start_build(self: &Arc<Self>, key: FunctionKey, code_hash: String) {
+        self.spawn_build(key, code_hash, false);
+    }
+
+    /// Builds `code_hash`, the code a function serves, again (its artifact
+    /// is stale): a new version of the same code.
+    pub fn start_rebuild(self: &Arc<Self>, key: FunctionKey, code_hash: String) {
+        self.spawn_build(key, code_hash, true);
+    }
+
+    fn spawn_build(self: &Arc<Self>, key: FunctionKey, code_hash: String, rebuild: bool) {
         let job = (key, code_hash);
         if !self.building.lock().unwrap().insert(job.clone()) {
             return;
@@ -182,14 +195,14 @@ impl Deployer {
         let this = self.clone();
         tokio::spawn(async move {
             let (key, code_hash) = &job;
-            if let Err(e) = this.build(key, code_hash).await {
+            if let Err(e) = this.build(key, code_hash, rebuild).await {
                 tracing::error!(function = %key, error = %e, "build bookkeeping failed");
             }
             this.building.lock().unwrap().remove(&job);
         });
     }
 
-    async fn build(&self, key: &FunctionKey, code_hash: &str) -> Result<()> {
+    async fn build(&self, key: &FunctionKey, code_hash: &str, rebuild: bool) -> Result<()> {
         let own = self
             .namespace_builds
             .lock()
@@ -199,9 +212,14 @@ impl Deployer {
             .clone();
         let _own_permit = own.acquire().await.map_err(Error::internal)?;
         let _permit = self.builds.acquire().await.map_err(Error::internal)?;
-        let Some((spec, _)) = self.load(key).await? else {
+        let Some((spec, status)) = self.load(key).await? else {
             return Ok(());
         };
+        let awaited = status.phase == Phase::Building && status.code_hash.as_deref() == Some(code_hash);
+        if !rebuild && !awaited {
+            tracing::debug!(function = %key, %code_hash, "build no longer awaited: skipped");
+            return Ok(());
+        }
         let archive = self
             .blobs
             .get(&blobs::archive_key(&key.namespace, &key.name, code_hash))
