@@ -55,15 +55,7 @@ macro_rules! secret_store {
 
             type DbRow = <$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row;
 
-            fn time_text(t: &chrono::DateTime<chrono::Utc>) -> String {
-                t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-            }
-
-            fn parse_time(s: &str) -> Result<chrono::DateTime<chrono::Utc>> {
-                chrono::DateTime::parse_from_rfc3339(s)
-                    .map(|t| t.with_timezone(&chrono::Utc))
-                    .map_err(|e| Error::internal(format!("bad timestamp {s:?} in store: {e}")))
-            }
+            use $crate::store::sql::{parse_time, time_text};
 
             fn data_text(data: &BTreeMap<String, String>) -> Result<String> {
                 serde_json::to_string(data).map_err(Error::internal)

@@ -2,6 +2,23 @@
 //! order, TEXT columns), so one macro body implements [`super::Store`] for each
 //! pool type instead of writing every query twice.
 
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, Result};
+
+/// A time as the stores keep it: RFC 3339 in UTC with microseconds (text
+/// that sorts as the times do).
+pub fn time_text(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+}
+
+/// A time the stores kept.
+pub fn parse_time(s: &str) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| Error::internal(format!("bad timestamp {s:?} in store: {e}")))
+}
+
 /// Implements `Store` and `migrate` for a struct with a `pool` field.
 macro_rules! sql_store {
     ($store:ident) => {
@@ -13,15 +30,7 @@ macro_rules! sql_store {
         use $crate::store::{Kind, Record, Store, TokenRecord};
         use sless_api::InvocationRecord;
 
-        fn parse_time(s: &str) -> Result<DateTime<Utc>> {
-            DateTime::parse_from_rfc3339(s)
-                .map(|t| t.with_timezone(&Utc))
-                .map_err(|e| Error::internal(format!("bad timestamp {s:?} in store: {e}")))
-        }
-
-        fn time_text(t: &DateTime<Utc>) -> String {
-            t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
-        }
+        use $crate::store::sql::{parse_time, time_text};
 
         fn json_text(v: &serde_json::Value) -> String {
             v.to_string()

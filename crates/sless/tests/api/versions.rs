@@ -260,16 +260,24 @@ async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
     for v in 2..=4 {
         deploy(&server, "kf", v).await;
     }
-    let (_, list) = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
-        .await;
-    let numbers: Vec<u64> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v["version"].as_u64().unwrap())
-        .collect();
-    assert_eq!(numbers, [4, 3, 1], "the newest two and the one an alias holds: {list}");
+    // Old versions go once the newest is promoted, just after it is Ready.
+    eventually(std::time::Duration::from_secs(10), || async {
+        let (_, list) = server
+            .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
+            .await;
+        let numbers: Vec<u64> = list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version"].as_u64().unwrap())
+            .collect();
+        if numbers == [4, 3, 1] {
+            Ok(())
+        } else {
+            Err(format!("the newest two and the one an alias holds: {numbers:?}"))
+        }
+    })
+    .await;
     let (status, _, body) = server.invoke(Method::POST, "/fn/ns/kf@2", "{}").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(v_of(&server, "kf@stable").await, 1);
