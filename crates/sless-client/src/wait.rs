@@ -1,5 +1,7 @@
 //! Waiting for background work to finish: a function's build, a job's run.
-//! Both poll `GET` at a fixed interval until the status says it is done.
+//! Both poll `GET` until the status says it is done: first within a few
+//! milliseconds (a build without dependencies takes about ten), then less
+//! and less often, up to the wait's interval.
 
 use std::time::{Duration, Instant};
 
@@ -8,7 +10,7 @@ use sless_api::{Function, Job, Phase};
 use crate::error::{Error, Result};
 use crate::http::Client;
 
-/// How to wait: poll interval and deadline.
+/// How to wait: the longest poll interval and the deadline.
 #[derive(Debug, Clone, Copy)]
 pub struct Wait {
     pub interval: Duration,
@@ -22,7 +24,15 @@ impl Wait {
             timeout,
         }
     }
+
+    /// The pause after poll `n` (from 0): 5 ms doubling up to `interval`.
+    fn pause(&self, n: u32) -> Duration {
+        FIRST_POLL_PAUSE.saturating_mul(1 << n.min(16)).min(self.interval)
+    }
 }
+
+/// The first pause between polls.
+const FIRST_POLL_PAUSE: Duration = Duration::from_millis(5);
 
 /// True once the build of `code_hash` has ended, Ready or Failed.
 pub fn build_finished(function: &Function, code_hash: &str) -> bool {
@@ -54,6 +64,7 @@ impl Client {
         mut on_poll: impl FnMut(&Function),
     ) -> Result<Function> {
         let deadline = Instant::now() + wait.timeout;
+        let mut polls = 0u32;
         loop {
             let function = self.get_function(ns, name).await?;
             on_poll(&function);
@@ -75,7 +86,8 @@ impl Client {
                     secs: wait.timeout.as_secs(),
                 });
             }
-            tokio::time::sleep(wait.interval).await;
+            tokio::time::sleep(wait.pause(polls)).await;
+            polls = polls.saturating_add(1);
         }
     }
 
@@ -90,6 +102,7 @@ impl Client {
         mut on_poll: impl FnMut(&Job),
     ) -> Result<Job> {
         let deadline = Instant::now() + wait.timeout;
+        let mut polls = 0u32;
         loop {
             let job = self.get_job(ns, name).await?;
             on_poll(&job);
@@ -102,7 +115,21 @@ impl Client {
                     secs: wait.timeout.as_secs(),
                 });
             }
-            tokio::time::sleep(wait.interval).await;
+            tokio::time::sleep(wait.pause(polls)).await;
+            polls = polls.saturating_add(1);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polls_soon_then_less_often() {
+        let wait = Wait::new(Duration::from_secs(60));
+        let pauses: Vec<u64> = (0..8).map(|n| wait.pause(n).as_millis() as u64).collect();
+        assert_eq!(pauses, [5, 10, 20, 40, 80, 160, 250, 250]);
+        assert_eq!(wait.pause(u32::MAX), wait.interval);
     }
 }

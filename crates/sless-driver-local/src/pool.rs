@@ -131,10 +131,10 @@ impl FunctionPool {
         pool
     }
 
-    /// Loads the handler of `generation` into a new instance, which is then
-    /// handed to [`FunctionPool::set_generation`] (as its first instance
-    /// when the function keeps instances warm): a version that cannot load
-    /// never serves.
+    /// Loads the handler of `generation` into a new instance (started as
+    /// every serving instance is), which is then handed to
+    /// [`FunctionPool::set_generation`] to serve: a version that cannot
+    /// load never serves, and one that can costs one instance start.
     pub async fn preload(&self, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
         load_instance(self, generation).await
     }
@@ -142,18 +142,24 @@ impl FunctionPool {
     /// Makes `generation` (this pool's version, perhaps with new settings)
     /// the serving one, with `loaded` (from [`FunctionPool::preload`]) as
     /// its first instance; the old instances drain and stop.
+    ///
+    /// The checked instance of a new version serves its first calls (a
+    /// deploy is usually followed by a call); the idle reaper stops it
+    /// like any other when none comes. New settings of a version keep it
+    /// only when the function keeps instances warm anyway: otherwise the
+    /// version stays at zero instances, as it was.
     pub fn set_generation(self: &Arc<Self>, generation: Generation, loaded: Option<Arc<ShimProcess>>) {
         let generation = Arc::new(generation);
         let old = {
             let mut st = self.state.lock().unwrap();
+            let first = st.generation.is_none();
             st.generation = Some(generation.clone());
             st.last_start_error = None;
             let old = std::mem::take(&mut st.instances);
             if let Some(process) = loaded {
-                // It serves when the function keeps instances warm anyway;
-                // a function that scales to zero starts at zero.
                 let keep_min = generation.spec.replicas.unwrap_or(generation.spec.min_instances);
-                if st.enabled && !st.removed && keep_min > 0 {
+                let serves = generation.spec.replicas != Some(0);
+                if st.enabled && !st.removed && serves && (first || keep_min > 0) {
                     st.instances.push(Arc::new(Instance {
                         process: process.clone(),
                         generation,

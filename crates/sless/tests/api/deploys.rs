@@ -3,10 +3,12 @@
 //! with the user's own traceback (and a hint where the mistake is a common
 //! one), and the version before keeps serving.
 
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 const GOOD_V1: &[u8] = b"def handle(event, context):\n    return 'v1'\n";
 const SYNTAX_ERROR: &[u8] = b"def handle(event, context)\n    return 'v2'\n";
@@ -167,4 +169,105 @@ async fn settings_that_break_the_load_are_not_applied() {
     assert_eq!(patched["status"]["phase"], "Ready", "{patched}");
     let (status, _, body) = server.invoke(Method::GET, "/fn/ns/env", "").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "\"new\""));
+}
+
+/// A handler that says when its module was imported, which process (a
+/// random token: instances have pid namespaces of their own) and how many
+/// calls that process has served.
+const STAMPED: &[u8] = br#"
+import os, time
+IMPORTED_AT = time.time()
+INSTANCE = os.urandom(8).hex()
+CALLS = 0
+
+def handle(event, context):
+    global CALLS
+    CALLS += 1
+    return {"imported_at": IMPORTED_AT, "instance": INSTANCE, "calls": CALLS}
+"#;
+
+/// The instance that passed the load check serves: a deploy starts one
+/// instance, not two, and the first call after it is not a cold start. New
+/// settings of a function that scales to zero leave it at zero.
+#[tokio::test]
+async fn the_checked_instance_serves_the_first_call() {
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy("ns", "stamped", json!({"runtime": "python3.11"}), &[("handler.py", STAMPED)])
+        .await;
+    let ready_at = unix_now();
+    let instances = "sless_instances{namespace=\"ns\",function=\"stamped\"}";
+    assert_eq!(server.metric(instances).await, Some(1.0), "the checked instance, before any call");
+
+    let first = call(&server, "stamped").await;
+    assert!(
+        first["imported_at"].as_f64().unwrap() < ready_at,
+        "imported before the version was Ready (by the load check): {first}"
+    );
+    assert_eq!(first["calls"], 1);
+    let second = call(&server, "stamped").await;
+    assert_eq!((&second["instance"], &second["calls"]), (&first["instance"], &json!(2)));
+    assert_eq!(server.metric(instances).await, Some(1.0), "no second instance");
+    let records = eventually(Duration::from_secs(10), || async {
+        let records = server.records("ns", "stamped").await;
+        if records.len() == 2 {
+            Ok(records)
+        } else {
+            Err(format!("{} of 2 records", records.len()))
+        }
+    })
+    .await;
+    assert_eq!(records[1]["cold_start"], false, "the first call found the instance up: {}", records[1]);
+
+    // New settings: the checked instance of the new generation is not
+    // kept (the function scales to zero), so the next call starts one.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/stamped",
+            Some(json!({"env": {"A": "1"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    server.wait_metric(instances, 0.0, 30).await;
+    let after = call(&server, "stamped").await;
+    assert_ne!(after["instance"], first["instance"]);
+    let records = eventually(Duration::from_secs(10), || async {
+        let records = server.records("ns", "stamped").await;
+        if records.len() == 3 {
+            Ok(records)
+        } else {
+            Err(format!("{} of 3 records", records.len()))
+        }
+    })
+    .await;
+    assert_eq!(records[0]["cold_start"], true, "{}", records[0]);
+}
+
+/// Nothing calls the new version: its checked instance is stopped by the
+/// idle reaper like any other.
+#[tokio::test]
+async fn an_uncalled_checked_instance_is_reaped_when_idle() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
+    server
+        .deploy("ns", "idle", json!({"runtime": "python3.11"}), &[("handler.py", GOOD_V1)])
+        .await;
+    server
+        .wait_metric("sless_instances{namespace=\"ns\",function=\"idle\"}", 0.0, 30)
+        .await;
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/idle", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"v1\""), "started again on demand");
+}
+
+async fn call(server: &Server, name: &str) -> Value {
+    let (status, _, text) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
 }
