@@ -462,7 +462,9 @@ impl std::fmt::Display for StartFailure {
 
 async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
     let runtime = generation.spec.runtime;
+    let started = Instant::now();
     let process = pool.warm.take().await.map_err(StartFailure::Start)?;
+    let taken = started.elapsed();
     let from = generation.artifact_dir.clone();
     let slot = process.slot.clone();
     tokio::task::spawn_blocking(move || link_tree(&from, &slot))
@@ -478,6 +480,7 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
             .map_err(|e| StartFailure::Start(e.to_string()))?
             .map_err(|e| StartFailure::Start(format!("writing the secret files into the instance: {e}")))?;
     }
+    let linked = started.elapsed();
     if let Err(e) = pool.launcher.fit(&process, &pool.key.namespace, &generation.spec).await {
         process.kill();
         return Err(StartFailure::Start(format!("confining the instance: {e}")));
@@ -506,10 +509,14 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
         "concurrency": generation.spec.concurrency,
         "max_output_bytes": pool.settings.max_response_bytes,
     });
+    let fitted = started.elapsed();
     if let Err(e) = process.load(&load, pool.settings.load_timeout).await {
         process.kill();
         return Err(StartFailure::Load(e));
     }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    tracing::debug!(function = %pool.key, instance = process.id, take_ms = ms(taken), link_ms = ms(linked - taken),
+        fit_ms = ms(fitted - linked), load_ms = ms(started.elapsed() - fitted), "handler loaded");
     Ok(process)
 }
 

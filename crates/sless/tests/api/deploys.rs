@@ -193,11 +193,20 @@ def handle(event, context):
 async fn the_checked_instance_serves_the_first_call() {
     let server = Server::start(Backend::Sqlite).await;
     server
-        .deploy("ns", "stamped", json!({"runtime": "python3.11"}), &[("handler.py", STAMPED)])
+        .deploy(
+            "ns",
+            "stamped",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", STAMPED)],
+        )
         .await;
     let ready_at = unix_now();
     let instances = "sless_instances{namespace=\"ns\",function=\"stamped\"}";
-    assert_eq!(server.metric(instances).await, Some(1.0), "the checked instance, before any call");
+    assert_eq!(
+        server.metric(instances).await,
+        Some(1.0),
+        "the checked instance, before any call"
+    );
 
     let first = call(&server, "stamped").await;
     assert!(
@@ -217,7 +226,11 @@ async fn the_checked_instance_serves_the_first_call() {
         }
     })
     .await;
-    assert_eq!(records[1]["cold_start"], false, "the first call found the instance up: {}", records[1]);
+    assert_eq!(
+        records[1]["cold_start"], false,
+        "the first call found the instance up: {}",
+        records[1]
+    );
 
     // New settings: the checked instance of the new generation is not
     // kept (the function scales to zero), so the next call starts one.
@@ -250,13 +263,22 @@ async fn the_checked_instance_serves_the_first_call() {
 async fn an_uncalled_checked_instance_is_reaped_when_idle() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
     server
-        .deploy("ns", "idle", json!({"runtime": "python3.11"}), &[("handler.py", GOOD_V1)])
+        .deploy(
+            "ns",
+            "idle",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", GOOD_V1)],
+        )
         .await;
     server
         .wait_metric("sless_instances{namespace=\"ns\",function=\"idle\"}", 0.0, 30)
         .await;
     let (status, _, body) = server.invoke(Method::GET, "/fn/ns/idle", "").await;
-    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"v1\""), "started again on demand");
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, "\"v1\""),
+        "started again on demand"
+    );
 }
 
 async fn call(server: &Server, name: &str) -> Value {

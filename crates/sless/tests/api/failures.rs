@@ -49,7 +49,9 @@ async fn records_until(server: &Server, name: &str, done: impl Fn(&[Value]) -> b
 }
 
 async fn start_failure_is_recorded_logged_and_counted_but_not_shown_to_the_caller(backend: Backend) {
-    let server = Server::start(backend).await;
+    // Idle instances stop after a second: the instance the build checked
+    // is gone long before the deadline.
+    let server = Server::start_with(backend, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
     // Long enough for the build (and its load check) on a busy machine.
     let deadline = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -65,14 +67,17 @@ async fn start_failure_is_recorded_logged_and_counted_but_not_shown_to_the_calle
             &[("handler.py", code.as_bytes())],
         )
         .await;
-    // The checked instance stopped (the function scales to zero): the next
-    // call starts an instance, after the deadline.
+    // The checked instance stops when idle (the function scales to zero):
+    // the next call starts an instance, after the deadline.
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
     assert!(now < deadline, "the build took longer than the test allows");
     tokio::time::sleep(std::time::Duration::from_secs(deadline - now + 1)).await;
+    server
+        .wait_metric("sless_instances{namespace=\"ns\",function=\"fragile\"}", 0.0, 30)
+        .await;
 
     // The caller: a 502 that says the function failed to start, with the
     // request id, and nothing of the traceback, the secret or a path.

@@ -132,7 +132,10 @@ async fn records_capture_output_and_page(backend: Backend) {
     assert_eq!(first["trigger"], "http");
     assert_eq!(first["status"], "200");
     assert_eq!(first["version"], 1);
-    assert_eq!(first["cold_start"], false, "the instance checked by the deploy served it");
+    assert_eq!(
+        first["cold_start"], false,
+        "the instance checked by the deploy served it"
+    );
     assert_eq!(failed["cold_start"], false);
     let duration_ms = first["duration_ms"].as_f64().unwrap();
     assert!(duration_ms > 0.0);
