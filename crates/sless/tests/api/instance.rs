@@ -275,3 +275,42 @@ async fn a_corrupt_artifact_is_refused() {
     assert!(stderr.contains("is corrupt: its sha256 is"), "{stderr}");
     assert_eq!(readiness(instance.ready), None, "a corrupt artifact is never served");
 }
+
+/// What the Kubernetes driver's pod gives an instance of a function with
+/// secrets: each secret variable as `SLESS_SECRET_ENV_{NAME}` (from the
+/// function's Secret) and `SLESS_SECRETS_DIR` where its files are mounted.
+/// The handler sees `{NAME}` and the files, not the carrier variables.
+#[tokio::test]
+async fn secret_variables_and_files_reach_the_handler_under_their_own_names() {
+    let handler = r#"
+import os
+def handle(event, context):
+    with open(os.path.join(os.environ["SLESS_SECRETS_DIR"], "tls", "server.key")) as f:
+        key = f.read()
+    carriers = sorted(k for k in os.environ if k.startswith("SLESS_SECRET_ENV_"))
+    return {"password": os.environ.get("DB_PASSWORD"), "greeting": os.environ.get("GREETING"),
+            "key": key, "carriers": carriers}
+"#;
+    let mounted = tempfile::tempdir().unwrap();
+    std::fs::create_dir(mounted.path().join("tls")).unwrap();
+    std::fs::write(mounted.path().join("tls/server.key"), "-----BEGIN KEY-----").unwrap();
+    let env = serde_json::json!({"GREETING": "hi", "SLESS_SECRETS_DIR": mounted.path()}).to_string();
+    let mut instance = start(
+        handler,
+        &[
+            ("SLESS_INSTANCE_ENV", &env),
+            ("SLESS_SECRET_ENV_DB_PASSWORD", "hunter2"),
+        ],
+        false,
+    );
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    let Answer::Output(output) = gateway.invoke(1, serde_json::json!({})).await else {
+        panic!("an output")
+    };
+    let body: serde_json::Value = serde_json::from_slice(&output.body).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"password": "hunter2", "greeting": "hi", "key": "-----BEGIN KEY-----", "carriers": []})
+    );
+}
