@@ -4,13 +4,15 @@
 //!
 //! **The API server and the kubelet here are stand-ins** (there is no
 //! cluster on the project's machines): a test-only stand-in for the few
-//! API endpoints the driver calls while serving (applies, Deployments'
-//! scale, EndpointSlices, the artifact reader Secret), whose "kubelet"
-//! starts one `sless instance` per replica of a Deployment, with the
-//! instance container's environment from the applied pod template,
-//! restarts it when it dies, and lists it in the Deployment's
-//! EndpointSlice once its `/ready` answers. Everything else is real: the
-//! driver, the instances, the shim, the S3 server.
+//! API endpoints the driver calls to build and serve (applies,
+//! Deployments' scale, EndpointSlices, Jobs and their pods and logs, the
+//! artifact reader Secret), whose "kubelet" starts one `sless instance`
+//! per replica of a Deployment, with the instance container's environment
+//! from the applied pod template, restarts it when it dies, and lists it in
+//! the Deployment's EndpointSlice once its `/ready` answers; a build Job's
+//! pod is `sless instance build` with the Job's environment and nothing
+//! else. Everything else is real: the driver, the instances, the builds,
+//! the shim, the S3 server.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -66,11 +68,36 @@ struct Workload {
     pods: Vec<Pod>,
 }
 
+/// A build Job's one pod: `sless instance build` with the Job's environment.
+struct BuildPod {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl BuildPod {
+    /// The exit code once it has ended.
+    fn ended(&mut self) -> Option<i32> {
+        self.child.try_wait().unwrap().map(|status| status.code().unwrap_or(-1))
+    }
+
+    fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(file)).unwrap_or_default()
+    }
+}
+
+impl Drop for BuildPod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// The stand-in cluster's state, shared by every replica's client.
 struct Cluster {
     sless: String,
     s3_env: Vec<(String, String)>,
     workloads: Mutex<BTreeMap<String, Workload>>,
+    jobs: Mutex<BTreeMap<String, BuildPod>>,
 }
 
 fn free_port() -> u16 {
@@ -105,6 +132,60 @@ impl Cluster {
             ready: false,
             _dir: dir,
         }
+    }
+
+    /// Runs a build Job's pod: its container's environment and nothing of
+    /// this machine's (no object-store credentials: the Job has its grant).
+    fn start_build(&self, job: &Value) -> BuildPod {
+        let dir = tempfile::tempdir().unwrap();
+        let container = &job["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["command"], json!(["sless", "instance", "build"]), "{job}");
+        let env = container["env"].as_array().cloned().unwrap_or_default();
+        let mut cmd = Command::new(&self.sless);
+        cmd.args(["instance", "build"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        for var in &env {
+            cmd.env(var["name"].as_str().unwrap(), var["value"].as_str().unwrap());
+        }
+        cmd.env("SLESS_INSTANCE_WORK_DIR", dir.path().join("tmp"))
+            .env("SLESS_BUILD_TERMINATION_LOG", dir.path().join("termination-log"))
+            .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap());
+        BuildPod {
+            child: cmd.spawn().expect("start sless instance build"),
+            dir,
+        }
+    }
+
+    /// A Job as the API server shows it: its status from its pod's end.
+    fn job_status(pod: &mut BuildPod) -> Value {
+        match pod.ended() {
+            None => json!({"active": 1}),
+            Some(0) => json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
+            Some(_) => json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                                                            "reason": "BackoffLimitExceeded"}]}),
+        }
+    }
+
+    /// The Job's pod: its termination message is the termination log, or
+    /// (`FallbackToLogsOnError`) the end of its output when it failed.
+    fn job_pod(name: &str, pod: &mut BuildPod) -> Value {
+        let state = match pod.ended() {
+            None => json!({"running": {}}),
+            Some(code) => {
+                let message = if code == 0 {
+                    pod.read("termination-log")
+                } else {
+                    pod.read("stderr")
+                };
+                json!({"terminated": {"exitCode": code, "message": message}})
+            }
+        };
+        json!({"metadata": {"name": format!("{name}-pod"), "namespace": "sless-fn-demo"},
+               "spec": {"containers": [{"name": "build"}]},
+               "status": {"containerStatuses": [{"name": "build", "image": "i", "imageID": "", "ready": false,
+                                                 "restartCount": 0, "state": state}]}})
     }
 
     /// The kubelet's pass: dead pods restarted (not ready until they say
@@ -217,6 +298,63 @@ impl Cluster {
                     json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {}, "items": items}),
                 )
             }
+            "POST" if path.ends_with("/jobs") => {
+                let mut job: Value = serde_json::from_slice(body).unwrap();
+                let name = job["metadata"]["name"].as_str().unwrap().to_string();
+                let mut jobs = self.jobs.lock().unwrap();
+                if jobs.contains_key(&name) {
+                    return (409, status(409, "AlreadyExists"));
+                }
+                let mut pod = self.start_build(&job);
+                job["metadata"]["uid"] = json!(format!("uid-of-{name}"));
+                job["status"] = Self::job_status(&mut pod);
+                jobs.insert(name, pod);
+                (201, job)
+            }
+            "GET" if path.contains("/jobs/") => match self.jobs.lock().unwrap().get_mut(&name) {
+                Some(pod) => (
+                    200,
+                    json!({"apiVersion": "batch/v1", "kind": "Job",
+                           "metadata": {"name": name, "namespace": "sless-fn-demo"},
+                           "status": Self::job_status(pod)}),
+                ),
+                None => (404, status(404, "NotFound")),
+            },
+            "DELETE" if path.contains("/jobs/") => {
+                self.jobs.lock().unwrap().remove(&name);
+                (
+                    200,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                )
+            }
+            "GET" if path.ends_with("/pods") => {
+                let query = query.replace("%2F", "/").replace("%3D", "=");
+                let job = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("labelSelector=batch.kubernetes.io/job-name="))
+                    .unwrap_or_default()
+                    .to_string();
+                let items: Vec<Value> = self
+                    .jobs
+                    .lock()
+                    .unwrap()
+                    .get_mut(&job)
+                    .map(|pod| Self::job_pod(&job, pod))
+                    .into_iter()
+                    .collect();
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}),
+                )
+            }
+            "GET" if path.ends_with("/log") => {
+                let pod = path.trim_end_matches("/log").rsplit('/').next().unwrap();
+                let job = pod.trim_end_matches("-pod");
+                match self.jobs.lock().unwrap().get(job) {
+                    Some(pod) => (200, Value::String(pod.read("stdout") + &pod.read("stderr"))),
+                    None => (404, status(404, "NotFound")),
+                }
+            }
             "GET" if path == "/api/v1/namespaces/sless/secrets/sless-artifact-reader" => (
                 200,
                 json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "sless"}, "data": {}}),
@@ -283,7 +421,8 @@ async fn ready(port: u16) -> bool {
 struct FakeCluster {
     cluster: Arc<Cluster>,
     digest: String,
-    _s3: S3Server,
+    store: Arc<dyn object_store::ObjectStore>,
+    s3: S3Server,
     kubelet: tokio::task::JoinHandle<()>,
 }
 
@@ -291,6 +430,7 @@ impl Drop for FakeCluster {
     fn drop(&mut self) {
         self.kubelet.abort();
         self.cluster.workloads.lock().unwrap().clear();
+        self.cluster.jobs.lock().unwrap().clear();
     }
 }
 
@@ -318,6 +458,7 @@ impl FakeCluster {
             sless: env!("CARGO_BIN_EXE_sless").to_string(),
             s3_env,
             workloads: Mutex::new(BTreeMap::new()),
+            jobs: Mutex::new(BTreeMap::new()),
         });
         let kubelet = tokio::spawn({
             let cluster = cluster.clone();
@@ -332,7 +473,8 @@ impl FakeCluster {
         FakeCluster {
             cluster,
             digest,
-            _s3: s3,
+            store,
+            s3,
             kubelet,
         }
     }
@@ -348,10 +490,15 @@ impl FakeCluster {
                 let query = request.uri().query().unwrap_or_default().to_string();
                 let body = request.into_body().collect_bytes().await.unwrap();
                 let (code, answer) = cluster.answer(&method, &path, &query, &body);
+                // A log is text; everything else JSON.
+                let text = match answer {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                };
                 send.send_response(
                     Response::builder()
                         .status(code)
-                        .body(Body::from(answer.to_string().into_bytes()))
+                        .body(Body::from(text.into_bytes()))
                         .unwrap(),
                 );
             }
@@ -375,16 +522,9 @@ impl FakeCluster {
             watch_endpoints: false,
             idle_timeout: None,
         };
-        let store = Arc::new(object_store::memory::InMemory::new());
-        let signer = sless_server::blobs::signer(&sless_server::blobs::BlobSettings {
-            url: "s3://unused".into(),
-            s3_endpoint: Some("http://127.0.0.1:9".into()),
-            s3_region: "us-east-1".into(),
-            s3_access_key_id: Some("k".into()),
-            s3_secret_access_key: Some("s".into()),
-            s3_path_style: true,
-        })
-        .unwrap();
+        // The object store the server uses, and its signer for build grants.
+        let store = self.store.clone();
+        let signer = sless_server::blobs::signer(&self.s3.blob_settings()).unwrap();
         KubeDriver::new(kube::Client::new(service, "default"), settings, serving, store, signer)
     }
 
@@ -492,4 +632,83 @@ async fn a_killed_pod_fails_its_call_then_its_restart_answers() {
     })
     .await;
     assert_ne!(after["pid"], before["pid"]);
+}
+
+/// A build as a Job: its pod (a real `sless instance build`, with the
+/// Job's environment only) reads the archive and uploads the tarball
+/// through its grant; the driver hashes the upload, stores it as the
+/// artifact, and a version of it serves.
+#[tokio::test]
+async fn a_build_job_uploads_through_its_grant_and_what_the_server_accepted_serves() {
+    let cluster = FakeCluster::start().await;
+    let driver = cluster.replica();
+    let built = build(&driver, &[("handler.py", HANDLER.as_bytes())]).await.unwrap();
+    let digest = built.digest.clone().unwrap();
+    assert!(
+        built.log_tail.contains("no dependencies to install"),
+        "{}",
+        built.log_tail
+    );
+    // The accepted artifact is what its digest says; the build's archive
+    // and upload are gone.
+    let stored = cluster
+        .store
+        .get(&object_store::path::Path::from(format!(
+            "artifacts/{}/{digest}.tar.gz",
+            built.artifact
+        )))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(hex::encode(Sha256::digest(&stored)), digest);
+    assert_eq!(cluster.s3.keys("sless/builds"), Vec::<String>::new());
+    assert!(cluster.s3.keys("sless/artifacts").iter().any(|k| k.contains(&digest)));
+    let version = Deployment {
+        artifact: built.artifact,
+        digest: Some(digest),
+        ..cluster.version(1)
+    };
+    driver.deploy(version).await.unwrap();
+    assert_eq!(invoke(&driver, 1, json!({})).await.unwrap()["which"], "v1");
+}
+
+/// Builds `files` through `driver`.
+async fn build(driver: &KubeDriver, files: &[(&str, &[u8])]) -> Result<sless_driver::Built, sless_driver::BuildError> {
+    let archive = super::harness::zip_of(files);
+    driver
+        .build(sless_driver::BuildJob {
+            key: key(),
+            runtime: sless_api::Runtime::Python311,
+            code_hash: hex::encode(Sha256::digest(&archive)),
+            archive: archive.into(),
+            timeout: Duration::from_secs(120),
+        })
+        .await
+}
+
+#[tokio::test]
+async fn a_failed_build_job_reports_its_log_tail_and_stores_nothing() {
+    let cluster = FakeCluster::start().await;
+    let driver = cluster.replica();
+    // A local requirement that is not there: pip fails without the network.
+    let built = build(
+        &driver,
+        &[
+            ("handler.py", HANDLER.as_bytes()),
+            ("requirements.txt", b"./no-such-project\n"),
+        ],
+    )
+    .await;
+    let Err(sless_driver::BuildError::Failed { log_tail }) = built else {
+        panic!("a failed build, not {built:?}")
+    };
+    assert!(log_tail.contains("no-such-project"), "{log_tail}");
+    assert_eq!(cluster.s3.keys("sless/builds"), Vec::<String>::new());
+    assert_eq!(
+        cluster.s3.keys("sless/artifacts").len(),
+        1,
+        "only the prepared artifact"
+    );
 }
