@@ -9,7 +9,9 @@
 //! artifact reader Secret), whose "kubelet" starts one `sless instance`
 //! per replica of a Deployment, with the instance container's environment
 //! from the applied pod template, restarts it when it dies, and lists it in
-//! the Deployment's EndpointSlice once its `/ready` answers; a build Job's
+//! the Deployment's EndpointSlice once its `/ready` answers (a Secret's
+//! variables and volume are resolved and its files written into the pod's
+//! own directory, where `SLESS_SECRETS_DIR` then points); a build Job's
 //! pod is `sless instance build` with the Job's environment and nothing
 //! else. Everything else is real: the driver, the instances, the builds,
 //! the shim, the S3 server.
@@ -31,15 +33,22 @@ use super::harness::{event_call, eventually, S3Server};
 
 const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef";
 
-/// Answers with its pid, the version's `WHICH`, and, asked to, sleeps
-/// after leaving a mark (so a test can kill it mid-call).
+/// Answers with its pid, the version's `WHICH`, its secrets when it has
+/// any, and, asked to, sleeps after leaving a mark (so a test can kill it
+/// mid-call).
 const HANDLER: &str = r#"
 import os, time
 def handle(event, context):
     if isinstance(event, dict) and event.get("mark"):
         open(event["mark"], "w").close()
         time.sleep(30)
-    return {"pid": os.getpid(), "which": os.environ.get("WHICH")}
+    answer = {"pid": os.getpid(), "which": os.environ.get("WHICH")}
+    if os.environ.get("SLESS_SECRETS_DIR"):
+        path = os.path.join(os.environ["SLESS_SECRETS_DIR"], "tls", "server.key")
+        answer["key"] = open(path).read()
+        answer["mode"] = os.stat(path).st_mode & 0o777
+        answer["password"] = os.environ.get("DB_PASSWORD")
+    return answer
 "#;
 
 /// One pod: a `sless instance` process and its ports.
@@ -58,11 +67,22 @@ impl Drop for Pod {
     }
 }
 
+/// What a pod of a Deployment gets: the instance's environment (values,
+/// and those of secretKeyRefs) and the files of its Secret volume.
+#[derive(Default, Clone)]
+struct PodTemplate {
+    /// The applied template as sent: a new one rolls the pods.
+    text: String,
+    env: Vec<(String, String)>,
+    /// Where the Secret volume is mounted, and its files: path, bytes, mode.
+    mount: Option<String>,
+    files: Vec<(String, Vec<u8>, u32)>,
+}
+
 /// A Deployment as the stand-in keeps it.
 #[derive(Default)]
 struct Workload {
-    /// The instance's environment from the pod template (values only).
-    env: Vec<(String, String)>,
+    template: PodTemplate,
     replicas: i32,
     resource_version: u64,
     pods: Vec<Pod>,
@@ -92,12 +112,18 @@ impl Drop for BuildPod {
     }
 }
 
+/// An applied Secret: its resourceVersion (bumped when the data changes)
+/// and its data.
+type StoredSecret = (u64, BTreeMap<String, Vec<u8>>);
+
 /// The stand-in cluster's state, shared by every replica's client.
 struct Cluster {
     sless: String,
     s3_env: Vec<(String, String)>,
     workloads: Mutex<BTreeMap<String, Workload>>,
     jobs: Mutex<BTreeMap<String, BuildPod>>,
+    /// Applied Secrets by name.
+    secrets: Mutex<BTreeMap<String, StoredSecret>>,
 }
 
 fn free_port() -> u16 {
@@ -109,13 +135,34 @@ fn free_port() -> u16 {
 }
 
 impl Cluster {
-    fn start_pod(&self, env: &[(String, String)]) -> Pod {
+    fn start_pod(&self, template: &PodTemplate) -> Pod {
         let dir = tempfile::tempdir().unwrap();
         let (frames, ready_port) = (free_port(), free_port());
         let mut cmd = Command::new(&self.sless);
         cmd.arg("instance")
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        let mut env = template.env.clone();
+        // The Secret volume, "mounted" in the pod's directory: the files
+        // with their modes, and the handler's SLESS_SECRETS_DIR pointed there.
+        if let Some(mount) = &template.mount {
+            let root = dir.path().join("secrets");
+            for (path, bytes, mode) in &template.files {
+                let file = root.join(path);
+                std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+                std::fs::write(&file, bytes).unwrap();
+                std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
+            }
+            for (name, value) in &mut env {
+                if name == "SLESS_INSTANCE_ENV" {
+                    let mut handler: BTreeMap<String, String> = serde_json::from_str(value).unwrap();
+                    if handler.get("SLESS_SECRETS_DIR") == Some(mount) {
+                        handler.insert("SLESS_SECRETS_DIR".into(), root.display().to_string());
+                    }
+                    *value = serde_json::to_string(&handler).unwrap();
+                }
+            }
+        }
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.envs(self.s3_env.iter().map(|(k, v)| (k, v)))
             .env("SLESS_INSTANCE_CODE_DIR", dir.path().join("code/app"))
@@ -188,6 +235,65 @@ impl Cluster {
                                                  "restartCount": 0, "state": state}]}})
     }
 
+    /// What pods of an applied Deployment get: the instance container's
+    /// variables (values, and secretKeyRefs looked up in the applied
+    /// Secrets), the fetch's artifact and digest, and the files of a
+    /// Secret volume the instance mounts.
+    fn pod_template(&self, deployment: &Value) -> PodTemplate {
+        let pod = &deployment["spec"]["template"]["spec"];
+        let instance = &pod["containers"][0];
+        let secrets = self.secrets.lock().unwrap();
+        let lookup =
+            |name: &Value, key: &Value| -> Vec<u8> { secrets[name.as_str().unwrap()].1[key.as_str().unwrap()].clone() };
+        let fetch = pod["initContainers"][0]["env"].as_array().cloned().unwrap_or_default();
+        let env = instance["env"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .chain(fetch.iter())
+            .filter_map(|e| {
+                let value = match (&e["value"], &e["valueFrom"]["secretKeyRef"]) {
+                    (Value::String(value), _) => value.clone(),
+                    (_, from @ Value::Object(_)) => String::from_utf8(lookup(&from["name"], &from["key"])).unwrap(),
+                    _ => return None,
+                };
+                Some((e["name"].as_str()?.to_string(), value))
+            })
+            .filter(|(name, _)| name != "SLESS_INSTANCE_CODE_DIR")
+            .collect();
+        let mut template = PodTemplate {
+            text: deployment["spec"]["template"].to_string(),
+            env,
+            ..PodTemplate::default()
+        };
+        for volume in pod["volumes"].as_array().into_iter().flatten() {
+            let source = &volume["secret"];
+            if source.is_null() {
+                continue;
+            }
+            let mount = instance["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["name"] == volume["name"])
+                .expect("a Secret volume the instance mounts");
+            template.mount = Some(mount["mountPath"].as_str().unwrap().to_string());
+            for item in source["items"].as_array().into_iter().flatten() {
+                let mode = item["mode"]
+                    .as_u64()
+                    .or(source["defaultMode"].as_u64())
+                    .unwrap_or(0o644);
+                template.files.push((
+                    item["path"].as_str().unwrap().to_string(),
+                    lookup(&source["secretName"], &item["key"]),
+                    u32::try_from(mode).unwrap(),
+                ));
+            }
+        }
+        template
+    }
+
     /// The kubelet's pass: dead pods restarted (not ready until they say
     /// so), pods started or stopped to the replicas wanted.
     fn reconcile(&self) {
@@ -195,13 +301,13 @@ impl Cluster {
         for workload in workloads.values_mut() {
             for pod in &mut workload.pods {
                 if pod.child.try_wait().unwrap().is_some() {
-                    *pod = self.start_pod(&workload.env);
+                    *pod = self.start_pod(&workload.template);
                 }
             }
             let wanted = usize::try_from(workload.replicas).unwrap_or(0);
             workload.pods.truncate(wanted);
             while workload.pods.len() < wanted {
-                let pod = self.start_pod(&workload.env);
+                let pod = self.start_pod(&workload.template);
                 workload.pods.push(pod);
             }
         }
@@ -365,15 +471,28 @@ impl Cluster {
                 let mut object: Value = serde_json::from_slice(body).unwrap();
                 object["metadata"]["uid"] = json!(format!("uid-of-{name}"));
                 if path.contains("/deployments/") {
-                    let env = instance_env(&object);
+                    let template = self.pod_template(&object);
                     let mut workloads = self.workloads.lock().unwrap();
                     let workload = workloads.entry(name).or_default();
-                    if workload.env != env {
-                        workload.env = env;
+                    if workload.template.text != template.text {
+                        workload.template = template;
                         workload.pods.clear();
                     }
                     drop(workloads);
                     self.reconcile();
+                } else if path.contains("/secrets/") {
+                    let data: BTreeMap<String, Vec<u8>> = object["data"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(key, value)| (key.clone(), base64_decode(value)))
+                        .collect();
+                    let mut secrets = self.secrets.lock().unwrap();
+                    let stored = secrets.entry(name).or_insert((0, BTreeMap::new()));
+                    if stored.1 != data {
+                        *stored = (stored.0 + 1, data);
+                    }
+                    object["metadata"]["resourceVersion"] = json!(stored.0.to_string());
                 }
                 (200, object)
             }
@@ -382,18 +501,11 @@ impl Cluster {
     }
 }
 
-/// The instance's environment in an applied Deployment: the instance
-/// container's variables with values, and the fetch's artifact and digest.
-fn instance_env(deployment: &Value) -> Vec<(String, String)> {
-    let pod = &deployment["spec"]["template"]["spec"];
-    let instance = pod["containers"][0]["env"].as_array().cloned().unwrap_or_default();
-    let fetch = pod["initContainers"][0]["env"].as_array().cloned().unwrap_or_default();
-    instance
-        .iter()
-        .chain(fetch.iter())
-        .filter_map(|e| Some((e["name"].as_str()?.to_string(), e["value"].as_str()?.to_string())))
-        .filter(|(name, _)| name != "SLESS_INSTANCE_CODE_DIR")
-        .collect()
+fn base64_decode(value: &Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(value.as_str().unwrap())
+        .unwrap()
 }
 
 fn status(code: u16, reason: &str) -> Value {
@@ -459,6 +571,7 @@ impl FakeCluster {
             s3_env,
             workloads: Mutex::new(BTreeMap::new()),
             jobs: Mutex::new(BTreeMap::new()),
+            secrets: Mutex::new(BTreeMap::new()),
         });
         let kubelet = tokio::spawn({
             let cluster = cluster.clone();
@@ -711,4 +824,42 @@ async fn a_failed_build_job_reports_its_log_tail_and_stores_nothing() {
         1,
         "only the prepared artifact"
     );
+}
+
+/// Version 1 with a secret variable `DB_PASSWORD` of `password` and a
+/// secret file `tls/server.key`.
+fn with_secrets(cluster: &FakeCluster, password: &str) -> Deployment {
+    Deployment {
+        secrets: sless_driver::SecretValues {
+            env: vec![("DB_PASSWORD".into(), password.into())],
+            files: vec![sless_driver::SecretFile {
+                secret: "tls".into(),
+                key: "server.key".into(),
+                value: b"-----BEGIN KEY-----".to_vec(),
+            }],
+        },
+        ..cluster.version(1)
+    }
+}
+
+/// The function's Secret, its secretKeyRefs and its read-only volume, as
+/// the pods get them; new values roll the pods.
+#[tokio::test]
+async fn a_version_with_secrets_sees_them_and_new_values_roll_its_pods() {
+    let cluster = FakeCluster::start().await;
+    let driver = cluster.replica();
+    driver.deploy(with_secrets(&cluster, "hunter2")).await.unwrap();
+    let answer = invoke(&driver, 1, json!({})).await.unwrap();
+    assert_eq!(answer["password"], "hunter2");
+    assert_eq!(answer["key"], "-----BEGIN KEY-----");
+    assert_eq!(answer["mode"], 0o400);
+    driver.deploy(with_secrets(&cluster, "hunter3")).await.unwrap();
+    let answer = eventually(Duration::from_secs(30), || async {
+        match invoke(&driver, 1, json!({})).await {
+            Ok(answer) if answer["password"] == "hunter3" => Ok(answer),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_ne!(answer["pid"], json!(null));
 }
