@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use sless_driver::{Invocation, OutputStream, TriggerKind};
+use sless_driver::OutputStream;
 use sless_driver_local::frame::{self, kind};
 use sless_driver_local::standalone::{Answer, AnswerReader, Unanswered};
 
@@ -158,16 +158,7 @@ impl Gateway {
 
     async fn invoke(&mut self, id: u32, event: serde_json::Value) -> Answer {
         use tokio::io::AsyncWriteExt;
-        let invocation = Invocation {
-            kind: TriggerKind::Job,
-            request_id: format!("req-{id}"),
-            method: "POST".into(),
-            path: String::new(),
-            query: String::new(),
-            headers: vec![],
-            body: bytes::Bytes::new(),
-            event: Some(event),
-        };
+        let invocation = super::harness::event_call(&format!("req-{id}"), event);
         let mut invoke = sless_driver_local::invocation_frame(&invocation, 0);
         frame::set_id(&mut invoke, id);
         self.stream.write_all(&invoke).await.unwrap();

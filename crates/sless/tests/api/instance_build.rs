@@ -14,9 +14,8 @@ use object_store::signer::Signer;
 use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_driver_k8s::grants::{build_grant, BuildGrant};
-use sless_server::blobs::BlobSettings;
 
-use super::harness::{eventually, zip_of, S3Server, S3_KEY, S3_SECRET};
+use super::harness::{eventually, zip_of, S3Server};
 
 const FINGERPRINT: &str = "00112233445566778899aabbccddeeff";
 
@@ -30,14 +29,7 @@ struct Bucket {
 
 async fn bucket() -> Bucket {
     let s3 = S3Server::start().await;
-    let settings = BlobSettings {
-        url: format!("s3://{}/sless", s3.bucket),
-        s3_endpoint: Some(s3.endpoint.clone()),
-        s3_region: "us-east-1".into(),
-        s3_access_key_id: Some(S3_KEY.into()),
-        s3_secret_access_key: Some(S3_SECRET.into()),
-        s3_path_style: true,
-    };
+    let settings = s3.blob_settings();
     let store = sless_server::blobs::open(&settings).await.unwrap();
     let signer = sless_server::blobs::signer(&settings).unwrap();
     Bucket { s3, store, signer }
