@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
@@ -431,7 +433,96 @@ async fn kill_after_202_loses_nothing(backend: Backend) {
     .await;
 }
 
+/// Events sent many at a time (so each commit stores several) are all
+/// stored before their 202s: a kill -9 right after the last 202 loses none.
+/// While the function is off they are parked (due when they would expire,
+/// not polled every second), and turning it on delivers them all.
+async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
+    const EVENTS: usize = 300;
+    let mut server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "echo",
+            json!({"runtime": "python3.11", "replicas": 0}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+    let answers: Vec<_> = futures::stream::iter(0..EVENTS)
+        .map(|n| {
+            let server = &server;
+            async move { send_event(server, "/fn/ns/echo", &json!({"n": n}).to_string()).await }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut ids: Vec<String> = answers
+        .into_iter()
+        .map(|(status, _, body)| {
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            body["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    server.kill9();
+    server.spawn();
+    ids.sort();
+    let list = |status: &'static str| {
+        let server = &server;
+        async move {
+            let path = format!("/v1/namespaces/ns/functions/echo/async-invocations?limit=1000{status}");
+            let (code, page) = server.call(Method::GET, &path, None).await;
+            assert_eq!(code, StatusCode::OK, "{page}");
+            page["items"].as_array().unwrap().clone()
+        }
+    };
+    let mut stored: Vec<String> = list("")
+        .await
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    stored.sort();
+    assert_eq!(stored, ids, "every event answered 202 is in the store after the kill");
+    // Parked: due in about six hours (async.max_event_age_sec), not in a second.
+    let hour_later = chrono::Utc::now() + chrono::Duration::hours(1);
+    eventually(Duration::from_secs(30), || async {
+        let queued = list("&status=queued").await;
+        let parked = queued
+            .iter()
+            .filter(|r| {
+                r["next_attempt_at"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .is_some_and(|t| t > hour_later)
+            })
+            .count();
+        if parked == EVENTS {
+            Ok(())
+        } else {
+            Err(format!("{parked} of {} queued events parked: {:?}", queued.len(), queued.first()))
+        }
+    })
+    .await;
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/echo",
+            Some(json!({"replicas": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually(Duration::from_secs(120), || async {
+        let done = list("&status=succeeded").await.len();
+        if done == EVENTS {
+            Ok(())
+        } else {
+            Err(format!("{done} of {EVENTS} delivered"))
+        }
+    })
+    .await;
+}
+
 crate::both_stores!(
+    concurrent_202s_survive_a_kill_and_wait_parked,
     accepted_then_delivered,
     fails_twice_then_succeeds_in_three_calls,
     dead_letter_to_a_function,
