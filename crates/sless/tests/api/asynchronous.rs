@@ -498,7 +498,11 @@ async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
         if parked == EVENTS {
             Ok(())
         } else {
-            Err(format!("{parked} of {} queued events parked: {:?}", queued.len(), queued.first()))
+            Err(format!(
+                "{parked} of {} queued events parked: {:?}",
+                queued.len(),
+                queued.first()
+            ))
         }
     })
     .await;
