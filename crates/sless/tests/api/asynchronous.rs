@@ -291,6 +291,34 @@ async fn dead_letter_to_a_function(backend: Backend) {
         "{sent}"
     );
     assert_eq!(sent["request"]["body"], r#"{"fail": "boom"}"#, "{sent}");
+    // A delivered event's outcome goes to `on_success`, with the answer.
+    let spec = json!({"runtime": "python3.11", "async": {"on_success": {"type": "function", "function": "dlq"}}});
+    server.deploy("ns", "fine", spec, &[("handler.py", HANDLER)]).await;
+    let (status, location, body) = send_event(&server, "/fn/ns/fine", r#"{"n": 7}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    record_reaches(&server, &location.unwrap(), "succeeded", 60).await;
+    let printed = eventually(Duration::from_secs(30), || async {
+        let logs: Vec<String> = server
+            .records("ns", "dlq")
+            .await
+            .iter()
+            .filter_map(|r| r["logs"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        logs.into_iter()
+            .find(|l| l.contains(&id))
+            .ok_or_else(|| "the success record has not arrived".to_string())
+    })
+    .await;
+    let sent: Value = serde_json::from_str(printed.trim_start_matches("got ").split(" attempt").next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {printed}"));
+    assert_eq!(
+        (sent["condition"].as_str(), sent["attempts"].as_u64()),
+        (Some("success"), Some(1)),
+        "{sent}"
+    );
+    assert_eq!(sent["response"]["status"], 200, "{sent}");
+    assert_eq!(sent["response"]["body"], r#"{"echo":{"n":7}}"#, "{sent}");
     // A bad setting names its field.
     let (status, body) = server
         .call(
@@ -495,7 +523,10 @@ async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
                     .is_some_and(|t| t > hour_later)
             })
             .count();
-        if parked == EVENTS {
+        let age = server
+            .metric(r#"sless_async_oldest_event_age_seconds{namespace="ns",function="echo"}"#)
+            .await;
+        if parked == EVENTS && age.is_some_and(|age| age > 0.0) {
             Ok(())
         } else {
             Err(format!(
