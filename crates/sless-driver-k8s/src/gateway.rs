@@ -22,7 +22,7 @@ use crate::cluster::Cluster;
 use crate::connection::{InstanceConnection, Lost};
 use crate::endpoint_cache::EndpointCache;
 use crate::names;
-use crate::objects::CodeSource;
+use crate::objects::{CodeSource, SecretMounts};
 
 /// How the gateway waits and queues.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ pub struct Serving {
     pub spec: FunctionSpec,
     /// What its pods run (a job run's pod runs the same).
     pub code: CodeSource,
+    /// The secrets its pods mount (names; the values are in its Secret).
+    pub secrets: SecretMounts,
     /// The Kubernetes namespace, and the name of its Deployment and Service.
     namespace: String,
     name: String,
@@ -120,11 +122,13 @@ impl Serving {
         target: VersionRef,
         spec: FunctionSpec,
         code: CodeSource,
+        secrets: SecretMounts,
         enabled: bool,
         cache: Option<Arc<EndpointCache>>,
     ) -> Serving {
         Serving {
             code,
+            secrets,
             cache,
             namespace: names::function_namespace(&target.key.namespace),
             name: names::version_object(&target.key, target.version),
@@ -204,7 +208,7 @@ impl Serving {
                 if !woken {
                     woken = true;
                     cold_start = true;
-                    self.wake(cluster).await?;
+                    self.wake(cluster, settings).await?;
                 }
                 if Instant::now() + settings.poll >= deadline {
                     return Err(InvokeError::StartFailed {
@@ -358,12 +362,17 @@ impl Serving {
     }
 
     /// Scales the Deployment from zero to one pod, unless another replica
-    /// (or the scaler) has scaled it already.
-    async fn wake(&self, cluster: &Cluster) -> Result<(), InvokeError> {
+    /// (or the scaler) has scaled it already. With idle scaling on, the
+    /// waiting call is noted on the Deployment first, so that no other
+    /// replica's idle pass takes the new pod away before it answers.
+    async fn wake(&self, cluster: &Cluster, settings: &ServingSettings) -> Result<(), InvokeError> {
         let start_failed = |e: sless_driver::DriverError| InvokeError::StartFailed {
             key: self.target.key.clone(),
             reason: e.to_string(),
         };
+        if settings.idle_timeout.is_some() {
+            crate::idle::report(cluster, self).await.map_err(start_failed)?;
+        }
         let (replicas, version) = cluster
             .replicas(&self.namespace, &self.name)
             .await
