@@ -22,6 +22,7 @@ import threading
 import time
 import traceback
 import urllib.parse
+from threading import get_ident
 
 RUNTIME = "python3.11"
 SHIM_VERSION = "1"
@@ -67,11 +68,12 @@ current_invocation = contextvars.ContextVar("sless_invocation", default=0)
 
 class FrameWriter:
     """Writes whole frames to the private copy of fd 1. While corked (the
-    loop thread is working through frames read at once) frames collect in
-    the buffer and go out together when it uncorks: one write, and one
-    wake-up of the server, for the batch. A watchdog thread writes what a
-    batch holds once it has taken WATCHDOG_SECONDS, so a slow handler does
-    not hold back the answers computed before it."""
+    main thread is working through frames read at once) the main thread's
+    frames collect in the buffer and go out together when it uncorks: one
+    write, and one wake-up of the server, for the batch; other threads'
+    frames go out at once. A watchdog thread writes what a batch holds once
+    it has taken WATCHDOG_SECONDS, so a slow handler does not hold back the
+    answers computed before it, and calls `on_tick` at each of its ticks."""
 
     WATCHDOG_SECONDS = 0.005
 
@@ -81,7 +83,9 @@ class FrameWriter:
         self._corked = 0  # nesting depth
         self._batches = 0  # batches corked so far, for the watchdog
         self._watching = threading.Event()
+        self._main_thread = threading.get_ident()  # the only thread that corks
         self.can_cork = False  # until the watchdog runs
+        self.on_tick = None  # called by the watchdog each tick, outside the lock
 
     def start_watchdog(self):
         """Starts the watchdog thread; without it nothing is ever held."""
@@ -98,7 +102,7 @@ class FrameWriter:
         with self._lock:
             self._out.write(head)
             self._out.write(payload)
-            if not self._corked:
+            if not self._corked or get_ident() != self._main_thread:
                 self._out.flush()
 
     def cork(self):
@@ -127,6 +131,8 @@ class FrameWriter:
                     else:
                         self._watching.clear()  # no batch for a whole tick: rest
                 seen = self._batches
+            if self.on_tick is not None:
+                self.on_tick()
 
     def send_json(self, kind, value):
         self.send(kind, 0, JSON_ENCODER.encode(value).encode())
@@ -144,7 +150,7 @@ class FrameWriter:
             self._out.write(frame_head)
             self._out.write(head)
             self._out.write(body)
-            if not self._corked:
+            if not self._corked or get_ident() != self._main_thread:
                 self._out.flush()
 
 
@@ -261,20 +267,35 @@ class HandlerThreads:
 class MainThreadCalls:
     """Serves a sync handler from the main thread, which imported its module
     (as python3 would, and AWS Lambda's runtime does): the main thread reads
-    the frames and runs each call itself, one at a time. With `concurrency`
-    above 1, a call must never wait for a running one, however slow: the
-    first call of a read is the main thread's, the others of that read go
-    to pool threads, and while the main thread runs a call, a standby thread
-    (asleep in epoll, armed only for the length of the call) reads what
-    arrives meanwhile and hands it to the pool. So calls that come one at a
-    time run on the main thread, without a hand-off between threads."""
+    the frames and runs the calls itself, one after another, with no hand-off
+    between threads and its answers to the calls of one read sent with one
+    write. With `concurrency` above 1 a call must never wait long for a
+    running one, however slow: the flush watchdog, at each tick, hands the
+    calls the main thread has not started to pool threads when a call has
+    waited for it, or the main thread has run the same call, for a whole
+    tick; a standby thread (asleep in epoll, armed only while the main
+    thread runs that call) reads what arrives meanwhile and hands it to the
+    pool too. After such a spill the shim stays THREADED_SECONDS in the mode
+    for slow calls: of the calls read at once the first is the main
+    thread's and the others go to the pool at once, and the standby is
+    armed for every call the main thread runs. Calls that come one at a time
+    (each after the answer to the one before) always run on the main thread."""
 
-    def __init__(self, reader, workers):
+    THREADED_SECONDS = 1.0
+
+    def __init__(self, reader, frames, workers):
         self.reader = reader
+        self.frames = frames
         self.mine = collections.deque()  # calls the main thread runs next
         self.pool = HandlerThreads(workers - 1) if workers > 1 else None
         self.read_lock = threading.Lock()  # one reader of the frame pipe at a time
-        self.running = False  # the main thread runs a call (the standby reads)
+        self.inline = True  # the main thread runs every call it reads
+        self.threaded_until = 0.0  # monotonic time the mode for slow calls ends
+        self.busy = False  # the main thread runs a call
+        self.queued = 0  # calls put in `mine` so far
+        self.taken = 0  # calls taken out of it so far (started or handed to the pool)
+        self.seen = (-1, 0, 0.0)  # (taken, queued, monotonic time) at the watchdog's last tick
+        self.running = False  # the standby is armed (reads while the main thread runs a call)
         self.main_thread = threading.get_ident()
         self.epoll = None
         if self.pool is not None:
@@ -282,13 +303,18 @@ class MainThreadCalls:
             self.epoll.register(reader.fd, select.EPOLLONESHOT)  # disarmed
             thread = threading.Thread(target=self._standby, name="sless-standby-reader", daemon=True)
             thread.start()
+            if frames.can_cork:
+                frames.on_tick = self.tick
+            else:  # no watchdog to hand over a slow call's queue: overlapping calls go to the pool at once
+                self.inline, self.threaded_until = False, float("inf")
 
     def submit(self, job, *args):
         """Called by whichever thread reads the frame of the call."""
         if self.pool is None or (
-            not self.running and not self.mine and threading.get_ident() == self.main_thread
+            threading.get_ident() == self.main_thread and (self.inline or not (self.busy or self.mine))
         ):
             self.mine.append((job, args))
+            self.queued += 1
         else:
             self.pool.submit(job, args)
 
@@ -300,31 +326,75 @@ class MainThreadCalls:
         reader.take_frames()  # the frames read with LOAD
         while True:
             if mine:
-                job, args = mine.popleft()
+                self._run_mine()
             elif pool is not None and (waiting := pool.take_waiting()) is not None:
-                job, args = waiting
+                mine.append(waiting)
+                self.queued += 1
             else:
+                if not self.inline and time.monotonic() >= self.threaded_until:
+                    self.inline = True
                 with self.read_lock:
                     poller.poll()
                     reader.on_readable()
-                continue
-            if pool is None:
-                run(job, args)
-                continue
-            self.running = True
-            self.epoll.modify(reader.fd, select.EPOLLIN | select.EPOLLONESHOT)
+
+    def _run_mine(self):
+        """Runs the calls read so far, their answers held for one write."""
+        mine, frames = self.mine, self.frames
+        can_cork = frames.can_cork
+        if can_cork:
+            frames.cork()
+        while mine:
+            try:
+                job, args = mine.popleft()
+            except IndexError:  # the watchdog handed them to the pool
+                break
+            self.taken += 1
+            self.busy = True
+            if not self.inline and self.pool is not None:
+                self._arm()
             run(job, args)
+            self.busy = False
             if self.running:
-                self._stop_running()
+                self._disarm()
+        if can_cork:
+            frames.uncork()
+
+    def tick(self):
+        """The watchdog's: hands the calls waiting for the main thread to
+        the pool, and arms the standby, when one of them has waited, or the
+        main thread has run the same call, for a whole tick."""
+        mine, taken, now = self.mine, self.taken, time.monotonic()
+        seen_taken, seen_queued, seen_at = self.seen
+        self.seen = (taken, self.queued, now)
+        if now - seen_at > 2 * FrameWriter.WATCHDOG_SECONDS:
+            return  # the last tick is long ago (the process did not run): judge from this one on
+        stuck = self.busy and taken == seen_taken
+        if not (stuck or taken < seen_queued):
+            return
+        self.inline = False
+        self.threaded_until = now + self.THREADED_SECONDS
+        while True:
+            try:
+                job, args = mine.popleft()
+            except IndexError:
+                break
+            self.taken += 1
+            self.pool.submit(job, args)
+        if self.busy and not self.running:
+            self._arm()
 
     def answering(self):
         """The call is about to send its answer: from now on, the main thread
         reads, so the next call of a caller that waits for this answer runs
         on the main thread too."""
         if self.running and threading.get_ident() == self.main_thread:
-            self._stop_running()
+            self._disarm()
 
-    def _stop_running(self):
+    def _arm(self):
+        self.running = True
+        self.epoll.modify(self.reader.fd, select.EPOLLIN | select.EPOLLONESHOT)
+
+    def _disarm(self):
         self.running = False
         self.epoll.modify(self.reader.fd, select.EPOLLONESHOT)
 
@@ -334,7 +404,7 @@ class MainThreadCalls:
         while True:
             epoll.poll()
             with self.read_lock:
-                if not self.running:
+                if not (self.running and self.busy):
                     continue  # the call ended: the main thread reads
                 while reader.on_readable():
                     pass
@@ -817,7 +887,8 @@ def serve_sync_handler(shim, reader, loop):
         loop.run_forever()
 
     threading.Thread(target=run_loop, name="sless-loop", daemon=True).start()
-    shim.sync_calls = MainThreadCalls(reader, shim.function.workers)
+    reader.on_batch_start = reader.on_batch_end = lambda: None  # MainThreadCalls corks as it runs the calls
+    shim.sync_calls = MainThreadCalls(reader, shim.frames, shim.function.workers)
     shim.sync_calls.serve()
 
 

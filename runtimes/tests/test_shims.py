@@ -673,6 +673,22 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         self.assertEqual(names, ["MainThread", "sless-handler-0", "sless-handler-1"])
         self.assertEqual(client.invoke(4).json(), "MainThread", "a call alone runs on the main thread")
 
+    def test_fast_calls_read_at_once_all_run_on_the_main_thread(self):
+        """No hand-off to another thread for calls that do not wait long."""
+        client = self.start("thread", concurrency=4)
+        client.send(b"".join(encode_invoke(i) for i in range(1, 21)))
+        self.assertEqual({o.json() for o in client.wait_outputs(list(range(1, 21)))}, {"MainThread"})
+
+    def test_calls_queued_behind_short_ones_go_to_other_threads(self):
+        """Each call is shorter than the watchdog's tick, but the queue behind
+        the main thread is not: once a call has waited a tick, the rest go to
+        the pool instead of waiting 25 times 4 ms."""
+        client = self.start("thread", concurrency=4)
+        client.send(b"".join(encode_invoke(i, b'{"delay": 0.004}') for i in range(1, 26)))
+        names = {o.json() for o in client.wait_outputs(list(range(1, 26)))}
+        self.assertIn("MainThread", names)
+        self.assertIn("sless-handler-0", names)
+
     def test_answers_of_a_batch_are_not_held_back_by_a_slow_call_in_it(self):
         client = self.start("thread", concurrency=1)  # runs inline: one batch, one thread
         client.send(encode_invoke(1) + encode_invoke(2, b'{"delay": 1.5}'))

@@ -109,7 +109,7 @@ async fn main() {
         image_repo: "registry.example/sless".into(),
         image_tag: "bench".into(),
         artifact_reader_secret: "r".into(),
-        artifact_writer_secret: "w".into(),
+        image_pull_secret: None,
         allowed_egress: vec![],
         build: BuildMode::Artifact,
         image_build: None,
@@ -126,6 +126,7 @@ async fn main() {
         settings,
         serving,
         store,
+        Arc::new(NoSigner),
     ));
     let key = FunctionKey::new("demo", "hello");
     let mut spec: sless_api::FunctionSpec = serde_json::from_value(json!({"runtime": "python3.11"})).unwrap();
@@ -275,5 +276,24 @@ async fn measure(
         rate: took.len() as f64 / elapsed.as_secs_f64(),
         p50: at(0.50),
         p99: at(0.99),
+    }
+}
+
+/// Nothing is built here, so no build grant is ever presigned.
+#[derive(Debug)]
+struct NoSigner;
+
+#[async_trait::async_trait]
+impl object_store::signer::Signer for NoSigner {
+    async fn signed_url(
+        &self,
+        _: object_store::signer::Method,
+        _: &object_store::path::Path,
+        _: Duration,
+    ) -> object_store::Result<object_store::signer::Url> {
+        Err(object_store::Error::NotImplemented {
+            operation: "presigning in a benchmark".into(),
+            implementer: "NoSigner".into(),
+        })
     }
 }

@@ -1,14 +1,20 @@
 //! The artifacts of the cluster shape live only in the object store,
 //! under the local driver's layout (`artifacts/{fingerprint}/{sha256}.tar.gz`,
 //! which `sless instance fetch` reads); an archive waiting for its build
-//! Job is kept under `builds/`.
+//! Job, and the tarball the Job uploads before the server accepts it, are
+//! kept under `builds/`.
 
 use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt};
-use sless_driver::{DriverError, Fingerprint};
+use sha2::{Digest, Sha256};
+use sless_driver::{BuildError, DriverError, Fingerprint};
+
+/// The largest artifact tarball the server accepts from a build (it is
+/// read whole to be hashed and stored).
+pub const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
 
 /// Built artifacts and build inputs in the object store.
 pub struct Artifacts {
@@ -61,6 +67,69 @@ impl Artifacts {
         format!("builds/{artifact}/{code_hash}.zip")
     }
 
+    /// Where the build of `artifact` from `code_hash` uploads its tarball
+    /// (the one key its grant may write).
+    pub fn upload_key(artifact: &Fingerprint, code_hash: &str) -> String {
+        format!("builds/{artifact}/{code_hash}.tar.gz")
+    }
+
+    /// Accepts the tarball a build uploaded to `upload_key` as `artifact`
+    /// if its sha256 is `reported`, what the build says it made; returns
+    /// that sha256. The bytes hashed here are the bytes stored under
+    /// `artifacts/{artifact}/{sha256}.tar.gz`, so a pod writing its staging
+    /// key again later changes nothing. A tarball another replica accepted
+    /// first (the two shared the Job) is taken as it is.
+    pub async fn accept(&self, artifact: &Fingerprint, upload_key: &str, reported: &str) -> Result<String, BuildError> {
+        let internal = |e: object_store::Error| BuildError::Internal(format!("reading the uploaded artifact: {e}"));
+        let accepted = Key::from(format!("artifacts/{artifact}/{reported}.tar.gz"));
+        if self.exists(&accepted).await.map_err(internal)? {
+            return Ok(reported.to_string());
+        }
+        let upload = match self.store.get(&Key::from(upload_key)).await {
+            Ok(upload) => upload,
+            Err(object_store::Error::NotFound { .. }) if self.exists(&accepted).await.map_err(internal)? => {
+                return Ok(reported.to_string())
+            }
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(BuildError::Failed {
+                    log_tail: "the build reported success but uploaded no artifact".into(),
+                })
+            }
+            Err(e) => return Err(internal(e)),
+        };
+        if upload.meta.size > MAX_ARTIFACT_BYTES {
+            return Err(BuildError::Failed {
+                log_tail: format!(
+                    "the built artifact is {} bytes, over the {MAX_ARTIFACT_BYTES} bytes accepted",
+                    upload.meta.size
+                ),
+            });
+        }
+        let tarball = upload.bytes().await.map_err(internal)?;
+        let actual = hex::encode(Sha256::digest(&tarball));
+        if actual != reported {
+            return Err(BuildError::Failed {
+                log_tail: format!(
+                    "the uploaded artifact has sha256 {actual}, not the {reported} its build reported: refused"
+                ),
+            });
+        }
+        self.store
+            .put(&accepted, tarball.into())
+            .await
+            .map_err(|e| BuildError::Internal(format!("storing the artifact: {e}")))?;
+        self.drop_archive(upload_key).await;
+        Ok(actual)
+    }
+
+    async fn exists(&self, key: &Key) -> Result<bool, object_store::Error> {
+        match self.store.head(key).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Stores a build's input archive.
     pub async fn put_archive(&self, key: &str, archive: bytes::Bytes) -> Result<(), String> {
         self.store
@@ -70,7 +139,7 @@ impl Artifacts {
             .map_err(|e| format!("storing the archive for the build: {e}"))
     }
 
-    /// Drops a build's input archive once the build is over.
+    /// Drops a build's input archive (or upload) once the build is over.
     pub async fn drop_archive(&self, key: &str) {
         if let Err(e) = self.store.delete(&Key::from(key)).await {
             tracing::warn!(%key, error = %e, "removing a build's archive");

@@ -1,20 +1,27 @@
 //! Builds as Jobs (artifact mode): the uploaded archive goes to the object
 //! store, a Job on the runtime image installs the dependencies and uploads
 //! the artifact tarball, whose sha256 is its container's termination
-//! message. The Job's active deadline is the function's
-//! `build_timeout_sec`; a failed build's log tail becomes the error.
+//! message. The Job's pod has no object-store credentials, only the
+//! build's grant ([`crate::grants`]); the server hashes the upload before
+//! it accepts it as the artifact. The Job's active deadline is the
+//! function's `build_timeout_sec`; a failed build's log tail becomes the
+//! error.
 //!
 //! The Job is named after the artifact, so two replicas (or two functions
 //! with the same code) building the same thing share one Job; an artifact
 //! already in the object store is not built again.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use object_store::signer::Signer;
 
 use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
 use tokio::time::Instant;
 
 use crate::artifacts::Artifacts;
 use crate::cluster::Cluster;
+use crate::grants::{build_grant, BuildGrant};
 use crate::jobs::{self, Ended};
 use crate::names;
 use crate::objects::{self, BuildInput, START_ALLOWANCE_SEC};
@@ -23,6 +30,7 @@ use crate::objects::{self, BuildInput, START_ALLOWANCE_SEC};
 pub async fn build(
     cluster: &Cluster,
     artifacts: &Artifacts,
+    signer: &Arc<dyn Signer>,
     poll: Duration,
     job: BuildJob,
     artifact: Fingerprint,
@@ -40,23 +48,38 @@ pub async fn build(
         .put_archive(&archive_key, job.archive.clone())
         .await
         .map_err(BuildError::Internal)?;
-    let built = run(cluster, poll, &job, &artifact, &archive_key).await;
+    let upload_key = Artifacts::upload_key(&artifact, &job.code_hash);
+    // The grant lasts as long as the build may: its deadline and the
+    // allowance for its pod to start.
+    let valid_for = job.timeout + Duration::from_secs(START_ALLOWANCE_SEC.into());
+    let built = match build_grant(signer, &archive_key, &upload_key, valid_for).await {
+        Ok(grant) => match run(cluster, poll, &job, &artifact, &grant).await {
+            Ok((reported, log_tail)) => artifacts
+                .accept(&artifact, &upload_key, &reported)
+                .await
+                .map(|digest| (digest, log_tail)),
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(internal(e)),
+    };
     artifacts.drop_archive(&archive_key).await;
-    let digest = built?;
+    artifacts.drop_archive(&upload_key).await;
+    let (digest, log_tail) = built?;
     Ok(Built {
         artifact,
-        digest: Some(digest.0),
-        log_tail: digest.1,
+        digest: Some(digest),
+        log_tail,
     })
 }
 
-/// Runs the build Job to its end: the artifact's digest and the log tail.
+/// Runs the build Job to its end: the artifact's digest (as the pod
+/// reported it) and the log tail.
 async fn run(
     cluster: &Cluster,
     poll: Duration,
     job: &BuildJob,
     artifact: &Fingerprint,
-    archive_key: &str,
+    grant: &BuildGrant,
 ) -> Result<(String, String), BuildError> {
     let internal = |e: sless_driver::DriverError| BuildError::Internal(e.to_string());
     let owner = cluster.prepare(&job.key).await.map_err(internal)?;
@@ -68,7 +91,8 @@ async fn run(
             runtime: job.runtime,
             code_hash: &job.code_hash,
             artifact: artifact.as_str(),
-            archive_key,
+            archive_url: &grant.archive_url,
+            upload_url: &grant.upload_url,
             timeout_sec,
         },
         &owner,

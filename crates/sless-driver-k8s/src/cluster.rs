@@ -116,8 +116,10 @@ impl Cluster {
         Ok(owner)
     }
 
-    /// The namespace, its NetworkPolicy and copies of the artifact
-    /// store's Secrets (pods read the reader, build Jobs the writer).
+    /// The namespace, its NetworkPolicy and copies of the control plane's
+    /// Secrets its pods use: the artifact store's read-only credentials
+    /// (build Jobs get no credentials, only their grant) and the image pull
+    /// Secret when there is one.
     async fn prepare_namespace(&self, namespace: &str) -> Result<(), DriverError> {
         let target = names::function_namespace(namespace);
         self.apply(
@@ -130,18 +132,19 @@ impl Cluster {
             &objects::network_policy(&self.settings, namespace),
         )
         .await?;
-        let control_plane = self.api::<Secret>(&self.settings.control_plane_namespace);
-        for secret in [
-            &self.settings.artifact_reader_secret,
-            &self.settings.artifact_writer_secret,
-        ] {
-            let source = control_plane.get(secret).await.map_err(|e| {
-                unavailable(
-                    &format!("reading Secret {secret} in {}", self.settings.control_plane_namespace),
-                    e,
-                )
-            })?;
-            let copy = objects::copied_secret(namespace, secret, source.data.unwrap_or_default());
+        let copied = std::iter::once(&self.settings.artifact_reader_secret).chain(&self.settings.image_pull_secret);
+        for secret in copied {
+            let source = self
+                .api::<Secret>(&self.settings.control_plane_namespace)
+                .get(secret)
+                .await
+                .map_err(|e| {
+                    unavailable(
+                        &format!("reading Secret {secret} in {}", self.settings.control_plane_namespace),
+                        e,
+                    )
+                })?;
+            let copy = objects::copied_secret(namespace, secret, source.type_, source.data.unwrap_or_default());
             self.apply(&self.api::<Secret>(&target), &copy).await?;
         }
         Ok(())

@@ -9,13 +9,14 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use k8s_openapi::api::apps::v1::Deployment as KubeDeployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{DeleteParams, ListParams};
 use kube::Client;
+use object_store::signer::Signer;
 use sless_api::Runtime;
 use sless_driver::{
     BuildError, BuildJob, Built, Deployment, Driver, DriverError, Fingerprint, FunctionKey, FunctionLoad, Invocation,
-    InvocationResult, InvokeError, RunId, VersionRef,
+    InvocationResult, InvokeError, RunId, SecretValues, VersionRef,
 };
 
 use crate::artifacts::Artifacts;
@@ -23,7 +24,7 @@ use crate::cluster::{unavailable, Cluster};
 use crate::endpoint_cache::EndpointCache;
 use crate::gateway::{Serving, ServingSettings};
 use crate::names::{self, label};
-use crate::objects::{self, CodeSource, InstanceInput};
+use crate::objects::{self, CodeSource, InstanceInput, SecretMounts};
 use crate::runs::Runs;
 use crate::settings::{BuildMode, KubeSettings};
 
@@ -31,6 +32,8 @@ use crate::settings::{BuildMode, KubeSettings};
 pub struct KubeDriver {
     cluster: Arc<Cluster>,
     artifacts: Artifacts,
+    /// Presigns the URLs of each build's grant.
+    signer: Arc<dyn Signer>,
     serving: ServingSettings,
     /// Ready pods of every version, watched (unless turned off).
     endpoints: Option<Arc<EndpointCache>>,
@@ -42,12 +45,14 @@ pub struct KubeDriver {
 }
 
 impl KubeDriver {
-    /// A driver on `client`, with artifacts in `store`.
+    /// A driver on `client`, with artifacts in `store`; `signer` presigns
+    /// URLs for keys of `store` (the grants of build pods).
     pub fn new(
         client: Client,
         settings: KubeSettings,
         serving: ServingSettings,
         store: Arc<dyn object_store::ObjectStore>,
+        signer: Arc<dyn Signer>,
     ) -> KubeDriver {
         sless_driver_local::frame::set_max_frame(serving.max_response_bytes);
         let endpoints = serving.watch_endpoints.then(|| EndpointCache::watch(client.clone()));
@@ -60,6 +65,7 @@ impl KubeDriver {
             endpoints,
             cluster,
             artifacts: Artifacts::new(store),
+            signer,
             serving,
             versions,
             disabled: RwLock::new(HashSet::new()),
@@ -77,6 +83,28 @@ impl KubeDriver {
             )
         })?;
         Client::try_from(config).map_err(|e| format!("SLESS_DRIVER=kubernetes: the Kubernetes client: {e}"))
+    }
+
+    /// Applies the function's Secret with the values `deployment` uses
+    /// (none: nothing applied); what its pods are to mount of it.
+    async fn apply_secrets(
+        &self,
+        deployment: &Deployment,
+        owner: &objects::Owner,
+    ) -> Result<SecretMounts, DriverError> {
+        let key = &deployment.key;
+        if deployment.secrets == SecretValues::default() {
+            return Ok(SecretMounts::default());
+        }
+        let applied = self
+            .cluster
+            .apply(
+                &self.cluster.api::<Secret>(&names::function_namespace(&key.namespace)),
+                &objects::function_secret(key, &deployment.secrets, owner),
+            )
+            .await?;
+        let revision = applied.metadata.resource_version.unwrap_or_default();
+        Ok(SecretMounts::of(key, &deployment.secrets, &revision))
     }
 
     fn serving(&self, target: &VersionRef) -> Result<Arc<Serving>, InvokeError> {
@@ -110,7 +138,15 @@ impl KubeDriver {
 impl Driver for KubeDriver {
     async fn build(&self, job: BuildJob) -> Result<Built, BuildError> {
         let artifact = Fingerprint::of(job.runtime, &self.cluster.settings.image_tag, &job.code_hash);
-        crate::builds::build(&self.cluster, &self.artifacts, self.serving.poll, job, artifact).await
+        crate::builds::build(
+            &self.cluster,
+            &self.artifacts,
+            &self.signer,
+            self.serving.poll,
+            job,
+            artifact,
+        )
+        .await
     }
 
     /// The runtime image's tag names the shims (`{version}-{shim digest}`):
@@ -128,12 +164,6 @@ impl Driver for KubeDriver {
     }
 
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
-        if deployment.secrets != Default::default() {
-            return Err(DriverError::Unavailable(
-                "functions that use secrets (env_from_secrets, secret_files) are not served by the Kubernetes driver yet"
-                    .into(),
-            ));
-        }
         let key = &deployment.key;
         let digest = deployment.digest.clone().ok_or_else(|| {
             DriverError::Unavailable(format!(
@@ -151,11 +181,13 @@ impl Driver for KubeDriver {
             }
         };
         let owner = self.cluster.prepare(key).await?;
+        let secrets = self.apply_secrets(&deployment, &owner).await?;
         let input = InstanceInput {
             key,
             version: deployment.version,
             spec: &deployment.spec,
             code: &code,
+            secrets: &secrets,
         };
         let namespace = names::function_namespace(&key.namespace);
         let name = names::version_object(key, deployment.version);
@@ -201,6 +233,7 @@ impl Driver for KubeDriver {
                             version: deployment.version,
                             spec: &before.spec,
                             code: &before.code,
+                            secrets: &before.secrets,
                         };
                         let restored = self
                             .cluster
@@ -222,6 +255,7 @@ impl Driver for KubeDriver {
             target.clone(),
             deployment.spec,
             code,
+            secrets,
             enabled,
             self.endpoints.clone(),
         ));

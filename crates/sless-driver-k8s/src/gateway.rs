@@ -22,7 +22,7 @@ use crate::cluster::Cluster;
 use crate::connection::{InstanceConnection, Lost};
 use crate::endpoint_cache::EndpointCache;
 use crate::names;
-use crate::objects::CodeSource;
+use crate::objects::{CodeSource, SecretMounts};
 
 /// How the gateway waits and queues.
 #[derive(Debug, Clone)]
@@ -70,6 +70,8 @@ pub struct Serving {
     pub spec: FunctionSpec,
     /// What its pods run (a job run's pod runs the same).
     pub code: CodeSource,
+    /// The secrets its pods mount (names; the values are in its Secret).
+    pub secrets: SecretMounts,
     /// The Kubernetes namespace, and the name of its Deployment and Service.
     namespace: String,
     name: String,
@@ -120,11 +122,13 @@ impl Serving {
         target: VersionRef,
         spec: FunctionSpec,
         code: CodeSource,
+        secrets: SecretMounts,
         enabled: bool,
         cache: Option<Arc<EndpointCache>>,
     ) -> Serving {
         Serving {
             code,
+            secrets,
             cache,
             namespace: names::function_namespace(&target.key.namespace),
             name: names::version_object(&target.key, target.version),

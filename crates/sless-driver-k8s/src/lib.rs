@@ -17,6 +17,7 @@ mod driver;
 mod endpoint_cache;
 mod endpoints;
 mod gateway;
+pub mod grants;
 mod idle;
 mod images;
 mod jobs;

@@ -26,6 +26,8 @@ pub mod annotation {
     pub const ARTIFACT: &str = "sless.dev/artifact";
     /// The sha256 of the artifact's tarball.
     pub const DIGEST: &str = "sless.dev/artifact-digest";
+    /// The resourceVersion of the function's Secret a pod template was made with.
+    pub const SECRETS: &str = "sless.dev/secrets-revision";
     /// When a replica last had a call on a version (milliseconds since the
     /// epoch), on its Deployment: what scaling to zero after the idle period reads.
     pub const LAST_CALL: &str = "sless.dev/last-call";

@@ -109,6 +109,7 @@ async fn run_job(
         version: serving.target.version,
         spec: &serving.spec,
         code: &serving.code,
+        secrets: &serving.secrets,
     };
     let job = objects::run_job(&cluster.settings, input, run, &owner);
     jobs::create(cluster, &job)

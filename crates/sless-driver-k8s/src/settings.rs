@@ -39,8 +39,10 @@ pub struct KubeSettings {
     /// object store's environment (`SLESS_BLOB_URL`, `SLESS_S3_*`):
     /// read-only credentials for pods fetching artifacts.
     pub artifact_reader_secret: String,
-    /// The same for build Jobs, which upload artifacts.
-    pub artifact_writer_secret: String,
+    /// A Secret of type `kubernetes.io/dockerconfigjson` in the control
+    /// plane's namespace that pods pull their images with (copied into
+    /// each function namespace); None: the nodes pull without one.
+    pub image_pull_secret: Option<String>,
     /// Addresses function pods may reach although they are private (the
     /// object store when it runs in the cluster), as CIDRs.
     pub allowed_egress: Vec<String>,

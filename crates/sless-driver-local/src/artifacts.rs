@@ -147,7 +147,7 @@ fn record_digest(dir: &Path, digest: &str) -> std::io::Result<()> {
 }
 
 /// The directory as a gzipped tarball (symlinks kept as links, modes kept).
-fn pack(dir: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn pack(dir: &Path) -> std::io::Result<Vec<u8>> {
     let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut tar = tar::Builder::new(encoder);
     tar.follow_symlinks(false);

@@ -2,19 +2,19 @@
 //! build` runs in a build Job of the Kubernetes driver. The same unpacking
 //! and dependency install as the local builder ([`crate::builder`]), run
 //! without a sandbox of its own (the pod is the sandbox), then the
-//! artifact stored in the object store as the local driver shares it
-//! (`artifacts/{fingerprint}/{sha256}.tar.gz`).
+//! artifact packed as the local driver shares it: a gzipped tarball, which
+//! the caller uploads (the pod holds no object-store credentials, only a
+//! presigned URL for this one upload).
 
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::Arc;
 
 use sless_api::Runtime;
 use sless_driver::{BuildError, Fingerprint};
 use tokio::io::AsyncReadExt;
 
-use crate::artifacts::SharedArtifacts;
 use crate::builder::{exit_text, install_step, tail, unpack};
+use sha2::{Digest, Sha256};
 
 /// What to build.
 #[derive(Debug, Clone)]
@@ -27,19 +27,16 @@ pub struct BuildSpec {
     pub work_dir: PathBuf,
 }
 
-/// A stored build: the tarball's sha256 and the build log.
+/// A finished build: the artifact's tarball, its sha256 and the build log.
 #[derive(Debug)]
-pub struct Published {
+pub struct Packed {
+    pub tarball: Vec<u8>,
     pub digest: String,
     pub log: String,
 }
 
-/// Builds `archive` (a zip) and stores the artifact in `store`.
-pub async fn build_and_publish(
-    spec: &BuildSpec,
-    archive: bytes::Bytes,
-    store: Arc<dyn object_store::ObjectStore>,
-) -> Result<Published, BuildError> {
+/// Builds `archive` (a zip) into the artifact's tarball.
+pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Packed, BuildError> {
     let dir = spec.work_dir.join(spec.artifact.as_str());
     std::fs::create_dir_all(&dir).map_err(|e| BuildError::Internal(format!("creating {}: {e}", dir.display())))?;
     let target = dir.clone();
@@ -84,9 +81,10 @@ pub async fn build_and_publish(
             }
         }
     }
-    let digest = SharedArtifacts::new(store)
-        .publish(&dir, &spec.artifact)
+    let tarball = tokio::task::spawn_blocking(move || crate::artifacts::pack(&dir))
         .await
-        .map_err(BuildError::Internal)?;
-    Ok(Published { digest, log })
+        .map_err(|e| BuildError::Internal(e.to_string()))?
+        .map_err(|e| BuildError::Internal(format!("packing the artifact: {e}")))?;
+    let digest = hex::encode(Sha256::digest(&tarball));
+    Ok(Packed { tarball, digest, log })
 }

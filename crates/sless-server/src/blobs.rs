@@ -8,10 +8,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
+use object_store::signer::{Method, Signer, Url};
 use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
 
 /// How to reach the code store (from `Config`).
@@ -57,6 +58,20 @@ async fn open_s3(
     bucket_and_prefix: &str,
     writes: bool,
 ) -> anyhow::Result<Arc<dyn ObjectStore>> {
+    let (s3, bucket, prefix) = s3_client(settings, bucket_and_prefix)?;
+    let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+        Arc::new(s3)
+    } else {
+        Arc::new(PrefixStore::new(s3, prefix))
+    };
+    probe(&*store, settings, bucket, writes).await?;
+    tracing::info!(bucket, prefix, endpoint = ?settings.s3_endpoint, "S3 code store reachable");
+    Ok(store)
+}
+
+/// The S3 client of `s3://BUCKET[/PREFIX]`, its bucket and its prefix
+/// (without slashes at either end).
+fn s3_client<'a>(settings: &BlobSettings, bucket_and_prefix: &'a str) -> anyhow::Result<(AmazonS3, &'a str, &'a str)> {
     // reqwest 0.13 (object_store's client) uses rustls without a built-in
     // crypto provider: ring, installed once for the process.
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -87,14 +102,39 @@ async fn open_s3(
     let s3 = builder
         .build()
         .map_err(|e| anyhow::anyhow!("SLESS_BLOB_URL {:?}: {e}", settings.url))?;
-    let store: Arc<dyn ObjectStore> = if prefix.trim_matches('/').is_empty() {
-        Arc::new(s3)
-    } else {
-        Arc::new(PrefixStore::new(s3, prefix.trim_matches('/')))
+    Ok((s3, bucket, prefix.trim_matches('/')))
+}
+
+/// What makes presigned URLs (one method on one key, for a while) for keys
+/// of the store [`open`] gives, so that a process without credentials (a
+/// build pod) can read or write exactly those objects. Only S3 stores can.
+pub fn signer(settings: &BlobSettings) -> anyhow::Result<Arc<dyn Signer>> {
+    let Some(rest) = settings.url.strip_prefix("s3://") else {
+        anyhow::bail!(
+            "SLESS_BLOB_URL {:?}: presigned URLs need an S3-compatible store (s3://BUCKET)",
+            settings.url
+        );
     };
-    probe(&*store, settings, bucket, writes).await?;
-    tracing::info!(bucket, prefix, endpoint = ?settings.s3_endpoint, "S3 code store reachable");
-    Ok(store)
+    let (s3, _, prefix) = s3_client(settings, rest)?;
+    Ok(Arc::new(PrefixedSigner {
+        s3,
+        prefix: prefix.to_string(),
+    }))
+}
+
+/// Signs keys under the store's prefix, as [`PrefixStore`] reads them.
+#[derive(Debug)]
+struct PrefixedSigner {
+    s3: AmazonS3,
+    prefix: String,
+}
+
+#[async_trait::async_trait]
+impl Signer for PrefixedSigner {
+    async fn signed_url(&self, method: Method, key: &Path, expires_in: Duration) -> object_store::Result<Url> {
+        let full: Path = Path::from(self.prefix.as_str()).parts().chain(key.parts()).collect();
+        self.s3.signed_url(method, &full, expires_in).await
+    }
 }
 
 /// Lists the bucket (a missing bucket says so here; some servers would

@@ -41,13 +41,11 @@ pub struct KubeOptions {
     )]
     pub artifact_reader_secret: String,
 
-    /// Secret with the object store's environment for build Jobs.
-    #[arg(
-        long = "k8s-artifact-writer-secret",
-        env = "SLESS_K8S_ARTIFACT_WRITER_SECRET",
-        default_value = "sless-artifact-writer"
-    )]
-    pub artifact_writer_secret: String,
+    /// A `kubernetes.io/dockerconfigjson` Secret (in SLESS_K8S_NAMESPACE) that
+    /// function pods and build Jobs pull their images with (a private
+    /// registry, image mode's per-version images); unset: none.
+    #[arg(long = "k8s-image-pull-secret", env = "SLESS_K8S_IMAGE_PULL_SECRET")]
+    pub image_pull_secret: Option<String>,
 
     /// Private CIDRs function pods may reach (an in-cluster object store), comma separated.
     #[arg(long = "k8s-allowed-egress", env = "SLESS_K8S_ALLOWED_EGRESS", value_delimiter = ',')]
@@ -125,6 +123,18 @@ impl KubeOptions {
                  (s3://BUCKET) that pods can fetch from"
             );
         }
+        if let Some(name) = &self.image_pull_secret {
+            let valid = name.len() <= 253
+                && !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+            if !valid {
+                anyhow::bail!(
+                    "SLESS_K8S_IMAGE_PULL_SECRET {name:?}: expected the name of a Secret in SLESS_K8S_NAMESPACE"
+                );
+            }
+        }
         for cidr in &self.allowed_egress {
             let valid = cidr
                 .split_once('/')
@@ -142,7 +152,7 @@ impl KubeOptions {
             image_repo: self.image_repo.clone().unwrap_or_default(),
             image_tag: self.image_tag(),
             artifact_reader_secret: self.artifact_reader_secret.clone(),
-            artifact_writer_secret: self.artifact_writer_secret.clone(),
+            image_pull_secret: self.image_pull_secret.clone().filter(|name| !name.trim().is_empty()),
             allowed_egress: self.allowed_egress.clone(),
             build: match self.build {
                 K8sBuild::Artifact => sless_driver_k8s::BuildMode::Artifact,
@@ -177,17 +187,25 @@ pub async fn connect(options: &KubeOptions) -> anyhow::Result<kube::Client> {
     Ok(client)
 }
 
-/// The Kubernetes driver on `client`, with artifacts in `blobs`.
+/// The Kubernetes driver on `client`, with artifacts in `blobs` (build
+/// pods get presigned URLs for it, never its credentials).
 pub fn driver(
     config: &crate::config::Config,
     client: kube::Client,
     blobs: Arc<dyn object_store::ObjectStore>,
-) -> sless_driver_k8s::KubeDriver {
+) -> anyhow::Result<sless_driver_k8s::KubeDriver> {
+    let signer = crate::blobs::signer(&config.blob_settings())?;
     let serving = sless_driver_k8s::ServingSettings {
         max_queue: config.max_queue,
         max_response_bytes: config.max_response_bytes,
         idle_timeout: Some(Duration::from_secs(config.idle_timeout_sec.max(1))),
         ..sless_driver_k8s::ServingSettings::default()
     };
-    sless_driver_k8s::KubeDriver::new(client, config.kube.settings(), serving, blobs)
+    Ok(sless_driver_k8s::KubeDriver::new(
+        client,
+        config.kube.settings(),
+        serving,
+        blobs,
+        signer,
+    ))
 }

@@ -59,7 +59,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ..ArchiveRules::default()
     };
     let driver: Arc<dyn sless_driver::Driver> = match kube_client {
-        Some(client) => Arc::new(crate::kube_options::driver(&config, client, blobs.clone())),
+        Some(client) => Arc::new(crate::kube_options::driver(&config, client, blobs.clone())?),
         None => Arc::new(local_driver(&config, blobs.clone())?),
     };
     let metrics = Arc::new(crate::metrics::Metrics::default());

@@ -16,6 +16,7 @@ mod api {
     mod deleting;
     mod deploys;
     mod failures;
+    mod fake_cluster;
     mod fidelity;
     mod functions;
     mod handler_output;

@@ -1,6 +1,7 @@
 //! Build Jobs. Artifact mode (the default): the runtime image runs
 //! `sless instance build`, the same dependency install as the local
-//! builder, and uploads the artifact tarball; its sha256 is the container's
+//! builder, and uploads the artifact tarball through the build's presigned
+//! URL (the pod holds no credentials); its sha256 is the container's
 //! termination message, and on failure the log's tail is (the function's
 //! status message). Image mode: a kaniko Job in the control plane's
 //! namespace (kaniko runs as root, which function namespaces refuse) bakes
@@ -15,7 +16,9 @@ use sless_api::Runtime;
 use sless_driver::FunctionKey;
 
 use super::meta::{function_labels, meta, version_labels, Owner};
-use super::pod::{empty_dir, env, mount, resources, restricted_container, restricted_pod, CODE_DIR, RUN_AS};
+use super::pod::{
+    empty_dir, env, image_pull_secrets, mount, resources, restricted_container, restricted_pod, CODE_DIR, RUN_AS,
+};
 use crate::names;
 use crate::settings::{ImageBuild, KubeSettings};
 
@@ -33,8 +36,10 @@ pub struct BuildInput<'a> {
     pub code_hash: &'a str,
     /// The fingerprint the artifact is stored under.
     pub artifact: &'a str,
-    /// Where the driver put the uploaded zip in the object store.
-    pub archive_key: &'a str,
+    /// A presigned GET of the uploaded zip.
+    pub archive_url: &'a str,
+    /// A presigned PUT of the artifact tarball (the build's staging key).
+    pub upload_url: &'a str,
     /// The function's `build_timeout_sec`: the Job's active deadline.
     pub timeout_sec: u32,
 }
@@ -50,12 +55,12 @@ pub fn build_job(settings: &KubeSettings, input: BuildInput<'_>, owner: &Owner) 
         command: Some(vec!["sless".into(), "instance".into(), "build".into()]),
         env: Some(vec![
             env("SLESS_BUILD_RUNTIME", input.runtime.as_str()),
-            env("SLESS_BUILD_ARCHIVE", input.archive_key),
+            env("SLESS_BUILD_ARCHIVE_URL", input.archive_url),
+            env("SLESS_BUILD_UPLOAD_URL", input.upload_url),
             env("SLESS_BUILD_CODE_HASH", input.code_hash),
             env("SLESS_BUILD_ARTIFACT", input.artifact),
             env("SLESS_INSTANCE_WORK_DIR", "/tmp/sless"),
         ]),
-        env_from: Some(vec![secret_env(&settings.artifact_writer_secret)]),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         resources: Some(resources(BUILD_MEMORY_MB, BUILD_MEMORY_MB)),
         security_context: Some(restricted_container()),
@@ -74,6 +79,7 @@ pub fn build_job(settings: &KubeSettings, input: BuildInput<'_>, owner: &Owner) 
                 restart_policy: Some("Never".into()),
                 containers: vec![builder],
                 volumes: Some(vec![empty_dir("tmp", Some(4096))]),
+                image_pull_secrets: image_pull_secrets(settings),
                 ..PodSpec::default()
             },
         )),
@@ -177,6 +183,7 @@ pub fn image_job(settings: &KubeSettings, image: &ImageBuild, input: ImageInput<
                 restart_policy: Some("Never".into()),
                 init_containers: Some(vec![fetch]),
                 containers: vec![kaniko],
+                image_pull_secrets: image_pull_secrets(settings),
                 volumes: Some(vec![
                     empty_dir("workspace", Some(4096)),
                     empty_dir("tmp", Some(512)),

@@ -10,6 +10,7 @@ mod namespace;
 mod network;
 mod pod;
 mod run;
+mod secrets;
 mod serving;
 
 pub use build::{build_job, dockerfile, image_job, BuildInput, ImageInput, BUILD_MEMORY_MB};
@@ -17,7 +18,9 @@ pub use meta::{function_labels, version_labels, Owner};
 pub use namespace::{anchor, copied_secret, function_namespace};
 pub use network::{network_policy, PRIVATE_RANGES, SERVER_LABEL};
 pub use pod::{
-    instance_pod, CodeSource, InstanceInput, PodMode, CODE_DIR, CODE_MOUNT, FRAME_PORT, OVERHEAD_MB, READY_PORT, RUN_AS,
+    image_pull_secrets, instance_pod, CodeSource, InstanceInput, PodMode, CODE_DIR, CODE_MOUNT, FRAME_PORT,
+    OVERHEAD_MB, READY_PORT, RUN_AS,
 };
 pub use run::{run_job, START_ALLOWANCE_SEC};
+pub use secrets::{function_secret, SecretMounts, SECRETS_DIR, SECRET_ENV_PREFIX};
 pub use serving::{deployment, service};

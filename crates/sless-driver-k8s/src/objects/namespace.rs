@@ -1,5 +1,6 @@
 //! A function namespace, the anchor ConfigMap that owns a function's
-//! objects, and the copy of the artifact store's Secret pods read.
+//! objects, and the copies of the control plane's Secrets pods use (the
+//! artifact store's read-only credentials, the image pull Secret).
 
 use std::collections::BTreeMap;
 
@@ -46,9 +47,9 @@ pub fn anchor(key: &FunctionKey) -> ConfigMap {
     }
 }
 
-/// A copy of a control-plane Secret (`data`, as read) in a function
-/// namespace, for its pods' `envFrom`.
-pub fn copied_secret(namespace: &str, name: &str, data: BTreeMap<String, ByteString>) -> Secret {
+/// A copy of a control-plane Secret (its `type_` and `data`, as read) in a
+/// function namespace, for its pods' `envFrom` or image pulls.
+pub fn copied_secret(namespace: &str, name: &str, type_: Option<String>, data: BTreeMap<String, ByteString>) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -59,7 +60,7 @@ pub fn copied_secret(namespace: &str, name: &str, data: BTreeMap<String, ByteStr
             ])),
             ..ObjectMeta::default()
         },
-        type_: Some("Opaque".into()),
+        type_: Some(type_.unwrap_or_else(|| "Opaque".into())),
         data: Some(data),
         ..Secret::default()
     }

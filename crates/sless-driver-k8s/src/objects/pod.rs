@@ -1,20 +1,22 @@
 //! The pod of an instance (`sless instance`), shared by a version's
 //! Deployment and a job run's Job: the restricted security context, the
 //! fetch of the artifact by an init container (which alone holds the
-//! object store's credentials), resources from `memory_mb`.
+//! object store's credentials), the function's secrets (variables and
+//! files from its Secret), resources from `memory_mb`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar, HTTPGetAction,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretEnvSource, SecurityContext, Volume,
-    VolumeMount,
+    LocalObjectReference, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecretEnvSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sless_api::FunctionSpec;
 use sless_driver::FunctionKey;
 
+use super::secrets::{SecretMounts, SECRETS_DIR};
 use crate::settings::KubeSettings;
 
 /// The port `sless instance` serves frames on.
@@ -47,6 +49,8 @@ pub struct InstanceInput<'a> {
     pub version: u64,
     pub spec: &'a FunctionSpec,
     pub code: &'a CodeSource,
+    /// The function's secrets it uses (empty: none).
+    pub secrets: &'a SecretMounts,
 }
 
 /// Serving many calls (a Deployment) or one (a job run, which exits after it).
@@ -88,6 +92,11 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         CodeSource::Image(image) => (image.clone(), None),
     };
     let spec = input.spec;
+    let mut handler_env = spec.env.clone();
+    let secret_files = input.secrets.volume();
+    if secret_files.is_some() {
+        handler_env.insert("SLESS_SECRETS_DIR".into(), SECRETS_DIR.into());
+    }
     let mut env_vars = vec![
         env("SLESS_INSTANCE_RUNTIME", spec.runtime.as_str()),
         env("SLESS_INSTANCE_ENTRYPOINT", &spec.entrypoint),
@@ -99,7 +108,7 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         env("SLESS_INSTANCE_MEMORY_MB", &spec.memory_mb.to_string()),
         env(
             "SLESS_INSTANCE_ENV",
-            &serde_json::to_string(&spec.env).expect("a map of strings"),
+            &serde_json::to_string(&handler_env).expect("a map of strings"),
         ),
         env("SLESS_INSTANCE_CODE_DIR", CODE_DIR),
         env("SLESS_INSTANCE_LISTEN", &format!("0.0.0.0:{FRAME_PORT}")),
@@ -108,6 +117,21 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
     ];
     if mode == PodMode::Once {
         env_vars.push(env("SLESS_INSTANCE_ONCE", "true"));
+    }
+    env_vars.extend(input.secrets.env_vars());
+    let mut volume_mounts = if baked {
+        vec![mount("tmp", "/tmp", false)]
+    } else {
+        vec![mount("code", CODE_MOUNT, true), mount("tmp", "/tmp", false)]
+    };
+    let mut volumes = if baked {
+        vec![empty_dir("tmp", Some(512))]
+    } else {
+        vec![empty_dir("code", None), empty_dir("tmp", Some(512))]
+    };
+    if let Some((volume, mount)) = secret_files {
+        volumes.push(volume);
+        volume_mounts.push(mount);
     }
     let instance = Container {
         name: "instance".into(),
@@ -130,11 +154,7 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         // with its error last in the log: the driver reads it from here.
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         security_context: Some(restricted_container()),
-        volume_mounts: Some(if baked {
-            vec![mount("tmp", "/tmp", false)]
-        } else {
-            vec![mount("code", CODE_MOUNT, true), mount("tmp", "/tmp", false)]
-        }),
+        volume_mounts: Some(volume_mounts),
         ..Container::default()
     };
     PodSpec {
@@ -145,13 +165,19 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         restart_policy: Some(if mode == PodMode::Once { "Never" } else { "Always" }.into()),
         init_containers,
         containers: vec![instance],
-        volumes: Some(if baked {
-            vec![empty_dir("tmp", Some(512))]
-        } else {
-            vec![empty_dir("code", None), empty_dir("tmp", Some(512))]
-        }),
+        volumes: Some(volumes),
+        image_pull_secrets: image_pull_secrets(settings),
         ..PodSpec::default()
     }
+}
+
+/// The Secret pods pull images with, when one is configured (copied into
+/// each function namespace).
+pub fn image_pull_secrets(settings: &KubeSettings) -> Option<Vec<LocalObjectReference>> {
+    settings
+        .image_pull_secret
+        .as_ref()
+        .map(|name| vec![LocalObjectReference { name: name.clone() }])
 }
 
 /// The pod-level half of the "restricted" Pod Security Standard.

@@ -16,7 +16,7 @@ use crate::settings::KubeSettings;
 /// The Deployment of one version, at `replicas` pods when given (the
 /// driver leaves them out: the scale subresource owns them). The artifact's
 /// fingerprint and digest are in the pod template, so a changed artifact
-/// (a shim update) or spec rolls the pods; a rollout starts new pods before
+/// (a shim update), spec or secret value rolls the pods; a rollout starts new pods before
 /// it stops old ones.
 pub fn deployment(
     settings: &KubeSettings,
@@ -28,6 +28,9 @@ pub fn deployment(
     let namespace = names::function_namespace(&input.key.namespace);
     let labels = version_labels(input.key, input.version, "instance");
     let mut annotations = BTreeMap::new();
+    if !input.secrets.is_empty() {
+        annotations.insert(annotation::SECRETS.to_string(), input.secrets.revision.clone());
+    }
     match input.code {
         CodeSource::Artifact { fingerprint, digest } => {
             annotations.insert(annotation::ARTIFACT.to_string(), fingerprint.clone());

@@ -103,6 +103,12 @@ impl ApiServer {
     /// Expects a server-side apply (field manager `sless`, forced) at
     /// `path` and answers with the object as applied, `uid` set.
     pub async fn apply(&mut self, path: &str) -> Value {
+        self.apply_at(path, None).await
+    }
+
+    /// [`ApiServer::apply`], answering with `resource_version` too (an
+    /// apply that changed the object gets a new one).
+    pub async fn apply_at(&mut self, path: &str, resource_version: Option<&str>) -> Value {
         let (request, send) = tokio::time::timeout(STEP, self.handle.next_request())
             .await
             .unwrap_or_else(|_| panic!("expected an apply of {path}: no request came"))
@@ -124,6 +130,9 @@ impl ApiServer {
         );
         let mut object: Value = serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap()).unwrap();
         object["metadata"]["uid"] = json!(format!("uid-of-{}", object["metadata"]["name"].as_str().unwrap()));
+        if let Some(version) = resource_version {
+            object["metadata"]["resourceVersion"] = json!(version);
+        }
         send.send_response(
             Response::builder()
                 .body(Body::from(object.to_string().into_bytes()))

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::ByteString;
 use sless_api::{FunctionSpec, Runtime};
 use sless_driver::{FunctionKey, RunId};
-use sless_driver_k8s::objects::{self, BuildInput, CodeSource, ImageInput, InstanceInput, Owner};
+use sless_driver::{SecretFile, SecretValues};
+use sless_driver_k8s::objects::{self, BuildInput, CodeSource, ImageInput, InstanceInput, Owner, SecretMounts};
 use sless_driver_k8s::{BuildMode, ImageBuild, KubeSettings};
 
 pub fn settings() -> KubeSettings {
@@ -17,11 +18,37 @@ pub fn settings() -> KubeSettings {
         image_repo: "registry.example/sless".into(),
         image_tag: "0.1.0-abc123def456".into(),
         artifact_reader_secret: "sless-artifact-reader".into(),
-        artifact_writer_secret: "sless-artifact-writer".into(),
+        image_pull_secret: None,
         allowed_egress: vec!["10.96.40.0/24".into()],
         build: BuildMode::Artifact,
         image_build: None,
     }
+}
+
+/// A stand-in for the object store's signer (the real one is tested
+/// against the S3 server in the `sless` crate's tests): URLs in the shape
+/// of presigned ones, naming the method, key and expiry.
+#[derive(Debug)]
+pub struct FakeSigner;
+
+#[async_trait::async_trait]
+impl object_store::signer::Signer for FakeSigner {
+    async fn signed_url(
+        &self,
+        method: object_store::signer::Method,
+        path: &object_store::path::Path,
+        expires_in: std::time::Duration,
+    ) -> object_store::Result<object_store::signer::Url> {
+        let url = format!(
+            "http://s3.test/sless/{path}?X-Amz-Expires={}&X-Amz-Signature=for-{method}",
+            expires_in.as_secs()
+        );
+        Ok(object_store::signer::Url::parse(&url).unwrap())
+    }
+}
+
+pub fn signer() -> std::sync::Arc<dyn object_store::signer::Signer> {
+    std::sync::Arc::new(FakeSigner)
 }
 
 pub fn image_build(insecure: bool) -> ImageBuild {
@@ -47,6 +74,24 @@ pub fn spec() -> FunctionSpec {
 
 pub fn key() -> FunctionKey {
     FunctionKey::new("demo", "hello")
+}
+
+/// Version 3 of the test function, without secrets.
+fn version_3<'a>(spec: &'a FunctionSpec, code: &'a CodeSource) -> InstanceInput<'a> {
+    static NONE: std::sync::LazyLock<SecretMounts> = std::sync::LazyLock::new(SecretMounts::default);
+    version_3_with(spec, code, &NONE)
+}
+
+/// Version 3 of the test function, using `secrets`.
+fn version_3_with<'a>(spec: &'a FunctionSpec, code: &'a CodeSource, secrets: &'a SecretMounts) -> InstanceInput<'a> {
+    static KEY: std::sync::LazyLock<FunctionKey> = std::sync::LazyLock::new(key);
+    InstanceInput {
+        key: &KEY,
+        version: 3,
+        spec,
+        code,
+        secrets,
+    }
 }
 
 fn owner() -> Owner {
@@ -85,12 +130,7 @@ fn assert_restricted(pod: &PodSpec) {
 fn deployment_of_a_version() {
     let spec = spec();
     let code = artifact();
-    let input = InstanceInput {
-        key: &key(),
-        version: 3,
-        spec: &spec,
-        code: &code,
-    };
+    let input = version_3(&spec, &code);
     let deployment = objects::deployment(&settings(), input, Some(1), &owner());
     let pod = deployment.spec.template.spec.as_ref().unwrap();
     assert_restricted(pod);
@@ -110,28 +150,148 @@ fn a_new_artifact_changes_the_pod_template() {
         },
     );
     let template = |code: &CodeSource| {
-        let input = InstanceInput {
-            key: &key(),
-            version: 3,
-            spec: &spec,
-            code,
-        };
+        let input = version_3(&spec, code);
         objects::deployment(&settings(), input, Some(1), &owner()).spec.template
     };
     assert_ne!(template(&a), template(&b));
     assert_eq!(template(&a), template(&a));
 }
 
+fn secret_values() -> SecretValues {
+    SecretValues {
+        env: vec![("DB_PASSWORD".into(), "hunter2".into())],
+        files: vec![SecretFile {
+            secret: "tls".into(),
+            key: "server.key".into(),
+            value: b"-----BEGIN KEY-----".to_vec(),
+        }],
+    }
+}
+
+#[test]
+fn a_functions_secret_holds_its_values_under_keys_the_pods_name() {
+    let secret = objects::function_secret(&key(), &secret_values(), &owner());
+    assert_eq!(secret.metadata.name.as_deref(), Some("fn-hello"));
+    assert_eq!(secret.metadata.owner_references.as_ref().unwrap()[0].uid, owner().uid);
+    let data = secret.data.as_ref().unwrap();
+    assert_eq!(data["env.DB_PASSWORD"].0, b"hunter2");
+    assert_eq!(data["file.tls.server.key"].0, b"-----BEGIN KEY-----");
+    insta::assert_yaml_snapshot!(secret);
+}
+
+#[test]
+fn a_version_with_secrets_gets_them_as_variables_and_read_only_files() {
+    let spec = spec();
+    let code = artifact();
+    let mounts = SecretMounts::of(&key(), &secret_values(), "41");
+    let input = version_3_with(&spec, &code, &mounts);
+    let deployment = objects::deployment(&settings(), input, Some(1), &owner());
+    let template = &deployment.spec.template;
+    assert_eq!(
+        template.metadata.as_ref().unwrap().annotations.as_ref().unwrap()["sless.dev/secrets-revision"],
+        "41"
+    );
+    let pod = template.spec.as_ref().unwrap();
+    assert_restricted(pod);
+    let instance = &pod.containers[0];
+    let env = instance.env.as_ref().unwrap();
+    let secret_var = env.iter().find(|e| e.name == "SLESS_SECRET_ENV_DB_PASSWORD").unwrap();
+    assert_eq!(secret_var.value, None, "no value in the Deployment");
+    let from = secret_var.value_from.as_ref().unwrap().secret_key_ref.as_ref().unwrap();
+    assert_eq!((from.name.as_str(), from.key.as_str()), ("fn-hello", "env.DB_PASSWORD"));
+    let handler_env = env.iter().find(|e| e.name == "SLESS_INSTANCE_ENV").unwrap();
+    assert!(handler_env
+        .value
+        .as_ref()
+        .unwrap()
+        .contains(r#""SLESS_SECRETS_DIR":"/secrets""#));
+    let mount = instance
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.name == "secrets")
+        .unwrap();
+    assert_eq!((mount.mount_path.as_str(), mount.read_only), ("/secrets", Some(true)));
+    let volume = pod
+        .volumes
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|v| v.name == "secrets")
+        .unwrap();
+    let source = volume.secret.as_ref().unwrap();
+    assert_eq!(source.default_mode, Some(0o400));
+    let item = &source.items.as_ref().unwrap()[0];
+    assert_eq!(
+        (item.key.as_str(), item.path.as_str(), item.mode),
+        ("file.tls.server.key", "tls/server.key", Some(0o400))
+    );
+    // Only the instance sees them: the fetch holds the store's credentials alone.
+    let fetch = &pod.init_containers.as_ref().unwrap()[0];
+    assert!(fetch.env.as_ref().unwrap().iter().all(|e| e.value_from.is_none()));
+    assert!(fetch
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .all(|m| m.name != "secrets"));
+    insta::assert_yaml_snapshot!(deployment);
+}
+
+#[test]
+fn new_secret_values_change_the_pod_template() {
+    let spec = spec();
+    let code = artifact();
+    let template = |revision: &str| {
+        let mounts = SecretMounts::of(&key(), &secret_values(), revision);
+        let input = version_3_with(&spec, &code, &mounts);
+        objects::deployment(&settings(), input, Some(1), &owner()).spec.template
+    };
+    assert_ne!(template("41"), template("42"));
+    assert_eq!(template("41"), template("41"));
+}
+
+#[test]
+fn an_image_pull_secret_is_on_every_pod_the_driver_makes() {
+    let settings = KubeSettings {
+        image_pull_secret: Some("sless-image-pull".into()),
+        ..settings()
+    };
+    let spec = spec();
+    let code = CodeSource::Image("registry.sless.svc:5000/sless-demo-hello:v3".into());
+    let input = version_3(&spec, &code);
+    let pulls = |pod: &PodSpec| {
+        pod.image_pull_secrets
+            .as_ref()
+            .map(|secrets| secrets.iter().map(|s| s.name.clone()).collect::<Vec<_>>())
+    };
+    let deployment = objects::deployment(&settings, input, Some(1), &owner());
+    assert_eq!(
+        pulls(deployment.spec.template.spec.as_ref().unwrap()),
+        Some(vec!["sless-image-pull".to_string()])
+    );
+    let run = objects::run_job(
+        &settings,
+        input,
+        &RunId {
+            namespace: "demo".into(),
+            job: "nightly".into(),
+            run: 1,
+        },
+        &owner(),
+    );
+    assert!(pulls(run.spec.unwrap().template.spec.as_ref().unwrap()).is_some());
+    // Without one, none.
+    let deployment = objects::deployment(&self::settings(), input, Some(1), &owner());
+    assert_eq!(pulls(deployment.spec.template.spec.as_ref().unwrap()), None);
+}
+
 #[test]
 fn deployment_of_an_image_mode_version() {
     let spec = spec();
     let code = CodeSource::Image("registry.sless.svc:5000/sless-demo-hello:v3".into());
-    let input = InstanceInput {
-        key: &key(),
-        version: 3,
-        spec: &spec,
-        code: &code,
-    };
+    let input = version_3(&spec, &code);
     let deployment = objects::deployment(&settings(), input, Some(2), &owner());
     let pod = deployment.spec.template.spec.as_ref().unwrap();
     assert_restricted(pod);
@@ -146,12 +306,7 @@ fn deployment_of_an_image_mode_version() {
 fn headless_service_of_a_version() {
     let spec = spec();
     let code = artifact();
-    let input = InstanceInput {
-        key: &key(),
-        version: 3,
-        spec: &spec,
-        code: &code,
-    };
+    let input = version_3(&spec, &code);
     let service = objects::service(input, &owner());
     assert_eq!(service.spec.as_ref().unwrap().cluster_ip.as_deref(), Some("None"));
     insta::assert_yaml_snapshot!(service);
@@ -164,11 +319,17 @@ fn build_job() {
         runtime: Runtime::Nodejs20,
         code_hash: &"c".repeat(64),
         artifact: "0123456789abcdef0123456789abcdef",
-        archive_key: "builds/cccc.zip",
+        archive_url: "http://s3.example/sless/builds/cccc.zip?X-Amz-Signature=get",
+        upload_url: "http://s3.example/sless/builds/cccc.tar.gz?X-Amz-Signature=put",
         timeout_sec: 120,
     };
     let job = objects::build_job(&settings(), input, &owner());
     let spec = job.spec.as_ref().unwrap();
+    let builder = &spec.template.spec.as_ref().unwrap().containers[0];
+    assert!(
+        builder.env_from.is_none(),
+        "a build pod holds no object-store credentials, only its grant"
+    );
     assert_eq!(
         spec.active_deadline_seconds,
         Some(120),
@@ -204,12 +365,7 @@ fn kaniko_job_of_image_mode() {
 fn job_run() {
     let spec = spec();
     let code = artifact();
-    let input = InstanceInput {
-        key: &key(),
-        version: 3,
-        spec: &spec,
-        code: &code,
-    };
+    let input = version_3(&spec, &code);
     let run = RunId {
         namespace: "demo".into(),
         job: "nightly".into(),
@@ -247,5 +403,8 @@ fn namespace_anchor_and_secret() {
     insta::assert_yaml_snapshot!("namespace", objects::function_namespace("demo"));
     insta::assert_yaml_snapshot!("anchor", objects::anchor(&key()));
     let data = BTreeMap::from([("SLESS_BLOB_URL".to_string(), ByteString(b"s3://bucket".to_vec()))]);
-    insta::assert_yaml_snapshot!("secret", objects::copied_secret("demo", "sless-artifact-reader", data));
+    insta::assert_yaml_snapshot!(
+        "secret",
+        objects::copied_secret("demo", "sless-artifact-reader", None, data)
+    );
 }

@@ -14,7 +14,7 @@ use sless_driver_k8s::{KubeDriver, ServingSettings};
 
 use crate::api_server::{mocked, respond};
 use crate::fake_instance;
-use crate::objects::{key, settings, spec};
+use crate::objects::{key, settings, signer, spec};
 
 const SLICES: &str = "/apis/discovery.k8s.io/v1/endpointslices";
 
@@ -57,7 +57,7 @@ async fn calls_go_to_the_pods_the_watched_endpoint_slices_name() {
         idle_timeout: None,
         ..ServingSettings::default()
     };
-    let driver = KubeDriver::new(client, settings(), serving, Arc::new(InMemory::new()));
+    let driver = KubeDriver::new(client, settings(), serving, Arc::new(InMemory::new()), signer());
     let p = fake_instance::start_tagged("demo", "hello", 1, "p").await;
     let q = fake_instance::start_tagged("demo", "hello", 1, "q").await;
     // The watcher lists every sless Service's slices, then watches from there.

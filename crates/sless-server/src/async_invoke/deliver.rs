@@ -17,7 +17,7 @@ use super::destinations::{outcome, Condition, Publisher};
 use crate::invoker::{Invoker, Run};
 use crate::store::events::{now_micros, ClaimedEvent, EventStore, Finish, NewEvent};
 use crate::store::{Kind, Store};
-use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
+use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind, VersionRef};
 
 /// Events claimed in one statement at most.
 const PAGE: usize = 256;
@@ -28,8 +28,12 @@ const SPEC_TTL: Duration = Duration::from_secs(1);
 /// The longest wait between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 /// The wait before trying again an event whose function had no free
-/// instance, no ready version or was off (not counted as an attempt).
+/// instance (not counted as an attempt).
 const THROTTLE_BACKOFF: Duration = Duration::from_secs(1);
+/// How often a function that can run has its parked events woken again
+/// when nothing about it changed (an event parked by a race with the last
+/// wake, or while its triggers had it disabled).
+const REWAKE: Duration = Duration::from_secs(10);
 
 /// How delivery runs.
 #[derive(Debug, Clone)]
@@ -66,6 +70,11 @@ pub struct Deliverer {
     finished: Mutex<Vec<Finish>>,
     finish_now: Notify,
     specs: Mutex<HashMap<FunctionKey, (Instant, Option<FunctionSpec>)>>,
+    /// Functions that could run when their parked events were last woken:
+    /// the version they ran, and when.
+    woken: Mutex<HashMap<FunctionKey, (VersionRef, Instant)>>,
+    /// Wakes the claim loop.
+    wake: Arc<Notify>,
     /// This replica's prefix of claim tokens, and the count after it.
     token: String,
     claims: AtomicU64,
@@ -92,6 +101,8 @@ impl Deliverer {
             finished: Mutex::new(Vec::new()),
             finish_now: Notify::new(),
             specs: Mutex::new(HashMap::new()),
+            woken: Mutex::new(HashMap::new()),
+            wake: wake.clone(),
             token: crate::record::hex_id(&[(rand::random::<u64>(), 16)]),
             claims: AtomicU64::new(0),
             stats: DeliveryStats::default(),
@@ -175,6 +186,7 @@ impl Deliverer {
             last_status: None,
             destination_error: None,
             then: None,
+            parked: false,
         };
         let spec = match self.spec(&key).await {
             Ok(Some(spec)) => spec,
@@ -227,8 +239,17 @@ impl Deliverer {
                 self.stats.throttled.fetch_add(1, Ordering::Relaxed);
                 finish.status = AsyncStatus::Queued;
                 finish.attempts -= 1;
-                finish.due_at = now + THROTTLE_BACKOFF.as_micros() as i64;
                 finish.last_error = Some(crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES));
+                if matches!(e, InvokeError::QueueFull(_)) {
+                    finish.due_at = now + THROTTLE_BACKOFF.as_micros() as i64;
+                } else {
+                    // Off or not built: polling each event every second
+                    // would rewrite the whole backlog every second. It
+                    // waits until `wake_parked` sees the function able to
+                    // run, or until it expires.
+                    finish.parked = true;
+                    finish.due_at = expiry(event, &settings).max(now + THROTTLE_BACKOFF.as_micros() as i64);
+                }
                 return finish;
             }
             Err(e) => {
@@ -295,6 +316,7 @@ impl Deliverer {
                     body: body.into(),
                     created_at,
                     source: Some(event.id.clone()),
+                    parked_until: None,
                 });
             }
             DestinationType::Amqp => {
@@ -304,6 +326,52 @@ impl Deliverer {
                     tracing::warn!(event = %event.id, error = %e, "sending an asynchronous event's outcome failed");
                     finish.destination_error = Some(crate::bounds::clip(e, crate::bounds::MAX_ERROR_BYTES));
                 }
+            }
+        }
+    }
+
+    /// Until when an event for `key` accepted now waits parked: None when
+    /// the function can run (or is gone: the attempt reports that).
+    pub async fn parked_until(&self, key: &FunctionKey, event: &NewEvent) -> Option<i64> {
+        let spec = self.spec(key).await.ok()??;
+        if spec.replicas != Some(0) && self.invoker.routes.latest(key).is_some() {
+            return None;
+        }
+        Some(expiry(event, &spec.async_settings.unwrap_or_default()))
+    }
+
+    /// Wakes the parked events of those of `functions` (the ones with a
+    /// backlog) that can run now: on, with a ready version. Each is woken
+    /// when it becomes able to run, and again every [`REWAKE`].
+    pub async fn wake_parked(&self, functions: impl Iterator<Item = FunctionKey>) {
+        for key in functions {
+            let version = match self.spec(&key).await {
+                Ok(Some(spec)) if spec.replicas != Some(0) => self.invoker.routes.latest(&key),
+                Ok(_) => None,
+                Err(e) => {
+                    tracing::warn!(function = %key, error = %e, "reading a function to wake its events failed");
+                    continue;
+                }
+            };
+            let Some(version) = version else {
+                self.woken.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
+                continue;
+            };
+            if let Some((last, at)) = self.woken.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+                if *last == version && at.elapsed() < REWAKE {
+                    continue;
+                }
+            }
+            match self.events.wake(&key.namespace, &key.name, now_micros()).await {
+                Ok(woken) => {
+                    if woken > 0 {
+                        tracing::info!(function = %key, events = woken, "parked asynchronous events are due again");
+                        self.wake.notify_one();
+                    }
+                    let mut memo = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
+                    memo.insert(key, (version, Instant::now()));
+                }
+                Err(e) => tracing::warn!(function = %key, error = %e, "waking parked asynchronous events failed"),
             }
         }
     }
@@ -381,6 +449,12 @@ impl Deliverer {
 }
 
 /// The wait after failed attempt number `attempts` (1 = the first).
+/// When `event` is too old to be attempted: just after its
+/// `async.max_event_age_sec`.
+fn expiry(event: &NewEvent, settings: &AsyncSettings) -> i64 {
+    event.created_at + i64::from(settings.max_event_age_sec) * 1_000_000 + 1
+}
+
 fn backoff(base: Duration, attempts: u32) -> Duration {
     base.saturating_mul(1 << attempts.saturating_sub(1).min(20))
         .min(MAX_BACKOFF)

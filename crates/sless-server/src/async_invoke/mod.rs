@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::invoker::Invoker;
 use crate::store::events::{now_micros, Backlog, EventStore, NewEvent};
 use crate::store::Store;
+use sless_driver::FunctionKey;
 
 /// How the asynchronous path is bounded and run.
 #[derive(Debug, Clone)]
@@ -108,8 +109,12 @@ impl AsyncInvocations {
         Ok(this)
     }
 
-    /// Stores `event` durably, or refuses it when its namespace's backlog is full.
-    pub async fn accept(&self, event: NewEvent) -> Result<()> {
+    /// Stores `event` durably, or refuses it when its namespace's backlog
+    /// is full. An event for a function that cannot run yet (off, or not
+    /// built) is stored parked, so it costs no claim until it can.
+    pub async fn accept(&self, mut event: NewEvent) -> Result<()> {
+        let key = FunctionKey::new(&event.namespace, &event.function);
+        event.parked_until = self.deliverer.parked_until(&key, &event).await;
         {
             let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
             let waiting = backlog.namespaces.entry(event.namespace.clone()).or_default();
@@ -150,6 +155,8 @@ impl AsyncInvocations {
         Ok(())
     }
 
+    /// Counts the backlog, then wakes the parked events of the functions
+    /// in it that can run again.
     async fn count_backlog(&self) {
         let storing = {
             let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
@@ -157,22 +164,33 @@ impl AsyncInvocations {
             backlog.storing.clone()
         };
         let counted = self.events.backlog().await;
-        let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
-        let since = backlog.since.take().unwrap_or_default();
-        match counted {
-            Ok(functions) => {
-                let mut namespaces = HashMap::new();
-                for b in &functions {
-                    *namespaces.entry(b.namespace.clone()).or_default() += b.events;
+        let waiting: Vec<FunctionKey> = {
+            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            let since = backlog.since.take().unwrap_or_default();
+            match counted {
+                Ok(functions) => {
+                    let mut namespaces = HashMap::new();
+                    for b in &functions {
+                        *namespaces.entry(b.namespace.clone()).or_default() += b.events;
+                    }
+                    for (namespace, n) in storing.into_iter().chain(since) {
+                        *namespaces.entry(namespace).or_default() += n;
+                    }
+                    let waiting = functions
+                        .iter()
+                        .map(|b| FunctionKey::new(&b.namespace, &b.function))
+                        .collect();
+                    backlog.functions = functions;
+                    backlog.namespaces = namespaces;
+                    waiting
                 }
-                for (namespace, n) in storing.into_iter().chain(since) {
-                    *namespaces.entry(namespace).or_default() += n;
+                Err(e) => {
+                    tracing::warn!(error = %e, "counting asynchronous events failed");
+                    Vec::new()
                 }
-                backlog.functions = functions;
-                backlog.namespaces = namespaces;
             }
-            Err(e) => tracing::warn!(error = %e, "counting asynchronous events failed"),
-        }
+        };
+        self.deliverer.wake_parked(waiting.into_iter()).await;
     }
 
     /// Appends the asynchronous path's series to `/metrics`.

@@ -328,6 +328,7 @@ async fn accept_event(
         body,
         created_at,
         source: None,
+        parked_until: None,
     };
     state.async_invocations.accept(event).await?;
     let location = format!(

@@ -12,6 +12,7 @@ pub const SQLITE: Migrations = &[
     (5, include_str!("../../migrations/sqlite/0005_versions.sql")),
     (6, include_str!("../../migrations/sqlite/0006_async_events.sql")),
     (7, include_str!("../../migrations/sqlite/0007_secrets.sql")),
+    (8, include_str!("../../migrations/sqlite/0008_async_parked.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -23,4 +24,5 @@ pub const POSTGRES: Migrations = &[
     (6, include_str!("../../migrations/postgres/0006_versions.sql")),
     (7, include_str!("../../migrations/postgres/0007_async_events.sql")),
     (8, include_str!("../../migrations/postgres/0008_secrets.sql")),
+    (9, include_str!("../../migrations/postgres/0009_async_parked.sql")),
 ];

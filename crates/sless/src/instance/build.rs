@@ -1,19 +1,20 @@
 //! `sless instance build`: the command of a build Job (Kubernetes driver,
-//! artifact mode). It reads the uploaded archive from the object store,
-//! checks it against its sha256, installs the dependencies as the local
-//! builder does, stores the artifact tarball, and writes the tarball's
-//! sha256 as the container's termination message, where the driver reads
-//! it. On failure the log's tail goes to stderr (the Job's
-//! `FallbackToLogsOnError` makes it the termination message) and the exit
-//! code is 1.
+//! artifact mode). It holds no object-store credentials: the server gives
+//! it two presigned URLs for this build alone, one to read the uploaded
+//! archive and one to write the artifact tarball to a staging key. It
+//! checks the archive against its sha256, installs the dependencies as the
+//! local builder does, uploads the tarball, and writes the tarball's sha256
+//! as the container's termination message; the server hashes the upload
+//! itself before it accepts it as the artifact. On failure the log's tail
+//! goes to stderr (the Job's `FallbackToLogsOnError` makes it the
+//! termination message) and the exit code is 1.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
-use object_store::ObjectStoreExt;
 use sha2::{Digest, Sha256};
 use sless_driver::{BuildError, Fingerprint};
-use sless_driver_local::standalone_build::{build_and_publish, BuildSpec};
+use sless_driver_local::standalone_build::{build_tarball, BuildSpec};
 
 use super::InstanceConfig;
 
@@ -22,9 +23,12 @@ use super::InstanceConfig;
 pub struct BuildConfig {
     #[arg(long, env = "SLESS_BUILD_RUNTIME")]
     pub build_runtime: Option<String>,
-    /// The object-store key of the uploaded zip.
-    #[arg(long, env = "SLESS_BUILD_ARCHIVE")]
-    pub build_archive: Option<String>,
+    /// A presigned URL to GET the uploaded zip from.
+    #[arg(long, env = "SLESS_BUILD_ARCHIVE_URL", hide_env_values = true)]
+    pub build_archive_url: Option<String>,
+    /// A presigned URL to PUT the artifact tarball to.
+    #[arg(long, env = "SLESS_BUILD_UPLOAD_URL", hide_env_values = true)]
+    pub build_upload_url: Option<String>,
     /// The zip's sha256.
     #[arg(long, env = "SLESS_BUILD_CODE_HASH")]
     pub build_code_hash: Option<String>,
@@ -46,10 +50,14 @@ pub async fn run(config: &InstanceConfig, build: &BuildConfig) -> anyhow::Result
     }
     .runtime()
     .context("SLESS_BUILD_RUNTIME")?;
-    let archive_key = build
-        .build_archive
+    let archive_url = build
+        .build_archive_url
         .as_deref()
-        .context("SLESS_BUILD_ARCHIVE is not set")?;
+        .context("SLESS_BUILD_ARCHIVE_URL is not set")?;
+    let upload_url = build
+        .build_upload_url
+        .as_deref()
+        .context("SLESS_BUILD_UPLOAD_URL is not set")?;
     let code_hash = build
         .build_code_hash
         .as_deref()
@@ -58,17 +66,15 @@ pub async fn run(config: &InstanceConfig, build: &BuildConfig) -> anyhow::Result
         .build_artifact
         .as_deref()
         .context("SLESS_BUILD_ARTIFACT is not set")?;
-    let store = sless_server::blobs::open(&config.blob_settings()?).await?;
-    let archive = store
-        .get(&object_store::path::Path::from(archive_key))
-        .await
-        .with_context(|| format!("reading the archive {archive_key}"))?
+    let http = reqwest::Client::new();
+    let archive = transfer(http.get(archive_url), "reading the archive")
+        .await?
         .bytes()
         .await
-        .with_context(|| format!("reading the archive {archive_key}"))?;
+        .context("reading the archive")?;
     let actual = hex::encode(Sha256::digest(&archive));
     if actual != code_hash {
-        anyhow::bail!("the archive {archive_key} has sha256 {actual}, not {code_hash}");
+        anyhow::bail!("the archive has sha256 {actual}, not {code_hash}");
     }
     let spec = BuildSpec {
         runtime,
@@ -77,12 +83,13 @@ pub async fn run(config: &InstanceConfig, build: &BuildConfig) -> anyhow::Result
         npm: build.npm.clone(),
         work_dir: config.work_dir.join("build"),
     };
-    match build_and_publish(&spec, archive, store).await {
-        Ok(published) => {
-            print!("{}", published.log);
-            std::fs::write(&build.termination_log, &published.digest)
+    match build_tarball(&spec, archive).await {
+        Ok(packed) => {
+            print!("{}", packed.log);
+            transfer(http.put(upload_url).body(packed.tarball), "uploading the artifact").await?;
+            std::fs::write(&build.termination_log, &packed.digest)
                 .with_context(|| format!("writing {}", build.termination_log.display()))?;
-            tracing::info!(artifact, digest = %published.digest, "artifact built and stored");
+            tracing::info!(artifact, digest = %packed.digest, "artifact built and uploaded");
             Ok(0)
         }
         Err(BuildError::Failed { log_tail }) | Err(BuildError::TimedOut { log_tail, .. }) => {
@@ -91,4 +98,21 @@ pub async fn run(config: &InstanceConfig, build: &BuildConfig) -> anyhow::Result
         }
         Err(BuildError::Internal(error)) => anyhow::bail!("the build could not run: {error}"),
     }
+}
+
+/// Sends `request`; an answer other than 2xx is an error naming `what`
+/// with the status and the start of the body (never the URL, which is a
+/// credential while it lasts).
+async fn transfer(request: reqwest::RequestBuilder, what: &str) -> anyhow::Result<reqwest::Response> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| anyhow::anyhow!("{what}: {}", e.without_url()))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let body = response.text().await.unwrap_or_default();
+    let start: String = body.chars().take(300).collect();
+    anyhow::bail!("{what}: the object store answered {status}: {start}")
 }

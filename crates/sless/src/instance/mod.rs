@@ -165,7 +165,23 @@ impl InstanceConfig {
         }
     }
 
+    /// The handler's environment: `SLESS_INSTANCE_ENV`, and each secret
+    /// variable the pod got from the function's Secret as
+    /// `SLESS_SECRET_ENV_{NAME}`, under its own name.
     fn env(&self) -> anyhow::Result<BTreeMap<String, String>> {
-        serde_json::from_str(&self.env).context("SLESS_INSTANCE_ENV: expected a JSON object of strings")
+        let mut env: BTreeMap<String, String> =
+            serde_json::from_str(&self.env).context("SLESS_INSTANCE_ENV: expected a JSON object of strings")?;
+        for (name, value) in std::env::vars_os() {
+            let (Some(name), Ok(value)) = (name.to_str(), value.into_string()) else {
+                continue;
+            };
+            if let Some(variable) = name
+                .strip_prefix(sless_driver_k8s::objects::SECRET_ENV_PREFIX)
+                .filter(|v| !v.is_empty())
+            {
+                env.insert(variable.to_string(), value);
+            }
+        }
+        Ok(env)
     }
 }

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use lapin::options::{BasicGetOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Connection, ConnectionProperties};
@@ -289,6 +291,34 @@ async fn dead_letter_to_a_function(backend: Backend) {
         "{sent}"
     );
     assert_eq!(sent["request"]["body"], r#"{"fail": "boom"}"#, "{sent}");
+    // A delivered event's outcome goes to `on_success`, with the answer.
+    let spec = json!({"runtime": "python3.11", "async": {"on_success": {"type": "function", "function": "dlq"}}});
+    server.deploy("ns", "fine", spec, &[("handler.py", HANDLER)]).await;
+    let (status, location, body) = send_event(&server, "/fn/ns/fine", r#"{"n": 7}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    record_reaches(&server, &location.unwrap(), "succeeded", 60).await;
+    let printed = eventually(Duration::from_secs(30), || async {
+        let logs: Vec<String> = server
+            .records("ns", "dlq")
+            .await
+            .iter()
+            .filter_map(|r| r["logs"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        logs.into_iter()
+            .find(|l| l.contains(&id))
+            .ok_or_else(|| "the success record has not arrived".to_string())
+    })
+    .await;
+    let sent: Value = serde_json::from_str(printed.trim_start_matches("got ").split(" attempt").next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {printed}"));
+    assert_eq!(
+        (sent["condition"].as_str(), sent["attempts"].as_u64()),
+        (Some("success"), Some(1)),
+        "{sent}"
+    );
+    assert_eq!(sent["response"]["status"], 200, "{sent}");
+    assert_eq!(sent["response"]["body"], r#"{"echo":{"n":7}}"#, "{sent}");
     // A bad setting names its field.
     let (status, body) = server
         .call(
@@ -431,7 +461,103 @@ async fn kill_after_202_loses_nothing(backend: Backend) {
     .await;
 }
 
+/// Events sent many at a time (so each commit stores several) are all
+/// stored before their 202s: a kill -9 right after the last 202 loses none.
+/// While the function is off they are parked (due when they would expire,
+/// not polled every second), and turning it on delivers them all.
+async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
+    const EVENTS: usize = 300;
+    let mut server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "echo",
+            json!({"runtime": "python3.11", "replicas": 0}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+    let answers: Vec<_> = futures::stream::iter(0..EVENTS)
+        .map(|n| {
+            let server = &server;
+            async move { send_event(server, "/fn/ns/echo", &json!({"n": n}).to_string()).await }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    let mut ids: Vec<String> = answers
+        .into_iter()
+        .map(|(status, _, body)| {
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            body["id"].as_str().unwrap().to_string()
+        })
+        .collect();
+    server.kill9();
+    server.spawn();
+    ids.sort();
+    let list = |status: &'static str| {
+        let server = &server;
+        async move {
+            let path = format!("/v1/namespaces/ns/functions/echo/async-invocations?limit=1000{status}");
+            let (code, page) = server.call(Method::GET, &path, None).await;
+            assert_eq!(code, StatusCode::OK, "{page}");
+            page["items"].as_array().unwrap().clone()
+        }
+    };
+    let mut stored: Vec<String> = list("")
+        .await
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    stored.sort();
+    assert_eq!(stored, ids, "every event answered 202 is in the store after the kill");
+    // Parked: due in about six hours (async.max_event_age_sec), not in a second.
+    let hour_later = chrono::Utc::now() + chrono::Duration::hours(1);
+    eventually(Duration::from_secs(30), || async {
+        let queued = list("&status=queued").await;
+        let parked = queued
+            .iter()
+            .filter(|r| {
+                r["next_attempt_at"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .is_some_and(|t| t > hour_later)
+            })
+            .count();
+        let age = server
+            .metric(r#"sless_async_oldest_event_age_seconds{namespace="ns",function="echo"}"#)
+            .await;
+        if parked == EVENTS && age.is_some_and(|age| age > 0.0) {
+            Ok(())
+        } else {
+            Err(format!(
+                "{parked} of {} queued events parked: {:?}",
+                queued.len(),
+                queued.first()
+            ))
+        }
+    })
+    .await;
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/echo",
+            Some(json!({"replicas": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    eventually(Duration::from_secs(120), || async {
+        let done = list("&status=succeeded").await.len();
+        if done == EVENTS {
+            Ok(())
+        } else {
+            Err(format!("{done} of {EVENTS} delivered"))
+        }
+    })
+    .await;
+}
+
 crate::both_stores!(
+    concurrent_202s_survive_a_kill_and_wait_parked,
     accepted_then_delivered,
     fails_twice_then_succeeds_in_three_calls,
     dead_letter_to_a_function,

@@ -142,6 +142,19 @@ impl S3Server {
         .collect()
     }
 
+    /// The object store settings of this bucket under the prefix `sless`,
+    /// as a server (or a pod) opens it.
+    pub fn blob_settings(&self) -> sless_server::blobs::BlobSettings {
+        sless_server::blobs::BlobSettings {
+            url: format!("s3://{}/sless", self.bucket),
+            s3_endpoint: Some(self.endpoint.clone()),
+            s3_region: "us-east-1".into(),
+            s3_access_key_id: Some(S3_KEY.into()),
+            s3_secret_access_key: Some(S3_SECRET.into()),
+            s3_path_style: true,
+        }
+    }
+
     /// Object keys stored under `prefix` (s3s-fs keeps them as files).
     pub fn keys(&self, prefix: &str) -> Vec<String> {
         fn walk(dir: &std::path::Path, base: &std::path::Path, out: &mut Vec<String>) {
@@ -716,5 +729,19 @@ impl TcpProxy {
             }
         });
         TcpProxy { port, up }
+    }
+}
+
+/// A job-style invocation of `event` with `request_id`, as the driver gets it.
+pub fn event_call(request_id: &str, event: Value) -> sless_driver::Invocation {
+    sless_driver::Invocation {
+        kind: sless_driver::TriggerKind::Job,
+        request_id: request_id.into(),
+        method: "POST".into(),
+        path: String::new(),
+        query: String::new(),
+        headers: vec![],
+        body: bytes::Bytes::new(),
+        event: Some(event),
     }
 }

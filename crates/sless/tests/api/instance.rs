@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
-use sless_driver::{Invocation, OutputStream, TriggerKind};
+use sless_driver::OutputStream;
 use sless_driver_local::frame::{self, kind};
 use sless_driver_local::standalone::{Answer, AnswerReader, Unanswered};
 
@@ -158,16 +158,7 @@ impl Gateway {
 
     async fn invoke(&mut self, id: u32, event: serde_json::Value) -> Answer {
         use tokio::io::AsyncWriteExt;
-        let invocation = Invocation {
-            kind: TriggerKind::Job,
-            request_id: format!("req-{id}"),
-            method: "POST".into(),
-            path: String::new(),
-            query: String::new(),
-            headers: vec![],
-            body: bytes::Bytes::new(),
-            event: Some(event),
-        };
+        let invocation = super::harness::event_call(&format!("req-{id}"), event);
         let mut invoke = sless_driver_local::invocation_frame(&invocation, 0);
         frame::set_id(&mut invoke, id);
         self.stream.write_all(&invoke).await.unwrap();
@@ -274,4 +265,43 @@ async fn a_corrupt_artifact_is_refused() {
     let stderr = instance.stderr();
     assert!(stderr.contains("is corrupt: its sha256 is"), "{stderr}");
     assert_eq!(readiness(instance.ready), None, "a corrupt artifact is never served");
+}
+
+/// What the Kubernetes driver's pod gives an instance of a function with
+/// secrets: each secret variable as `SLESS_SECRET_ENV_{NAME}` (from the
+/// function's Secret) and `SLESS_SECRETS_DIR` where its files are mounted.
+/// The handler sees `{NAME}` and the files, not the carrier variables.
+#[tokio::test]
+async fn secret_variables_and_files_reach_the_handler_under_their_own_names() {
+    let handler = r#"
+import os
+def handle(event, context):
+    with open(os.path.join(os.environ["SLESS_SECRETS_DIR"], "tls", "server.key")) as f:
+        key = f.read()
+    carriers = sorted(k for k in os.environ if k.startswith("SLESS_SECRET_ENV_"))
+    return {"password": os.environ.get("DB_PASSWORD"), "greeting": os.environ.get("GREETING"),
+            "key": key, "carriers": carriers}
+"#;
+    let mounted = tempfile::tempdir().unwrap();
+    std::fs::create_dir(mounted.path().join("tls")).unwrap();
+    std::fs::write(mounted.path().join("tls/server.key"), "-----BEGIN KEY-----").unwrap();
+    let env = serde_json::json!({"GREETING": "hi", "SLESS_SECRETS_DIR": mounted.path()}).to_string();
+    let mut instance = start(
+        handler,
+        &[
+            ("SLESS_INSTANCE_ENV", &env),
+            ("SLESS_SECRET_ENV_DB_PASSWORD", "hunter2"),
+        ],
+        false,
+    );
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    let Answer::Output(output) = gateway.invoke(1, serde_json::json!({})).await else {
+        panic!("an output")
+    };
+    let body: serde_json::Value = serde_json::from_slice(&output.body).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"password": "hunter2", "greeting": "hi", "key": "-----BEGIN KEY-----", "carriers": []})
+    );
 }

@@ -65,6 +65,12 @@ fn the_kubernetes_driver_names_the_settings_it_cannot_work_with() {
         ("SLESS_K8S_BUILD", "image"),
     ]);
     assert!(err.contains("SLESS_K8S_REGISTRY"), "{err}");
+    let err = refused_start(&[
+        ("SLESS_K8S_IMAGE_REPO", "registry.example/sless"),
+        ("SLESS_BLOB_URL", "s3://sless"),
+        ("SLESS_K8S_IMAGE_PULL_SECRET", "Not A Name"),
+    ]);
+    assert!(err.contains("SLESS_K8S_IMAGE_PULL_SECRET"), "{err}");
 }
 
 /// A function built, deployed and called on a real cluster. Opt-in, as the
@@ -75,7 +81,7 @@ fn the_kubernetes_driver_names_the_settings_it_cannot_work_with() {
 /// to run there: `SLESS_K8S_IMAGE_REPO` (images pushed by
 /// `deploy/images/build.sh`), `SLESS_BLOB_URL=s3://...` and `SLESS_S3_*`
 /// reachable from this machine and from the pods, and the Secrets
-/// `sless-artifact-reader` / `sless-artifact-writer` in `SLESS_K8S_NAMESPACE`
+/// `sless-artifact-reader` in `SLESS_K8S_NAMESPACE`
 /// (`kubectl apply -k deploy/k8s/overlays/example` makes them). Run:
 ///
 /// ```sh

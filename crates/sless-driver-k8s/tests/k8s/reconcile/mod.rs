@@ -24,13 +24,13 @@ use serde_json::{json, Value};
 use sless_api::Runtime;
 use sless_driver::{
     BuildError, BuildJob, Deployment, Driver, DriverError, Fingerprint, Invocation, InvocationResult, InvokeError,
-    RunId, TriggerKind, VersionRef,
+    RunId, SecretFile, SecretValues, TriggerKind, VersionRef,
 };
 use sless_driver_k8s::{KubeDriver, ServingSettings};
 
 use crate::api_server::{mocked, not_found, success, ApiServer};
 use crate::fake_instance;
-use crate::objects::{key, settings, spec};
+use crate::objects::{key, settings, signer, spec};
 
 const CORE: &str = "/api/v1/namespaces/sless-fn-demo";
 const APPS: &str = "/apis/apps/v1/namespaces/sless-fn-demo";
@@ -66,7 +66,7 @@ fn scenario_of(settings: sless_driver_k8s::KubeSettings, idle_timeout: Option<Du
         watch_endpoints: false,
         idle_timeout,
     };
-    let driver = KubeDriver::new(client, settings, serving, store.clone());
+    let driver = KubeDriver::new(client, settings, serving, store.clone(), signer());
     Scenario { driver, api, store }
 }
 
@@ -157,18 +157,18 @@ impl ApiServer {
         );
         self.apply("/apis/networking.k8s.io/v1/namespaces/sless-fn-demo/networkpolicies/sless-instances")
             .await;
-        for secret in ["sless-artifact-reader", "sless-artifact-writer"] {
-            self.expect(
-                "GET",
-                &format!("/api/v1/namespaces/sless/secrets/{secret}"),
-                200,
-                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": "sless"},
-                       "data": {"SLESS_BLOB_URL": "czM6Ly9zbGVzcw=="}}),
-            )
-            .await;
-            let copy = self.apply(&format!("{CORE}/secrets/{secret}")).await;
-            assert_eq!(copy["data"]["SLESS_BLOB_URL"], "czM6Ly9zbGVzcw==");
-        }
+        // Only pods' read-only credentials: build pods have their grant.
+        let secret = "sless-artifact-reader";
+        self.expect(
+            "GET",
+            &format!("/api/v1/namespaces/sless/secrets/{secret}"),
+            200,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret, "namespace": "sless"},
+                   "data": {"SLESS_BLOB_URL": "czM6Ly9zbGVzcw=="}}),
+        )
+        .await;
+        let copy = self.apply(&format!("{CORE}/secrets/{secret}")).await;
+        assert_eq!(copy["data"]["SLESS_BLOB_URL"], "czM6Ly9zbGVzcw==");
         self.anchors().await;
     }
 

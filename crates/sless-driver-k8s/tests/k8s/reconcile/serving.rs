@@ -344,3 +344,51 @@ async fn new_settings_whose_handler_does_not_load_give_the_version_its_old_spec_
     );
     assert_eq!(result.unwrap().status, 200);
 }
+
+/// Version 1 with `password` as its secret variable and one secret file.
+fn with_secrets(password: &str, verify: bool) -> Deployment {
+    Deployment {
+        secrets: SecretValues {
+            env: vec![("DB_PASSWORD".into(), password.into())],
+            files: vec![SecretFile {
+                secret: "tls".into(),
+                key: "server.key".into(),
+                value: b"key".to_vec(),
+            }],
+        },
+        ..version(1, verify)
+    }
+}
+
+#[tokio::test]
+async fn a_version_with_secrets_applies_the_functions_secret_and_rolls_when_a_value_changes() {
+    let mut s = scenario();
+    let (deployed, ()) = tokio::join!(s.driver.deploy(with_secrets("one", false)), async {
+        s.api.prepares_namespace_and_anchor().await;
+        let secret = s.api.apply_at(&format!("{CORE}/secrets/fn-hello"), Some("11")).await;
+        assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], "uid-of-fn-hello");
+        assert_eq!(secret["data"]["env.DB_PASSWORD"], "b25l", "base64 of the value");
+        assert_eq!(secret["data"]["file.tls.server.key"], "a2V5");
+        let deployment = s.api.applies_version(1, 1).await;
+        let template = &deployment["spec"]["template"];
+        assert_eq!(template["metadata"]["annotations"]["sless.dev/secrets-revision"], "11");
+        let text = template.to_string();
+        assert!(
+            !text.contains("b25l") && !text.contains("\"one\""),
+            "no value in the Deployment: {text}"
+        );
+    });
+    deployed.unwrap();
+    // New values: the Secret changes (a new resourceVersion), and so does
+    // the pod template, which rolls the pods.
+    let (deployed, ()) = tokio::join!(s.driver.deploy(with_secrets("two", false)), async {
+        let secret = s.api.apply_at(&format!("{CORE}/secrets/fn-hello"), Some("12")).await;
+        assert_eq!(secret["data"]["env.DB_PASSWORD"], "dHdv");
+        let deployment = s.api.applies_version(1, 1).await;
+        assert_eq!(
+            deployment["spec"]["template"]["metadata"]["annotations"]["sless.dev/secrets-revision"],
+            "12"
+        );
+    });
+    deployed.unwrap();
+}

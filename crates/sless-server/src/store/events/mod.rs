@@ -34,6 +34,9 @@ pub struct NewEvent {
     pub created_at: i64,
     /// For an event carrying another's outcome to a function destination.
     pub source: Option<String>,
+    /// Stored parked (see [`Finish::parked`]) until then, when its
+    /// function cannot run as it is accepted; None: due at once.
+    pub parked_until: Option<i64>,
 }
 
 /// An event taken for an attempt; `attempts` counts this one.
@@ -60,6 +63,10 @@ pub struct Finish {
     pub destination_error: Option<String>,
     /// An event for a function destination, stored with the outcome.
     pub then: Option<NewEvent>,
+    /// Queued to wait for its function to be able to run (it is off, or
+    /// has no ready version): taken again when `wake` is called for the
+    /// function, or at `due_at` (when it would expire), not polled.
+    pub parked: bool,
 }
 
 /// Events waiting (queued or running) for one function.
@@ -103,6 +110,8 @@ pub trait EventStore: Send + Sync + 'static {
     async fn backlog(&self) -> Result<Vec<Backlog>>;
     /// Deletes finished events last changed before `before`; returns how many.
     async fn prune(&self, before: i64) -> Result<u64>;
+    /// Makes a function's parked events due at `now`; returns how many.
+    async fn wake(&self, namespace: &str, function: &str, now: i64) -> Result<u64>;
 }
 
 /// Columns of a record read back (`get`, `list`).
@@ -114,12 +123,20 @@ const CLAIM_COLUMNS: &str =
     "id, namespace, function, request_id, method, path, query, headers, body, attempts, created_at, source, claim";
 
 const INSERT: &str = "INSERT INTO async_events (id, namespace, function, request_id, method, path, query, headers, \
-     body, status, attempts, due_at, created_at, updated_at, source) ";
+     body, status, attempts, due_at, created_at, updated_at, source, claim) ";
+
+/// A parked event's `claim` (a queued event's is otherwise NULL).
+const PARKED: &str = "parked";
 
 const FINISH: &str = "UPDATE async_events SET status = $1, attempts = $2, due_at = $3, succeeded_attempt = $4, \
-     last_error = $5, last_status = $6, destination_error = $7, updated_at = $8, claim = NULL, \
+     last_error = $5, last_status = $6, destination_error = $7, updated_at = $8, claim = $12, \
      body = CASE WHEN $1 IN ('succeeded', 'failed') THEN $9 ELSE body END \
      WHERE id = $10 AND claim = $11";
+
+/// Uses the partial index `async_events_parked`, so it costs nothing for a
+/// function with nothing parked.
+const WAKE: &str = "UPDATE async_events SET due_at = $1, updated_at = $1, claim = NULL \
+     WHERE namespace = $2 AND function = $3 AND status = 'queued' AND claim = 'parked'";
 
 const BACKLOG: &str = "SELECT namespace, function, COUNT(*) AS events, MIN(created_at) AS oldest FROM async_events \
      WHERE status IN ('queued', 'running') GROUP BY namespace, function";
@@ -189,6 +206,7 @@ where
             body: row.try_get::<Vec<u8>, _>("body")?.into(),
             created_at: row.try_get("created_at")?,
             source: row.try_get("source")?,
+            parked_until: None,
         },
         attempts: row.try_get::<i64, _>("attempts")? as u32,
         claim: row.try_get::<Option<String>, _>("claim")?.unwrap_or_default(),
@@ -221,5 +239,5 @@ fn list_sql(with_status: bool) -> String {
     )
 }
 
-/// Rows per multi-row INSERT: 15 parameters each, below both databases' limits.
+/// Rows per multi-row INSERT: 16 parameters each, below both databases' limits.
 const INSERT_ROWS: usize = 1000;

@@ -9,6 +9,8 @@ use sqlx::PgPool;
 
 pub struct PostgresEvents {
     pool: PgPool,
+    /// The same pool: PostgreSQL writes concurrently.
+    writes: PgPool,
 }
 
 impl PostgresEvents {
@@ -20,7 +22,10 @@ impl PostgresEvents {
             .connect(url)
             .await
             .map_err(|e| anyhow::anyhow!("connecting to PostgreSQL (SLESS_DATABASE_URL) for events: {e}"))?;
-        Ok(PostgresEvents { pool })
+        Ok(PostgresEvents {
+            writes: pool.clone(),
+            pool,
+        })
     }
 }
 

@@ -4,7 +4,8 @@
 //! one server and no row locks).
 
 /// Implements `EventStore` for `$store` (a struct with a `pool` field of
-/// database `$db`); `$lock` ends the claim's inner SELECT.
+/// database `$db` for reads and a `writes` one for every statement that
+/// writes); `$lock` ends the claim's inner SELECT.
 macro_rules! event_store {
     ($store:ident, $db:ty, $lock:expr) => {
         use async_trait::async_trait;
@@ -16,7 +17,13 @@ macro_rules! event_store {
         #[async_trait]
         impl EventStore for $store {
             async fn insert(&self, events: &[NewEvent]) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
+                if events.len() <= super::INSERT_ROWS {
+                    // One statement is its own transaction: a round trip
+                    // to the database, not three.
+                    insert_statement(events).build().execute(&self.writes).await?;
+                    return Ok(());
+                }
+                let mut tx = self.writes.begin().await?;
                 for group in events.chunks(super::INSERT_ROWS) {
                     insert_statement(group).build().execute(&mut *tx).await?;
                 }
@@ -37,13 +44,13 @@ macro_rules! event_store {
                     .bind(claim)
                     .bind(now)
                     .bind(limit)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.writes)
                     .await?;
                 rows.iter().map(super::claimed).collect()
             }
 
             async fn renew(&self, held: &[(String, String)], lease_until: i64) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes.begin().await?;
                 for (id, claim) in held {
                     sqlx::query("UPDATE async_events SET due_at = $1 WHERE id = $2 AND claim = $3 AND status = 'running'")
                         .bind(lease_until)
@@ -57,7 +64,7 @@ macro_rules! event_store {
             }
 
             async fn finish(&self, done: &[Finish]) -> Result<()> {
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.writes.begin().await?;
                 let now = super::now_micros();
                 for f in done {
                     let updated = sqlx::query(super::FINISH)
@@ -72,6 +79,7 @@ macro_rules! event_store {
                         .bind(&[][..] as &[u8])
                         .bind(&f.id)
                         .bind(&f.claim)
+                        .bind(f.parked.then_some(super::PARKED))
                         .execute(&mut *tx)
                         .await?;
                     if let (1, Some(then)) = (updated.rows_affected(), &f.then) {
@@ -90,7 +98,7 @@ macro_rules! event_store {
                     "UPDATE async_events SET status = 'queued', due_at = $1, claim = NULL, updated_at = $1 WHERE status = 'running'",
                 )
                 .bind(now)
-                .execute(&self.pool)
+                .execute(&self.writes)
                 .await?;
                 Ok(done.rows_affected())
             }
@@ -139,7 +147,17 @@ macro_rules! event_store {
             async fn prune(&self, before: i64) -> Result<u64> {
                 let done = sqlx::query("DELETE FROM async_events WHERE status IN ('succeeded', 'failed') AND updated_at < $1")
                     .bind(before)
-                    .execute(&self.pool)
+                    .execute(&self.writes)
+                    .await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn wake(&self, namespace: &str, function: &str, now: i64) -> Result<u64> {
+                let done = sqlx::query(super::WAKE)
+                    .bind(now)
+                    .bind(namespace)
+                    .bind(function)
+                    .execute(&self.writes)
                     .await?;
                 Ok(done.rows_affected())
             }
@@ -160,10 +178,11 @@ macro_rules! event_store {
                     .push_bind(&e.body[..])
                     .push_bind(AsyncStatus::Queued.as_str())
                     .push_bind(0i64)
+                    .push_bind(e.parked_until.unwrap_or(e.created_at))
                     .push_bind(e.created_at)
                     .push_bind(e.created_at)
-                    .push_bind(e.created_at)
-                    .push_bind(&e.source);
+                    .push_bind(&e.source)
+                    .push_bind(e.parked_until.map(|_| super::PARKED));
             });
             insert
         }

@@ -1,7 +1,10 @@
-//! The event queue in the embedded default's SQLite file, on a pool of its
-//! own whose commits are synchronous (`FULL`): an event acknowledged with a
-//! 202 survives a crash of the machine, not only of the process. One
-//! server uses the file, so claims need no row locks.
+//! The event queue in the embedded default's SQLite file, on connections of
+//! its own whose commits are synchronous (`FULL`): an event acknowledged
+//! with a 202 survives a crash of the machine, not only of the process. One
+//! server uses the file, so claims need no row locks. Every write goes
+//! through one connection: SQLite has one writer at a time, and a second
+//! writing connection would wait for the lock in its busy handler's
+//! sleeps (milliseconds each) where this one waits in a queue.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -11,6 +14,7 @@ use sqlx::SqlitePool;
 
 pub struct SqliteEvents {
     pool: SqlitePool,
+    writes: SqlitePool,
 }
 
 impl SqliteEvents {
@@ -21,12 +25,14 @@ impl SqliteEvents {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(2)
-            .connect_with(options)
-            .await
+        let open = |connections| {
+            SqlitePoolOptions::new()
+                .max_connections(connections)
+                .connect_with(options.clone())
+        };
+        let (pool, writes) = tokio::try_join!(open(2), open(1))
             .map_err(|e| anyhow::anyhow!("opening SQLite database {url:?} for events: {e}"))?;
-        Ok(SqliteEvents { pool })
+        Ok(SqliteEvents { pool, writes })
     }
 }
 
