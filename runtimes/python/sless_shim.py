@@ -273,7 +273,7 @@ class MainThreadCalls:
     running one, however slow: the flush watchdog, at each tick, hands the
     calls the main thread has not started to pool threads when a call has
     waited for it, or the main thread has run the same call, for a whole
-    tick; a standby thread (asleep in epoll, armed only while the main
+    tick (four while the main thread computes: see `tick`); a standby thread (asleep in epoll, armed only while the main
     thread runs that call) reads what arrives meanwhile and hands it to the
     pool too. After such a spill the shim stays THREADED_SECONDS in the mode
     for slow calls: of the calls read at once the first is the main
@@ -282,6 +282,7 @@ class MainThreadCalls:
     (each after the answer to the one before) always run on the main thread."""
 
     THREADED_SECONDS = 1.0
+    RUNNING_TICKS = 4
 
     def __init__(self, reader, frames, workers):
         self.reader = reader
@@ -294,7 +295,9 @@ class MainThreadCalls:
         self.busy = False  # the main thread runs a call
         self.queued = 0  # calls put in `mine` so far
         self.taken = 0  # calls taken out of it so far (started or handed to the pool)
-        self.seen = (-1, 0, 0.0)  # (taken, queued, monotonic time) at the watchdog's last tick
+        self.seen = (-1, 0)  # (taken, queued) at the watchdog's last tick
+        self.held = 0  # ticks in a row a call waited (or the main thread ran one call) for
+        self.main_stat = f"/proc/self/task/{threading.get_native_id()}/stat"
         self.running = False  # the standby is armed (reads while the main thread runs a call)
         self.main_thread = threading.get_ident()
         self.epoll = None
@@ -362,17 +365,24 @@ class MainThreadCalls:
     def tick(self):
         """The watchdog's: hands the calls waiting for the main thread to
         the pool, and arms the standby, when one of them has waited, or the
-        main thread has run the same call, for a whole tick."""
-        mine, taken, now = self.mine, self.taken, time.monotonic()
-        seen_taken, seen_queued, seen_at = self.seen
-        self.seen = (taken, self.queued, now)
-        if now - seen_at > 2 * FrameWriter.WATCHDOG_SECONDS:
-            return  # the last tick is long ago (the process did not run): judge from this one on
+        main thread has run the same call, for a whole tick while the main
+        thread waited (for I/O, a lock, a sleep), or for RUNNING_TICKS ticks
+        while it ran or was ready to run: on a busy machine a thread that
+        computes fast calls may wait that long for a core, and another
+        thread would not serve its calls sooner."""
+        mine, taken = self.mine, self.taken
+        seen_taken, seen_queued = self.seen
+        self.seen = (taken, self.queued)
         stuck = self.busy and taken == seen_taken
         if not (stuck or taken < seen_queued):
+            self.held = 0
             return
+        self.held += 1
+        if self.held < self.RUNNING_TICKS and self._main_thread_runs():
+            return
+        self.held = 0
         self.inline = False
-        self.threaded_until = now + self.THREADED_SECONDS
+        self.threaded_until = time.monotonic() + self.THREADED_SECONDS
         while True:
             try:
                 job, args = mine.popleft()
@@ -382,6 +392,14 @@ class MainThreadCalls:
             self.pool.submit(job, args)
         if self.busy and not self.running:
             self._arm()
+
+    def _main_thread_runs(self):
+        """Whether the main thread is running or ready to run (state R)."""
+        try:
+            with open(self.main_stat, "rb") as stat:
+                return stat.read().rpartition(b")")[2][:2] == b" R"
+        except OSError:
+            return False
 
     def answering(self):
         """The call is about to send its answer: from now on, the main thread

@@ -565,6 +565,14 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    time.sleep(event.get("delay", 0))\n'
             "    return threading.current_thread().name\n"
         ),
+        "spin": (
+            "import threading, time\n\n"
+            "def handle(event, context):\n"
+            "    end = time.monotonic() + event\n"
+            "    while time.monotonic() < end:\n"
+            "        pass\n"
+            "    return threading.current_thread().name\n"
+        ),
         "sync_returning_coroutine": (
             "import asyncio\n\n"
             "async def work(event):\n"
@@ -688,6 +696,15 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         names = {o.json() for o in client.wait_outputs(list(range(1, 26)))}
         self.assertIn("MainThread", names)
         self.assertIn("sless-handler-0", names)
+
+    def test_a_call_behind_one_that_computes_long_goes_to_another_thread(self):
+        """A call that keeps the main thread computing (on the CPU, not
+        waiting) holds up the next one a few ticks at most, not until it ends."""
+        client = self.start("spin", concurrency=4)
+        client.send(encode_invoke(1, b"1.5") + encode_invoke(2, b"0"))
+        self.assertEqual(client.wait_outputs([2], timeout=1.0)[0].json(), "sless-handler-0")
+        self.assertNotIn(1, client.outputs, "the second call was answered while the first still ran")
+        self.assertEqual(client.wait_outputs([1])[0].json(), "MainThread")
 
     def test_answers_of_a_batch_are_not_held_back_by_a_slow_call_in_it(self):
         client = self.start("thread", concurrency=1)  # runs inline: one batch, one thread

@@ -208,7 +208,7 @@ impl Serving {
                 if !woken {
                     woken = true;
                     cold_start = true;
-                    self.wake(cluster).await?;
+                    self.wake(cluster, settings).await?;
                 }
                 if Instant::now() + settings.poll >= deadline {
                     return Err(InvokeError::StartFailed {
@@ -362,12 +362,17 @@ impl Serving {
     }
 
     /// Scales the Deployment from zero to one pod, unless another replica
-    /// (or the scaler) has scaled it already.
-    async fn wake(&self, cluster: &Cluster) -> Result<(), InvokeError> {
+    /// (or the scaler) has scaled it already. With idle scaling on, the
+    /// waiting call is noted on the Deployment first, so that no other
+    /// replica's idle pass takes the new pod away before it answers.
+    async fn wake(&self, cluster: &Cluster, settings: &ServingSettings) -> Result<(), InvokeError> {
         let start_failed = |e: sless_driver::DriverError| InvokeError::StartFailed {
             key: self.target.key.clone(),
             reason: e.to_string(),
         };
+        if settings.idle_timeout.is_some() {
+            crate::idle::report(cluster, self).await.map_err(start_failed)?;
+        }
         let (replicas, version) = cluster
             .replicas(&self.namespace, &self.name)
             .await

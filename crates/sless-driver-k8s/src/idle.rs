@@ -35,20 +35,34 @@ pub fn spawn(cluster: Arc<Cluster>, versions: Arc<RwLock<HashMap<VersionRef, Arc
     });
 }
 
+/// Notes this replica's last call of `version` on its Deployment, unless
+/// that was noted already. A wake from zero notes it before it scales:
+/// another replica that read the Deployment before the note cannot scale
+/// it to zero (its scale names a resourceVersion gone by), and one that
+/// reads it after sees the call.
+pub async fn report(cluster: &Cluster, version: &Serving) -> Result<u64, DriverError> {
+    let namespace = names::function_namespace(&version.target.key.namespace);
+    let name = names::version_object(&version.target.key, version.target.version);
+    let last = version.last_call_ms();
+    if last > version.reported_ms() {
+        let patch = serde_json::json!({"metadata": {"annotations": {annotation::LAST_CALL: last.to_string()}}});
+        cluster
+            .api::<Deployment>(&namespace)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| unavailable(&format!("reporting the last call of {name}"), e))?;
+        version.set_reported_ms(last);
+    }
+    Ok(last)
+}
+
 /// Reports this replica's last call of `version`, and scales it to zero
 /// when every replica has been idle on it for `idle`.
 async fn reap(cluster: &Cluster, version: &Serving, idle: Duration) -> Result<(), DriverError> {
     let namespace = names::function_namespace(&version.target.key.namespace);
     let name = names::version_object(&version.target.key, version.target.version);
     let api = cluster.api::<Deployment>(&namespace);
-    let last = version.last_call_ms();
-    if last > version.reported_ms() {
-        let patch = serde_json::json!({"metadata": {"annotations": {annotation::LAST_CALL: last.to_string()}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| unavailable(&format!("reporting the last call of {name}"), e))?;
-        version.set_reported_ms(last);
-    }
+    let last = report(cluster, version).await?;
     let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
     if !version.scales_to_zero() || now_ms().saturating_sub(last) < idle_ms {
         return Ok(());

@@ -71,6 +71,24 @@ async fn record_reaches(server: &Server, location: &str, status: &str, secs: u64
     .await
 }
 
+/// The outcome record of event `id` that `function` (running HANDLER) got.
+async fn outcome_sent_to(server: &Server, function: &str, id: &str) -> Value {
+    let printed = eventually(Duration::from_secs(30), || async {
+        let logs: Vec<String> = server
+            .records("ns", function)
+            .await
+            .iter()
+            .filter_map(|r| r["logs"][0]["text"].as_str().map(str::to_string))
+            .collect();
+        logs.into_iter()
+            .find(|l| l.contains(id))
+            .ok_or_else(|| format!("nothing about {id} printed by {function} yet"))
+    })
+    .await;
+    serde_json::from_str(printed.trim_start_matches("got ").split(" attempt").next().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {printed}"))
+}
+
 async fn accepted_then_delivered(backend: Backend) {
     let server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_EVENT_BYTES", "1024")]).await;
     server
@@ -266,20 +284,7 @@ async fn dead_letter_to_a_function(backend: Backend) {
         letter["id"].as_str().unwrap()
     );
     record_reaches(&server, &location, "succeeded", 60).await;
-    let printed = eventually(Duration::from_secs(20), || async {
-        let logs: Vec<String> = server
-            .records("ns", "dlq")
-            .await
-            .iter()
-            .filter_map(|r| r["logs"][0]["text"].as_str().map(str::to_string))
-            .collect();
-        logs.into_iter()
-            .find(|l| l.contains(&id))
-            .ok_or_else(|| "the dead letter has not arrived".to_string())
-    })
-    .await;
-    let sent: Value = serde_json::from_str(printed.trim_start_matches("got ").split(" attempt").next().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {printed}"));
+    let sent = outcome_sent_to(&server, "dlq", &id).await;
     assert_eq!(sent["condition"], "retries_exhausted", "{sent}");
     assert_eq!(
         (sent["attempts"].as_u64(), sent["status"].as_u64()),
@@ -298,20 +303,7 @@ async fn dead_letter_to_a_function(backend: Backend) {
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let id = body["id"].as_str().unwrap().to_string();
     record_reaches(&server, &location.unwrap(), "succeeded", 60).await;
-    let printed = eventually(Duration::from_secs(30), || async {
-        let logs: Vec<String> = server
-            .records("ns", "dlq")
-            .await
-            .iter()
-            .filter_map(|r| r["logs"][0]["text"].as_str().map(str::to_string))
-            .collect();
-        logs.into_iter()
-            .find(|l| l.contains(&id))
-            .ok_or_else(|| "the success record has not arrived".to_string())
-    })
-    .await;
-    let sent: Value = serde_json::from_str(printed.trim_start_matches("got ").split(" attempt").next().unwrap())
-        .unwrap_or_else(|e| panic!("{e}: {printed}"));
+    let sent = outcome_sent_to(&server, "dlq", &id).await;
     assert_eq!(
         (sent["condition"].as_str(), sent["attempts"].as_u64()),
         (Some("success"), Some(1)),
@@ -556,7 +548,41 @@ async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
     .await;
 }
 
+/// An event that waits longer than `async.max_event_age_sec` (here for a
+/// function turned off, so parked) fails without an attempt, and its
+/// dead letter says why.
+async fn an_event_too_old_fails_without_an_attempt(backend: Backend) {
+    let server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "dlq",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+    let spec = json!({"runtime": "python3.11", "replicas": 0,
+        "async": {"max_event_age_sec": 60, "on_failure": {"type": "function", "function": "dlq"}}});
+    server.deploy("ns", "off", spec, &[("handler.py", HANDLER)]).await;
+    let (status, location, body) = send_event(&server, "/fn/ns/off", "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_str().unwrap().to_string();
+    let record = record_reaches(&server, &location.unwrap(), "failed", 120).await;
+    assert_eq!(record["attempts"], 0, "{record}");
+    assert!(
+        record["last_error"].as_str().unwrap().contains("max_event_age_sec"),
+        "{record}"
+    );
+    let sent = outcome_sent_to(&server, "dlq", &id).await;
+    assert_eq!(
+        (sent["condition"].as_str(), sent["attempts"].as_u64()),
+        (Some("event_age_exceeded"), Some(0)),
+        "{sent}"
+    );
+}
+
 crate::both_stores!(
+    an_event_too_old_fails_without_an_attempt,
     concurrent_202s_survive_a_kill_and_wait_parked,
     accepted_then_delivered,
     fails_twice_then_succeeds_in_three_calls,

@@ -86,6 +86,8 @@ struct Workload {
     replicas: i32,
     resource_version: u64,
     pods: Vec<Pod>,
+    /// The `sless.dev/last-call` annotation replicas report.
+    last_call: Option<String>,
 }
 
 /// A build Job's one pod: `sless instance build` with the Job's environment.
@@ -417,6 +419,25 @@ impl Cluster {
                 jobs.insert(name, pod);
                 (201, job)
             }
+            // The idle scaler: a replica's last call noted on the
+            // Deployment (a merge patch, not an apply), and read back.
+            "PATCH" if path.contains("/deployments/") && !query.contains("fieldManager") => {
+                let patch: Value = serde_json::from_slice(body).unwrap();
+                let mut workloads = self.workloads.lock().unwrap();
+                let Some(workload) = workloads.get_mut(&name) else {
+                    return (404, status(404, "NotFound"));
+                };
+                if let Some(ms) = patch["metadata"]["annotations"]["sless.dev/last-call"].as_str() {
+                    workload.last_call = Some(ms.to_string());
+                    // A change of the object: a new resourceVersion.
+                    workload.resource_version += 1;
+                }
+                (200, deployment_of(&name, workload))
+            }
+            "GET" if path.contains("/deployments/") => match self.workloads.lock().unwrap().get(&name) {
+                Some(workload) => (200, deployment_of(&name, workload)),
+                None => (404, status(404, "NotFound")),
+            },
             "GET" if path.contains("/jobs/") => match self.jobs.lock().unwrap().get_mut(&name) {
                 Some(pod) => (
                     200,
@@ -499,6 +520,16 @@ impl Cluster {
             _ => (404, status(404, "NotFound")),
         }
     }
+}
+
+/// A Deployment as the API server shows it: replicas, the last call
+/// reported, and the resourceVersion a conditional scale names.
+fn deployment_of(name: &str, workload: &Workload) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": name, "namespace": "sless-fn-demo",
+                        "resourceVersion": workload.resource_version.to_string(),
+                        "annotations": {"sless.dev/last-call": workload.last_call.clone().unwrap_or_default()}},
+           "spec": {"replicas": workload.replicas, "selector": {}, "template": {}}})
 }
 
 fn base64_decode(value: &Value) -> Vec<u8> {
@@ -594,6 +625,11 @@ impl FakeCluster {
 
     /// A replica's driver, its API requests answered by this cluster.
     fn replica(&self) -> KubeDriver {
+        self.replica_idle(None)
+    }
+
+    /// A replica that scales a version back to zero after `idle` without calls.
+    fn replica_idle(&self, idle: Option<Duration>) -> KubeDriver {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let cluster = self.cluster.clone();
         tokio::spawn(async move {
@@ -633,7 +669,7 @@ impl FakeCluster {
             endpoints_ttl: Duration::from_millis(100),
             start_timeout: Duration::from_secs(30),
             watch_endpoints: false,
-            idle_timeout: None,
+            idle_timeout: idle,
         };
         // The object store the server uses, and its signer for build grants.
         let store = self.store.clone();
@@ -862,4 +898,27 @@ async fn a_version_with_secrets_sees_them_and_new_values_roll_its_pods() {
     })
     .await;
     assert_ne!(answer["pid"], json!(null));
+}
+
+#[tokio::test]
+async fn a_version_nobody_calls_goes_back_to_zero_and_wakes_on_the_next_call() {
+    let cluster = FakeCluster::start().await;
+    let idle = Some(Duration::from_millis(400));
+    let (a, b) = (cluster.replica_idle(idle), cluster.replica_idle(idle));
+    a.deploy(cluster.version(1)).await.unwrap();
+    b.deploy(cluster.version(1)).await.unwrap();
+    let first = invoke(&a, 1, json!({})).await.unwrap();
+    invoke(&b, 1, json!({})).await.unwrap();
+    assert_eq!(cluster.pids(1).len(), 1);
+    // Neither replica calls: the version goes back to zero, its pod stops.
+    eventually(Duration::from_secs(20), || async {
+        let pids = cluster.pids(1);
+        pids.is_empty()
+            .then_some(())
+            .ok_or_else(|| format!("still running: {pids:?}"))
+    })
+    .await;
+    // The next call starts a pod again.
+    let again = invoke(&b, 1, json!({})).await.unwrap();
+    assert_ne!(again["pid"], first["pid"]);
 }

@@ -78,3 +78,52 @@ async fn an_idle_version_goes_to_zero_once_no_replica_has_had_a_call() {
     )
     .await;
 }
+
+/// A call that wakes a version from zero is noted on the Deployment
+/// before the scale: another replica's idle pass that read the Deployment
+/// earlier cannot scale the new pod away (its scale names an older
+/// resourceVersion), and one that reads it later sees the call.
+#[tokio::test]
+async fn a_wake_from_zero_notes_its_call_before_it_scales() {
+    // Idle scaling on, but its pass far off: only the call's requests come.
+    let mut s = scenario_with(Some(Duration::from_secs(3600)));
+    deployed(&mut s).await;
+    let pod = fake_instance::start("demo", "hello", 1).await;
+    let (result, ()) = tokio::join!(invoke(&s.driver, 1, 7), async {
+        s.api.lists_endpoints(&[]).await;
+        let noted = s
+            .api
+            .expect(
+                "PATCH",
+                &format!("{APPS}/deployments/fn-hello-v1"),
+                200,
+                deployment("fn-hello-v1", 1, 0, json!({})),
+            )
+            .await;
+        assert_eq!(noted.content_type, "application/merge-patch+json");
+        let last_call: u64 = noted.body["metadata"]["annotations"]["sless.dev/last-call"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(now_ms().abs_diff(last_call) < 10_000, "{last_call}");
+        s.api
+            .expect(
+                "GET",
+                &format!("{APPS}/deployments/fn-hello-v1/scale"),
+                200,
+                scale("fn-hello-v1", 0, "41"),
+            )
+            .await;
+        s.api
+            .expect(
+                "PATCH",
+                &format!("{APPS}/deployments/fn-hello-v1/scale"),
+                200,
+                scale("fn-hello-v1", 1, "42"),
+            )
+            .await;
+        s.api.lists_endpoints(&[pod]).await;
+    });
+    assert!(result.unwrap().cold_start);
+}
