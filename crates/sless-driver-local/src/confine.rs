@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use sless_api::Network;
 
 use super::cgroup::{Cgroups, Group, GroupLimits};
-use super::network::{Netns, Networks, PrivateEgress};
+use super::network::{HubOf, Netns, Networks, PrivateEgress};
 
 /// How this server confines sandboxes (chosen at start from its settings).
 #[derive(Debug, Clone, Default)]
@@ -71,13 +71,15 @@ impl Confiner {
     }
 
     /// Everything a new sandbox runs in. `scratch` is the directory its
-    /// tmpfs is mounted on (made here), sized `tmp_bytes`.
+    /// tmpfs is mounted on (made here), sized `tmp_bytes`; its network
+    /// namespace joins `hub` now if given (else at `fit`, or never).
     pub async fn confine(
         &self,
         uid: Option<u32>,
         limits: GroupLimits,
         scratch: PathBuf,
         tmp_bytes: u64,
+        hub: Option<HubOf>,
     ) -> Result<Confinement, String> {
         let mut confinement = Confinement {
             uid,
@@ -92,13 +94,14 @@ impl Confiner {
             confinement.scratch = Some(Scratch::mount(scratch, uid, tmp_bytes)?);
         }
         if let Some(networks) = &self.networks {
-            confinement.netns = Some(networks.create().await?);
+            confinement.netns = Some(networks.create(hub).await?);
         }
         Ok(confinement)
     }
 
     /// Fits a started (generic) sandbox to a function: its memory, its /tmp
-    /// size and its network. Any failure is the instance's failure to start.
+    /// size and its network (its namespace joins the tenant's hub, or
+    /// stays loopback only with `network: none`). Any failure is the instance's failure to start.
     pub async fn fit(
         &self,
         confinement: &Confinement,
@@ -115,8 +118,8 @@ impl Confiner {
         }
         if let (Some(networks), Some(netns)) = (&self.networks, confinement.netns.as_ref()) {
             match network {
-                Network::None => netns.cut_off().await?,
-                Network::Internet => networks.open_private(netns, namespace).await?,
+                Network::None => {}
+                Network::Internet => networks.join(netns, HubOf::Tenant(namespace.to_string())).await?,
             }
         }
         Ok(())

@@ -8,6 +8,7 @@ use sless_api::Runtime;
 
 use super::cgroup::GroupLimits;
 use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings};
+use super::network::HubOf;
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
 use super::zygote::Zygote;
@@ -152,7 +153,7 @@ impl Launcher {
         let started = std::time::Instant::now();
         let confinement = self
             .confiner
-            .confine(uid, WARM_GROUP, self.scratch_of(&slot), WARM_LIMITS.tmp_bytes)
+            .confine(uid, WARM_GROUP, self.scratch_of(&slot), WARM_LIMITS.tmp_bytes, None)
             .await?;
         let confined = started.elapsed();
         // Empty until the instance loads a function that mounts secrets.
@@ -202,7 +203,9 @@ impl Launcher {
         let scratch = self
             .scratch_dir
             .join(format!("build-{:016x}.tmp", rand::random::<u64>()));
-        self.confiner.confine(uid, limits, scratch, tmp_bytes).await
+        self.confiner
+            .confine(uid, limits, scratch, tmp_bytes, Some(HubOf::Builds))
+            .await
     }
 
     /// At shutdown: unmounts what is still mounted among this server's

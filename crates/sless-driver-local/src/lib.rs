@@ -12,6 +12,7 @@ pub mod frame;
 #[cfg(test)]
 mod fuzz_frames;
 mod launcher;
+mod netlink;
 mod network;
 mod owner;
 mod pasta;

@@ -1,31 +1,47 @@
-//! Network namespaces of instances and builds. Each gets a namespace of its
-//! own (`ip netns add`), joined to the internet by `pasta` (Debian's passt,
-//! a maintained user-mode network: the host's loopback is not mapped in, no
-//! port is forwarded either way) and fenced by nftables rules inside it that
-//! refuse loopback, private, link-local, shared, multicast and reserved
-//! ranges, the host's own addresses and its gateway, and all of IPv6. Names
-//! resolve through pasta's DNS forwarder at [`DNS_ADDRESS`] (the one
-//! link-local destination let through, port 53 only), so the machine's own
-//! resolver may sit at a private address without opening that range.
+//! Network namespaces of instances and builds. Each sandbox gets a
+//! namespace of its own (made by `unshare`, bound under `/run/netns` as `ip
+//! netns` does), holding only loopback until it joins a hub: one namespace
+//! per tenant (and one for builds) that routes its members' traffic to
+//! `pasta` (Debian's passt, a maintained user-mode network: the host's
+//! loopback is not mapped in, no port is forwarded either way). A member is
+//! joined by a veth pair, its end `eth0` with an address of its own in
+//! 100.64.0.0/10 and a default route to the hub, which masquerades it.
 //!
-//! A namespace is made when the warm instance is started, never on the
-//! request path. A function with `network: none` cuts pasta off when it is
-//! loaded (its tap goes with it: loopback only). The operator's private
-//! destinations (`SLESS_PRIVATE_EGRESS`) are opened per namespace at load.
+//! The fence is the hub's nftables rules: forwarded traffic to loopback,
+//! private, link-local, shared, multicast and reserved ranges, the host's
+//! own addresses and its gateway, and all of IPv6 is refused, as is
+//! traffic from one member to another and to the hub itself. Names resolve
+//! through pasta's DNS forwarder at [`DNS_ADDRESS`] (the one link-local
+//! destination let through, port 53 only), so the machine's own resolver
+//! may sit at a private address without opening that range. The operator's
+//! private destinations (`SLESS_PRIVATE_EGRESS`) are accepted by the hub of
+//! the tenant they are granted to only.
 //!
-//! **Invariant:** no sandboxed process runs in a namespace before its rules
-//! are in place (the sandbox is started inside it only after `create`).
-//! Namespaces are named `sless-{owner tag}-{n}` (the server's pid and start
-//! time, see `owner`); those of a server that is gone, and their pasta
-//! processes, are removed when a server starts.
+//! Why a hub: `pasta` costs about 10 ms of CPU to start and 20 MB of memory
+//! to run, and `ip netns add` plus `nft` two processes more; one of each
+//! per instance made the network most of a cold start's cost. A namespace
+//! and a veth pair made with syscalls and netlink cost well under one.
+//!
+//! An instance's namespace is made when its warm shim starts and joins its
+//! tenant's hub when it is loaded (`network: none`: never). A hub is made
+//! by the first member that needs it and goes with its last.
+//!
+//! **Invariant:** a namespace has no way out but its hub, and a hub routes
+//! nothing before its rules are in place (pasta joins it only after them).
+//! Namespaces and hubs are named `sless-{owner tag}-{n}` (the server's pid
+//! and start time, see `owner`); those of a server that is gone, and their
+//! pasta processes, are removed when a server starts.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use tokio::process::Command;
 
+use super::netlink::{self, Rtnl};
 use super::owner;
 use super::pasta::{self, Pasta};
 
@@ -92,20 +108,41 @@ impl PrivateEgress {
 
     fn rule(&self) -> String {
         let port = self.port.map(|p| format!(" th dport {p}")).unwrap_or_default();
-        format!(
-            "insert rule inet sless output ip daddr {}/{}{port} accept\n",
-            self.address, self.prefix
-        )
+        format!("ip daddr {}/{}{port} accept", self.address, self.prefix)
     }
 }
+
+/// Where the hub end of every member's veth pair is, as its members see it
+/// (their default route; never a destination: the hub refuses traffic to itself).
+const HUB_ADDRESS: Ipv4Addr = Ipv4Addr::new(169, 254, 0, 1);
+/// A member's end of its veth pair, in its own namespace.
+const MEMBER_LINK: (&str, i32) = ("eth0", 2);
+/// Members' addresses: 100.64.0.0/10 (shared address space, refused as a
+/// destination), one per member of a hub, from the namespace's number.
+const MEMBER_NET: u32 = 0x6440_0000;
+const MEMBERS: u64 = (1 << 22) - 4;
+
+/// Whose hub a namespace joins.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum HubOf {
+    /// A tenant's: its private destinations are open.
+    Tenant(String),
+    /// The builds': no private destination.
+    Builds,
+}
+
+/// A hub being made or made; shared by its members, dropped with the last.
+type HubCell = tokio::sync::OnceCell<Hub>;
 
 /// Makes and removes the namespaces of this server process.
 pub struct Networks {
     /// `sless-{server pid}-`: namespaces of a server that is gone are removed at start.
     prefix: String,
-    rules: String,
+    /// What a hub refuses (ranges and the host's addresses), nft syntax.
+    blocked: String,
     next: AtomicU64,
     private: Vec<PrivateEgress>,
+    hubs: Mutex<HashMap<HubOf, Weak<HubCell>>>,
     /// A resolv.conf naming [`DNS_ADDRESS`], bound over the sandbox's.
     pub resolv_conf: PathBuf,
 }
@@ -114,16 +151,10 @@ impl Networks {
     /// Checks the tools, writes the resolver file, removes namespaces left by
     /// dead servers and fixes the rules (the host's addresses are read now).
     pub fn start(data_dir: &Path, private: Vec<PrivateEgress>) -> anyhow::Result<Networks> {
-        for tool in [
-            pasta::PASTA,
-            pasta::SETPRIV,
-            "/usr/sbin/nft",
-            "/usr/sbin/ip",
-            "/usr/bin/nsenter",
-        ] {
+        for tool in [pasta::PASTA, pasta::SETPRIV, "/usr/sbin/nft", "/usr/bin/nsenter"] {
             if !Path::new(tool).exists() {
                 anyhow::bail!(
-                    "network isolation needs {tool} (packages passt, nftables, iproute2, util-linux; scripts/setup-run.sh installs them), \
+                    "network isolation needs {tool} (packages passt, nftables, util-linux; scripts/setup-run.sh installs them), \
                      or turn it off with SLESS_NETWORK_ISOLATION=off"
                 );
             }
@@ -141,83 +172,170 @@ impl Networks {
         )?;
         set_mode(&resolv_conf, 0o644)?;
         remove_stale();
+        // As `ip netns` makes it: namespaces bound here later reach the
+        // mount namespaces copied from this one (the zygote's).
+        std::fs::create_dir_all(NETNS_DIR)?;
+        super::zygote::shared_mount_point(Path::new(NETNS_DIR))
+            .map_err(|e| anyhow::anyhow!("sharing mounts under {NETNS_DIR}: {e}"))?;
         Ok(Networks {
             prefix: format!("sless-{}-", owner::own_tag()),
-            rules: rules(&host_addresses()),
+            blocked: blocked(&host_addresses()),
             next: AtomicU64::new(0),
             private,
+            hubs: Mutex::new(HashMap::new()),
             resolv_conf,
         })
     }
 
-    /// A new namespace with internet egress and the blocks in place.
-    pub async fn create(&self) -> Result<Netns, String> {
-        let name = format!("{}{}", self.prefix, self.next.fetch_add(1, Ordering::Relaxed));
-        run(
-            Command::new("/usr/sbin/ip").args(["netns", "add", &name]),
-            "making a network namespace",
-        )
-        .await?;
+    /// A new namespace holding only loopback; joined to `hub` at once when given.
+    pub async fn create(&self, hub: Option<HubOf>) -> Result<Netns, String> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let path = PathBuf::from(NETNS_DIR).join(format!("{}{number}", self.prefix));
+        let rtnl = netlink::new_netns(&path, member_sysctls).map_err(|e| format!("making a network namespace: {e}"))?;
         let netns = Netns {
-            path: PathBuf::from("/run/netns").join(&name),
-            pasta: Mutex::new(None),
+            path,
+            member: number % MEMBERS,
+            rtnl,
+            hub: Mutex::new(None),
+        };
+        if let Some(hub) = hub {
+            self.join(&netns, hub).await?;
+        }
+        Ok(netns)
+    }
+
+    /// Joins `netns` to the hub of `hub` (made if it is the first member):
+    /// from then on it reaches the internet and what that hub opens.
+    pub async fn join(&self, netns: &Netns, hub: HubOf) -> Result<(), String> {
+        if netns.hub.lock().unwrap().is_some() {
+            return Ok(());
+        }
+        let cell = {
+            let mut hubs = self.hubs.lock().unwrap();
+            hubs.retain(|_, cell| cell.strong_count() > 0);
+            match hubs.get(&hub).and_then(Weak::upgrade) {
+                Some(cell) => cell,
+                None => {
+                    let cell = Arc::new(HubCell::new());
+                    hubs.insert(hub.clone(), Arc::downgrade(&cell));
+                    cell
+                }
+            }
+        };
+        let made = cell.get_or_try_init(|| self.make_hub(&hub)).await?;
+        made.connect(netns)
+            .map_err(|e| format!("joining the network namespace to its hub: {e}"))?;
+        *netns.hub.lock().unwrap() = Some(cell);
+        Ok(())
+    }
+
+    /// A hub: its namespace forwards, its rules hold, then pasta joins it.
+    async fn make_hub(&self, hub: &HubOf) -> Result<Hub, String> {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        let path = PathBuf::from(NETNS_DIR).join(format!("{}{number}", self.prefix));
+        let rtnl = netlink::new_netns(&path, hub_sysctls).map_err(|e| format!("making a network hub: {e}"))?;
+        let mut made = Hub {
+            path,
+            rtnl,
+            pasta: None,
+        };
+        let private: Vec<&PrivateEgress> = match hub {
+            HubOf::Tenant(namespace) => self.private.iter().filter(|p| &p.namespace == namespace).collect(),
+            HubOf::Builds => Vec::new(),
         };
         // Rules first: nothing is connected before they hold.
-        nft(&netns.path, &self.rules).await?;
-        let pasta = Pasta::connect(&netns.path, DNS_ADDRESS).await?;
-        *netns.pasta.lock().unwrap() = Some(pasta);
-        Ok(netns)
+        nft(&made.path, &hub_rules(&self.blocked, &private)).await?;
+        made.pasta = Some(Pasta::connect(&made.path, DNS_ADDRESS).await?);
+        Ok(made)
     }
 
     /// Removes every namespace of this server (at shutdown: pasta quits when
     /// its namespace's file goes, and is killed when the server exits).
     pub fn release(&self) {
-        for entry in std::fs::read_dir("/run/netns").into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir(NETNS_DIR).into_iter().flatten().flatten() {
             if entry.file_name().to_string_lossy().starts_with(&self.prefix) {
                 remove_netns(&entry.path());
             }
         }
     }
-
-    /// Opens the operator's private destinations for `namespace`, if it has any.
-    pub async fn open_private(&self, netns: &Netns, namespace: &str) -> Result<(), String> {
-        let rules: String = self
-            .private
-            .iter()
-            .filter(|p| p.namespace == namespace)
-            .map(PrivateEgress::rule)
-            .collect();
-        if rules.is_empty() {
-            return Ok(());
-        }
-        nft(&netns.path, &rules).await
-    }
 }
 
-/// One network namespace; removed (and its pasta with it) when dropped.
+/// Where network namespaces are bound (where `ip netns` keeps them).
+const NETNS_DIR: &str = "/run/netns";
+
+/// One sandbox's network namespace; removed when dropped (its veth pair
+/// goes with it, and its hub with the hub's last member).
 pub struct Netns {
     pub path: PathBuf,
-    /// None once it is cut off.
-    pasta: Mutex<Option<Pasta>>,
-}
-
-impl Netns {
-    /// Takes the namespace off the network: pasta stops and its tap device
-    /// goes, loopback stays. Waits until pasta is gone.
-    pub async fn cut_off(&self) -> Result<(), String> {
-        let pasta = self.pasta.lock().unwrap().take();
-        match pasta {
-            Some(pasta) => pasta.stop().await,
-            None => Ok(()),
-        }
-    }
+    /// Its number among the members of a hub (address and link).
+    member: u64,
+    /// A route socket inside it.
+    rtnl: Rtnl,
+    hub: Mutex<Option<Arc<HubCell>>>,
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        drop(self.pasta.get_mut().unwrap().take());
         remove_netns(&self.path);
     }
+}
+
+/// The namespace a tenant's members reach the internet through (see the
+/// module doc); pasta is killed and the namespace removed when dropped.
+struct Hub {
+    path: PathBuf,
+    rtnl: Rtnl,
+    pasta: Option<Pasta>,
+}
+
+impl Hub {
+    /// A veth pair between the hub and `member`, addressed and routed.
+    fn connect(&self, member: &Netns) -> std::io::Result<()> {
+        let n = u32::try_from(member.member).unwrap_or(0);
+        let address = Ipv4Addr::from(MEMBER_NET + 2 + n);
+        let link = i32::try_from(16 + n).unwrap_or(i32::MAX);
+        let (peer, peer_link) = MEMBER_LINK;
+        let member_ns = netlink::open_netns(&member.path)?;
+        self.rtnl
+            .add_veth(&format!("sl{n}"), link, peer, peer_link, member_ns.as_fd())?;
+        self.rtnl.add_address(link, HUB_ADDRESS, 32)?;
+        self.rtnl.link_up(link)?;
+        self.rtnl.add_route(address, 32, None, link)?;
+        member.rtnl.add_address(peer_link, address, 32)?;
+        member.rtnl.link_up(peer_link)?;
+        member
+            .rtnl
+            .add_route(Ipv4Addr::UNSPECIFIED, 0, Some(HUB_ADDRESS), peer_link)
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        drop(self.pasta.take());
+        remove_netns(&self.path);
+    }
+}
+
+/// In a member's namespace: no IPv6 at all (its link would get an address).
+fn member_sysctls() -> std::io::Result<()> {
+    for path in [
+        "/proc/sys/net/ipv6/conf/all/disable_ipv6",
+        "/proc/sys/net/ipv6/conf/default/disable_ipv6",
+    ] {
+        // A kernel without IPv6 has no such file: nothing to turn off.
+        if let Err(e) = std::fs::write(path, "1") {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// In a hub's namespace: no IPv6, and IPv4 forwarding (which its rules fence).
+fn hub_sysctls() -> std::io::Result<()> {
+    member_sysctls()?;
+    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
 }
 
 fn remove_netns(path: &Path) {
@@ -279,23 +397,45 @@ fn host_addresses() -> Vec<Ipv4Addr> {
     found
 }
 
-/// The nftables rules of a namespace: refuse (at once, not by timeout)
-/// everything but loopback, DNS to pasta's forwarder, and public IPv4.
-fn rules(host: &[Ipv4Addr]) -> String {
+/// What a hub refuses, nft syntax: the special-purpose ranges and the
+/// host's own addresses and gateways.
+fn blocked(host: &[Ipv4Addr]) -> String {
     let mut blocked: Vec<String> = BLOCKED_V4.iter().map(|s| s.to_string()).collect();
     blocked.extend(host.iter().map(|a| a.to_string()));
+    blocked.join(", ")
+}
+
+/// The nftables rules of a hub: members (links `sl*`) reach DNS at pasta's
+/// forwarder, the `private` destinations and public IPv4; nothing else, not
+/// each other, not the hub. Refused at once, not by timeout. Replies come
+/// back by connection tracking; what leaves is masqueraded.
+fn hub_rules(blocked: &str, private: &[&PrivateEgress]) -> String {
+    let private: String = private.iter().map(|p| format!("    {}\n", p.rule())).collect();
     format!(
         "table inet sless {{\n\
-         \x20 chain output {{\n\
-         \x20   type filter hook output priority 0; policy accept;\n\
-         \x20   oif \"lo\" accept\n\
+         \x20 chain input {{\n\
+         \x20   type filter hook input priority 0; policy accept;\n\
+         \x20   iifname \"sl*\" reject with icmpx type admin-prohibited\n\
+         \x20 }}\n\
+         \x20 chain forward {{\n\
+         \x20   type filter hook forward priority 0; policy drop;\n\
+         \x20   ct state established,related accept\n\
+         \x20   iifname != \"sl*\" drop\n\
+         \x20   oifname \"sl*\" reject with icmpx type admin-prohibited\n\
          \x20   ip daddr {DNS_ADDRESS} udp dport 53 accept\n\
          \x20   ip daddr {DNS_ADDRESS} tcp dport 53 accept\n\
-         \x20   ip daddr {{ {} }} reject with icmp type admin-prohibited\n\
-         \x20   meta nfproto ipv6 reject with icmpv6 type admin-prohibited\n\
+         {private}\
+         \x20   ip daddr {{ {blocked} }} reject with icmp type admin-prohibited\n\
+         \x20   meta nfproto ipv4 accept\n\
+         \x20   reject with icmpx type admin-prohibited\n\
          \x20 }}\n\
-         }}\n",
-        blocked.join(", ")
+         }}\n\
+         table ip sless_nat {{\n\
+         \x20 chain postrouting {{\n\
+         \x20   type nat hook postrouting priority 100; policy accept;\n\
+         \x20   oifname != \"sl*\" masquerade\n\
+         \x20 }}\n\
+         }}\n"
     )
 }
 
@@ -305,10 +445,6 @@ async fn nft(netns: &Path, rules: &str) -> Result<(), String> {
         .args(["/usr/sbin/nft", "-f", "-"])
         .env_clear();
     run_with_input(&mut cmd, rules.as_bytes(), "fencing the network namespace (nft)").await
-}
-
-async fn run(cmd: &mut Command, what: &str) -> Result<(), String> {
-    run_with_input(cmd, &[], what).await
 }
 
 async fn run_with_input(cmd: &mut Command, input: &[u8], what: &str) -> Result<(), String> {
@@ -352,7 +488,7 @@ mod tests {
         assert_eq!(parsed[0].namespace, "billing");
         assert_eq!((parsed[0].prefix, parsed[0].port), (32, Some(5432)));
         assert_eq!((parsed[1].prefix, parsed[1].port), (24, None));
-        assert!(parsed[0].rule().contains("ip daddr 10.0.0.5/32 th dport 5432 accept"));
+        assert_eq!(parsed[0].rule(), "ip daddr 10.0.0.5/32 th dport 5432 accept");
         for bad in [
             "10.0.0.5",
             "Bad=10.0.0.5",
@@ -367,8 +503,9 @@ mod tests {
     }
 
     #[test]
-    fn rules_refuse_private_ranges_and_the_hosts_addresses() {
-        let text = rules(&["192.0.2.2".parse().unwrap()]);
+    fn hub_rules_refuse_private_ranges_and_the_hosts_addresses_but_what_is_granted() {
+        let grant = PrivateEgress::parse_all(&["ns=10.1.2.3:5432".into()]).unwrap();
+        let text = hub_rules(&blocked(&["192.0.2.2".parse().unwrap()]), &[&grant[0]]);
         for range in [
             "10.0.0.0/8",
             "127.0.0.0/8",
@@ -379,6 +516,10 @@ mod tests {
         ] {
             assert!(text.contains(range), "{range} missing: {text}");
         }
-        assert!(text.contains("meta nfproto ipv6 reject"));
+        let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing: {text}"));
+        // The grant is accepted before the ranges are refused, after members are kept apart.
+        assert!(at("oifname \"sl*\" reject") < at("ip daddr 10.1.2.3/32 th dport 5432 accept"));
+        assert!(at("ip daddr 10.1.2.3/32") < at("reject with icmp type admin-prohibited"));
+        assert!(text.trim_end().ends_with('}'));
     }
 }

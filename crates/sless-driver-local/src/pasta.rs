@@ -81,22 +81,6 @@ impl Pasta {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
-
-    /// Stops pasta and waits until it is gone (its tap goes with it).
-    pub async fn stop(mut self) -> Result<(), String> {
-        let Some(mut child) = self.child.take() else {
-            return Ok(());
-        };
-        let _ = child.kill();
-        for _ in 0..200 {
-            if let Ok(Some(_)) = child.try_wait() {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        self.child = Some(child);
-        Err("the network did not go down".into())
-    }
 }
 
 impl Drop for Pasta {

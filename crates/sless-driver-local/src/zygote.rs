@@ -207,7 +207,7 @@ const NETNS_DIR: &str = "/run/netns";
 
 /// Makes `dir` a mount point (bound on itself) whose mounts propagate to
 /// the mount namespaces copied from this one as slaves (the zygote's).
-fn shared_mount_point(dir: &Path) -> rustix::io::Result<()> {
+pub(crate) fn shared_mount_point(dir: &Path) -> rustix::io::Result<()> {
     use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
     let dir = dir.canonicalize().map_err(|_| rustix::io::Errno::NOENT)?;
     let mounted = std::fs::read_to_string("/proc/self/mountinfo")

@@ -7,11 +7,10 @@ use serde_json::{json, Value};
 
 use super::harness::{Backend, Server};
 
-/// Tries the machine's loopback services and an "internet" server from
-/// inside a handler, and lists what the network looks like there.
-const NET_PROBE: &[u8] = br#"
-import socket, urllib.request
-
+/// Python: `connect(host, port)` says "CONNECTED" or "BLOCKED:{error}".
+macro_rules! connect_py {
+    () => {
+        r#"
 def connect(host, port):
     s = socket.socket()
     s.settimeout(3)
@@ -22,7 +21,16 @@ def connect(host, port):
         return "BLOCKED:" + type(e).__name__
     finally:
         s.close()
+"#
+    };
+}
 
+/// Tries the machine's loopback services and an "internet" server from
+/// inside a handler, and lists what the network looks like there.
+const NET_PROBE: &[u8] = concat!(
+    "import socket, urllib.request\n",
+    connect_py!(),
+    r#"
 def handle(event, context):
     out = {"ports": {str(p): connect("127.0.0.1", p) for p in event["ports"]}}
     try:
@@ -33,7 +41,9 @@ def handle(event, context):
     out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
     out["resolv"] = open("/etc/resolv.conf").read()
     return out
-"#;
+"#
+)
+.as_bytes();
 
 /// An HTTP server in a network namespace this test makes, joined to the
 /// host by a veth pair: "the internet" at a public-looking documentation
@@ -227,4 +237,62 @@ async fn a_private_destination_is_reachable_from_its_namespace_only() {
         "{grant} opened the destination to beta too: {out}"
     );
     drop(peer);
+}
+
+/// Listens on port 8080 of its instance from import on, and answers its
+/// address and whether it reaches itself there; with `targets`, tries those.
+const LISTENER: &[u8] = concat!(
+    connect_py!(),
+    r#"
+import socket, threading
+
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("0.0.0.0", 8080))
+server.listen(8)
+
+def serve():
+    while True:
+        conn, _ = server.accept()
+        conn.close()
+
+threading.Thread(target=serve, daemon=True).start()
+
+def handle(event, context):
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.connect(("198.51.100.1", 9))  # picks the route, sends nothing
+    address = probe.getsockname()[0]
+    targets = event.get("targets") or [[address, 8080]]
+    return {"address": address, "reached": {f"{h}:{p}": connect(h, p) for h, p in targets}}
+"#
+)
+.as_bytes();
+
+#[tokio::test]
+async fn instances_sharing_a_tenants_network_do_not_reach_each_other_or_the_hub() {
+    let server = Server::start(Backend::Sqlite).await;
+    for (ns, name) in [("alpha", "one"), ("alpha", "two"), ("beta", "three")] {
+        server
+            .deploy(ns, name, json!({"runtime": "python3.11"}), &[("handler.py", LISTENER)])
+            .await;
+    }
+    let (status, _, text) = server.invoke(Method::POST, "/fn/alpha/one", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let one: Value = serde_json::from_str(&text).unwrap();
+    let address = one["address"].as_str().unwrap().to_string();
+    assert!(address.starts_with("100."), "a member's own address: {one}");
+    let own = format!("{address}:8080");
+    assert_eq!(one["reached"][&own], "CONNECTED", "it listens there: {one}");
+
+    let event = json!({"targets": [[address, 8080], ["169.254.0.1", 8080]]}).to_string();
+    for caller in ["/fn/alpha/two", "/fn/beta/three"] {
+        let (status, _, text) = server.invoke(Method::POST, caller, &event).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let out: Value = serde_json::from_str(&text).unwrap();
+        assert_ne!(out["address"], one["address"], "each instance its own namespace: {out}");
+        for target in [own.as_str(), "169.254.0.1:8080"] {
+            let seen = out["reached"][target].as_str().unwrap();
+            assert!(seen.starts_with("BLOCKED"), "{caller} reached {target}: {out}");
+        }
+    }
 }
