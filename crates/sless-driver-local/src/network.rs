@@ -409,12 +409,19 @@ fn blocked(host: &[Ipv4Addr]) -> String {
 /// forwarder, the `private` destinations and public IPv4; nothing else, not
 /// each other, not the hub. Refused at once, not by timeout. Replies come
 /// back by connection tracking; what leaves is masqueraded.
+///
+/// A segment from pasta that connection tracking calls invalid (seen: a
+/// bare segment without flags, mid-handshake with a distant server) cannot
+/// be mapped back to its member, so it would reach the hub's own TCP stack,
+/// which answers it with a reset that kills the member's connection (npm
+/// and pip in builds hung on TLS): such segments are dropped instead.
 fn hub_rules(blocked: &str, private: &[&PrivateEgress]) -> String {
     let private: String = private.iter().map(|p| format!("    {}\n", p.rule())).collect();
     format!(
         "table inet sless {{\n\
          \x20 chain input {{\n\
          \x20   type filter hook input priority 0; policy accept;\n\
+         \x20   ct state invalid drop\n\
          \x20   iifname \"sl*\" reject with icmpx type admin-prohibited\n\
          \x20 }}\n\
          \x20 chain forward {{\n\
