@@ -207,9 +207,9 @@ impl Reconciler {
                     return false;
                 }
             };
-            let changed: std::collections::HashMap<(String, String), String> = secrets
+            let changed: SecretTimes = secrets
                 .into_iter()
-                .map(|s| ((s.namespace, s.name), s.updated_at.to_rfc3339()))
+                .map(|s| ((s.namespace, s.name), s.updated_at))
                 .collect();
             self.converge_functions(&functions, &changed).await;
         }
@@ -232,11 +232,7 @@ impl Reconciler {
 
     /// Deploys what the store says each function serves, where this replica
     /// serves something else; removes deleted functions.
-    async fn converge_functions(
-        self: &Arc<Self>,
-        functions: &[crate::store::Record],
-        secrets: &std::collections::HashMap<(String, String), String>,
-    ) {
+    async fn converge_functions(self: &Arc<Self>, functions: &[crate::store::Record], secrets: &SecretTimes) {
         let mut present = HashSet::new();
         for record in functions {
             let key = FunctionKey::new(&record.namespace, &record.name);
@@ -257,9 +253,14 @@ impl Reconciler {
             let Some(target) = Target::of(&status) else { continue };
             let served = self.cluster.served(&key);
             let stamp = secret_stamp(&record.namespace, &record.spec, secrets);
-            let secrets_moved = {
-                let stamps = self.secret_stamps.lock().unwrap();
-                stamps.get(&key).is_some_and(|before| Some(before) != stamp.as_ref())
+            // First seen here: the values moved if a secret changed after
+            // the deploy this replica serves (a change through another
+            // replica before this replica's first pass over the function).
+            let secrets_moved = match self.secret_stamps.lock().unwrap().get(&key) {
+                Some(before) => Some(before) != stamp.as_ref(),
+                None => served
+                    .as_ref()
+                    .is_some_and(|s| changed_since(&record.namespace, &record.spec, secrets, s.deployed_at)),
             };
             let wanted = match &served {
                 None => true,
@@ -333,14 +334,13 @@ impl Reconciler {
     }
 }
 
+/// When each secret, by namespace and name, last changed.
+type SecretTimes = std::collections::HashMap<(String, String), chrono::DateTime<chrono::Utc>>;
+
 /// When the secrets a stored function spec uses last changed, as one
 /// string (None when it uses none): a function whose stamp moved rolls
 /// onto the new values.
-fn secret_stamp(
-    namespace: &str,
-    spec: &serde_json::Value,
-    secrets: &std::collections::HashMap<(String, String), String>,
-) -> Option<String> {
+fn secret_stamp(namespace: &str, spec: &serde_json::Value, secrets: &SecretTimes) -> Option<String> {
     let spec = serde_json::from_value::<FunctionSpec>(spec.clone()).ok()?;
     let names = spec.secret_names();
     if names.is_empty() {
@@ -350,8 +350,26 @@ fn secret_stamp(
         .into_iter()
         .map(|name| {
             let at = secrets.get(&(namespace.to_string(), name.to_string()));
-            format!("{name}@{}", at.map_or("-", String::as_str))
+            format!("{name}@{}", at.map_or("-".to_string(), |at| at.to_rfc3339()))
         })
         .collect();
     Some(parts.join(","))
+}
+
+/// Whether a secret the stored function spec uses changed after `at`.
+fn changed_since(
+    namespace: &str,
+    spec: &serde_json::Value,
+    secrets: &SecretTimes,
+    at: chrono::DateTime<chrono::Utc>,
+) -> bool {
+    let Ok(spec) = serde_json::from_value::<FunctionSpec>(spec.clone()) else {
+        return false;
+    };
+    let changed = spec.secret_names().into_iter().any(|name| {
+        secrets
+            .get(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|changed| *changed > at)
+    });
+    changed
 }
