@@ -389,7 +389,7 @@ impl Deployer {
             "build succeeded");
         self.metrics.builds_succeeded.fetch_add(1, Relaxed);
         let prune = version as usize > self.versions.keep();
-        Ok(prune.then(|| (version, status.code_hash)))
+        Ok(prune.then_some((version, status.code_hash)))
     }
 
     /// Makes a deployed version `$latest`, then retires the one before
