@@ -338,6 +338,28 @@ fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
 /// Mirrors `from` into `to` with hard links (directories made, symlinks
 /// copied): fast, and the instance cannot change the artifact through it
 /// because its slot is bound read-only.
+/// Links `from` into `to` as [`link_tree`] does when it holds at most
+/// [`SMALL_TREE_FILES`] files and no folders (a handler without
+/// dependencies), cheaply enough to do on an async task; false, having
+/// linked nothing, for any other tree.
+pub fn link_small_tree(from: &Path, to: &Path) -> std::io::Result<bool> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_file() || names.len() == SMALL_TREE_FILES {
+            return Ok(false);
+        }
+        names.push(entry.file_name());
+    }
+    for name in names {
+        std::fs::hard_link(from.join(&name), to.join(&name))?;
+    }
+    Ok(true)
+}
+
+/// Files that [`link_small_tree`] links at most.
+const SMALL_TREE_FILES: usize = 16;
+
 pub fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

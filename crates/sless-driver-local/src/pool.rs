@@ -13,7 +13,7 @@ use serde_json::json;
 use sless_api::FunctionSpec;
 use tokio::sync::Notify;
 
-use super::launcher::{link_tree, Launcher};
+use super::launcher::{link_small_tree, link_tree, Launcher};
 use super::process::{Output, ShimProcess};
 use super::warm::WarmPool;
 use sless_driver::{FunctionKey, FunctionLoad, InvokeError, VersionRef};
@@ -463,14 +463,20 @@ impl std::fmt::Display for StartFailure {
 async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
     let runtime = generation.spec.runtime;
     let started = Instant::now();
-    let process = pool.warm.take().await.map_err(StartFailure::Start)?;
+    // The warm pool refills once this start is done (`_refill` drops).
+    let (process, _refill) = pool.warm.take().await.map_err(StartFailure::Start)?;
     let taken = started.elapsed();
-    let from = generation.artifact_dir.clone();
-    let slot = process.slot.clone();
-    tokio::task::spawn_blocking(move || link_tree(&from, &slot))
-        .await
-        .map_err(|e| StartFailure::Start(e.to_string()))?
-        .map_err(|e| StartFailure::Start(format!("linking code into the instance: {e}")))?;
+    let linking = |e: std::io::Error| StartFailure::Start(format!("linking code into the instance: {e}"));
+    // A few files are linked here: a trip to the blocking threads costs
+    // more than their links (a deploy waits for it).
+    if !link_small_tree(&generation.artifact_dir, &process.slot).map_err(linking)? {
+        let from = generation.artifact_dir.clone();
+        let slot = process.slot.clone();
+        tokio::task::spawn_blocking(move || link_tree(&from, &slot))
+            .await
+            .map_err(|e| StartFailure::Start(e.to_string()))?
+            .map_err(linking)?;
+    }
     if !generation.secrets.files.is_empty() {
         let files = generation.secrets.files.clone();
         let dir = super::launcher::secrets_dir(&process);

@@ -5,7 +5,10 @@
 //! to keep `target` ready, plus one for each cold start that found none.
 //! A cold start that waits takes the first shim to become ready, whichever
 //! start made it, so it never waits for a start it does not need (nor for
-//! one that a refill began before it came). At most `parallel` starts run
+//! one that a refill began before it came). A shim taken from the ready
+//! ones is replaced once it has loaded its handler, so that the new start
+//! does not take CPU from the load a deploy or a call waits for. At most
+//! `parallel` starts run
 //! at once: each costs an interpreter's start-up CPU, and on a busy machine
 //! starting everything at once would make the first ready shim come last.
 
@@ -59,7 +62,10 @@ impl WarmPool {
     }
 
     /// A warm shim: one that is ready, else the next one to become ready.
-    pub async fn take(self: &Arc<Self>) -> Result<Arc<ShimProcess>, String> {
+    /// The pool refills when the returned [`Refill`] drops: a shim taken
+    /// from the ready ones is loaded before its replacement starts (and
+    /// takes CPU from it); a waiter's shim is started at once.
+    pub async fn take(self: &Arc<Self>) -> Result<(Arc<ShimProcess>, Refill), String> {
         let handed = {
             let mut st = self.state.lock().unwrap();
             st.ready.retain(|p| p.is_alive());
@@ -72,12 +78,14 @@ impl WarmPool {
                 }
             }
         };
-        self.refill();
+        let refill = Refill(self.clone());
         match handed {
-            Ok(process) => Ok(process),
+            Ok(process) => Ok((process, refill)),
             Err(rx) => {
+                self.refill();
                 tracing::debug!(runtime = %self.runtime, "no warm instance ready; waiting for the next");
-                rx.await.unwrap_or_else(|_| Err("the warm pool stopped".into()))
+                let process = rx.await.unwrap_or_else(|_| Err("the warm pool stopped".into()))?;
+                Ok((process, refill))
             }
         }
     }
@@ -140,6 +148,18 @@ impl WarmPool {
             p.kill();
         }
         st.waiters.clear();
+    }
+}
+
+/// Refills its pool when dropped (see [`WarmPool::take`]).
+pub struct Refill(Arc<WarmPool>);
+
+impl Drop for Refill {
+    fn drop(&mut self) {
+        // Outside the runtime (a server shutting down) nothing refills.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.0.refill();
+        }
     }
 }
 
