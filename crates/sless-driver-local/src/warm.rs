@@ -6,8 +6,10 @@
 //! A cold start that waits takes the first shim to become ready, whichever
 //! start made it, so it never waits for a start it does not need (nor for
 //! one that a refill began before it came). At most `parallel` starts run
-//! at once: each costs an interpreter's start-up CPU, and on a busy machine
-//! starting everything at once would make the first ready shim come last.
+//! at once: each new interpreter costs its start-up CPU, and on a busy
+//! machine starting everything at once would make the first ready shim
+//! come last; forks of the Python zygote cost little CPU, and more of them
+//! run at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,10 +48,14 @@ struct WarmState {
 impl WarmPool {
     pub fn start(runtime: Runtime, target: usize, launcher: Arc<Launcher>) -> Arc<WarmPool> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // A fork of the zygote costs little CPU but waits, mostly for the
+        // kernel (its move into its control groups waits for an RCU grace
+        // period, which starts side by side share): many at once.
+        let per_cpu = if launcher.forks(runtime) { 8 } else { 2 };
         let pool = Arc::new(WarmPool {
             runtime,
             target,
-            parallel: (2 * cpus).max(2),
+            parallel: (per_cpu * cpus).max(2),
             launcher,
             state: Mutex::new(WarmState::default()),
             stopped: AtomicBool::new(false),
