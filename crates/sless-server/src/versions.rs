@@ -214,6 +214,11 @@ impl Versions {
         });
     }
 
+    /// How many versions of a function keep their artifacts.
+    pub fn keep(&self) -> usize {
+        self.keep
+    }
+
     /// Keeps the newest `keep` versions of a function, those its aliases
     /// point at and `current`; deletes the others' records, and their
     /// artifacts and archives where no kept version shares them.

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use sless_api::{FunctionSpec, FunctionStatus, Phase};
 use sless_codecheck::{CodeValidator, SourceFile};
@@ -105,19 +106,27 @@ impl Deployer {
     }
 
     async fn load(&self, key: &FunctionKey) -> Result<Option<(FunctionSpec, FunctionStatus)>> {
+        Ok(self.load_stored(key).await?.map(|(spec, status, _)| (spec, status)))
+    }
+
+    /// [`Deployer::load`], with the status as stored (what a
+    /// compare-and-set of it compares with).
+    async fn load_stored(&self, key: &FunctionKey) -> Result<Option<(FunctionSpec, FunctionStatus, Value)>> {
         let Some(record) = self.store.get(Kind::Function, &key.namespace, &key.name).await? else {
             return Ok(None);
         };
         let spec = serde_json::from_value(record.spec).map_err(Error::internal)?;
-        let status = serde_json::from_value(record.status).map_err(Error::internal)?;
-        Ok(Some((spec, status)))
+        let status = serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
+        Ok(Some((spec, status, record.status)))
     }
 
-    async fn save(&self, key: &FunctionKey, status: &FunctionStatus) -> Result<()> {
+    /// Writes a function's status; returns it as stored.
+    async fn save(&self, key: &FunctionKey, status: &FunctionStatus) -> Result<Value> {
         let value = serde_json::to_value(status).map_err(Error::internal)?;
         self.store
             .update_status(Kind::Function, &key.namespace, &key.name, &value)
-            .await
+            .await?;
+        Ok(value)
     }
 
     /// Accepts an uploaded zip: the upload rules and the code-safety gate
@@ -155,7 +164,10 @@ impl Deployer {
         })?;
         let code_hash = hex::encode(Sha256::digest(&zip));
         self.blobs
-            .put(&blobs::archive_key(&key.namespace, &key.name, &code_hash), zip.into())
+            .put(
+                &blobs::archive_key(&key.namespace, &key.name, &code_hash),
+                zip.clone().into(),
+            )
             .await?;
         status.code_hash = Some(code_hash.clone());
         status.phase = Phase::Building;
@@ -167,7 +179,7 @@ impl Deployer {
         // Builds run on the leader; another replica's sees the function
         // `Building` within a reconcile period.
         if self.cluster.is_leader() {
-            self.start_build(key.clone(), code_hash);
+            self.spawn_build(key.clone(), code_hash, false, Some(zip));
         }
         Ok(status)
     }
@@ -178,16 +190,18 @@ impl Deployer {
     /// pass that read the function before its build ended must not build
     /// the same code again as a new version).
     pub fn start_build(self: &Arc<Self>, key: FunctionKey, code_hash: String) {
-        self.spawn_build(key, code_hash, false);
+        self.spawn_build(key, code_hash, false, None);
     }
 
     /// Builds `code_hash`, the code a function serves, again (its artifact
     /// is stale): a new version of the same code.
     pub fn start_rebuild(self: &Arc<Self>, key: FunctionKey, code_hash: String) {
-        self.spawn_build(key, code_hash, true);
+        self.spawn_build(key, code_hash, true, None);
     }
 
-    fn spawn_build(self: &Arc<Self>, key: FunctionKey, code_hash: String, rebuild: bool) {
+    /// Builds in the background; `archive` is the code when the caller has
+    /// it at hand (an upload), else it is read from the code store.
+    fn spawn_build(self: &Arc<Self>, key: FunctionKey, code_hash: String, rebuild: bool, archive: Option<Bytes>) {
         let job = (key, code_hash);
         if !self.building.lock().unwrap().insert(job.clone()) {
             return;
@@ -195,14 +209,29 @@ impl Deployer {
         let this = self.clone();
         tokio::spawn(async move {
             let (key, code_hash) = &job;
-            if let Err(e) = this.build(key, code_hash, rebuild).await {
+            // Old versions are pruned once the new one is Ready and the
+            // build slots are free: the next deploy does not wait for it.
+            let pruned = match this.build(key, code_hash, rebuild, archive).await {
+                Ok(Some((version, current_code))) => this.versions.prune(key, version, current_code.as_deref()).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = pruned {
                 tracing::error!(function = %key, error = %e, "build bookkeeping failed");
             }
             this.building.lock().unwrap().remove(&job);
         });
     }
 
-    async fn build(&self, key: &FunctionKey, code_hash: &str, rebuild: bool) -> Result<()> {
+    /// Builds, checks and deploys `code_hash`; returns the version it made
+    /// and the function's code then, when there are versions to prune.
+    async fn build(
+        &self,
+        key: &FunctionKey,
+        code_hash: &str,
+        rebuild: bool,
+        archive: Option<Bytes>,
+    ) -> Result<Option<(u64, Option<String>)>> {
         let own = self
             .namespace_builds
             .lock()
@@ -213,19 +242,23 @@ impl Deployer {
         let _own_permit = own.acquire().await.map_err(Error::internal)?;
         let _permit = self.builds.acquire().await.map_err(Error::internal)?;
         let Some((spec, status)) = self.load(key).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let awaited = status.phase == Phase::Building && status.code_hash.as_deref() == Some(code_hash);
         if !rebuild && !awaited {
             tracing::debug!(function = %key, %code_hash, "build no longer awaited: skipped");
-            return Ok(());
+            return Ok(None);
         }
-        let archive = self
-            .blobs
-            .get(&blobs::archive_key(&key.namespace, &key.name, code_hash))
-            .await?
-            .bytes()
-            .await?;
+        let archive = match archive {
+            Some(archive) => archive,
+            None => {
+                self.blobs
+                    .get(&blobs::archive_key(&key.namespace, &key.name, code_hash))
+                    .await?
+                    .bytes()
+                    .await?
+            }
+        };
         tracing::info!(function = %key, %code_hash, "build started");
         let started = std::time::Instant::now();
         let result = self
@@ -240,18 +273,19 @@ impl Deployer {
             .await;
         let build_ms = started.elapsed().as_secs_f64() * 1000.0;
         // The function may have been deleted, re-uploaded or edited meanwhile.
-        let Some((spec, mut status)) = self.load(key).await? else {
-            return Ok(());
+        let Some((spec, mut status, mut stored)) = self.load_stored(key).await? else {
+            return Ok(None);
         };
         if status.code_hash.as_deref() != Some(code_hash) {
             tracing::info!(function = %key, "a newer upload superseded this build");
-            return Ok(());
+            return Ok(None);
         }
         let built = match result {
             Ok(built) => built,
             Err(e) => {
                 self.fail(key, &mut status, e.to_string()).await;
-                return self.save(key, &status).await;
+                self.save(key, &status).await?;
+                return Ok(None);
             }
         };
         let version = status.version + 1;
@@ -260,7 +294,8 @@ impl Deployer {
             Err(e) => {
                 self.fail(key, &mut status, format!("the function cannot start: {e}"))
                     .await;
-                return self.save(key, &status).await;
+                self.save(key, &status).await?;
+                return Ok(None);
             }
         };
         let checking = std::time::Instant::now();
@@ -284,7 +319,8 @@ impl Deployer {
                 }
             }
             self.fail(key, &mut status, message).await;
-            return self.save(key, &status).await;
+            self.save(key, &status).await?;
+            return Ok(None);
         }
         let check_ms = checking.elapsed().as_secs_f64() * 1000.0;
         self.promote(key, version).await;
@@ -301,48 +337,59 @@ impl Deployer {
             // Ready once they all serve it.
             status.rollout = Some(rollout.clone());
             status.message = format!("version {version} built; rolling out to every replica");
-            self.save(key, &status).await?;
+            stored = self.save(key, &status).await?;
             if let Err(lagging) = self.cluster.wait_for_replicas(key, version).await {
                 tracing::warn!(function = %key, version, ?lagging, "replicas did not confirm the new version in time");
             }
         }
-        let Some((_, mut status)) = self.load(key).await? else {
-            return Ok(());
-        };
-        if status.version >= version {
-            return Ok(()); // promoted meanwhile (a leader that took over)
-        }
-        promote_status(&mut status, &rollout);
-        // The version is recorded before it is Ready: from then on it can
-        // be called by number and named by aliases.
-        self.store
-            .put_version(&VersionRecord {
-                namespace: key.namespace.clone(),
-                function: key.name.clone(),
-                version,
-                code_hash: code_hash.to_string(),
-                artifact: rollout.artifact.clone(),
-                artifact_digest: rollout.artifact_digest.clone(),
-                spec: spec_value,
-                built_at: status.last_built_at.unwrap_or_else(crate::store::now),
-            })
-            .await?;
-        let superseded = status.code_hash.as_deref() != Some(code_hash);
-        if !superseded {
+        let ready = |status: &mut FunctionStatus| {
             status.phase = Phase::Ready;
             status.message = format!(
                 "version {version} ready (built in {:.1}s): {}",
                 started.elapsed().as_secs_f64(),
                 built.log_tail.lines().last().unwrap_or("")
             );
+        };
+        let record = |status: &FunctionStatus| VersionRecord {
+            namespace: key.namespace.clone(),
+            function: key.name.clone(),
+            version,
+            code_hash: code_hash.to_string(),
+            artifact: rollout.artifact.clone(),
+            artifact_digest: rollout.artifact_digest.clone(),
+            spec: spec_value.clone(),
+            built_at: status.last_built_at.unwrap_or_else(crate::store::now),
+        };
+        // The version is recorded with (or before) its Ready: from then on
+        // it can be called by number and named by aliases. Usually the
+        // status is as read after the build, and both are one transaction.
+        promote_status(&mut status, &rollout);
+        ready(&mut status);
+        let value = serde_json::to_value(&status).map_err(Error::internal)?;
+        let swapped = self.store.record_version(&record(&status), &stored, &value).await?;
+        if !swapped {
+            // The status moved meanwhile (a new upload, a leader that took over).
+            let Some((_, mut now)) = self.load(key).await? else {
+                return Ok(None);
+            };
+            if now.version >= version {
+                return Ok(None); // promoted meanwhile (a leader that took over)
+            }
+            promote_status(&mut now, &rollout);
+            self.store.put_version(&record(&now)).await?;
+            if now.code_hash.as_deref() == Some(code_hash) {
+                ready(&mut now);
+            }
+            self.save(key, &now).await?;
+            status = now;
         }
         // Where a deploy's time goes: the build, the load check, and the
         // bookkeeping around them (reads and writes of the store).
         tracing::info!(function = %key, version, ms = started.elapsed().as_secs_f64() * 1000.0, build_ms, check_ms,
             "build succeeded");
         self.metrics.builds_succeeded.fetch_add(1, Relaxed);
-        self.save(key, &status).await?;
-        self.versions.prune(key, version, status.code_hash.as_deref()).await
+        let prune = version as usize > self.versions.keep();
+        Ok(prune.then_some((version, status.code_hash)))
     }
 
     /// Makes a deployed version `$latest`, then retires the one before
@@ -418,7 +465,7 @@ impl Deployer {
                 );
             }
         }
-        self.save(key, &status).await
+        self.save(key, &status).await.map(drop)
     }
 
     /// Stops everything of a deleted function in the driver.

@@ -94,6 +94,13 @@ pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
     async fn swap_status(&self, kind: Kind, namespace: &str, name: &str, expected: &Value, new: &Value)
         -> Result<bool>;
 
+    /// Records a built version and makes `status` the function's status in
+    /// one transaction, if its status still equals `expected`
+    /// (compare-and-set, as [`Store::swap_status`]); false, with nothing
+    /// written, when the status moved meanwhile. A version already
+    /// recorded stays as it was ([`VersionStore::put_version`]).
+    async fn record_version(&self, version: &VersionRecord, expected: &Value, status: &Value) -> Result<bool>;
+
     /// Appends records already cut into chunks ([`chunks::chunks_of`]) in
     /// one transaction.
     async fn insert_chunks(&self, chunks: &[chunks::Chunk]) -> Result<()>;

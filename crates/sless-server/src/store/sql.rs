@@ -330,6 +330,50 @@ macro_rules! sql_store {
                 Ok(done.rows_affected() == 1)
             }
 
+            async fn record_version(
+                &self,
+                v: &$crate::store::VersionRecord,
+                expected: &serde_json::Value,
+                status: &serde_json::Value,
+            ) -> Result<bool> {
+                // The status first: a write, so SQLite takes its write lock
+                // before anything else in this transaction.
+                let mut tx = self.pool.begin().await?;
+                let swapped = sqlx::query(
+                    "UPDATE resources SET status = $1, updated_at = $2 \
+                     WHERE kind = 'function' AND namespace = $3 AND name = $4 AND status = $5",
+                )
+                .bind(json_text(status))
+                .bind(time_text(&$crate::store::now()))
+                .bind(&v.namespace)
+                .bind(&v.function)
+                .bind(json_text(expected))
+                .execute(&mut *tx)
+                .await?;
+                if swapped.rows_affected() != 1 {
+                    tx.rollback().await?;
+                    return Ok(false);
+                }
+                sqlx::query(
+                    "INSERT INTO function_versions \
+                     (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                     ON CONFLICT (namespace, function, version) DO NOTHING",
+                )
+                .bind(&v.namespace)
+                .bind(&v.function)
+                .bind(v.version as i64)
+                .bind(&v.code_hash)
+                .bind(&v.artifact)
+                .bind(&v.artifact_digest)
+                .bind(v.spec.to_string())
+                .bind(time_text(&v.built_at))
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
             async fn insert_chunks(&self, chunks: &[$crate::store::chunks::Chunk]) -> Result<()> {
                 // One multi-row INSERT per thousand chunks (6 bound parameters
                 // each, well below both databases' limits); each statement is a

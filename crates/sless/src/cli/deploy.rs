@@ -9,7 +9,10 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
-use sless_api::{Function, FunctionCreate, FunctionSpec, Network, Phase, Runtime};
+use sless_api::{
+    AsyncSettings, Destination, DestinationType, Function, FunctionCreate, FunctionSpec, Network, Phase, Runtime,
+    SecretEnv, SecretFiles,
+};
 use sless_client::Wait;
 
 use super::archive::{human_bytes, zip_dir};
@@ -49,6 +52,26 @@ pub struct DeployArgs {
     /// Whether callers of /fn see an unhandled exception's message (for development).
     #[arg(long, value_name = "BOOL")]
     pub expose_errors: Option<bool>,
+    /// An environment variable taken from a secret of the namespace (repeatable); given at all, it
+    /// replaces the function's whole list.
+    #[arg(long = "secret-env", value_name = "ENV=SECRET/KEY", value_parser = parse_secret_env)]
+    pub secret_env: Vec<SecretEnv>,
+    /// A secret of the namespace mounted as files, /secrets/SECRET/KEY (repeatable); given at all, it
+    /// replaces the function's whole list.
+    #[arg(long = "secret-files", value_name = "SECRET")]
+    pub secret_files: Vec<String>,
+    /// Asynchronous calls: retries after a failed attempt, 0-10 [server default: 2].
+    #[arg(long, value_name = "N")]
+    pub async_retries: Option<u32>,
+    /// Asynchronous calls: seconds after which an undelivered event fails, 60-21600 [server default: 21600].
+    #[arg(long, value_name = "SECONDS")]
+    pub async_max_age: Option<u32>,
+    /// Asynchronous calls: where a finally failed event goes: function:NAME, amqp:QUEUE@BROKER_URL, or none.
+    #[arg(long, value_name = "DESTINATION", value_parser = parse_destination)]
+    pub on_failure: Option<DestinationArg>,
+    /// Asynchronous calls: where the record of a delivered event goes (as --on-failure).
+    #[arg(long, value_name = "DESTINATION", value_parser = parse_destination)]
+    pub on_success: Option<DestinationArg>,
     /// Return once the code is uploaded, without waiting for the build.
     #[arg(long)]
     pub no_wait: bool,
@@ -95,6 +118,90 @@ fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
         _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
+/// A `--on-failure`/`--on-success` value: a destination, or none (remove it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DestinationArg(Option<Destination>);
+
+fn parse_destination(text: &str) -> Result<DestinationArg, String> {
+    let usage = "expected function:NAME, amqp:QUEUE@BROKER_URL or none";
+    if text == "none" {
+        return Ok(DestinationArg(None));
+    }
+    let destination = match text.split_once(':') {
+        Some(("function", name)) if !name.is_empty() => Destination {
+            kind: DestinationType::Function,
+            function: Some(name.to_string()),
+            broker_url: None,
+            queue: None,
+        },
+        Some(("amqp", rest)) => match rest.split_once('@') {
+            Some((queue, url)) if !queue.is_empty() && !url.is_empty() => Destination {
+                kind: DestinationType::Amqp,
+                function: None,
+                broker_url: Some(url.to_string()),
+                queue: Some(queue.to_string()),
+            },
+            _ => {
+                return Err(format!(
+                    "{usage}; got {text:?} (the queue, then @, then the broker's URL)"
+                ))
+            }
+        },
+        _ => return Err(format!("{usage}; got {text:?}")),
+    };
+    Ok(DestinationArg(Some(destination)))
+}
+
+fn parse_secret_env(text: &str) -> Result<SecretEnv, String> {
+    let usage = || format!("expected ENV=SECRET/KEY, got {text:?}");
+    let (env, source) = text.split_once('=').ok_or_else(usage)?;
+    let (secret, key) = source.split_once('/').ok_or_else(usage)?;
+    if env.is_empty() || secret.is_empty() || key.is_empty() {
+        return Err(usage());
+    }
+    Ok(SecretEnv {
+        secret: secret.to_string(),
+        key: key.to_string(),
+        env: env.to_string(),
+    })
+}
+
+impl DeployArgs {
+    fn secret_files(&self) -> Vec<SecretFiles> {
+        let files = self
+            .secret_files
+            .iter()
+            .map(|secret| SecretFiles { secret: secret.clone() });
+        files.collect()
+    }
+
+    /// The asynchronous settings `current` would have with the flags
+    /// applied (None: no flag about them).
+    fn async_settings(&self, current: Option<&AsyncSettings>) -> Option<AsyncSettings> {
+        let given = self.async_retries.is_some()
+            || self.async_max_age.is_some()
+            || self.on_failure.is_some()
+            || self.on_success.is_some();
+        if !given {
+            return None;
+        }
+        let mut settings = current.cloned().unwrap_or_default();
+        if let Some(retries) = self.async_retries {
+            settings.retry_limit = retries;
+        }
+        if let Some(age) = self.async_max_age {
+            settings.max_event_age_sec = age;
+        }
+        if let Some(DestinationArg(destination)) = &self.on_failure {
+            settings.on_failure = destination.clone();
+        }
+        if let Some(DestinationArg(destination)) = &self.on_success {
+            settings.on_success = destination.clone();
+        }
+        Some(settings)
     }
 }
 
@@ -249,6 +356,15 @@ fn new_spec(runtime: Runtime, args: &DeployArgs) -> anyhow::Result<FunctionSpec>
     if let Some(expose) = args.expose_errors {
         spec["expose_errors"] = json!(expose);
     }
+    if !args.secret_env.is_empty() {
+        spec["env_from_secrets"] = json!(args.secret_env);
+    }
+    if !args.secret_files.is_empty() {
+        spec["secret_files"] = json!(args.secret_files());
+    }
+    if let Some(settings) = args.async_settings(None) {
+        spec["async"] = json!(settings);
+    }
     Ok(serde_json::from_value(spec)?)
 }
 
@@ -283,6 +399,32 @@ fn spec_patch(current: &FunctionSpec, args: &DeployArgs) -> Map<String, Value> {
     if let Some(expose) = args.expose_errors {
         if expose != current.expose_errors {
             patch.insert("expose_errors".into(), json!(expose));
+        }
+    }
+    if !args.secret_env.is_empty() && args.secret_env != current.env_from_secrets {
+        patch.insert("env_from_secrets".into(), json!(args.secret_env));
+    }
+    if !args.secret_files.is_empty() && args.secret_files() != current.secret_files {
+        patch.insert("secret_files".into(), json!(args.secret_files()));
+    }
+    if let Some(wanted) = args.async_settings(current.async_settings.as_ref()) {
+        // A merge patch of the changed fields; null removes a destination.
+        let now = current.async_settings.clone().unwrap_or_default();
+        let mut changed = Map::new();
+        if wanted.retry_limit != now.retry_limit {
+            changed.insert("retry_limit".into(), json!(wanted.retry_limit));
+        }
+        if wanted.max_event_age_sec != now.max_event_age_sec {
+            changed.insert("max_event_age_sec".into(), json!(wanted.max_event_age_sec));
+        }
+        if wanted.on_failure != now.on_failure {
+            changed.insert("on_failure".into(), json!(wanted.on_failure));
+        }
+        if wanted.on_success != now.on_success {
+            changed.insert("on_success".into(), json!(wanted.on_success));
+        }
+        if !changed.is_empty() {
+            patch.insert("async".into(), Value::Object(changed));
         }
     }
     if !args.env.is_empty() {
@@ -341,5 +483,58 @@ mod tests {
         );
         let patch = spec_patch(&current, &args(&["dir", "--network", "internet", "--tmp", "64"]));
         assert!(patch.is_empty(), "{patch:?}");
+    }
+
+    #[test]
+    fn secret_and_async_flags_patch_their_fields() {
+        let current = serde_json::from_value(json!({
+            "runtime": "python3.11",
+            "env_from_secrets": [{"secret": "db", "key": "password", "env": "DB_PASSWORD"}],
+            "async": {"retry_limit": 1, "on_failure": {"type": "function", "function": "dlq"}}
+        }))
+        .unwrap();
+        let same = ["dir", "--secret-env", "DB_PASSWORD=db/password", "--async-retries", "1"];
+        assert!(spec_patch(&current, &args(&same)).is_empty());
+        let patch = spec_patch(
+            &current,
+            &args(&[
+                "dir",
+                "--secret-env",
+                "TOKEN=api/token",
+                "--secret-files",
+                "tls",
+                "--async-max-age",
+                "600",
+                "--on-failure",
+                "none",
+                "--on-success",
+                "amqp:done@amqp://guest:guest@127.0.0.1:5672/%2f",
+            ]),
+        );
+        assert_eq!(
+            json!(patch),
+            json!({
+                "env_from_secrets": [{"secret": "api", "key": "token", "env": "TOKEN"}],
+                "secret_files": [{"secret": "tls"}],
+                "async": {
+                    "max_event_age_sec": 600,
+                    "on_failure": null,
+                    "on_success": {"type": "amqp", "broker_url": "amqp://guest:guest@127.0.0.1:5672/%2f", "queue": "done"}
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn malformed_secret_and_destination_flags_say_the_form() {
+        let parse = |argv: &[&str]| {
+            Cmd::try_parse_from(std::iter::once("deploy").chain(argv.iter().copied()))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(parse(&["dir", "--secret-env", "DB_PASSWORD"]).contains("ENV=SECRET/KEY"));
+        assert!(parse(&["dir", "--on-failure", "queue:x"]).contains("function:NAME, amqp:QUEUE@BROKER_URL or none"));
+        assert!(parse(&["dir", "--on-failure", "amqp:x"]).contains("@"));
     }
 }

@@ -101,6 +101,8 @@ pub fn details(f: &Function) -> Details {
         .field("tmp", format!("{} MB", spec.tmp_mb))
         .field("scaling", scaling)
         .field("env", if env.is_empty() { "-".into() } else { env })
+        .field("secrets", secrets(spec))
+        .field("async", async_line(spec.async_settings.clone().unwrap_or_default()))
         .field("phase", phase(f))
         .field("version", status.version)
         .field("url", or_dash(status.url.as_ref()))
@@ -117,6 +119,40 @@ pub fn details(f: &Function) -> Details {
             },
         );
     d
+}
+
+/// The secrets a function takes: `ENV=SECRET/KEY` and `/secrets/SECRET`.
+fn secrets(spec: &sless_api::FunctionSpec) -> String {
+    let env = spec
+        .env_from_secrets
+        .iter()
+        .map(|e| format!("{}={}/{}", e.env, e.secret, e.key));
+    let files = spec.secret_files.iter().map(|f| format!("/secrets/{}", f.secret));
+    let all: Vec<String> = env.chain(files).collect();
+    if all.is_empty() {
+        "-".into()
+    } else {
+        all.join("\n")
+    }
+}
+
+/// Asynchronous delivery in one line.
+fn async_line(settings: sless_api::AsyncSettings) -> String {
+    let place = |d: &Option<sless_api::Destination>| match d {
+        None => "-".to_string(),
+        Some(d) => match (&d.function, &d.queue) {
+            (Some(function), _) => format!("function:{function}"),
+            (None, Some(queue)) => format!("amqp:{queue}"),
+            (None, None) => "-".to_string(),
+        },
+    };
+    format!(
+        "{} retries, events expire after {} s, on failure {}, on success {}",
+        settings.retry_limit,
+        settings.max_event_age_sec,
+        place(&settings.on_failure),
+        place(&settings.on_success)
+    )
 }
 
 /// The phase, and next to it why the function does not serve (or which

@@ -323,6 +323,28 @@ async fn deploy_python_dir_then_invoke_and_redeploy() {
     assert_eq!(function["env"], json!({"GREETING": "hey"}));
     assert_eq!(function["memory_mb"], 128, "flags left out leave the spec alone");
 
+    // Asynchronous delivery is set by flags too; "none" removes a destination.
+    #[rustfmt::skip]
+    user.ok(&[
+        "deploy", path_str(&dir), "--async-retries", "0", "--async-max-age", "600",
+        "--on-failure", "function:echo",
+    ]);
+    let function = user.ok(&["get", "echo", "-o", "json"]).json();
+    assert_eq!(
+        function["async"],
+        json!({"retry_limit": 0, "max_event_age_sec": 600, "on_failure": {"type": "function", "function": "echo"}})
+    );
+    let shown = user.ok(&["get", "echo"]).stdout;
+    assert!(
+        shown.contains("0 retries, events expire after 600 s, on failure function:echo"),
+        "{shown}"
+    );
+    user.ok(&["deploy", path_str(&dir), "--on-failure", "none"]);
+    let function = user.ok(&["get", "echo", "-o", "json"]).json();
+    assert_eq!(function["async"], json!({"retry_limit": 0, "max_event_age_sec": 600}));
+    let run = user.fails(&["deploy", path_str(&dir), "--async-retries", "99"]);
+    assert!(run.stderr.contains("retry_limit"), "{}", run.stderr);
+
     // The runtime cannot change in place.
     let run = user.fails(&["deploy", path_str(&dir), "--runtime", "nodejs20"]);
     assert!(run.stderr.contains("runs python3.11, not nodejs20"), "{}", run.stderr);

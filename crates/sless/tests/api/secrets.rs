@@ -456,15 +456,26 @@ async fn the_cli_creates_changes_lists_and_deletes_secrets() {
     let created: Value = serde_json::from_slice(&created.stdout).unwrap();
     assert_eq!(created["keys"], json!(["password", "user"]), "{created}");
 
-    // The value reaches a function as given (the final newline dropped).
-    server
-        .deploy("default", "reader", uses_db(), &[("handler.py", HANDLER)])
-        .await;
+    // The value reaches a function deployed by the CLI with references to
+    // it, as given (the final newline dropped).
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(code.path().join("handler.py"), HANDLER).unwrap();
+    let code_dir = code.path().display().to_string();
+    #[rustfmt::skip]
+    let deployed = user.ok(&[
+        "deploy", &code_dir, "--name", "reader", "--runtime", "python3.11",
+        "--secret-env", "DB_PASSWORD=db/password", "--secret-files", "db",
+    ]);
+    assert!(!deployed.stdout.contains(&value) && !deployed.stderr.contains(&value));
     let (_, _, body) = server.invoke(Method::POST, "/fn/default/reader", "{}").await;
-    assert_eq!(
-        serde_json::from_str::<Value>(&body).unwrap()["env"],
-        digest(&value),
-        "{body}"
+    let got = serde_json::from_str::<Value>(&body).unwrap();
+    assert_eq!(got["env"], digest(&value), "{body}");
+    assert_eq!(got["file"], digest(&value), "{body}");
+    let shown = user.ok(&["get", "reader"]);
+    assert!(
+        shown.stdout.contains("DB_PASSWORD=db/password") && shown.stdout.contains("/secrets/db"),
+        "{}",
+        shown.stdout
     );
 
     let dir = tempfile::tempdir().unwrap();
