@@ -62,11 +62,12 @@ class Api:
         return status, (json.loads(text) if text else None)
 
 
-def start_server(sless, data, env):
+def start_server(sless, data, env, log=None):
     env = dict(os.environ, SLESS_LISTEN="127.0.0.1:0", SLESS_DATA_DIR=data, SLESS_ADMIN_TOKEN=ADMIN,
                SLESS_LOG="warn", SLESS_IDLE_TIMEOUT_SEC="1", SLESS_NS_MAX_FUNCTIONS="100000",
-               SLESS_NS_MAX_INSTANCES="1000000", SLESS_NS_MAX_MEMORY_MB="1000000000", **env)
-    proc = subprocess.Popen([sless, "server"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+               SLESS_NS_MAX_INSTANCES="1000000", SLESS_NS_MAX_MEMORY_MB="1000000000") | env
+    stderr = open(log, "a") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([sless, "server"], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     for line in proc.stdout:
         if line.startswith("sless: listening on "):
             threading.Thread(target=proc.stdout.read, daemon=True).start()
@@ -227,7 +228,7 @@ def idle_pss(address, server_pid, count):
 def run_mode(args, label, env):
     work = tempfile.mkdtemp(prefix="sless-coldburst-")
     os.chmod(work, 0o711)  # sandboxed functions run as other users and must reach the data dir
-    server, address = start_server(args.sless, f"{work}/data", env)
+    server, address = start_server(args.sless, f"{work}/data", env, args.server_log)
     rows = []
     try:
         api = Api(address)
@@ -320,6 +321,8 @@ def main():
     ap.add_argument("--pss-instances", type=int, default=10)
     ap.add_argument("--single", type=int, default=30,
                     help="cold starts one at a time, the warm pool refilled in between (0: none)")
+    ap.add_argument("--server-log", help="append the servers' log here (its level through --mode, "
+                    "e.g. --mode debug:SLESS_LOG=sless_driver_local=debug)")
     ap.add_argument("--mode", action="append", default=[],
                     help="NAME:K=V,K=V server environment of one side (repeatable)")
     args = ap.parse_args()

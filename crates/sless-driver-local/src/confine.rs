@@ -2,9 +2,12 @@
 //! (memory, processes, CPU), its network namespace and its sized scratch
 //! tmpfs (/tmp and /dev/shm). A [`Confiner`] makes them before the sandbox
 //! starts; a [`Confinement`] lives as long as the process it confines and
-//! undoes itself when dropped.
+//! undoes itself when dropped. Making and undoing them are system calls
+//! that may wait for the kernel's locks (mounts, control groups, network
+//! configuration): they run off the server's runtime threads.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sless_api::Network;
 
@@ -23,7 +26,7 @@ pub struct IsolationSettings {
 /// Makes confinements.
 pub struct Confiner {
     networks: Option<Networks>,
-    cgroups: Option<Cgroups>,
+    cgroups: Option<Arc<Cgroups>>,
     mounts_tmpfs: bool,
 }
 
@@ -53,7 +56,7 @@ impl Confiner {
         };
         Ok(Confiner {
             networks,
-            cgroups: Some(Cgroups::start()?),
+            cgroups: Some(Arc::new(Cgroups::start()?)),
             mounts_tmpfs: true,
         })
     }
@@ -81,22 +84,31 @@ impl Confiner {
         tmp_bytes: u64,
         hub: Option<HubOf>,
     ) -> Result<Confinement, String> {
-        let mut confinement = Confinement {
-            uid,
-            cgroup: None,
-            netns: None,
-            scratch: None,
+        let cgroups = self.cgroups.clone();
+        let mounts_tmpfs = self.mounts_tmpfs;
+        let local = tokio::task::spawn_blocking(move || -> Result<_, String> {
+            let cgroup = cgroups.map(|c| c.create(limits)).transpose()?;
+            let scratch = if mounts_tmpfs {
+                Some(Scratch::mount(scratch, uid, tmp_bytes)?)
+            } else {
+                None
+            };
+            Ok((cgroup, scratch))
+        });
+        let network = async {
+            match &self.networks {
+                Some(networks) => networks.create(hub).await.map(Some),
+                None => Ok(None),
+            }
         };
-        if let Some(cgroups) = &self.cgroups {
-            confinement.cgroup = Some(cgroups.create(limits)?);
-        }
-        if self.mounts_tmpfs {
-            confinement.scratch = Some(Scratch::mount(scratch, uid, tmp_bytes)?);
-        }
-        if let Some(networks) = &self.networks {
-            confinement.netns = Some(networks.create(hub).await?);
-        }
-        Ok(confinement)
+        let (local, netns) = tokio::join!(local, network);
+        let (cgroup, scratch) = local.map_err(|e| e.to_string())??;
+        Ok(Confinement {
+            uid,
+            cgroup,
+            netns: netns?,
+            scratch,
+        })
     }
 
     /// Fits a started (generic) sandbox to a function: its memory, its /tmp
@@ -176,8 +188,20 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = rustix::mount::unmount(&self.path, rustix::mount::UnmountFlags::DETACH);
-        let _ = std::fs::remove_dir(&self.path);
+        let path = std::mem::take(&mut self.path);
+        off_the_runtime(move || {
+            let _ = rustix::mount::unmount(&path, rustix::mount::UnmountFlags::DETACH);
+            let _ = std::fs::remove_dir(&path);
+        });
+    }
+}
+
+/// Runs `undo` (an unmount, a removal) on a blocking thread when called on
+/// the runtime, else at once.
+pub(crate) fn off_the_runtime(undo: impl FnOnce() + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => drop(runtime.spawn_blocking(undo)),
+        Err(_) => undo(),
     }
 }
 

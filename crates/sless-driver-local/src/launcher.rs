@@ -124,6 +124,11 @@ impl Launcher {
         })
     }
 
+    /// Whether shims of `runtime` are forks of the zygote.
+    pub fn forks(&self, runtime: Runtime) -> bool {
+        runtime == Runtime::Python311 && self.zygote.is_some()
+    }
+
     /// Starts a generic shim that waits for LOAD.
     pub async fn spawn_generic(&self, runtime: Runtime) -> Result<Arc<ShimProcess>, String> {
         let uid = self.sandbox.allocate_uid();

@@ -4,10 +4,11 @@
 //! in the network namespace it was opened in.
 //!
 //! Also [`new_netns`]: a network namespace made by `unshare` on a thread of
-//! its own and bound at a path, as `ip netns add` does, with a socket in it.
+//! its own and bound at a path, as `ip netns add` does, with a socket in it
+//! ([`NetnsMaker`]: one such thread making many).
 
 use std::net::Ipv4Addr;
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use rustix::net::netlink::SocketAddrNetlink;
@@ -222,21 +223,47 @@ pub fn new_netns(path: &Path, inside: fn() -> std::io::Result<()>) -> std::io::R
     std::thread::Builder::new()
         .name("sless-netns".into())
         .stack_size(64 << 10)
-        .spawn(move || {
-            #[allow(deprecated)] // a new network namespace touches no file table
-            rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNET)?;
-            inside()?;
-            let rtnl = Rtnl::open()?;
-            rtnl.link_up(LOOPBACK)?;
-            std::fs::OpenOptions::new().write(true).create_new(true).open(&path)?;
-            if let Err(e) = rustix::mount::mount_bind("/proc/thread-self/ns/net", &path) {
-                let _ = std::fs::remove_file(&path);
-                return Err(e.into());
-            }
-            Ok(rtnl)
-        })?
+        .spawn(move || make_netns_here(&path, inside))?
         .join()
         .map_err(|_| std::io::Error::other("the thread making a network namespace panicked"))?
+}
+
+/// [`new_netns`] on the calling thread, which is left in the new namespace
+/// (see [`NetnsMaker`] for a thread that makes one after another).
+fn make_netns_here(path: &Path, inside: fn() -> std::io::Result<()>) -> std::io::Result<Rtnl> {
+    #[allow(deprecated)] // a new network namespace touches no file table
+    rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNET)?;
+    inside()?;
+    let rtnl = Rtnl::open()?;
+    rtnl.link_up(LOOPBACK)?;
+    std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    if let Err(e) = rustix::mount::mount_bind("/proc/thread-self/ns/net", path) {
+        let _ = std::fs::remove_file(path);
+        return Err(e.into());
+    }
+    Ok(rtnl)
+}
+
+/// Makes namespaces as [`new_netns`] does, one after another on the thread
+/// it was made on (no thread per namespace), returning that thread to the
+/// namespace it started in after each: it holds none of those it made.
+pub struct NetnsMaker {
+    home: OwnedFd,
+}
+
+impl NetnsMaker {
+    /// On the thread that will make the namespaces.
+    pub fn here() -> std::io::Result<NetnsMaker> {
+        Ok(NetnsMaker {
+            home: std::fs::File::open("/proc/thread-self/ns/net")?.into(),
+        })
+    }
+
+    pub fn make(&self, path: &Path, inside: fn() -> std::io::Result<()>) -> std::io::Result<Rtnl> {
+        let made = make_netns_here(path, inside);
+        rustix::thread::move_into_link_name_space(self.home.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))?;
+        made
+    }
 }
 
 /// The namespace bound at `path`, as a descriptor.

@@ -22,22 +22,32 @@
 //! per instance made the network most of a cold start's cost. A namespace
 //! and a veth pair made with syscalls and netlink cost well under one.
 //!
-//! An instance's namespace is made when its warm shim starts and joins its
+//! An instance's namespace is taken when its warm shim starts and joins its
 //! tenant's hub when it is loaded (`network: none`: never). A hub is made
 //! by the first member that needs it and goes with its last.
 //!
+//! Namespaces are made ahead of demand: one thread of their own keeps
+//! [`SPARE_NAMESPACES`] fresh ones (loopback only, in no hub), and a sandbox
+//! takes one (or makes one when none is left). Making one costs the kernel
+//! a few milliseconds, and the server's runtime thread (one on a two-core
+//! machine) never waits for it: every step of making, joining and removing
+//! namespaces that can block runs off it.
+//!
 //! **Invariant:** a namespace has no way out but its hub, and a hub routes
 //! nothing before its rules are in place (pasta joins it only after them).
+//! A spare is fresh and goes to one sandbox only (taken out of the spares,
+//! never put back); it is removed with that sandbox.
 //! Namespaces and hubs are named `sless-{owner tag}-{n}` (the server's pid
 //! and start time, see `owner`); those of a server that is gone, and their
 //! pasta processes, are removed when a server starts.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
 
 use tokio::process::Command;
 
@@ -134,13 +144,17 @@ pub enum HubOf {
 /// A hub being made or made; shared by its members, dropped with the last.
 type HubCell = tokio::sync::OnceCell<Hub>;
 
+/// Fresh member namespaces kept ready (a few milliseconds of the kernel's
+/// time each, made ahead of a burst of cold starts; an idle one holds
+/// little more than its loopback).
+const SPARE_NAMESPACES: usize = 16;
+
 /// Makes and removes the namespaces of this server process.
 pub struct Networks {
-    /// `sless-{server pid}-`: namespaces of a server that is gone are removed at start.
-    prefix: String,
+    names: Arc<Names>,
     /// What a hub refuses (ranges and the host's addresses), nft syntax.
     blocked: String,
-    next: AtomicU64,
+    spares: Arc<Spares>,
     private: Vec<PrivateEgress>,
     hubs: Mutex<HashMap<HubOf, Weak<HubCell>>>,
     /// A resolv.conf naming [`DNS_ADDRESS`], bound over the sandbox's.
@@ -177,26 +191,38 @@ impl Networks {
         std::fs::create_dir_all(NETNS_DIR)?;
         super::zygote::shared_mount_point(Path::new(NETNS_DIR))
             .map_err(|e| anyhow::anyhow!("sharing mounts under {NETNS_DIR}: {e}"))?;
-        Ok(Networks {
+        let names = Arc::new(Names {
             prefix: format!("sless-{}-", owner::own_tag()),
-            blocked: blocked(&host_addresses()),
             next: AtomicU64::new(0),
+        });
+        let spares = Arc::new(Spares::default());
+        let (keeper_spares, keeper_names) = (spares.clone(), names.clone());
+        std::thread::Builder::new()
+            .name("sless-netns".into())
+            .stack_size(256 << 10)
+            .spawn(move || keep_spares(&keeper_spares, &keeper_names, SPARE_NAMESPACES))?;
+        Ok(Networks {
+            names,
+            blocked: blocked(&host_addresses()),
+            spares,
             private,
             hubs: Mutex::new(HashMap::new()),
             resolv_conf,
         })
     }
 
-    /// A new namespace holding only loopback; joined to `hub` at once when given.
+    /// A fresh namespace holding only loopback, a spare if one is ready;
+    /// joined to `hub` at once when given.
     pub async fn create(&self, hub: Option<HubOf>) -> Result<Netns, String> {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let path = PathBuf::from(NETNS_DIR).join(format!("{}{number}", self.prefix));
-        let rtnl = netlink::new_netns(&path, member_sysctls).map_err(|e| format!("making a network namespace: {e}"))?;
-        let netns = Netns {
-            path,
-            member: number % MEMBERS,
-            rtnl,
-            hub: Mutex::new(None),
+        let netns = match self.spares.take() {
+            Some(netns) => netns,
+            None => {
+                let names = self.names.clone();
+                tokio::task::spawn_blocking(move || names.member(|path| netlink::new_netns(path, member_sysctls)))
+                    .await
+                    .map_err(|e| format!("making a network namespace: {e}"))?
+                    .map_err(|e| format!("making a network namespace: {e}"))?
+            }
         };
         if let Some(hub) = hub {
             self.join(&netns, hub).await?;
@@ -222,21 +248,36 @@ impl Networks {
                 }
             }
         };
-        let made = cell.get_or_try_init(|| self.make_hub(&hub)).await?;
-        made.connect(netns)
-            .map_err(|e| format!("joining the network namespace to its hub: {e}"))?;
+        cell.get_or_try_init(|| self.make_hub(&hub)).await?;
+        // The kernel's network configuration is one lock: a join may wait
+        // for it, on a thread of its own.
+        let (hub_cell, path, member, rtnl) = (cell.clone(), netns.path.clone(), netns.member, netns.rtnl.clone());
+        tokio::task::spawn_blocking(move || {
+            let made = hub_cell.get().expect("made above");
+            made.connect(&path, member, &rtnl)
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        .map_err(|e| format!("joining the network namespace to its hub: {e}"))?;
         *netns.hub.lock().unwrap() = Some(cell);
         Ok(())
     }
 
     /// A hub: its namespace forwards, its rules hold, then pasta joins it.
     async fn make_hub(&self, hub: &HubOf) -> Result<Hub, String> {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
-        let path = PathBuf::from(NETNS_DIR).join(format!("{}{number}", self.prefix));
-        let rtnl = netlink::new_netns(&path, hub_sysctls).map_err(|e| format!("making a network hub: {e}"))?;
+        let names = self.names.clone();
+        let (path, rtnl) = tokio::task::spawn_blocking(move || {
+            let (path, _) = names.next();
+            netlink::new_netns(&path, hub_sysctls).map(|rtnl| (path, rtnl))
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r.map_err(|e| e.to_string()))
+        .map_err(|e| format!("making a network hub: {e}"))?;
         let mut made = Hub {
             path,
-            rtnl,
+            rtnl: Mutex::new(rtnl),
             pasta: None,
         };
         let private: Vec<&PrivateEgress> = match hub {
@@ -249,13 +290,123 @@ impl Networks {
         Ok(made)
     }
 
-    /// Removes every namespace of this server (at shutdown: pasta quits when
-    /// its namespace's file goes, and is killed when the server exits).
+    /// Removes every namespace of this server, spares included, and makes
+    /// no more (at shutdown: pasta quits when its namespace's file goes,
+    /// and is killed when the server exits).
     pub fn release(&self) {
+        self.spares.stop();
         for entry in std::fs::read_dir(NETNS_DIR).into_iter().flatten().flatten() {
-            if entry.file_name().to_string_lossy().starts_with(&self.prefix) {
+            if entry.file_name().to_string_lossy().starts_with(&self.names.prefix) {
                 remove_netns(&entry.path());
             }
+        }
+    }
+}
+
+/// Names namespaces `sless-{owner tag}-{n}`, `n` counting up.
+struct Names {
+    /// `sless-{owner tag}-`: namespaces of a server that is gone are removed at start.
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl Names {
+    /// A new name, and its number.
+    fn next(&self) -> (PathBuf, u64) {
+        let number = self.next.fetch_add(1, Ordering::Relaxed);
+        (
+            PathBuf::from(NETNS_DIR).join(format!("{}{number}", self.prefix)),
+            number,
+        )
+    }
+
+    /// A member namespace at a new name, made by `make`.
+    fn member(&self, make: impl FnOnce(&Path) -> std::io::Result<Rtnl>) -> std::io::Result<Netns> {
+        let (path, number) = self.next();
+        let rtnl = make(&path)?;
+        Ok(Netns {
+            path,
+            member: number % MEMBERS,
+            rtnl: Arc::new(rtnl),
+            hub: Mutex::new(None),
+        })
+    }
+}
+
+/// The spare namespaces (see the module doc).
+#[derive(Default)]
+struct Spares {
+    state: Mutex<SpareState>,
+    /// The keeper waits here while the spares are full.
+    wanted: Condvar,
+    /// Held while one is made and put with the spares: once `stop` holds
+    /// it, none is made any more.
+    making: Mutex<()>,
+}
+
+#[derive(Default)]
+struct SpareState {
+    ready: VecDeque<Netns>,
+    stopped: bool,
+}
+
+impl Spares {
+    /// A ready spare, which is then no longer one.
+    fn take(&self) -> Option<Netns> {
+        let taken = self.state.lock().unwrap().ready.pop_front();
+        if taken.is_some() {
+            self.wanted.notify_one();
+        }
+        taken
+    }
+
+    /// Makes no more spares and removes those ready.
+    fn stop(&self) {
+        self.state.lock().unwrap().stopped = true;
+        self.wanted.notify_all();
+        let _making = self.making.lock().unwrap();
+        let ready = std::mem::take(&mut self.state.lock().unwrap().ready);
+        for netns in ready {
+            remove_netns(&netns.path);
+        }
+    }
+}
+
+/// The keeper thread: keeps `target` spares ready until stopped.
+fn keep_spares(spares: &Spares, names: &Names, target: usize) {
+    let maker = match netlink::NetnsMaker::here() {
+        Ok(maker) => maker,
+        Err(e) => {
+            tracing::warn!(error = %e, "no spare network namespaces: each is made when a sandbox starts");
+            return;
+        }
+    };
+    let mut failures = 0u32;
+    loop {
+        {
+            let mut st = spares.state.lock().unwrap();
+            while !st.stopped && st.ready.len() >= target {
+                st = spares.wanted.wait(st).unwrap();
+            }
+            if st.stopped {
+                return;
+            }
+        }
+        let made = {
+            let _making = spares.making.lock().unwrap();
+            if spares.state.lock().unwrap().stopped {
+                return;
+            }
+            names
+                .member(|path| maker.make(path, member_sysctls))
+                .map(|netns| spares.state.lock().unwrap().ready.push_back(netns))
+        };
+        if let Err(e) = made {
+            failures += 1;
+            tracing::warn!(error = %e, "making a spare network namespace failed");
+            std::thread::sleep(Duration::from_millis(100 << failures.min(6)));
+        } else {
+            failures = 0;
         }
     }
 }
@@ -270,13 +421,14 @@ pub struct Netns {
     /// Its number among the members of a hub (address and link).
     member: u64,
     /// A route socket inside it.
-    rtnl: Rtnl,
+    rtnl: Arc<Rtnl>,
     hub: Mutex<Option<Arc<HubCell>>>,
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        remove_netns(&self.path);
+        let path = std::mem::take(&mut self.path);
+        super::confine::off_the_runtime(move || remove_netns(&path));
     }
 }
 
@@ -284,28 +436,30 @@ impl Drop for Netns {
 /// module doc); pasta is killed and the namespace removed when dropped.
 struct Hub {
     path: PathBuf,
-    rtnl: Rtnl,
+    /// Its route socket: one request at a time (each reads its own answer).
+    rtnl: Mutex<Rtnl>,
     pasta: Option<Pasta>,
 }
 
 impl Hub {
-    /// A veth pair between the hub and `member`, addressed and routed.
-    fn connect(&self, member: &Netns) -> std::io::Result<()> {
-        let n = u32::try_from(member.member).unwrap_or(0);
+    /// A veth pair between the hub and the member namespace at `path`
+    /// (number `member`, route socket `member_rtnl`), addressed and routed.
+    fn connect(&self, path: &Path, member: u64, member_rtnl: &Rtnl) -> std::io::Result<()> {
+        let n = u32::try_from(member).unwrap_or(0);
         let address = Ipv4Addr::from(MEMBER_NET + 2 + n);
         let link = i32::try_from(16 + n).unwrap_or(i32::MAX);
         let (peer, peer_link) = MEMBER_LINK;
-        let member_ns = netlink::open_netns(&member.path)?;
-        self.rtnl
-            .add_veth(&format!("sl{n}"), link, peer, peer_link, member_ns.as_fd())?;
-        self.rtnl.add_address(link, HUB_ADDRESS, 32)?;
-        self.rtnl.link_up(link)?;
-        self.rtnl.add_route(address, 32, None, link)?;
-        member.rtnl.add_address(peer_link, address, 32)?;
-        member.rtnl.link_up(peer_link)?;
-        member
-            .rtnl
-            .add_route(Ipv4Addr::UNSPECIFIED, 0, Some(HUB_ADDRESS), peer_link)
+        let member_ns = netlink::open_netns(path)?;
+        {
+            let rtnl = self.rtnl.lock().unwrap();
+            rtnl.add_veth(&format!("sl{n}"), link, peer, peer_link, member_ns.as_fd())?;
+            rtnl.add_address(link, HUB_ADDRESS, 32)?;
+            rtnl.link_up(link)?;
+            rtnl.add_route(address, 32, None, link)?;
+        }
+        member_rtnl.add_address(peer_link, address, 32)?;
+        member_rtnl.link_up(peer_link)?;
+        member_rtnl.add_route(Ipv4Addr::UNSPECIFIED, 0, Some(HUB_ADDRESS), peer_link)
     }
 }
 

@@ -8,9 +8,10 @@
 //! one that a refill began before it came). A shim taken from the ready
 //! ones is replaced once it has loaded its handler, so that the new start
 //! does not take CPU from the load a deploy or a call waits for. At most
-//! `parallel` starts run
-//! at once: each costs an interpreter's start-up CPU, and on a busy machine
-//! starting everything at once would make the first ready shim come last.
+//! `parallel` starts run at once: each new interpreter costs its start-up
+//! CPU, and on a busy machine starting everything at once would make the
+//! first ready shim come last; forks of the Python zygote cost little CPU,
+//! and more of them run at once.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,10 +50,14 @@ struct WarmState {
 impl WarmPool {
     pub fn start(runtime: Runtime, target: usize, launcher: Arc<Launcher>) -> Arc<WarmPool> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // A fork of the zygote costs little CPU but waits, mostly for the
+        // kernel (its move into its control groups waits for an RCU grace
+        // period, which starts side by side share): many at once.
+        let per_cpu = if launcher.forks(runtime) { 8 } else { 2 };
         let pool = Arc::new(WarmPool {
             runtime,
             target,
-            parallel: (2 * cpus).max(2),
+            parallel: (per_cpu * cpus).max(2),
             launcher,
             state: Mutex::new(WarmState::default()),
             stopped: AtomicBool::new(false),

@@ -296,3 +296,69 @@ async fn instances_sharing_a_tenants_network_do_not_reach_each_other_or_the_hub(
         }
     }
 }
+
+/// Says which network namespace its instance is in, and its address there.
+const NETNS_REPORT: &[u8] = br#"
+import os, socket
+
+def handle(event, context):
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.connect(("198.51.100.1", 9))  # picks the route, sends nothing
+    return {"net": os.readlink("/proc/self/ns/net"), "address": probe.getsockname()[0]}
+"#;
+
+/// Network namespaces named for server `pid`.
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("sless-{pid}-");
+    std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+#[tokio::test]
+async fn namespaces_made_ahead_of_demand_serve_one_instance_each_and_go_at_shutdown() {
+    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
+    let pid = server.pid();
+    let names: Vec<String> = (0..8).map(|i| format!("f{i}")).collect();
+    for name in &names {
+        server
+            .deploy(
+                "alpha",
+                name,
+                json!({"runtime": "python3.11"}),
+                &[("handler.py", NETNS_REPORT)],
+            )
+            .await;
+    }
+    for name in &names {
+        let series = format!("sless_instances{{namespace=\"alpha\",function=\"{name}\"}}");
+        server.wait_metric(&series, 0.0, 30).await;
+    }
+    // Every function cold at once: more starts than warm shims, so most
+    // take a namespace made ahead of demand (or make one) side by side.
+    let calls = names.iter().map(|name| {
+        let path = format!("/fn/alpha/{name}");
+        let server = &server;
+        async move { server.invoke(Method::GET, &path, "").await }
+    });
+    let mut nets = std::collections::HashSet::new();
+    let mut addresses = std::collections::HashSet::new();
+    for (status, _, text) in futures::future::join_all(calls).await {
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let out: Value = serde_json::from_str(&text).unwrap();
+        nets.insert(out["net"].as_str().unwrap().to_string());
+        addresses.insert(out["address"].as_str().unwrap().to_string());
+    }
+    assert_eq!(nets.len(), names.len(), "each instance its own namespace: {nets:?}");
+    assert_eq!(addresses.len(), names.len(), "each its own address: {addresses:?}");
+    assert!(server.terminate_wait().success());
+    assert_eq!(
+        namespaces_of(pid),
+        Vec::<String>::new(),
+        "spares and instances' namespaces removed at shutdown"
+    );
+}
