@@ -323,6 +323,7 @@ impl Deployer {
             return Ok(None);
         }
         let check_ms = checking.elapsed().as_secs_f64() * 1000.0;
+        let checked = std::time::Instant::now();
         self.promote(key, version).await;
         let spec_value = serde_json::to_value(&spec).map_err(Error::internal)?;
         self.cluster.deployed(key, version, spec_value.clone(), false).await;
@@ -366,6 +367,8 @@ impl Deployer {
         promote_status(&mut status, &rollout);
         ready(&mut status);
         let value = serde_json::to_value(&status).map_err(Error::internal)?;
+        let recording = std::time::Instant::now();
+        let rollout_ms = (recording - checked).as_secs_f64() * 1000.0;
         let swapped = self.store.record_version(&record(&status), &stored, &value).await?;
         if !swapped {
             // The status moved meanwhile (a new upload, a leader that took over).
@@ -383,10 +386,12 @@ impl Deployer {
             self.save(key, &now).await?;
             status = now;
         }
-        // Where a deploy's time goes: the build, the load check, and the
-        // bookkeeping around them (reads and writes of the store).
+        // Where a deploy's time goes: the build, the load check, the
+        // promotion and rollout after it, the store transaction that
+        // makes it Ready, and (the rest of `ms`) the reads between them.
+        let record_ms = recording.elapsed().as_secs_f64() * 1000.0;
         tracing::info!(function = %key, version, ms = started.elapsed().as_secs_f64() * 1000.0, build_ms, check_ms,
-            "build succeeded");
+            rollout_ms, record_ms, "build succeeded");
         self.metrics.builds_succeeded.fetch_add(1, Relaxed);
         let prune = version as usize > self.versions.keep();
         Ok(prune.then_some((version, status.code_hash)))
