@@ -37,6 +37,8 @@ use crate::versions::Versions;
 
 /// Builds at once at most.
 const CONCURRENT_BUILDS: usize = 2;
+/// After how long a running build says so in the function's status.
+const BUILD_NOTICE_AFTER: Duration = Duration::from_secs(1);
 
 /// Uploads checked at once at most.
 const CONCURRENT_CHECKS: usize = 2;
@@ -118,6 +120,41 @@ impl Deployer {
         let spec = serde_json::from_value(record.spec).map_err(Error::internal)?;
         let status = serde_json::from_value(record.status.clone()).map_err(Error::internal)?;
         Ok(Some((spec, status, record.status)))
+    }
+
+    /// Says in the status of a function still waiting for the build of
+    /// `code_hash` that the build runs (unless the status moved meanwhile).
+    async fn note_build_running(
+        &self,
+        key: &FunctionKey,
+        code_hash: &str,
+        runtime: sless_api::Runtime,
+        since: chrono::DateTime<chrono::Utc>,
+    ) {
+        let noted = async {
+            let Some((_, mut status, stored)) = self.load_stored(key).await? else {
+                return Ok(());
+            };
+            if status.phase != Phase::Building || status.code_hash.as_deref() != Some(code_hash) {
+                return Ok(());
+            }
+            let (tool, file) = match runtime {
+                sless_api::Runtime::Python311 => ("pip", "requirements.txt"),
+                sless_api::Runtime::Nodejs20 => ("npm", "package.json"),
+            };
+            status.message = format!(
+                "build running since {} UTC: {tool} installs the dependencies of {file}; its log follows when it ends",
+                since.format("%H:%M:%S")
+            );
+            let new = serde_json::to_value(&status).map_err(Error::internal)?;
+            self.store
+                .swap_status(Kind::Function, &key.namespace, &key.name, &stored, &new)
+                .await?;
+            Ok::<(), Error>(())
+        };
+        if let Err(e) = noted.await {
+            tracing::warn!(function = %key, error = %e, "noting a running build failed");
+        }
     }
 
     /// Writes a function's status; returns it as stored.
@@ -261,16 +298,24 @@ impl Deployer {
         };
         tracing::info!(function = %key, %code_hash, "build started");
         let started = std::time::Instant::now();
-        let result = self
-            .driver
-            .build(BuildJob {
-                key: key.clone(),
-                runtime: spec.runtime,
-                code_hash: code_hash.to_string(),
-                archive: archive.clone(),
-                timeout: Duration::from_secs(u64::from(spec.build_timeout_sec)),
-            })
-            .await;
+        let started_at = crate::store::now();
+        let build = self.driver.build(BuildJob {
+            key: key.clone(),
+            runtime: spec.runtime,
+            code_hash: code_hash.to_string(),
+            archive: archive.clone(),
+            timeout: Duration::from_secs(u64::from(spec.build_timeout_sec)),
+        });
+        tokio::pin!(build);
+        // A build that takes a while (dependencies to install) says so in
+        // the status; a quick one writes nothing more.
+        let result = tokio::select! {
+            result = &mut build => result,
+            () = tokio::time::sleep(BUILD_NOTICE_AFTER) => {
+                self.note_build_running(key, code_hash, spec.runtime, started_at).await;
+                build.await
+            }
+        };
         let build_ms = started.elapsed().as_secs_f64() * 1000.0;
         // The function may have been deleted, re-uploaded or edited meanwhile.
         let Some((spec, mut status, mut stored)) = self.load_stored(key).await? else {

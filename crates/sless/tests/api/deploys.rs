@@ -293,3 +293,37 @@ fn unix_now() -> f64 {
         .unwrap()
         .as_secs_f64()
 }
+
+/// A build that runs a while (here npm's preinstall script of the code's
+/// own package.json, no registry needed) says so in the status, with the
+/// tool and the file, instead of "waiting for the build"; then it ends as
+/// any other.
+#[tokio::test]
+async fn a_long_build_says_it_runs() {
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, created) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "slow", "runtime": "nodejs20"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let package = br#"{"name": "slow", "version": "1.0.0", "private": true, "scripts": {"preinstall": "sleep 4"}}"#;
+    let handler = b"exports.handle = () => 'built';\n";
+    let zip = super::harness::zip_of(&[("package.json", package), ("handler.js", handler)]);
+    let (status, uploaded) = server.upload("ns", "slow", zip).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+    assert!(message(&uploaded).contains("waiting for the build"), "{uploaded}");
+    let running = server
+        .wait_for("/v1/namespaces/ns/functions/slow", 4, |f| {
+            message(f).contains("npm installs the dependencies of package.json")
+        })
+        .await;
+    assert_eq!(running["status"]["phase"], "Building", "{running}");
+    assert!(message(&running).contains("its log follows when it ends"), "{running}");
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap();
+    server.wait_built("ns", "slow", hash).await;
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/slow", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"built\""));
+}
