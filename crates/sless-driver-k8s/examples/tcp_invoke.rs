@@ -175,6 +175,7 @@ async fn local_driver(dir: &std::path::Path, concurrency: usize) -> Arc<dyn Driv
             python: "/usr/bin/python3.11".into(),
             node: "/usr/bin/node".into(),
             npm: "/usr/bin/npm".into(),
+            build_env: Vec::new(),
             warm_per_runtime: 1,
             python_zygote: false,
             pool: sless_driver_local::PoolSettings {

@@ -39,10 +39,18 @@ pub struct Builder {
     launcher: Arc<Launcher>,
     python: String,
     npm: String,
+    /// Added to each build's environment.
+    env: Vec<(String, String)>,
 }
 
 impl Builder {
-    pub fn new(artifacts_dir: PathBuf, launcher: Arc<Launcher>, python: String, npm: String) -> anyhow::Result<Self> {
+    pub fn new(
+        artifacts_dir: PathBuf,
+        launcher: Arc<Launcher>,
+        python: String,
+        npm: String,
+        env: Vec<(String, String)>,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&artifacts_dir)?;
         // Leftovers of builds and fetches interrupted by a crash.
         for entry in std::fs::read_dir(&artifacts_dir)?.flatten() {
@@ -57,6 +65,7 @@ impl Builder {
             launcher,
             python,
             npm,
+            env,
         })
     }
 
@@ -124,7 +133,9 @@ impl Builder {
             ro: vec![],
             rw: vec![(work.to_path_buf(), "/build".into())],
             chdir: seen,
-            env: vec![("npm_config_cache".into(), "/tmp/.npm".into())],
+            env: std::iter::once(("npm_config_cache".to_string(), "/tmp/.npm".to_string()))
+                .chain(self.env.iter().cloned())
+                .collect(),
             share_net: true,
         };
         // A network namespace like an instance's: the package registries

@@ -64,6 +64,9 @@ pub struct LocalSettings {
     pub python: String,
     pub node: String,
     pub npm: String,
+    /// Added to the environment of every build (a package index or
+    /// registry other than pip's and npm's defaults).
+    pub build_env: Vec<(String, String)>,
     pub warm_per_runtime: usize,
     /// Fork Python instances from a zygote (see `zygote`).
     pub python_zygote: bool,
@@ -107,6 +110,7 @@ impl LocalDriver {
             launcher.clone(),
             settings.python.clone(),
             settings.npm.clone(),
+            settings.build_env.clone(),
         )?;
         let warm = [Runtime::Python311, Runtime::Nodejs20]
             .into_iter()

@@ -271,6 +271,14 @@ pub struct Config {
     #[arg(long, env = "SLESS_NPM", default_value = "/usr/bin/npm")]
     pub npm: String,
 
+    /// Package index of Python builds (a PEP 503 simple index, e.g. a mirror); default: pip's (PyPI).
+    #[arg(long, env = "SLESS_PIP_INDEX_URL")]
+    pub pip_index_url: Option<String>,
+
+    /// Registry of Node builds (e.g. a mirror); default: npm's (registry.npmjs.org).
+    #[arg(long, env = "SLESS_NPM_REGISTRY")]
+    pub npm_registry: Option<String>,
+
     /// Record every invocation (off only to measure the log pipeline's cost).
     #[arg(long, env = "SLESS_INVOCATION_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     pub invocation_log: bool,
@@ -317,6 +325,20 @@ pub struct Config {
 }
 
 impl Config {
+    /// What every build's environment gets besides its own: the package
+    /// index and registry, when set.
+    pub fn build_env(&self) -> Vec<(String, String)> {
+        let pip = self
+            .pip_index_url
+            .iter()
+            .map(|url| ("PIP_INDEX_URL".to_string(), url.clone()));
+        let npm = self
+            .npm_registry
+            .iter()
+            .map(|url| ("npm_config_registry".to_string(), url.clone()));
+        pip.chain(npm).collect()
+    }
+
     /// The database URL in force.
     pub fn database_url(&self) -> String {
         self.database_url
@@ -434,9 +456,16 @@ impl Config {
         if self.driver == DriverKind::Kubernetes {
             self.kube.validate(&blob)?;
         }
-        if let Some(url) = &self.external_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                anyhow::bail!("SLESS_EXTERNAL_URL {url:?}: expected an http:// or https:// URL");
+        let urls = [
+            ("SLESS_EXTERNAL_URL", &self.external_url),
+            ("SLESS_PIP_INDEX_URL", &self.pip_index_url),
+            ("SLESS_NPM_REGISTRY", &self.npm_registry),
+        ];
+        for (name, url) in urls {
+            if let Some(url) = url {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    anyhow::bail!("{name} {url:?}: expected an http:// or https:// URL");
+                }
             }
         }
         // Handlers and builds run on this machine with the local driver only.

@@ -276,6 +276,7 @@ fn local_driver(
             python: config.python.clone(),
             node: config.node.clone(),
             npm: config.npm.clone(),
+            build_env: config.build_env(),
             warm_per_runtime: config.warm_instances,
             python_zygote: config.python_zygote,
             pool: sless_driver_local::PoolSettings {

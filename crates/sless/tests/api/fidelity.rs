@@ -1,6 +1,9 @@
 //! Handlers run exactly as under plain `python3` / `node`: a corpus of
 //! handlers using popular packages from PyPI and npm (installed by sless's
-//! own build from requirements.txt / package.json), C extensions with
+//! own build from requirements.txt / package.json, from a copy of those
+//! packages that scripts/test-packages.sh fetched and the test serves on
+//! loopback as the server's `SLESS_PIP_INDEX_URL` and `SLESS_NPM_REGISTRY`,
+//! so no build reaches the internet), C extensions with
 //! module-level and thread-local state, and HTTP to a server the test starts
 //! on 127.0.0.1 (with the host's network shared, as an isolated instance
 //! cannot reach the machine's loopback). Each handler answers the same events, in the same order,
@@ -15,7 +18,69 @@ use serde_json::{json, Value};
 
 use super::harness::{Backend, Server};
 
+/// Keep in step with scripts/test-packages.sh.
 const REQUIREMENTS: &[u8] = b"numpy==2.2.6\nJinja2==3.1.6\nrequests==2.32.3\n";
+
+/// The package index and registry of this test's builds, on 127.0.0.1
+/// (package_registry.py over scripts/test-packages.sh's directory).
+struct Registry {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        use std::io::BufRead;
+        let dir = std::env::var_os("SLESS_TEST_PACKAGES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/sless-test-packages"));
+        assert!(
+            dir.join("pypi").is_dir() && dir.join("npm").is_dir(),
+            "{} has not the fidelity tests' packages: run ./scripts/setup.sh (or scripts/test-packages.sh)",
+            dir.display()
+        );
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/api/package_registry.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(&dir)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs the package registry");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port: u16 = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("registry port: {line:?}"));
+        Registry {
+            child,
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// A server whose builds install from this registry; it shares the
+    /// host's network (the registry, like the test's HTTP server, is on
+    /// the machine's loopback, which an isolated sandbox cannot reach).
+    async fn server(&self) -> Server {
+        let pip = format!("{}/simple/", self.url);
+        let npm = format!("{}/npm/", self.url);
+        let env = [
+            ("SLESS_NETWORK_ISOLATION", "false"),
+            ("SLESS_PIP_INDEX_URL", pip.as_str()),
+            ("SLESS_NPM_REGISTRY", npm.as_str()),
+        ];
+        Server::start_with(Backend::Sqlite, &env).await
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
 
 /// A C extension with module-level state: the global RNG seeded at import,
 /// an error mode set at import (a context variable in numpy 2).
@@ -297,7 +362,8 @@ async fn python_handlers_answer_as_under_plain_python() {
     // The handlers reach the test's server on the machine's loopback, which
     // an isolated instance cannot (by design): this server shares the
     // host's network.
-    let server = Server::start_with(Backend::Sqlite, &[("SLESS_NETWORK_ISOLATION", "false")]).await;
+    let registry = Registry::start();
+    let server = registry.server().await;
     let url = start_http_server();
     let files: &[(&str, &[u8])] = &[
         ("requirements.txt", REQUIREMENTS),
@@ -339,7 +405,8 @@ async fn python_handlers_answer_as_under_plain_python() {
 
 #[tokio::test]
 async fn node_handlers_answer_as_under_plain_node() {
-    let server = Server::start(Backend::Sqlite).await;
+    let registry = Registry::start();
+    let server = registry.server().await;
     let files: &[(&str, &[u8])] = &[
         ("package.json", PACKAGE_JSON),
         ("lodash_case.js", LODASH_CASE),
