@@ -681,6 +681,10 @@ mod tests {
         // The grant is accepted before the ranges are refused, after members are kept apart.
         assert!(at("oifname \"sl*\" reject") < at("ip daddr 10.1.2.3/32 th dport 5432 accept"));
         assert!(at("ip daddr 10.1.2.3/32") < at("reject with icmp type admin-prohibited"));
+        // What tracking cannot map back to a member never reaches the hub's
+        // own TCP stack, which would reset the member's connection.
+        assert!(at("chain input") < at("ct state invalid drop"));
+        assert!(at("ct state invalid drop") < at("chain forward"));
         assert!(text.trim_end().ends_with('}'));
     }
 }
