@@ -113,6 +113,7 @@ async fn main() {
         allowed_egress: vec![],
         build: BuildMode::Artifact,
         image_build: None,
+        build_env: Vec::new(),
     };
     let serving = ServingSettings {
         endpoints_ttl: Duration::from_secs(3600),

@@ -49,6 +49,10 @@ pub struct KubeSettings {
     pub build: BuildMode,
     /// Image mode's registry and credentials (None in artifact mode).
     pub image_build: Option<ImageBuild>,
+    /// Added to every build Job's environment: the package index and
+    /// registry pip and npm install from (`PIP_INDEX_URL`,
+    /// `npm_config_registry`), when the server sets them.
+    pub build_env: Vec<(String, String)>,
 }
 
 impl KubeSettings {

@@ -16,6 +16,9 @@ use tokio::io::AsyncReadExt;
 use crate::builder::{exit_text, install_step, tail, unpack};
 use sha2::{Digest, Sha256};
 
+/// Where pip and npm install from, passed on from the build's environment.
+const INDEX_VARIABLES: [&str; 2] = ["PIP_INDEX_URL", "npm_config_registry"];
+
 /// What to build.
 #[derive(Debug, Clone)]
 pub struct BuildSpec {
@@ -58,6 +61,12 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
                 .env("HOME", &spec.work_dir)
                 .env("LANG", "C.UTF-8")
                 .env("npm_config_cache", spec.work_dir.join(".npm"))
+                // The index and registry the server gave the build, if any.
+                .envs(
+                    INDEX_VARIABLES
+                        .iter()
+                        .filter_map(|name| Some((*name, std::env::var_os(name)?))),
+                )
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

@@ -164,6 +164,7 @@ impl KubeOptions {
                 docker_config_secret: self.registry_secret.clone(),
                 insecure_registry: self.insecure_registry,
             }),
+            build_env: Vec::new(),
         }
     }
 }
@@ -201,11 +202,11 @@ pub fn driver(
         idle_timeout: Some(Duration::from_secs(config.idle_timeout_sec.max(1))),
         ..sless_driver_k8s::ServingSettings::default()
     };
+    let settings = sless_driver_k8s::KubeSettings {
+        build_env: config.build_env(),
+        ..config.kube.settings()
+    };
     Ok(sless_driver_k8s::KubeDriver::new(
-        client,
-        config.kube.settings(),
-        serving,
-        blobs,
-        signer,
+        client, settings, serving, blobs, signer,
     ))
 }

@@ -53,14 +53,19 @@ pub fn build_job(settings: &KubeSettings, input: BuildInput<'_>, owner: &Owner) 
         name: "build".into(),
         image: Some(settings.runtime_image(input.runtime)),
         command: Some(vec!["sless".into(), "instance".into(), "build".into()]),
-        env: Some(vec![
-            env("SLESS_BUILD_RUNTIME", input.runtime.as_str()),
-            env("SLESS_BUILD_ARCHIVE_URL", input.archive_url),
-            env("SLESS_BUILD_UPLOAD_URL", input.upload_url),
-            env("SLESS_BUILD_CODE_HASH", input.code_hash),
-            env("SLESS_BUILD_ARTIFACT", input.artifact),
-            env("SLESS_INSTANCE_WORK_DIR", "/tmp/sless"),
-        ]),
+        env: Some(
+            vec![
+                env("SLESS_BUILD_RUNTIME", input.runtime.as_str()),
+                env("SLESS_BUILD_ARCHIVE_URL", input.archive_url),
+                env("SLESS_BUILD_UPLOAD_URL", input.upload_url),
+                env("SLESS_BUILD_CODE_HASH", input.code_hash),
+                env("SLESS_BUILD_ARTIFACT", input.artifact),
+                env("SLESS_INSTANCE_WORK_DIR", "/tmp/sless"),
+            ]
+            .into_iter()
+            .chain(settings.build_env.iter().map(|(name, value)| env(name, value)))
+            .collect(),
+        ),
         termination_message_policy: Some("FallbackToLogsOnError".into()),
         resources: Some(resources(BUILD_MEMORY_MB, BUILD_MEMORY_MB)),
         security_context: Some(restricted_container()),

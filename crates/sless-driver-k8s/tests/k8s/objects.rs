@@ -22,6 +22,7 @@ pub fn settings() -> KubeSettings {
         allowed_egress: vec!["10.96.40.0/24".into()],
         build: BuildMode::Artifact,
         image_build: None,
+        build_env: Vec::new(),
     }
 }
 
@@ -323,9 +324,19 @@ fn build_job() {
         upload_url: "http://s3.example/sless/builds/cccc.tar.gz?X-Amz-Signature=put",
         timeout_sec: 120,
     };
-    let job = objects::build_job(&settings(), input, &owner());
+    let settings = KubeSettings {
+        build_env: vec![("npm_config_registry".into(), "http://npm-mirror.example/".into())],
+        ..settings()
+    };
+    let job = objects::build_job(&settings, input, &owner());
     let spec = job.spec.as_ref().unwrap();
     let builder = &spec.template.spec.as_ref().unwrap().containers[0];
+    let registry = builder.env.iter().flatten().find(|e| e.name == "npm_config_registry");
+    assert_eq!(
+        registry.and_then(|e| e.value.as_deref()),
+        Some("http://npm-mirror.example/"),
+        "the server's registry reaches the build"
+    );
     assert!(
         builder.env_from.is_none(),
         "a build pod holds no object-store credentials, only its grant"

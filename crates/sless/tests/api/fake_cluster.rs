@@ -661,6 +661,7 @@ impl FakeCluster {
             allowed_egress: vec![],
             build: BuildMode::Artifact,
             image_build: None,
+            build_env: Vec::new(),
         };
         let serving = ServingSettings {
             max_queue: 10,

@@ -65,6 +65,11 @@ struct Run {
 /// Stores the archive of `files` and runs a build of it with nothing but
 /// its grant; `code_hash` overrides the archive's real sha256.
 async fn build(bucket: &Bucket, files: &[(&str, &[u8])], code_hash: Option<&str>) -> Run {
+    build_with(bucket, files, code_hash, &[]).await
+}
+
+/// [`build`] with more environment (as the build Job's pod would have).
+async fn build_with(bucket: &Bucket, files: &[(&str, &[u8])], code_hash: Option<&str>, env: &[(&str, &str)]) -> Run {
     let zip = zip_of(files);
     let code_hash = code_hash.map_or_else(|| hex::encode(Sha256::digest(&zip)), str::to_string);
     bucket
@@ -83,7 +88,8 @@ async fn build(bucket: &Bucket, files: &[(&str, &[u8])], code_hash: Option<&str>
         .env("SLESS_BUILD_CODE_HASH", &code_hash)
         .env("SLESS_BUILD_ARTIFACT", FINGERPRINT)
         .env("SLESS_BUILD_TERMINATION_LOG", &termination)
-        .env("SLESS_INSTANCE_WORK_DIR", pod.path().join("work"));
+        .env("SLESS_INSTANCE_WORK_DIR", pod.path().join("work"))
+        .envs(env.iter().copied());
     // No credentials of any kind reach the build.
     for (name, _) in std::env::vars() {
         if name.starts_with("SLESS_S3_") || name.starts_with("AWS_") || name == "SLESS_BLOB_URL" {
@@ -144,6 +150,33 @@ async fn a_failed_install_says_why_and_exits_1() {
     let stderr = String::from_utf8_lossy(&run.out.stderr);
     assert!(stderr.contains("no-such-project"), "{stderr}");
     assert_eq!(read(&bucket, &upload_key(&run.code_hash)).await, None);
+}
+
+/// The package index the server gives a build Job (SLESS_PIP_INDEX_URL)
+/// is the one pip asks: here an empty local index, so the requirement is
+/// not found there (and no registry on the internet is asked).
+#[tokio::test]
+async fn the_build_installs_from_the_index_it_is_given() {
+    let bucket = bucket().await;
+    let index = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", index.path().display());
+    let run = build_with(
+        &bucket,
+        &[
+            ("handler.py", b"def handle(event, context):\n    return 'hi'\n"),
+            ("requirements.txt", b"only-on-pypi==1.0\n"),
+        ],
+        None,
+        &[("PIP_INDEX_URL", url.as_str())],
+    )
+    .await;
+    assert_eq!(run.out.status.code(), Some(1));
+    let log = String::from_utf8_lossy(&run.out.stderr);
+    assert!(log.contains(&format!("Looking in indexes: {url}")), "{log}");
+    assert!(
+        log.contains("No matching distribution found for only-on-pypi==1.0"),
+        "{log}"
+    );
 }
 
 #[tokio::test]
