@@ -354,21 +354,8 @@ macro_rules! sql_store {
                     tx.rollback().await?;
                     return Ok(false);
                 }
-                sqlx::query(
-                    "INSERT INTO function_versions \
-                     (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                     ON CONFLICT (namespace, function, version) DO NOTHING",
-                )
-                .bind(&v.namespace)
-                .bind(&v.function)
-                .bind(v.version as i64)
-                .bind(&v.code_hash)
-                .bind(&v.artifact)
-                .bind(&v.artifact_digest)
-                .bind(v.spec.to_string())
-                .bind(time_text(&v.built_at))
-                .execute(&mut *tx)
+                $crate::store::versions::insert_version!(v)
+                    .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
                 Ok(true)

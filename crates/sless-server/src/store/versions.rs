@@ -61,6 +61,27 @@ pub trait VersionStore: Send + Sync {
     async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()>;
 }
 
+/// The statement that records version `v`, its values bound: one for
+/// `put_version` and for the Ready transaction of `Store::record_version`.
+macro_rules! insert_version {
+    ($v:expr) => {
+        sqlx::query(
+            "INSERT INTO function_versions \
+             (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (namespace, function, version) DO NOTHING",
+        )
+        .bind(&$v.namespace)
+        .bind(&$v.function)
+        .bind($v.version as i64)
+        .bind(&$v.code_hash)
+        .bind(&$v.artifact)
+        .bind(&$v.artifact_digest)
+        .bind($v.spec.to_string())
+        .bind($crate::store::sql::time_text(&$v.built_at))
+    };
+}
+
 /// Implements [`VersionStore`] for a store struct with a `pool` field.
 macro_rules! version_store {
     ($store:ident) => {
@@ -111,21 +132,8 @@ macro_rules! version_store {
             #[async_trait]
             impl VersionStore for $store {
                 async fn put_version(&self, v: &VersionRecord) -> Result<()> {
-                    sqlx::query(
-                        "INSERT INTO function_versions \
-                         (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-                         ON CONFLICT (namespace, function, version) DO NOTHING",
-                    )
-                    .bind(&v.namespace)
-                    .bind(&v.function)
-                    .bind(v.version as i64)
-                    .bind(&v.code_hash)
-                    .bind(&v.artifact)
-                    .bind(&v.artifact_digest)
-                    .bind(v.spec.to_string())
-                    .bind(time_text(&v.built_at))
-                    .execute(&self.pool)
+                    $crate::store::versions::insert_version!(v)
+                        .execute(&self.pool)
                     .await?;
                     Ok(())
                 }
@@ -284,4 +292,4 @@ macro_rules! version_store {
     };
 }
 
-pub(crate) use version_store;
+pub(crate) use {insert_version, version_store};

@@ -58,7 +58,7 @@ fn mounts_under(dir: &Path) -> Vec<String> {
 }
 
 /// Network namespaces named for server `pid`.
-fn namespaces_of(pid: u32) -> Vec<String> {
+pub(super) fn namespaces_of(pid: u32) -> Vec<String> {
     let prefix = format!("sless-{pid}-");
     std::fs::read_dir("/run/netns")
         .into_iter()

@@ -6,6 +6,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::harness::{Backend, Server};
+use super::leftovers::namespaces_of;
 
 /// Python: `connect(host, port)` says "CONNECTED" or "BLOCKED:{error}".
 macro_rules! connect_py {
@@ -306,18 +307,6 @@ def handle(event, context):
     probe.connect(("198.51.100.1", 9))  # picks the route, sends nothing
     return {"net": os.readlink("/proc/self/ns/net"), "address": probe.getsockname()[0]}
 "#;
-
-/// Network namespaces named for server `pid`.
-fn namespaces_of(pid: u32) -> Vec<String> {
-    let prefix = format!("sless-{pid}-");
-    std::fs::read_dir("/run/netns")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
-        .collect()
-}
 
 #[tokio::test]
 async fn namespaces_made_ahead_of_demand_serve_one_instance_each_and_go_at_shutdown() {
