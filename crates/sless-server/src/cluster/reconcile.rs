@@ -373,3 +373,42 @@ fn changed_since(
     });
     changed
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::{Duration, Utc};
+    use serde_json::json;
+
+    use super::{changed_since, secret_stamp, SecretTimes};
+
+    fn uses_db() -> serde_json::Value {
+        json!({"runtime": "python3.11", "env_from_secrets": [{"secret": "db", "key": "password", "env": "P"}]})
+    }
+
+    #[test]
+    fn a_secret_changed_after_the_served_deploy_counts_as_moved() {
+        let deployed = Utc::now();
+        let mut secrets = SecretTimes::new();
+        secrets.insert(("ns".into(), "db".into()), deployed - Duration::seconds(5));
+        // Another tenant's secret of the same name changes: not this function's.
+        secrets.insert(("other".into(), "db".into()), deployed + Duration::seconds(5));
+        assert!(!changed_since("ns", &uses_db(), &secrets, deployed));
+        secrets.insert(("ns".into(), "db".into()), deployed + Duration::seconds(1));
+        assert!(changed_since("ns", &uses_db(), &secrets, deployed));
+        let no_secrets = json!({"runtime": "python3.11"});
+        assert!(!changed_since("ns", &no_secrets, &secrets, deployed));
+    }
+
+    #[test]
+    fn the_stamp_moves_with_the_secrets_a_function_uses_only() {
+        let at = Utc::now();
+        let mut secrets = SecretTimes::new();
+        secrets.insert(("ns".into(), "db".into()), at);
+        let before = secret_stamp("ns", &uses_db(), &secrets);
+        secrets.insert(("ns".into(), "unused".into()), at + Duration::seconds(1));
+        assert_eq!(secret_stamp("ns", &uses_db(), &secrets), before);
+        secrets.insert(("ns".into(), "db".into()), at + Duration::seconds(1));
+        assert_ne!(secret_stamp("ns", &uses_db(), &secrets), before);
+        assert_eq!(secret_stamp("ns", &json!({"runtime": "python3.11"}), &secrets), None);
+    }
+}

@@ -217,15 +217,7 @@ async fn the_checked_instance_serves_the_first_call() {
     let second = call(&server, "stamped").await;
     assert_eq!((&second["instance"], &second["calls"]), (&first["instance"], &json!(2)));
     assert_eq!(server.metric(instances).await, Some(1.0), "no second instance");
-    let records = eventually(Duration::from_secs(10), || async {
-        let records = server.records("ns", "stamped").await;
-        if records.len() == 2 {
-            Ok(records)
-        } else {
-            Err(format!("{} of 2 records", records.len()))
-        }
-    })
-    .await;
+    let records = records_of(&server, "stamped", 2).await;
     assert_eq!(
         records[1]["cold_start"], false,
         "the first call found the instance up: {}",
@@ -245,15 +237,7 @@ async fn the_checked_instance_serves_the_first_call() {
     server.wait_metric(instances, 0.0, 30).await;
     let after = call(&server, "stamped").await;
     assert_ne!(after["instance"], first["instance"]);
-    let records = eventually(Duration::from_secs(10), || async {
-        let records = server.records("ns", "stamped").await;
-        if records.len() == 3 {
-            Ok(records)
-        } else {
-            Err(format!("{} of 3 records", records.len()))
-        }
-    })
-    .await;
+    let records = records_of(&server, "stamped", 3).await;
     assert_eq!(records[0]["cold_start"], true, "{}", records[0]);
 }
 
@@ -292,6 +276,19 @@ fn unix_now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
+}
+
+/// The invocation records of `name` once there are `count`.
+async fn records_of(server: &Server, name: &str, count: usize) -> Vec<Value> {
+    eventually(Duration::from_secs(10), || async {
+        let records = server.records("ns", name).await;
+        if records.len() == count {
+            Ok(records)
+        } else {
+            Err(format!("{} of {count} records", records.len()))
+        }
+    })
+    .await
 }
 
 /// A build that runs a while (here npm's preinstall script of the code's
