@@ -1,0 +1,240 @@
+//! The stand-in API server: the answer to each request a `KubeDriver`
+//! makes (applies, Deployments and their scale, EndpointSlices, Jobs,
+//! their pods and logs, Secrets), from the cluster's state.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::cluster::Cluster;
+use crate::kubelet::{BuildPod, Workload};
+
+impl Cluster {
+    /// A Job as the API server shows it: its status from its pod's end.
+    fn job_status(pod: &mut BuildPod) -> Value {
+        match pod.ended() {
+            None => json!({"active": 1}),
+            Some(0) => json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
+            Some(_) => json!({"failed": 1, "conditions": [{"type": "Failed", "status": "True",
+                                                            "reason": "BackoffLimitExceeded"}]}),
+        }
+    }
+
+    /// The Job's pod: its termination message is the termination log, or
+    /// (`FallbackToLogsOnError`) the end of its output when it failed.
+    fn job_pod(name: &str, pod: &mut BuildPod) -> Value {
+        let state = match pod.ended() {
+            None => json!({"running": {}}),
+            Some(code) => {
+                let message = if code == 0 {
+                    pod.read("termination-log")
+                } else {
+                    pod.read("stderr")
+                };
+                json!({"terminated": {"exitCode": code, "message": message}})
+            }
+        };
+        json!({"metadata": {"name": format!("{name}-pod"), "namespace": "sless-fn-demo"},
+               "spec": {"containers": [{"name": "build"}]},
+               "status": {"containerStatuses": [{"name": "build", "image": "i", "imageID": "", "ready": false,
+                                                 "restartCount": 0, "state": state}]}})
+    }
+
+    /// The answer to one API request: status and body.
+    pub(crate) fn answer(&self, method: &str, path: &str, query: &str, body: &[u8]) -> (u16, Value) {
+        let name = path.rsplit('/').next().unwrap_or_default().to_string();
+        let scale_of = |workload: &Workload, name: &str| {
+            json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                   "metadata": {"name": name, "resourceVersion": workload.resource_version.to_string()},
+                   "spec": {"replicas": workload.replicas}, "status": {"replicas": workload.replicas}})
+        };
+        match method {
+            "GET" if path.ends_with("/scale") => {
+                let deployment = path.trim_end_matches("/scale").rsplit('/').next().unwrap();
+                let workloads = self.workloads.lock().unwrap();
+                match workloads.get(deployment) {
+                    Some(workload) => (200, scale_of(workload, deployment)),
+                    None => (404, status(404, "NotFound")),
+                }
+            }
+            "PATCH" if path.ends_with("/scale") => {
+                let deployment = path.trim_end_matches("/scale").rsplit('/').next().unwrap();
+                let patch: Value = serde_json::from_slice(body).unwrap();
+                let answer = {
+                    let mut workloads = self.workloads.lock().unwrap();
+                    let Some(workload) = workloads.get_mut(deployment) else {
+                        return (404, status(404, "NotFound"));
+                    };
+                    if let Some(expected) = patch["metadata"]["resourceVersion"].as_str() {
+                        if expected != workload.resource_version.to_string() {
+                            return (409, status(409, "Conflict"));
+                        }
+                    }
+                    workload.replicas = patch["spec"]["replicas"].as_i64().unwrap() as i32;
+                    workload.resource_version += 1;
+                    scale_of(workload, deployment)
+                };
+                self.reconcile();
+                (200, answer)
+            }
+            "GET" if path.ends_with("/endpointslices") => {
+                let query = query.replace("%2F", "/").replace("%3D", "=");
+                let service = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("labelSelector=kubernetes.io/service-name="))
+                    .unwrap_or_default()
+                    .to_string();
+                let workloads = self.workloads.lock().unwrap();
+                let items: Vec<Value> = workloads
+                    .get(&service)
+                    .map(|w| w.pods.iter().filter(|p| p.ready).collect::<Vec<_>>())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|pod| {
+                        json!({"metadata": {"name": format!("{service}-{}", pod.frames)}, "addressType": "IPv4",
+                               "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                               "ports": [{"name": "frames", "port": pod.frames, "protocol": "TCP"}]})
+                    })
+                    .collect();
+                (
+                    200,
+                    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSliceList", "metadata": {}, "items": items}),
+                )
+            }
+            "POST" if path.ends_with("/jobs") => {
+                let mut job: Value = serde_json::from_slice(body).unwrap();
+                let name = job["metadata"]["name"].as_str().unwrap().to_string();
+                let mut jobs = self.jobs.lock().unwrap();
+                if jobs.contains_key(&name) {
+                    return (409, status(409, "AlreadyExists"));
+                }
+                let mut pod = self.start_build(&job);
+                job["metadata"]["uid"] = json!(format!("uid-of-{name}"));
+                job["status"] = Self::job_status(&mut pod);
+                jobs.insert(name, pod);
+                (201, job)
+            }
+            // The idle scaler: a replica's last call noted on the
+            // Deployment (a merge patch, not an apply), and read back.
+            "PATCH" if path.contains("/deployments/") && !query.contains("fieldManager") => {
+                let patch: Value = serde_json::from_slice(body).unwrap();
+                let mut workloads = self.workloads.lock().unwrap();
+                let Some(workload) = workloads.get_mut(&name) else {
+                    return (404, status(404, "NotFound"));
+                };
+                if let Some(ms) = patch["metadata"]["annotations"]["sless.dev/last-call"].as_str() {
+                    workload.last_call = Some(ms.to_string());
+                    // A change of the object: a new resourceVersion.
+                    workload.resource_version += 1;
+                }
+                (200, deployment_of(&name, workload))
+            }
+            "GET" if path.contains("/deployments/") => match self.workloads.lock().unwrap().get(&name) {
+                Some(workload) => (200, deployment_of(&name, workload)),
+                None => (404, status(404, "NotFound")),
+            },
+            "GET" if path.contains("/jobs/") => match self.jobs.lock().unwrap().get_mut(&name) {
+                Some(pod) => (
+                    200,
+                    json!({"apiVersion": "batch/v1", "kind": "Job",
+                           "metadata": {"name": name, "namespace": "sless-fn-demo"},
+                           "status": Self::job_status(pod)}),
+                ),
+                None => (404, status(404, "NotFound")),
+            },
+            "DELETE" if path.contains("/jobs/") => {
+                self.jobs.lock().unwrap().remove(&name);
+                (
+                    200,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                )
+            }
+            "GET" if path.ends_with("/pods") => {
+                let query = query.replace("%2F", "/").replace("%3D", "=");
+                let job = query
+                    .split('&')
+                    .find_map(|p| p.strip_prefix("labelSelector=batch.kubernetes.io/job-name="))
+                    .unwrap_or_default()
+                    .to_string();
+                let items: Vec<Value> = self
+                    .jobs
+                    .lock()
+                    .unwrap()
+                    .get_mut(&job)
+                    .map(|pod| Self::job_pod(&job, pod))
+                    .into_iter()
+                    .collect();
+                (
+                    200,
+                    json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}),
+                )
+            }
+            "GET" if path.ends_with("/log") => {
+                let pod = path.trim_end_matches("/log").rsplit('/').next().unwrap();
+                let job = pod.trim_end_matches("-pod");
+                match self.jobs.lock().unwrap().get(job) {
+                    Some(pod) => (200, Value::String(pod.read("stdout") + &pod.read("stderr"))),
+                    None => (404, status(404, "NotFound")),
+                }
+            }
+            "GET" if path == "/api/v1/namespaces/sless/secrets/sless-artifact-reader" => (
+                200,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "sless"}, "data": {}}),
+            ),
+            // Server-side applies: kept as sent (a Deployment's template
+            // becomes its pods' environment; a changed one rolls them).
+            "PATCH" => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                object["metadata"]["uid"] = json!(format!("uid-of-{name}"));
+                if path.contains("/deployments/") {
+                    let template = self.pod_template(&object);
+                    let mut workloads = self.workloads.lock().unwrap();
+                    let workload = workloads.entry(name).or_default();
+                    if workload.template.text != template.text {
+                        workload.template = template;
+                        workload.pods.clear();
+                    }
+                    drop(workloads);
+                    self.reconcile();
+                } else if path.contains("/secrets/") {
+                    let data: BTreeMap<String, Vec<u8>> = object["data"]
+                        .as_object()
+                        .into_iter()
+                        .flatten()
+                        .map(|(key, value)| (key.clone(), base64_decode(value)))
+                        .collect();
+                    let mut secrets = self.secrets.lock().unwrap();
+                    let stored = secrets.entry(name).or_insert((0, BTreeMap::new()));
+                    if stored.1 != data {
+                        *stored = (stored.0 + 1, data);
+                    }
+                    object["metadata"]["resourceVersion"] = json!(stored.0.to_string());
+                }
+                (200, object)
+            }
+            _ => (404, status(404, "NotFound")),
+        }
+    }
+}
+
+/// A Deployment as the API server shows it: replicas, the last call
+/// reported, and the resourceVersion a conditional scale names.
+fn deployment_of(name: &str, workload: &Workload) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": name, "namespace": "sless-fn-demo",
+                        "resourceVersion": workload.resource_version.to_string(),
+                        "annotations": {"sless.dev/last-call": workload.last_call.clone().unwrap_or_default()}},
+           "spec": {"replicas": workload.replicas, "selector": {}, "template": {}}})
+}
+
+fn base64_decode(value: &Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(value.as_str().unwrap())
+        .unwrap()
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "reason": reason, "code": code, "message": reason})
+}

@@ -1,0 +1,219 @@
+//! The stand-in kubelet: a Deployment's pods as real `sless instance`
+//! processes on 127.0.0.1 (started with the applied template's
+//! environment, restarted when they die, probed on `/ready` as the
+//! readiness probe does), and a build Job's pod as `sless instance build`.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::cluster::Cluster;
+
+pub(crate) struct Pod {
+    pub(crate) child: Child,
+    pub(crate) frames: u16,
+    pub(crate) ready_port: u16,
+    pub(crate) ready: bool,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Pod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a pod of a Deployment gets: the instance's environment (values,
+/// and those of secretKeyRefs) and the files of its Secret volume.
+#[derive(Default, Clone)]
+pub(crate) struct PodTemplate {
+    /// The applied template as sent: a new one rolls the pods.
+    pub(crate) text: String,
+    pub(crate) env: Vec<(String, String)>,
+    /// Where the Secret volume is mounted, and its files: path, bytes, mode.
+    pub(crate) mount: Option<String>,
+    pub(crate) files: Vec<(String, Vec<u8>, u32)>,
+}
+
+/// A Deployment as the stand-in keeps it.
+#[derive(Default)]
+pub(crate) struct Workload {
+    pub(crate) template: PodTemplate,
+    pub(crate) replicas: i32,
+    pub(crate) resource_version: u64,
+    pub(crate) pods: Vec<Pod>,
+    /// The `sless.dev/last-call` annotation replicas report.
+    pub(crate) last_call: Option<String>,
+}
+
+/// A build Job's one pod: `sless instance build` with the Job's environment.
+pub(crate) struct BuildPod {
+    pub(crate) child: Child,
+    pub(crate) dir: tempfile::TempDir,
+}
+
+impl BuildPod {
+    /// The exit code once it has ended.
+    pub(crate) fn ended(&mut self) -> Option<i32> {
+        self.child.try_wait().unwrap().map(|status| status.code().unwrap_or(-1))
+    }
+
+    pub(crate) fn read(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.path().join(file)).unwrap_or_default()
+    }
+}
+
+impl Drop for BuildPod {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Cluster {
+    pub(crate) fn start_pod(&self, template: &PodTemplate) -> Pod {
+        let dir = tempfile::tempdir().unwrap();
+        let (frames, ready_port) = (free_port(), free_port());
+        let mut cmd = Command::new(&self.sless);
+        cmd.arg("instance")
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        let mut env = template.env.clone();
+        // The Secret volume, "mounted" in the pod's directory: the files
+        // with their modes, and the handler's SLESS_SECRETS_DIR pointed there.
+        if let Some(mount) = &template.mount {
+            let root = dir.path().join("secrets");
+            for (path, bytes, mode) in &template.files {
+                let file = root.join(path);
+                std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+                std::fs::write(&file, bytes).unwrap();
+                std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(*mode)).unwrap();
+            }
+            for (name, value) in &mut env {
+                if name == "SLESS_INSTANCE_ENV" {
+                    let mut handler: BTreeMap<String, String> = serde_json::from_str(value).unwrap();
+                    if handler.get("SLESS_SECRETS_DIR") == Some(mount) {
+                        handler.insert("SLESS_SECRETS_DIR".into(), root.display().to_string());
+                    }
+                    *value = serde_json::to_string(&handler).unwrap();
+                }
+            }
+        }
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        cmd.envs(self.s3_env.iter().map(|(k, v)| (k, v)))
+            .env("SLESS_INSTANCE_CODE_DIR", dir.path().join("code/app"))
+            .env("SLESS_INSTANCE_WORK_DIR", dir.path().join("tmp"))
+            .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
+            .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        std::fs::create_dir_all(dir.path().join("code")).unwrap();
+        Pod {
+            child: cmd.spawn().expect("start sless instance"),
+            frames,
+            ready_port,
+            ready: false,
+            _dir: dir,
+        }
+    }
+
+    /// Runs a build Job's pod: its container's environment and nothing of
+    /// this machine's (no object-store credentials: the Job has its grant).
+    pub(crate) fn start_build(&self, job: &Value) -> BuildPod {
+        let dir = tempfile::tempdir().unwrap();
+        let container = &job["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["command"], json!(["sless", "instance", "build"]), "{job}");
+        let env = container["env"].as_array().cloned().unwrap_or_default();
+        let mut cmd = Command::new(&self.sless);
+        cmd.args(["instance", "build"])
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        for var in &env {
+            cmd.env(var["name"].as_str().unwrap(), var["value"].as_str().unwrap());
+        }
+        cmd.env("SLESS_INSTANCE_WORK_DIR", dir.path().join("tmp"))
+            .env("SLESS_BUILD_TERMINATION_LOG", dir.path().join("termination-log"))
+            .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap());
+        BuildPod {
+            child: cmd.spawn().expect("start sless instance build"),
+            dir,
+        }
+    }
+
+    /// The kubelet's pass: dead pods restarted (not ready until they say
+    /// so), pods started or stopped to the replicas wanted.
+    pub(crate) fn reconcile(&self) {
+        let mut workloads = self.workloads.lock().unwrap();
+        for workload in workloads.values_mut() {
+            for pod in &mut workload.pods {
+                if pod.child.try_wait().unwrap().is_some() {
+                    *pod = self.start_pod(&workload.template);
+                }
+            }
+            let wanted = usize::try_from(workload.replicas).unwrap_or(0);
+            workload.pods.truncate(wanted);
+            while workload.pods.len() < wanted {
+                let pod = self.start_pod(&workload.template);
+                workload.pods.push(pod);
+            }
+        }
+    }
+
+    /// Probes every pod's `/ready`, as the kubelet's readiness probe.
+    pub(crate) async fn probe(&self) {
+        let ports: Vec<(String, usize, u16)> = {
+            let workloads = self.workloads.lock().unwrap();
+            workloads
+                .iter()
+                .flat_map(|(name, w)| {
+                    w.pods
+                        .iter()
+                        .enumerate()
+                        .map(move |(i, p)| (name.clone(), i, p.ready_port))
+                })
+                .collect()
+        };
+        for (name, index, port) in ports {
+            let ready = ready(port).await;
+            if let Some(pod) = self
+                .workloads
+                .lock()
+                .unwrap()
+                .get_mut(&name)
+                .and_then(|w| w.pods.get_mut(index))
+            {
+                if pod.ready_port == port {
+                    pod.ready = ready;
+                }
+            }
+        }
+    }
+}
+
+async fn ready(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let check = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        stream.write_all(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n").await.ok()?;
+        let mut text = String::new();
+        stream.read_to_string(&mut text).await.ok()?;
+        Some(text.starts_with("HTTP/1.1 200"))
+    };
+    tokio::time::timeout(Duration::from_millis(500), check)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}

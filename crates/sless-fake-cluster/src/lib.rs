@@ -1,0 +1,216 @@
+//! The Kubernetes driver's data path on this machine: `KubeDriver` →
+//! EndpointSlices → frames over TCP → real `sless instance` processes on
+//! 127.0.0.1 that fetch their artifact from the real S3 server.
+//!
+//! **The API server and the kubelet here are stand-ins** (there is no
+//! cluster on the project's machines): a test-only stand-in for the few
+//! API endpoints the driver calls to build and serve (applies,
+//! Deployments' scale, EndpointSlices, Jobs and their pods and logs, the
+//! artifact reader Secret), whose "kubelet" starts one `sless instance`
+//! per replica of a Deployment, with the instance container's environment
+//! from the applied pod template, restarts it when it dies, and lists it in
+//! the Deployment's EndpointSlice once its `/ready` answers (a Secret's
+//! variables and volume are resolved and its files written into the pod's
+//! own directory, where `SLESS_SECRETS_DIR` then points); a build Job's
+//! pod is `sless instance build` with the Job's environment and nothing
+//! else. Everything else is real: the driver, the instances, the builds,
+//! the shim, the S3 server.
+
+mod api;
+mod cluster;
+mod kubelet;
+mod s3;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response};
+use kube::client::Body;
+use object_store::ObjectStoreExt;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use sless_driver::{Deployment, Fingerprint, FunctionKey};
+use sless_driver_k8s::{BuildMode, KubeDriver, KubeSettings, ServingSettings};
+
+use crate::cluster::Cluster;
+pub use crate::s3::{S3Server, S3_KEY, S3_SECRET};
+
+/// The fingerprint of the artifact the cluster starts with.
+pub const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef";
+
+/// Answers with its pid, the version's `WHICH`, its secrets when it has
+/// any, and, asked to, sleeps after leaving a mark (so a test can kill it
+/// mid-call).
+pub const HANDLER: &str = r#"
+import os, time
+def handle(event, context):
+    if isinstance(event, dict) and event.get("mark"):
+        open(event["mark"], "w").close()
+        time.sleep(30)
+    answer = {"pid": os.getpid(), "which": os.environ.get("WHICH")}
+    if os.environ.get("SLESS_SECRETS_DIR"):
+        path = os.path.join(os.environ["SLESS_SECRETS_DIR"], "tls", "server.key")
+        answer["key"] = open(path).read()
+        answer["mode"] = os.stat(path).st_mode & 0o777
+        answer["password"] = os.environ.get("DB_PASSWORD")
+    return answer
+"#;
+
+/// The stand-in cluster, its S3 server and the artifact of [`HANDLER`].
+pub struct FakeCluster {
+    cluster: Arc<Cluster>,
+    /// The sha256 of the prepared artifact of [`HANDLER`].
+    pub digest: String,
+    /// The object store a server of this cluster opens.
+    pub store: Arc<dyn object_store::ObjectStore>,
+    pub s3: S3Server,
+    kubelet: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeCluster {
+    fn drop(&mut self) {
+        self.kubelet.abort();
+        self.cluster.workloads.lock().unwrap().clear();
+        self.cluster.jobs.lock().unwrap().clear();
+    }
+}
+
+impl FakeCluster {
+    /// Starts the S3 server, stores the artifact of [`HANDLER`] and runs
+    /// the kubelet; `sless` is the binary pods run.
+    pub async fn start(sless: impl Into<PathBuf>) -> FakeCluster {
+        let s3 = S3Server::start().await;
+        // What the artifact reader Secret gives a pod.
+        let s3_env = s3.env();
+        // The artifact as a build stores it.
+        let code = tempfile::tempdir().unwrap();
+        std::fs::write(code.path().join("handler.py"), HANDLER).unwrap();
+        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+        tar.append_dir_all(".", code.path()).unwrap();
+        let tarball = tar.into_inner().unwrap().finish().unwrap();
+        let digest = hex::encode(Sha256::digest(&tarball));
+        let store = sless_server::blobs::open(&s3.blob_settings()).await.unwrap();
+        store
+            .put(
+                &object_store::path::Path::from(format!("artifacts/{FINGERPRINT}/{digest}.tar.gz")),
+                tarball.into(),
+            )
+            .await
+            .unwrap();
+        let cluster = Arc::new(Cluster {
+            sless: sless.into(),
+            s3_env,
+            workloads: Mutex::new(BTreeMap::new()),
+            jobs: Mutex::new(BTreeMap::new()),
+            secrets: Mutex::new(BTreeMap::new()),
+        });
+        let kubelet = tokio::spawn({
+            let cluster = cluster.clone();
+            async move {
+                loop {
+                    cluster.reconcile();
+                    cluster.probe().await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        });
+        FakeCluster {
+            cluster,
+            digest,
+            store,
+            s3,
+            kubelet,
+        }
+    }
+
+    /// A replica's driver, its API requests answered by this cluster.
+    pub fn replica(&self) -> KubeDriver {
+        self.replica_idle(None)
+    }
+
+    /// A replica that scales a version back to zero after `idle` without calls.
+    pub fn replica_idle(&self, idle: Option<Duration>) -> KubeDriver {
+        self.replica_with(ServingSettings {
+            max_queue: 10,
+            max_response_bytes: 1024 * 1024,
+            poll: Duration::from_millis(20),
+            endpoints_ttl: Duration::from_millis(100),
+            start_timeout: Duration::from_secs(30),
+            watch_endpoints: false,
+            idle_timeout: idle,
+        })
+    }
+
+    /// A replica serving with `serving`.
+    pub fn replica_with(&self, serving: ServingSettings) -> KubeDriver {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let cluster = self.cluster.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let method = request.method().to_string();
+                let path = request.uri().path().to_string();
+                let query = request.uri().query().unwrap_or_default().to_string();
+                let body = request.into_body().collect_bytes().await.unwrap();
+                let (code, answer) = cluster.answer(&method, &path, &query, &body);
+                // A log is text; everything else JSON.
+                let text = match answer {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                send.send_response(
+                    Response::builder()
+                        .status(code)
+                        .body(Body::from(text.into_bytes()))
+                        .unwrap(),
+                );
+            }
+        });
+        let settings = KubeSettings {
+            control_plane_namespace: "sless".into(),
+            image_repo: "registry.example/sless".into(),
+            image_tag: "0.1.0-test".into(),
+            artifact_reader_secret: "sless-artifact-reader".into(),
+            image_pull_secret: None,
+            allowed_egress: vec![],
+            build: BuildMode::Artifact,
+            image_build: None,
+            build_env: Vec::new(),
+        };
+        // The object store the server uses, and its signer for build grants.
+        let store = self.store.clone();
+        let signer = sless_server::blobs::signer(&self.s3.blob_settings()).unwrap();
+        KubeDriver::new(kube::Client::new(service, "default"), settings, serving, store, signer)
+    }
+
+    /// Version `n` of demo/hello, whose handler sees `WHICH=v{n}`.
+    pub fn version(&self, n: u64) -> Deployment {
+        let spec = serde_json::from_value(json!({"runtime": "python3.11", "env": {"WHICH": format!("v{n}")},
+                                                 "timeout_sec": 60, "concurrency": 4}))
+        .unwrap();
+        Deployment {
+            key: key(),
+            version: n,
+            artifact: Fingerprint::from_stored(FINGERPRINT),
+            digest: Some(self.digest.clone()),
+            spec,
+            verify: false,
+            secrets: Default::default(),
+        }
+    }
+
+    /// The pids of the running pods of version `n`.
+    pub fn pids(&self, n: u64) -> Vec<u32> {
+        let workloads = self.cluster.workloads.lock().unwrap();
+        workloads
+            .get(&format!("fn-hello-v{n}"))
+            .map(|w| w.pods.iter().map(|p| p.child.id()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// The function every version here is of: demo/hello.
+pub fn key() -> FunctionKey {
+    FunctionKey::new("demo", "hello")
+}
