@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::cluster::Cluster;
-use crate::kubelet::{BuildPod, Workload};
+use crate::kubelet::{BuildPod, JobPod, Pod, Workload};
 
 impl Cluster {
     /// A Job as the API server shows it: its status from its pod's end.
-    fn job_status(pod: &mut BuildPod) -> Value {
+    fn job_status(pod: &mut JobPod) -> Value {
         match pod.ended() {
             None => json!({"active": 1}),
             Some(0) => json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}),
@@ -20,9 +20,38 @@ impl Cluster {
         }
     }
 
-    /// The Job's pod: its termination message is the termination log, or
+    /// The Job's pod as the API server shows it.
+    fn job_pod(name: &str, pod: &mut JobPod) -> Value {
+        match pod {
+            JobPod::Build(pod) => Self::build_pod(name, pod),
+            JobPod::Run(pod) => Self::run_pod(name, pod),
+        }
+    }
+
+    /// A run's pod: its phase, its readiness, and where it serves frames
+    /// (its IP and the port named `frames`, this pod's own).
+    fn run_pod(name: &str, pod: &mut Pod) -> Value {
+        let phase = match pod.ended() {
+            None => "Running",
+            Some(0) => "Succeeded",
+            Some(_) => "Failed",
+        };
+        let ready = if pod.ready && phase == "Running" {
+            "True"
+        } else {
+            "False"
+        };
+        json!({"metadata": {"name": format!("{name}-pod"), "namespace": "sless-fn-demo"},
+               "spec": {"containers": [{"name": "instance",
+                                        "ports": [{"name": "frames", "containerPort": pod.frames},
+                                                  {"name": "ready", "containerPort": pod.ready_port}]}]},
+               "status": {"phase": phase, "podIP": "127.0.0.1",
+                          "conditions": [{"type": "Ready", "status": ready}]}})
+    }
+
+    /// A build's pod: its termination message is the termination log, or
     /// (`FallbackToLogsOnError`) the end of its output when it failed.
-    fn job_pod(name: &str, pod: &mut BuildPod) -> Value {
+    fn build_pod(name: &str, pod: &mut BuildPod) -> Value {
         let state = match pod.ended() {
             None => json!({"running": {}}),
             Some(code) => {
@@ -108,7 +137,7 @@ impl Cluster {
                 if jobs.contains_key(&name) {
                     return (409, status(409, "AlreadyExists"));
                 }
-                let mut pod = self.start_build(&job);
+                let mut pod = self.start_job(&job);
                 job["metadata"]["uid"] = json!(format!("uid-of-{name}"));
                 job["status"] = Self::job_status(&mut pod);
                 jobs.insert(name, pod);
@@ -173,7 +202,9 @@ impl Cluster {
                 let pod = path.trim_end_matches("/log").rsplit('/').next().unwrap();
                 let job = pod.trim_end_matches("-pod");
                 match self.jobs.lock().unwrap().get(job) {
-                    Some(pod) => (200, Value::String(pod.read("stdout") + &pod.read("stderr"))),
+                    Some(JobPod::Build(pod)) => (200, Value::String(pod.read("stdout") + &pod.read("stderr"))),
+                    // A run's instance logs nothing the driver reads.
+                    Some(JobPod::Run(_)) => (200, Value::String(String::new())),
                     None => (404, status(404, "NotFound")),
                 }
             }

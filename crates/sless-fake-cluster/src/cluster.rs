@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
-use crate::kubelet::{BuildPod, PodTemplate, Workload};
+use crate::kubelet::{JobPod, PodTemplate, Workload};
 
 /// An applied Secret: its resourceVersion (bumped when the data changes)
 /// and its data.
@@ -17,7 +17,8 @@ pub(crate) struct Cluster {
     pub(crate) sless: std::path::PathBuf,
     pub(crate) s3_env: Vec<(String, String)>,
     pub(crate) workloads: Mutex<BTreeMap<String, Workload>>,
-    pub(crate) jobs: Mutex<BTreeMap<String, BuildPod>>,
+    /// Jobs (builds and runs) by name, with their one pod.
+    pub(crate) jobs: Mutex<BTreeMap<String, JobPod>>,
     /// Applied Secrets by name.
     pub(crate) secrets: Mutex<BTreeMap<String, StoredSecret>>,
 }

@@ -1,9 +1,13 @@
 //! The stand-in kubelet: a Deployment's pods as real `sless instance`
 //! processes on 127.0.0.1 (started with the applied template's
 //! environment, restarted when they die, probed on `/ready` as the
-//! readiness probe does), and a build Job's pod as `sless instance build`.
+//! readiness probe does); a build Job's pod as `sless instance build`, a
+//! run Job's as a one-shot `sless instance` (it ends after one answer).
+//! A pod's end kills its whole process group, as a container's end takes
+//! everything in it (the handler's shim too).
 
 use std::collections::BTreeMap;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -11,6 +15,8 @@ use serde_json::{json, Value};
 
 use crate::cluster::Cluster;
 
+/// An instance pod: `sless instance` in a process group of its own, its
+/// frame and readiness ports, and whether its readiness probe passed.
 pub(crate) struct Pod {
     pub(crate) child: Child,
     pub(crate) frames: u16,
@@ -19,8 +25,20 @@ pub(crate) struct Pod {
     _dir: tempfile::TempDir,
 }
 
+impl Pod {
+    /// The exit code once it has ended.
+    pub(crate) fn ended(&mut self) -> Option<i32> {
+        self.child.try_wait().unwrap().map(|status| status.code().unwrap_or(-1))
+    }
+}
+
 impl Drop for Pod {
     fn drop(&mut self) {
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -63,6 +81,31 @@ impl BuildPod {
 
     pub(crate) fn read(&self, file: &str) -> String {
         std::fs::read_to_string(self.dir.path().join(file)).unwrap_or_default()
+    }
+}
+
+/// A Job's one pod.
+pub(crate) enum JobPod {
+    Build(BuildPod),
+    /// A run's instance: ready once its handler loaded, ends after one answer.
+    Run(Pod),
+}
+
+impl JobPod {
+    /// The exit code once it has ended.
+    pub(crate) fn ended(&mut self) -> Option<i32> {
+        match self {
+            JobPod::Build(pod) => pod.ended(),
+            JobPod::Run(pod) => pod.ended(),
+        }
+    }
+
+    /// The pid of its process.
+    pub(crate) fn pid(&self) -> u32 {
+        match self {
+            JobPod::Build(pod) => pod.child.id(),
+            JobPod::Run(pod) => pod.child.id(),
+        }
     }
 }
 
@@ -117,7 +160,8 @@ impl Cluster {
             .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
             .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready_port}"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(Stdio::null())
+            .process_group(0);
         std::fs::create_dir_all(dir.path().join("code")).unwrap();
         Pod {
             child: cmd.spawn().expect("start sless instance"),
@@ -128,12 +172,22 @@ impl Cluster {
         }
     }
 
+    /// Runs a Job's pod: a build or a run, by its container's command.
+    pub(crate) fn start_job(&self, job: &Value) -> JobPod {
+        let command = &job["spec"]["template"]["spec"]["containers"][0]["command"];
+        if *command == json!(["sless", "instance", "build"]) {
+            JobPod::Build(self.start_build(job))
+        } else {
+            assert_eq!(*command, json!(["sless", "instance", "serve"]), "{job}");
+            JobPod::Run(self.start_pod(&self.pod_template(job)))
+        }
+    }
+
     /// Runs a build Job's pod: its container's environment and nothing of
     /// this machine's (no object-store credentials: the Job has its grant).
-    pub(crate) fn start_build(&self, job: &Value) -> BuildPod {
+    fn start_build(&self, job: &Value) -> BuildPod {
         let dir = tempfile::tempdir().unwrap();
         let container = &job["spec"]["template"]["spec"]["containers"][0];
-        assert_eq!(container["command"], json!(["sless", "instance", "build"]), "{job}");
         let env = container["env"].as_array().cloned().unwrap_or_default();
         let mut cmd = Command::new(&self.sless);
         cmd.args(["instance", "build"])
@@ -194,6 +248,23 @@ impl Cluster {
                 .get_mut(&name)
                 .and_then(|w| w.pods.get_mut(index))
             {
+                if pod.ready_port == port {
+                    pod.ready = ready;
+                }
+            }
+        }
+        let runs: Vec<(String, u16)> = {
+            let jobs = self.jobs.lock().unwrap();
+            jobs.iter()
+                .filter_map(|(name, job)| match job {
+                    JobPod::Run(pod) => Some((name.clone(), pod.ready_port)),
+                    JobPod::Build(_) => None,
+                })
+                .collect()
+        };
+        for (name, port) in runs {
+            let ready = ready(port).await;
+            if let Some(JobPod::Run(pod)) = self.jobs.lock().unwrap().get_mut(&name) {
                 if pod.ready_port == port {
                     pod.ready = ready;
                 }

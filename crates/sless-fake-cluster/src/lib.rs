@@ -13,8 +13,10 @@
 //! variables and volume are resolved and its files written into the pod's
 //! own directory, where `SLESS_SECRETS_DIR` then points); a build Job's
 //! pod is `sless instance build` with the Job's environment and nothing
-//! else. Everything else is real: the driver, the instances, the builds,
-//! the shim, the S3 server.
+//! else; a run Job's pod is a one-shot `sless instance` from the Job's pod
+//! template, shown with its phase, readiness and frame port. Everything
+//! else is real: the driver, the instances, the builds, the shim, the S3
+//! server. For tests and benches only (not published).
 
 mod api;
 mod cluster;
@@ -41,13 +43,16 @@ pub use crate::s3::{S3Server, S3_KEY, S3_SECRET};
 pub const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef";
 
 /// Answers with its pid, the version's `WHICH`, its secrets when it has
-/// any, and, asked to, sleeps after leaving a mark (so a test can kill it
-/// mid-call).
+/// any; asked to, raises, or sleeps after leaving a mark holding its pid
+/// (so a test can kill or cancel it mid-call).
 pub const HANDLER: &str = r#"
 import os, time
 def handle(event, context):
+    if isinstance(event, dict) and event.get("raise"):
+        raise ValueError(event["raise"])
     if isinstance(event, dict) and event.get("mark"):
-        open(event["mark"], "w").close()
+        with open(event["mark"], "w") as mark:
+            mark.write(str(os.getpid()))
         time.sleep(30)
     answer = {"pid": os.getpid(), "which": os.environ.get("WHICH")}
     if os.environ.get("SLESS_SECRETS_DIR"):
@@ -198,6 +203,12 @@ impl FakeCluster {
             verify: false,
             secrets: Default::default(),
         }
+    }
+
+    /// The Jobs in the cluster (builds and runs), with the pid of each one's pod.
+    pub fn jobs(&self) -> Vec<(String, u32)> {
+        let jobs = self.cluster.jobs.lock().unwrap();
+        jobs.iter().map(|(name, pod)| (name.clone(), pod.pid())).collect()
     }
 
     /// The pids of the running pods of version `n`.

@@ -22,12 +22,12 @@ use sless_fake_cluster::{key, FakeCluster, HANDLER};
 use super::harness::{event_call, eventually};
 
 /// The stand-in cluster, its pods running this build's `sless`.
-async fn start() -> FakeCluster {
+pub(super) async fn start() -> FakeCluster {
     FakeCluster::start(env!("CARGO_BIN_EXE_sless")).await
 }
 
 /// Calls version `n` through `driver`: what the handler answered.
-async fn invoke(driver: &KubeDriver, n: u64, event: Value) -> Result<Value, InvokeError> {
+pub(super) async fn invoke(driver: &KubeDriver, n: u64, event: Value) -> Result<Value, InvokeError> {
     let result = driver
         .invoke(&VersionRef::new(key(), n), &event_call("req", event))
         .await?;
