@@ -116,7 +116,7 @@ impl Cluster {
                 let workloads = self.workloads.lock().unwrap();
                 let items: Vec<Value> = workloads
                     .get(&service)
-                    .map(|w| w.pods.iter().filter(|p| p.ready).collect::<Vec<_>>())
+                    .map(|w| w.pods.iter().chain(&w.old).filter(|p| p.ready).collect::<Vec<_>>())
                     .unwrap_or_default()
                     .into_iter()
                     .map(|pod| {
@@ -171,6 +171,21 @@ impl Cluster {
                 ),
                 None => (404, status(404, "NotFound")),
             },
+            // A deleted Deployment's pods leave its EndpointSlice and are
+            // told to stop (SIGTERM, SIGKILL after their grace period).
+            "DELETE" if path.contains("/deployments/") => {
+                let Some(workload) = self.workloads.lock().unwrap().remove(&name) else {
+                    return (404, status(404, "NotFound"));
+                };
+                let grace = workload.template.grace;
+                let Workload { pods, old, .. } = workload;
+                let stopping = pods.into_iter().chain(old).map(|pod| pod.terminate(grace));
+                self.terminating.lock().unwrap().extend(stopping);
+                (
+                    200,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                )
+            }
             "DELETE" if path.contains("/jobs/") => {
                 self.jobs.lock().unwrap().remove(&name);
                 (
@@ -223,7 +238,9 @@ impl Cluster {
                     let workload = workloads.entry(name).or_default();
                     if workload.template.text != template.text {
                         workload.template = template;
-                        workload.pods.clear();
+                        // Rolled: the old pods serve until the new ones are ready.
+                        let old: Vec<_> = workload.pods.drain(..).collect();
+                        workload.old.extend(old);
                     }
                     drop(workloads);
                     self.reconcile();
@@ -249,13 +266,19 @@ impl Cluster {
 }
 
 /// A Deployment as the API server shows it: replicas, the last call
-/// reported, and the resourceVersion a conditional scale names.
+/// reported, the resourceVersion a conditional scale names, and its
+/// rollout's status (pods of the current template, those of the previous
+/// one still serving, how many of the current ones are ready).
 fn deployment_of(name: &str, workload: &Workload) -> Value {
+    let updated = workload.pods.len();
+    let ready = workload.pods.iter().filter(|p| p.ready).count();
     json!({"apiVersion": "apps/v1", "kind": "Deployment",
-           "metadata": {"name": name, "namespace": "sless-fn-demo",
+           "metadata": {"name": name, "namespace": "sless-fn-demo", "generation": 1,
                         "resourceVersion": workload.resource_version.to_string(),
                         "annotations": {"sless.dev/last-call": workload.last_call.clone().unwrap_or_default()}},
-           "spec": {"replicas": workload.replicas, "selector": {}, "template": {}}})
+           "spec": {"replicas": workload.replicas, "selector": {}, "template": {}},
+           "status": {"observedGeneration": 1, "replicas": updated + workload.old.len(),
+                      "updatedReplicas": updated, "readyReplicas": ready}})
 }
 
 fn base64_decode(value: &Value) -> Vec<u8> {

@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::kubelet::{JobPod, PodTemplate, Workload};
+use crate::kubelet::{JobPod, PodTemplate, Terminating, Workload};
 
 /// An applied Secret: its resourceVersion (bumped when the data changes)
 /// and its data.
@@ -21,6 +22,9 @@ pub(crate) struct Cluster {
     pub(crate) jobs: Mutex<BTreeMap<String, JobPod>>,
     /// Applied Secrets by name.
     pub(crate) secrets: Mutex<BTreeMap<String, StoredSecret>>,
+    /// Pods told to stop (a deleted Deployment's, a rollout's old ones, a
+    /// scale down's), until they end.
+    pub(crate) terminating: Mutex<Vec<Terminating>>,
 }
 
 impl Cluster {
@@ -53,6 +57,7 @@ impl Cluster {
             .collect();
         let mut template = PodTemplate {
             text: deployment["spec"]["template"].to_string(),
+            grace: Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30)),
             env,
             ..PodTemplate::default()
         };

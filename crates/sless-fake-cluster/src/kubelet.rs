@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -26,6 +26,19 @@ pub(crate) struct Pod {
 }
 
 impl Pod {
+    /// Sends SIGTERM to the pod's main process, as the kubelet does to
+    /// stop a container: it has `grace` to end before SIGKILL.
+    pub(crate) fn terminate(self, grace: Duration) -> Terminating {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        Terminating {
+            pod: self,
+            deadline: Instant::now() + grace,
+        }
+    }
+
     /// The exit code once it has ended.
     pub(crate) fn ended(&mut self) -> Option<i32> {
         self.child.try_wait().unwrap().map(|status| status.code().unwrap_or(-1))
@@ -54,6 +67,8 @@ pub(crate) struct PodTemplate {
     /// Where the Secret volume is mounted, and its files: path, bytes, mode.
     pub(crate) mount: Option<String>,
     pub(crate) files: Vec<(String, Vec<u8>, u32)>,
+    /// How long a pod being stopped has after SIGTERM before SIGKILL.
+    pub(crate) grace: Duration,
 }
 
 /// A Deployment as the stand-in keeps it.
@@ -63,8 +78,18 @@ pub(crate) struct Workload {
     pub(crate) replicas: i32,
     pub(crate) resource_version: u64,
     pub(crate) pods: Vec<Pod>,
+    /// Pods of the previous template, still serving until the current
+    /// ones are ready (a rollout starts new pods before it stops old ones).
+    pub(crate) old: Vec<Pod>,
     /// The `sless.dev/last-call` annotation replicas report.
     pub(crate) last_call: Option<String>,
+}
+
+/// A pod told to stop: out of every EndpointSlice, killed at `deadline`
+/// if it has not ended by then.
+pub(crate) struct Terminating {
+    pod: Pod,
+    deadline: Instant,
 }
 
 /// A build Job's one pod: `sless instance build` with the Job's environment.
@@ -207,22 +232,39 @@ impl Cluster {
     }
 
     /// The kubelet's pass: dead pods restarted (not ready until they say
-    /// so), pods started or stopped to the replicas wanted.
+    /// so), pods started or stopped to the replicas wanted, old pods of a
+    /// rollout stopped once the new ones are all ready, stopped pods
+    /// removed when they end or their grace period is over.
     pub(crate) fn reconcile(&self) {
-        let mut workloads = self.workloads.lock().unwrap();
-        for workload in workloads.values_mut() {
-            for pod in &mut workload.pods {
-                if pod.child.try_wait().unwrap().is_some() {
-                    *pod = self.start_pod(&workload.template);
+        let mut stopping = Vec::new();
+        {
+            let mut workloads = self.workloads.lock().unwrap();
+            for workload in workloads.values_mut() {
+                for pod in &mut workload.pods {
+                    if pod.child.try_wait().unwrap().is_some() {
+                        *pod = self.start_pod(&workload.template);
+                    }
+                }
+                let wanted = usize::try_from(workload.replicas).unwrap_or(0);
+                let grace = workload.template.grace;
+                stopping.extend(
+                    workload
+                        .pods
+                        .drain(wanted.min(workload.pods.len())..)
+                        .map(|p| p.terminate(grace)),
+                );
+                while workload.pods.len() < wanted {
+                    let pod = self.start_pod(&workload.template);
+                    workload.pods.push(pod);
+                }
+                if workload.pods.iter().all(|p| p.ready) {
+                    stopping.extend(workload.old.drain(..).map(|p| p.terminate(grace)));
                 }
             }
-            let wanted = usize::try_from(workload.replicas).unwrap_or(0);
-            workload.pods.truncate(wanted);
-            while workload.pods.len() < wanted {
-                let pod = self.start_pod(&workload.template);
-                workload.pods.push(pod);
-            }
         }
+        let mut terminating = self.terminating.lock().unwrap();
+        terminating.extend(stopping);
+        terminating.retain_mut(|t| t.pod.ended().is_none() && Instant::now() < t.deadline);
     }
 
     /// Probes every pod's `/ready`, as the kubelet's readiness probe.

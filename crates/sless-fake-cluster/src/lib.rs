@@ -43,11 +43,13 @@ pub use crate::s3::{S3Server, S3_KEY, S3_SECRET};
 pub const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef";
 
 /// Answers with its pid, the version's `WHICH`, its secrets when it has
-/// any; asked to, raises, or sleeps after leaving a mark holding its pid
-/// (so a test can kill or cancel it mid-call).
+/// any; asked to, raises, takes its time, or sleeps after leaving a mark
+/// holding its pid (so a test can kill or cancel it mid-call).
 pub const HANDLER: &str = r#"
 import os, time
 def handle(event, context):
+    if isinstance(event, dict) and event.get("sleep"):
+        time.sleep(event["sleep"])
     if isinstance(event, dict) and event.get("raise"):
         raise ValueError(event["raise"])
     if isinstance(event, dict) and event.get("mark"):
@@ -79,6 +81,7 @@ impl Drop for FakeCluster {
         self.kubelet.abort();
         self.cluster.workloads.lock().unwrap().clear();
         self.cluster.jobs.lock().unwrap().clear();
+        self.cluster.terminating.lock().unwrap().clear();
     }
 }
 
@@ -110,6 +113,7 @@ impl FakeCluster {
             workloads: Mutex::new(BTreeMap::new()),
             jobs: Mutex::new(BTreeMap::new()),
             secrets: Mutex::new(BTreeMap::new()),
+            terminating: Mutex::new(Vec::new()),
         });
         let kubelet = tokio::spawn({
             let cluster = cluster.clone();
@@ -209,6 +213,11 @@ impl FakeCluster {
     pub fn jobs(&self) -> Vec<(String, u32)> {
         let jobs = self.cluster.jobs.lock().unwrap();
         jobs.iter().map(|(name, pod)| (name.clone(), pod.pid())).collect()
+    }
+
+    /// How many pods have been told to stop and have not ended yet.
+    pub fn stopping(&self) -> usize {
+        self.cluster.terminating.lock().unwrap().len()
     }
 
     /// The pids of the running pods of version `n`.

@@ -17,6 +17,7 @@ mod api {
     mod deploys;
     mod failures;
     mod fake_cluster;
+    mod fake_cluster_rollout;
     mod fake_cluster_runs;
     mod fidelity;
     mod functions;

@@ -4,11 +4,15 @@
 //! INVOKE frames in and LOG + OUTPUT (or ERROR) frames out, multiplexed by
 //! the gateway's ids. A timeout or a crash answers ERROR and ends the
 //! process (the pod restarts it), as the local driver stops such an
-//! instance; with `once`, the process ends after its one answer.
+//! instance; with `once`, the process ends after its one answer. SIGTERM
+//! (the pod deleted or rolled) drains: not ready any more, calls in flight
+//! and those still sent by gateways that have not seen the pod leave its
+//! endpoints are answered, and the process ends after [`DRAIN_QUIET`]
+//! without a call (the kubelet's grace period bounds it).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use sless_driver_local::frame::{self, kind};
@@ -22,6 +26,11 @@ use super::InstanceConfig;
 
 /// Exit code when the handler did not load (the user's error).
 pub const LOAD_FAILED: i32 = 3;
+
+/// Draining after SIGTERM ends once no call has been in flight for this
+/// long: long enough for every gateway to see the pod leave its
+/// EndpointSlice (a watch, or a listing kept for a second).
+pub const DRAIN_QUIET: Duration = Duration::from_secs(2);
 
 /// What a connection's writer does next.
 enum Out {
@@ -83,9 +92,13 @@ pub async fn run(config: &InstanceConfig) -> anyhow::Result<i32> {
         timeout: Duration::from_secs(config.timeout_sec.max(1).into()),
         once: config.once,
         hello,
+        calls: Activity::default(),
     });
     let (exit_tx, mut exit_rx) = mpsc::channel::<i32>(1);
     let mut died = instance.died();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut draining = false;
+    let mut drain_check = tokio::time::interval(Duration::from_millis(100));
     let code = loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -94,6 +107,16 @@ pub async fn run(config: &InstanceConfig) -> anyhow::Result<i32> {
                 }
             }
             Some(code) = exit_rx.recv() => break code,
+            _ = terminate.recv(), if !draining => {
+                tracing::info!("SIGTERM: draining");
+                draining = true;
+                ready.store(false, Ordering::SeqCst);
+            }
+            _ = drain_check.tick(), if draining => {
+                if settings.calls.quiet_for() >= DRAIN_QUIET {
+                    break 0;
+                }
+            }
             _ = died.changed() => {
                 let reason = died.borrow().clone().unwrap_or_default();
                 tracing::error!("the shim died: {reason}");
@@ -113,6 +136,46 @@ struct Connection {
     timeout: Duration,
     once: bool,
     hello: Bytes,
+    calls: Activity,
+}
+
+/// Calls in flight and when the last one ended: what a drain waits on.
+struct Activity {
+    in_flight: AtomicUsize,
+    /// Milliseconds after `since` when the last call ended.
+    last_ms: AtomicU64,
+    since: Instant,
+}
+
+impl Default for Activity {
+    fn default() -> Activity {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Activity {
+    fn started(&self) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn ended(&self) {
+        let now = u64::try_from(self.since.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(now, Ordering::SeqCst);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// How long no call has been in flight (zero while one is).
+    fn quiet_for(&self) -> Duration {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        let last = Duration::from_millis(self.last_ms.load(Ordering::SeqCst));
+        self.since.elapsed().saturating_sub(last)
+    }
 }
 
 impl Connection {
@@ -153,6 +216,7 @@ impl Connection {
             };
             let this = self.clone();
             let out = out.clone();
+            this.calls.started();
             tokio::spawn(async move {
                 let id = f.id;
                 let invoke = BytesMut::from(&frame::encode(kind::INVOKE, 0, &f.payload)[..]);
@@ -165,6 +229,7 @@ impl Connection {
                     }
                 };
                 let _ = out.send(Out::Frames(frames));
+                this.calls.ended();
                 if let Some(code) = exit {
                     let _ = out.send(Out::Exit(code));
                 }
