@@ -57,8 +57,8 @@ def handle(event, context):
             mark.write(str(os.getpid()))
         time.sleep(30)
     answer = {"pid": os.getpid(), "which": os.environ.get("WHICH")}
-    if os.environ.get("SLESS_SECRETS_DIR"):
-        path = os.path.join(os.environ["SLESS_SECRETS_DIR"], "tls", "server.key")
+    path = os.path.join(os.environ.get("SLESS_SECRETS_DIR", "/nonexistent"), "tls", "server.key")
+    if os.path.exists(path):
         answer["key"] = open(path).read()
         answer["mode"] = os.stat(path).st_mode & 0o777
         answer["password"] = os.environ.get("DB_PASSWORD")

@@ -183,7 +183,7 @@ async fn a_failed_build_job_reports_its_log_tail_and_stores_nothing() {
 
 /// Version 1 with a secret variable `DB_PASSWORD` of `password` and a
 /// secret file `tls/server.key`.
-fn with_secrets(cluster: &FakeCluster, password: &str) -> Deployment {
+pub(super) fn with_secrets(cluster: &FakeCluster, password: &str) -> Deployment {
     Deployment {
         secrets: sless_driver::SecretValues {
             env: vec![("DB_PASSWORD".into(), password.into())],
