@@ -14,7 +14,10 @@
 //! own directory, where `SLESS_SECRETS_DIR` then points); a build Job's
 //! pod is `sless instance build` with the Job's environment and nothing
 //! else; a run Job's pod is a one-shot `sless instance` from the Job's pod
-//! template, shown with its phase, readiness and frame port. Everything
+//! template, shown with its phase, readiness and frame port. Pods stop as
+//! the kubelet stops them: out of the EndpointSlice, SIGTERM, SIGKILL
+//! after the template's grace period; a changed template rolls (new pods
+//! first, the old ones serve until those are ready). Everything
 //! else is real: the driver, the instances, the builds, the shim, the S3
 //! server. For tests and benches only (not published).
 
