@@ -258,6 +258,7 @@ impl Driver for KubeDriver {
             secrets,
             enabled,
             self.endpoints.clone(),
+            self.serving.max_queue,
         ));
         self.versions.write().unwrap().insert(target, serving);
         Ok(())

@@ -1,11 +1,12 @@
 //! The gateway's side of one deployed version: its ready pods (from the
-//! EndpointSlices of its Service), a connection and a concurrency budget
-//! per pod, and the invoke path: the least-loaded pod with a free slot
-//! takes the call; with every slot taken the call waits (a bounded queue)
-//! and asks for one more pod, up to `max_instances`;
-//! with no pod ready, the Deployment is scaled from zero (through the scale
+//! EndpointSlices of its Service) as the members of a shared
+//! [`InstancePool`] (`sless_driver::pool`: least-loaded pick with the
+//! per-pod concurrency, leases, the bounded wait), a connection per pod,
+//! and what a waiting call asks of the cluster ([`Asker`]): with no pod
+//! ready, the Deployment is scaled from zero (through the scale
 //! subresource, idempotent across replicas) and the call waits for a pod
-//! within the function's timeout.
+//! within the function's timeout; with every slot taken, one pod more, up
+//! to `max_instances`, and the call takes the first slot freed on any pod.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -13,9 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sless_api::FunctionSpec;
+use sless_driver::pool::{Demand, Instance, InstancePool, Refusal, Supply};
 use sless_driver::{FunctionLoad, Invocation, InvocationResult, InvokeError, VersionRef};
 use sless_driver_local::standalone::{Answer, Unanswered};
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::cluster::Cluster;
@@ -78,8 +79,10 @@ pub struct Serving {
     enabled: AtomicBool,
     /// The watched ready pods of every version, when there is a watch.
     cache: Option<Arc<EndpointCache>>,
-    pods: Mutex<Pods>,
-    waiting: AtomicUsize,
+    /// The ready pods, with the calls each holds.
+    pods: Arc<InstancePool<Pod>>,
+    /// When and from which cache generation `pods` was last listed.
+    listed: Mutex<Listed>,
     /// Calls under way on this replica, and when the last one was (ms since
     /// the epoch; the deploy counts as one), and what was reported of it.
     inflight: AtomicUsize,
@@ -90,18 +93,23 @@ pub struct Serving {
 }
 
 #[derive(Default)]
-struct Pods {
-    listed_at: Option<Instant>,
-    /// The cache's generation `ready` was taken at.
+struct Listed {
+    at: Option<Instant>,
+    /// The cache's generation the pods were taken at.
     generation: u64,
-    ready: Vec<Arc<Pod>>,
 }
 
-/// A ready pod: its address, its free slots and its connection.
+/// A ready pod: its address, its concurrency and its connection.
 struct Pod {
     addr: SocketAddr,
-    slots: Arc<Semaphore>,
+    concurrency: usize,
     connection: tokio::sync::Mutex<Option<Arc<InstanceConnection>>>,
+}
+
+impl Instance for Pod {
+    fn concurrency(&self) -> usize {
+        self.concurrency
+    }
 }
 
 impl Pod {
@@ -117,6 +125,53 @@ impl Pod {
     }
 }
 
+/// What a waiting call asks of the cluster: a wake from zero (once), one
+/// pod more when every slot is taken (once), and the ready pods looked at
+/// again every `poll`.
+struct Asker<'a> {
+    serving: &'a Serving,
+    cluster: &'a Cluster,
+    settings: &'a ServingSettings,
+    timeout: Duration,
+    /// This call scaled the version from zero (a cold start).
+    woke: AtomicBool,
+    scaled_out: AtomicBool,
+}
+
+impl Supply for Asker<'_> {
+    fn patience(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn more(&self, demand: Demand) -> Result<(), InvokeError> {
+        let serving = self.serving;
+        if demand.serving == 0 {
+            if !self.woke.swap(true, Ordering::Relaxed) {
+                return serving.wake(self.cluster, self.settings).await;
+            }
+            // Not ready yet: listed again, whatever the list's age.
+            serving.listed.lock().unwrap().at = None;
+        } else if !self.scaled_out.swap(true, Ordering::Relaxed) {
+            serving.scale_out(self.cluster).await;
+            return Ok(());
+        }
+        // A failed listing is a failed wait: the call waits on.
+        let _ = serving.refresh(self.cluster, self.settings).await;
+        Ok(())
+    }
+
+    fn recheck(&self) -> Option<Duration> {
+        Some(self.settings.poll)
+    }
+
+    fn timed_out(&self, demand: Demand) -> Option<InvokeError> {
+        (demand.serving == 0).then(|| InvokeError::StartFailed {
+            key: self.serving.target.key.clone(),
+            reason: format!("no pod became ready within {}s", self.timeout.as_secs()),
+        })
+    }
+}
+
 impl Serving {
     pub fn new(
         target: VersionRef,
@@ -125,23 +180,26 @@ impl Serving {
         secrets: SecretMounts,
         enabled: bool,
         cache: Option<Arc<EndpointCache>>,
+        max_queue: usize,
     ) -> Serving {
-        Serving {
+        let serving = Serving {
             code,
             secrets,
             cache,
             namespace: names::function_namespace(&target.key.namespace),
             name: names::version_object(&target.key, target.version),
+            pods: InstancePool::new(target.clone(), max_queue),
             target,
             spec,
             enabled: AtomicBool::new(enabled),
-            pods: Mutex::new(Pods::default()),
-            waiting: AtomicUsize::new(0),
+            listed: Mutex::new(Listed::default()),
             inflight: AtomicUsize::new(0),
             scaling_out: AtomicBool::new(false),
             last_call_ms: AtomicU64::new(now_ms()),
             reported_ms: AtomicU64::new(0),
-        }
+        };
+        serving.set_enabled(enabled);
+        serving
     }
 
     /// When this replica last had a call on the version (now while one runs).
@@ -166,14 +224,18 @@ impl Serving {
         self.spec.replicas.is_none() && self.spec.min_instances == 0 && self.enabled.load(Ordering::Relaxed)
     }
 
+    /// Takes calls (true) or refuses them, the waiting ones included.
     pub fn set_enabled(&self, enabled: bool) {
         self.enabled.store(enabled, Ordering::Relaxed);
+        let serves = enabled && self.spec.replicas != Some(0);
+        self.pods.set_refusal((!serves).then_some(Refusal::Disabled));
     }
 
     pub fn load(&self) -> FunctionLoad {
+        let load = self.pods.load();
         FunctionLoad {
-            instances: self.pods.lock().unwrap().ready.len(),
-            waiting: self.waiting.load(Ordering::Relaxed),
+            instances: load.serving,
+            waiting: load.waiting,
         }
     }
 
@@ -199,48 +261,21 @@ impl Serving {
         self.inflight.fetch_add(1, Ordering::Relaxed);
         let _active = Active(self);
         let mut cold_start = false;
-        let mut woken = false;
         loop {
             if !self.enabled.load(Ordering::Relaxed) || self.spec.replicas == Some(0) {
                 return Err(InvokeError::Disabled(key.clone()));
             }
-            let Some(pod) = self.least_loaded(cluster, settings).await? else {
-                if !woken {
-                    woken = true;
-                    cold_start = true;
-                    self.wake(cluster, settings).await?;
-                }
-                if Instant::now() + settings.poll >= deadline {
-                    return Err(InvokeError::StartFailed {
-                        key: key.clone(),
-                        reason: format!("no pod became ready within {}s", timeout.as_secs()),
-                    });
-                }
-                tokio::time::sleep(settings.poll).await;
-                self.pods.lock().unwrap().listed_at = None;
-                continue;
+            self.refresh(cluster, settings).await?;
+            let asker = Asker {
+                serving: self,
+                cluster,
+                settings,
+                timeout: deadline.saturating_duration_since(Instant::now()),
+                woke: AtomicBool::new(cold_start),
+                scaled_out: AtomicBool::new(false),
             };
-            let _slot = match pod.slots.clone().try_acquire_owned() {
-                Ok(slot) => slot,
-                Err(_) => {
-                    if self.waiting.load(Ordering::Relaxed) >= settings.max_queue {
-                        return Err(InvokeError::QueueFull(key.clone()));
-                    }
-                    self.waiting.fetch_add(1, Ordering::Relaxed);
-                    self.scale_out(cluster).await;
-                    let slot = tokio::time::timeout_at(deadline, pod.slots.clone().acquire_owned()).await;
-                    self.waiting.fetch_sub(1, Ordering::Relaxed);
-                    match slot {
-                        Ok(Ok(slot)) => slot,
-                        _ => {
-                            return Err(InvokeError::Timeout {
-                                key: key.clone(),
-                                after: timeout,
-                            })
-                        }
-                    }
-                }
-            };
+            let (pod, _) = self.pods.acquire(&asker).await?;
+            cold_start = asker.woke.load(Ordering::Relaxed);
             let connection = match pod.connection(&self.target).await {
                 Ok(connection) => connection,
                 Err(reason) => {
@@ -265,71 +300,72 @@ impl Serving {
         }
     }
 
-    /// The ready pod with the most free slots, from the watched cache when
-    /// it has changed, else listed again when the list is old; `None` when
-    /// no pod is ready.
-    async fn least_loaded(
-        &self,
-        cluster: &Cluster,
-        settings: &ServingSettings,
-    ) -> Result<Option<Arc<Pod>>, InvokeError> {
+    /// The ready pods taken again from the watched cache when it has
+    /// changed, else listed again when the list is old; an error only when
+    /// they cannot be had and none are known.
+    async fn refresh(&self, cluster: &Cluster, settings: &ServingSettings) -> Result<(), InvokeError> {
         let watched = self.cache.as_ref().map_or(0, |c| c.generation());
         let stale = {
-            let pods = self.pods.lock().unwrap();
+            let listed = self.listed.lock().unwrap();
             if watched > 0 {
-                pods.generation != watched
+                listed.generation != watched || listed.at.is_none()
             } else {
-                pods.listed_at.is_none_or(|at| at.elapsed() >= settings.endpoints_ttl)
+                listed.at.is_none_or(|at| at.elapsed() >= settings.endpoints_ttl)
             }
         };
-        if stale {
-            let cached = self.cache.as_ref().and_then(|c| c.ready(&self.namespace, &self.name));
-            let listed = match cached {
-                Some(addresses) => Ok(addresses),
-                None => crate::endpoints::ready(cluster, &self.namespace, &self.name).await,
-            };
-            match listed {
-                Ok(addresses) => self.replace_pods(addresses, watched),
-                Err(e) => {
-                    // Serve from the old list while the API server is away.
-                    tracing::warn!(function = %self.target, error = %e, "listing ready pods");
-                    if self.pods.lock().unwrap().ready.is_empty() {
-                        return Err(InvokeError::StartFailed {
-                            key: self.target.key.clone(),
-                            reason: e.to_string(),
-                        });
-                    }
+        if !stale {
+            return Ok(());
+        }
+        let cached = self.cache.as_ref().and_then(|c| c.ready(&self.namespace, &self.name));
+        let listed = match cached {
+            Some(addresses) => Ok(addresses),
+            None => crate::endpoints::ready(cluster, &self.namespace, &self.name).await,
+        };
+        match listed {
+            Ok(addresses) => {
+                self.replace_pods(addresses);
+                *self.listed.lock().unwrap() = Listed {
+                    at: Some(Instant::now()),
+                    generation: watched,
+                };
+                Ok(())
+            }
+            Err(e) => {
+                // Serve from the old list while the API server is away.
+                tracing::warn!(function = %self.target, error = %e, "listing ready pods");
+                if self.pods.load().serving == 0 {
+                    return Err(InvokeError::StartFailed {
+                        key: self.target.key.clone(),
+                        reason: e.to_string(),
+                    });
                 }
+                Ok(())
             }
         }
-        let pods = self.pods.lock().unwrap();
-        Ok(pods.ready.iter().max_by_key(|p| p.slots.available_permits()).cloned())
     }
 
-    /// Keeps the pods still listed (with their connections and slots) and adds new ones.
-    fn replace_pods(&self, addresses: Vec<SocketAddr>, generation: u64) {
-        let mut pods = self.pods.lock().unwrap();
-        let old = std::mem::take(&mut pods.ready);
-        pods.ready = addresses
-            .into_iter()
-            .map(|addr| {
-                old.iter().find(|p| p.addr == addr).cloned().unwrap_or_else(|| {
-                    Arc::new(Pod {
+    /// Keeps the pods still listed (with their connections and calls),
+    /// drops the others and adds new ones.
+    fn replace_pods(&self, addresses: Vec<SocketAddr>) {
+        let concurrency = self.spec.concurrency.max(1) as usize;
+        self.pods.change(|pods| {
+            pods.remove_where(|p| !addresses.contains(&p.instance.addr));
+            for addr in addresses {
+                if !pods.iter().any(|p| p.instance.addr == addr) {
+                    pods.add(Pod {
                         addr,
-                        slots: Arc::new(Semaphore::new(self.spec.concurrency.max(1) as usize)),
+                        concurrency,
                         connection: tokio::sync::Mutex::new(None),
-                    })
-                })
-            })
-            .collect();
-        pods.listed_at = Some(Instant::now());
-        pods.generation = generation;
+                    });
+                }
+            }
+        });
     }
 
     /// Drops a pod that failed until the next listing (or change in the
     /// cache) says it is ready.
     fn forget(&self, addr: SocketAddr) {
-        self.pods.lock().unwrap().ready.retain(|p| p.addr != addr);
+        self.pods.change(|pods| pods.remove_where(|p| p.instance.addr == addr));
     }
 
     /// One pod more, up to `max_instances`, when a call has to wait for a
@@ -341,7 +377,7 @@ impl Serving {
         if self.spec.replicas.is_some() || self.scaling_out.swap(true, Ordering::AcqRel) {
             return;
         }
-        let ready = self.pods.lock().unwrap().ready.len();
+        let ready = self.pods.load().serving;
         let most = i32::try_from(self.spec.max_instances).unwrap_or(i32::MAX);
         let scaled = async {
             let (replicas, version) = cluster.replicas(&self.namespace, &self.name).await?;

@@ -273,9 +273,9 @@ impl Driver for LocalDriver {
     async fn invoke(&self, target: &VersionRef, invocation: &Invocation) -> Result<InvocationResult, InvokeError> {
         let pool = self.pool(target)?;
         let (lease, cold_start) = pool.acquire().await?;
-        let frame = invocation_frame(invocation, lease.instance.generation.spec.timeout_sec);
-        let version = lease.instance.generation.version;
-        let output = pool::run(&lease, frame, &target.key).await?;
+        let frame = invocation_frame(invocation, lease.generation.spec.timeout_sec);
+        let version = lease.generation.version;
+        let output = pool.run(&lease, frame).await?;
         Ok(result(output, cold_start, version))
     }
 

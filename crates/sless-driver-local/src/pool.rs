@@ -1,17 +1,18 @@
-//! The instances of one version of a function: scale from zero on demand,
-//! per-instance concurrency, more instances while requests wait (up to the
-//! maximum), a bounded wait queue (429 beyond it), idle scale-down, pinned
-//! replicas, new settings whose instances replace the old ones (which
-//! drain), and retirement (drain, then stop).
+//! The instances of one version of a function as local processes: the
+//! supervision of the shared [`InstancePool`] (`sless_driver::pool`, which
+//! owns the pick, the leases, the bounded wait and the generation switch).
+//! Here: starting an instance from a warm interpreter when waiting calls
+//! ask for one (up to the maximum), scale from zero, idle scale-down,
+//! pinned and minimum counts, new settings whose instances replace the old
+//! ones (which drain), noticing deaths, and retirement (drain, then stop).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sless_api::FunctionSpec;
-use tokio::sync::Notify;
+use sless_driver::pool::{Demand, InstancePool, Member, Refusal, Supply};
 
 use super::launcher::{link_small_tree, link_tree, Launcher};
 use super::process::{Output, ShimProcess};
@@ -42,18 +43,50 @@ pub struct Generation {
 pub struct Instance {
     pub process: Arc<ShimProcess>,
     pub generation: Arc<Generation>,
-    inflight: AtomicUsize,
-    last_used: Mutex<Instant>,
 }
 
-struct PoolState {
+impl sless_driver::pool::Instance for Instance {
+    fn concurrency(&self) -> usize {
+        self.generation.spec.concurrency as usize
+    }
+
+    fn is_alive(&self) -> bool {
+        self.process.is_alive()
+    }
+}
+
+/// A call's claim on a slot of an instance.
+pub type Lease = sless_driver::pool::Lease<Instance>;
+
+/// What the supervision knows beyond the serving instances.
+struct Supervision {
     generation: Option<Arc<Generation>>,
     enabled: bool,
     removed: bool,
-    instances: Vec<Arc<Instance>>,
+    /// Instances being started (not serving yet).
     starting: usize,
-    waiting: usize,
     last_start_error: Option<(Instant, String)>,
+}
+
+impl Supervision {
+    /// Whether (and why not) the version takes calls.
+    fn refusal(&self) -> Option<Refusal> {
+        match &self.generation {
+            None => Some(Refusal::NotDeployed),
+            Some(_) if self.removed => Some(Refusal::NotDeployed),
+            Some(g) if !self.enabled || g.spec.replicas == Some(0) => Some(Refusal::Disabled),
+            Some(_) => None,
+        }
+    }
+
+    /// The last start failed less than two seconds ago: a call does not
+    /// start another at once, it gets the failure.
+    fn recent_failure(&self) -> Option<&str> {
+        self.last_start_error
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < Duration::from_secs(2))
+            .map(|(_, error)| error.as_str())
+    }
 }
 
 /// The instances of one version of a function.
@@ -63,69 +96,64 @@ pub struct FunctionPool {
     launcher: Arc<Launcher>,
     warm: Arc<WarmPool>,
     settings: PoolSettings,
-    state: Mutex<PoolState>,
-    changed: Notify,
-    /// Requests in `acquire`'s slow path, which wait on `changed`: a lease
-    /// wakes them only when there are any.
-    sleepers: AtomicUsize,
+    instances: Arc<InstancePool<Instance>>,
+    /// Taken before the instances' lock when both are.
+    state: Mutex<Supervision>,
 }
 
-/// A claim on one slot of an instance's concurrency; released on drop.
-pub struct Lease {
-    pub instance: Arc<Instance>,
-    pool: Arc<FunctionPool>,
-}
+/// A waiting call's supply: a new instance started when the calls waiting
+/// need more slots than the starting ones will bring.
+struct Starter<'a>(&'a Arc<FunctionPool>);
 
-impl Drop for Lease {
-    fn drop(&mut self) {
-        *self.instance.last_used.lock().unwrap() = Instant::now();
-        // SeqCst with the load of `sleepers` (and the slow path's increment
-        // of it before reading `inflight`): either this sees the sleeper or
-        // the sleeper sees the freed slot.
-        self.instance.inflight.fetch_sub(1, Ordering::SeqCst);
-        if self.pool.sleepers.load(Ordering::SeqCst) > 0 {
-            self.pool.changed.notify_waiters();
+impl Supply for Starter<'_> {
+    fn patience(&self) -> Duration {
+        let st = self.0.state.lock().unwrap();
+        Duration::from_secs(st.generation.as_ref().map_or(0, |g| g.spec.timeout_sec.into()))
+    }
+
+    async fn more(&self, demand: Demand) -> Result<(), InvokeError> {
+        let pool = self.0;
+        let mut st = pool.state.lock().unwrap();
+        let Some(generation) = st.generation.clone() else {
+            return Ok(());
+        };
+        if demand.serving == 0 && st.starting == 0 {
+            if let Some(error) = st.recent_failure() {
+                return Err(InvokeError::StartFailed {
+                    key: pool.key.clone(),
+                    reason: error.to_string(),
+                });
+            }
         }
-    }
-}
-
-/// Counts a request in `acquire`'s slow path until it leaves it.
-struct Sleeper<'a>(&'a AtomicUsize);
-
-impl Drop for Sleeper<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Counts a request in the wait queue until it leaves it.
-struct Queued<'a>(&'a FunctionPool);
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        self.0.state.lock().unwrap().waiting -= 1;
+        let concurrency = generation.spec.concurrency.max(1) as usize;
+        let max = generation.spec.replicas.unwrap_or(generation.spec.max_instances) as usize;
+        if demand.serving + st.starting < max && st.starting * concurrency < demand.waiting {
+            st.starting += 1;
+            tokio::spawn(start_instance(pool.clone(), generation));
+        }
+        Ok(())
     }
 }
 
 impl FunctionPool {
     pub fn new(target: VersionRef, launcher: Arc<Launcher>, warm: Arc<WarmPool>, settings: PoolSettings) -> Arc<Self> {
+        let instances = InstancePool::new(target.clone(), settings.max_queue);
+        let state = Supervision {
+            generation: None,
+            enabled: true,
+            removed: false,
+            starting: 0,
+            last_start_error: None,
+        };
+        instances.set_refusal(state.refusal());
         let pool = Arc::new(FunctionPool {
             key: target.key,
             version: target.version,
             launcher,
             warm,
             settings,
-            state: Mutex::new(PoolState {
-                generation: None,
-                enabled: true,
-                removed: false,
-                instances: Vec::new(),
-                starting: 0,
-                waiting: 0,
-                last_start_error: None,
-            }),
-            changed: Notify::new(),
-            sleepers: AtomicUsize::new(0),
+            instances,
+            state: Mutex::new(state),
         });
         tokio::spawn(supervise(Arc::downgrade(&pool)));
         pool
@@ -155,58 +183,50 @@ impl FunctionPool {
             let first = st.generation.is_none();
             st.generation = Some(generation.clone());
             st.last_start_error = None;
-            let old = std::mem::take(&mut st.instances);
+            let mut serving = Vec::new();
             if let Some(process) = loaded {
                 let keep_min = generation.spec.replicas.unwrap_or(generation.spec.min_instances);
                 let serves = generation.spec.replicas != Some(0);
                 if st.enabled && !st.removed && serves && (first || keep_min > 0) {
-                    st.instances.push(Arc::new(Instance {
-                        process: process.clone(),
-                        generation,
-                        inflight: AtomicUsize::new(0),
-                        last_used: Mutex::new(Instant::now()),
-                    }));
-                    tokio::spawn(watch_death(Arc::downgrade(self), process));
+                    tokio::spawn(watch_death(Arc::downgrade(self), process.clone()));
+                    serving.push(Instance { process, generation });
                 } else {
                     process.kill();
                 }
             }
-            old
+            self.instances.set_refusal(st.refusal());
+            self.instances.switch(serving)
         };
-        for instance in old {
-            tokio::spawn(drain(instance));
+        for member in old {
+            tokio::spawn(drain(member));
         }
-        self.changed.notify_waiters();
     }
 
     pub fn set_enabled(&self, enabled: bool) {
-        let old = {
-            let mut st = self.state.lock().unwrap();
-            st.enabled = enabled;
-            if enabled {
-                Vec::new()
-            } else {
-                std::mem::take(&mut st.instances)
-            }
-        };
-        for instance in old {
-            tokio::spawn(drain(instance));
-        }
-        self.changed.notify_waiters();
+        self.stop_serving(|st| st.enabled = enabled, !enabled);
     }
 
     /// Takes no new calls ([`InvokeError::NotDeployed`]); the instances
     /// finish what they hold, then stop.
     pub fn retire(&self) {
+        self.stop_serving(|st| st.removed = true, true);
+    }
+
+    /// Applies `change`, then drains and stops every instance when `stop`.
+    fn stop_serving(&self, change: impl FnOnce(&mut Supervision), stop: bool) {
         let old = {
             let mut st = self.state.lock().unwrap();
-            st.removed = true;
-            std::mem::take(&mut st.instances)
+            change(&mut st);
+            self.instances.set_refusal(st.refusal());
+            if stop {
+                self.instances.switch(Vec::new())
+            } else {
+                Vec::new()
+            }
         };
-        for instance in old {
-            tokio::spawn(drain(instance));
+        for member in old {
+            tokio::spawn(drain(member));
         }
-        self.changed.notify_waiters();
     }
 
     /// Stops every instance at once (the function was deleted).
@@ -214,19 +234,19 @@ impl FunctionPool {
         let old = {
             let mut st = self.state.lock().unwrap();
             st.removed = true;
-            std::mem::take(&mut st.instances)
+            self.instances.set_refusal(st.refusal());
+            self.instances.switch(Vec::new())
         };
-        for instance in old {
-            instance.process.kill();
+        for member in old {
+            member.instance.process.kill();
         }
-        self.changed.notify_waiters();
     }
 
     pub fn stats(&self) -> FunctionLoad {
-        let st = self.state.lock().unwrap();
+        let load = self.instances.load();
         FunctionLoad {
-            instances: st.instances.len(),
-            waiting: st.waiting,
+            instances: load.serving,
+            waiting: load.waiting,
         }
     }
 
@@ -248,105 +268,21 @@ impl FunctionPool {
     }
 
     /// Waits for a free slot on an instance, starting instances as needed.
-    /// Returns the lease and whether this request waited for a new instance.
+    /// Returns the lease and whether this request waited for one.
     pub async fn acquire(self: &Arc<Self>) -> Result<(Lease, bool), InvokeError> {
-        // The common case, a free slot, without registering for wake-ups.
-        if let Some(instance) = self.free_instance(&self.state.lock().unwrap()) {
-            instance.inflight.fetch_add(1, Ordering::SeqCst);
-            return Ok((
-                Lease {
-                    instance,
-                    pool: self.clone(),
-                },
-                false,
-            ));
-        }
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let _sleeper = Sleeper(&self.sleepers);
-        let mut queued: Option<Queued<'_>> = None;
-        let mut cold = false;
-        let mut deadline: Option<tokio::time::Instant> = None;
-        loop {
-            let notified = self.changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let mut st = self.state.lock().unwrap();
-                let generation = match (&st.generation, st.removed) {
-                    (_, true) | (None, _) => return Err(self.not_deployed()),
-                    (Some(g), false) => g.clone(),
-                };
-                if !st.enabled || generation.spec.replicas == Some(0) {
-                    return Err(InvokeError::Disabled(self.key.clone()));
-                }
-                let concurrency = generation.spec.concurrency.max(1) as usize;
-                if let Some(instance) = least_busy(&st.instances, concurrency) {
-                    instance.inflight.fetch_add(1, Ordering::SeqCst);
-                    drop(st);
-                    drop(queued);
-                    return Ok((
-                        Lease {
-                            instance,
-                            pool: self.clone(),
-                        },
-                        cold,
-                    ));
-                }
-                cold = true;
-                if st.instances.is_empty() && st.starting == 0 {
-                    if let Some((at, error)) = &st.last_start_error {
-                        if at.elapsed() < Duration::from_secs(2) {
-                            return Err(InvokeError::StartFailed {
-                                key: self.key.clone(),
-                                reason: error.clone(),
-                            });
-                        }
-                    }
-                }
-                let max = generation.spec.replicas.unwrap_or(generation.spec.max_instances) as usize;
-                let live = st.instances.len() + st.starting;
-                let demand = st.waiting + usize::from(queued.is_none());
-                if live < max && st.starting * concurrency < demand {
-                    st.starting += 1;
-                    tokio::spawn(start_instance(self.clone(), generation.clone()));
-                }
-                if queued.is_none() {
-                    if st.waiting >= self.settings.max_queue {
-                        return Err(InvokeError::QueueFull(self.key.clone()));
-                    }
-                    st.waiting += 1;
-                    queued = Some(Queued(self));
-                    let wait = Duration::from_secs(u64::from(generation.spec.timeout_sec));
-                    deadline = Some(tokio::time::Instant::now() + wait);
-                }
-            }
-            if tokio::time::timeout_at(deadline.expect("set when queued"), notified)
-                .await
-                .is_err()
-            {
-                let spec_timeout = self
-                    .state
-                    .lock()
-                    .unwrap()
-                    .generation
-                    .as_ref()
-                    .map(|g| g.spec.timeout_sec);
-                return Err(InvokeError::Timeout {
-                    key: self.key.clone(),
-                    after: Duration::from_secs(u64::from(spec_timeout.unwrap_or(0))),
-                });
-            }
-        }
+        self.instances.acquire(&Starter(self)).await
     }
 
-    /// The least busy live instance with a free slot, when the function
-    /// serves at all.
-    fn free_instance(&self, st: &PoolState) -> Option<Arc<Instance>> {
-        let generation = st.generation.as_ref().filter(|_| !st.removed && st.enabled)?;
-        if generation.spec.replicas == Some(0) {
-            return None;
+    /// Runs one invocation on a leased instance with the function's
+    /// timeout; past it the instance is recycled.
+    pub async fn run(&self, lease: &Lease, frame: bytes::BytesMut) -> Result<Output, InvokeError> {
+        let result = run_dedicated(&lease.process, &lease.generation, frame, &self.key).await;
+        if let Err(InvokeError::Timeout { .. }) = result {
+            tracing::warn!(function = %self.key, instance = lease.process.id, "invocation timed out; recycling the instance");
+            lease.process.kill();
+            self.forget(lease.process.id);
         }
-        least_busy(&st.instances, generation.spec.concurrency.max(1) as usize)
+        result
     }
 
     fn not_deployed(&self) -> InvokeError {
@@ -355,35 +291,9 @@ impl FunctionPool {
 
     /// Removes a dead or stopped instance.
     fn forget(&self, process_id: u64) {
-        self.state
-            .lock()
-            .unwrap()
-            .instances
-            .retain(|i| i.process.id != process_id);
-        self.changed.notify_waiters();
+        self.instances
+            .change(|members| members.remove_where(|m| m.instance.process.id == process_id));
     }
-}
-
-fn least_busy(instances: &[Arc<Instance>], concurrency: usize) -> Option<Arc<Instance>> {
-    instances
-        .iter()
-        .filter(|i| i.process.is_alive())
-        .min_by_key(|i| i.inflight.load(Ordering::SeqCst))
-        .filter(|i| i.inflight.load(Ordering::SeqCst) < concurrency)
-        .cloned()
-}
-
-/// Runs one invocation on a leased instance with the function's timeout;
-/// past it the instance is recycled.
-pub async fn run(lease: &Lease, frame: bytes::BytesMut, key: &FunctionKey) -> Result<Output, InvokeError> {
-    let instance = &lease.instance;
-    let result = run_dedicated(&instance.process, &instance.generation, frame, key).await;
-    if let Err(InvokeError::Timeout { .. }) = result {
-        tracing::warn!(function = %key, instance = instance.process.id, "invocation timed out; recycling the instance");
-        instance.process.kill();
-        lease.pool.forget(instance.process.id);
-    }
-    result
 }
 
 /// Runs one invocation on `process` with the function's timeout (the
@@ -419,15 +329,9 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
             if current && st.enabled && !st.removed {
                 tracing::info!(function = %pool.key, version = generation.version, instance = process.id,
                     ms = started.elapsed().as_secs_f64() * 1000.0, "instance started");
-                let instance = Arc::new(Instance {
-                    process: process.clone(),
-                    generation,
-                    inflight: AtomicUsize::new(0),
-                    last_used: Mutex::new(Instant::now()),
-                });
-                st.instances.push(instance);
                 st.last_start_error = None;
-                tokio::spawn(watch_death(Arc::downgrade(&pool), process));
+                tokio::spawn(watch_death(Arc::downgrade(&pool), process.clone()));
+                pool.instances.change(|members| members.add(Instance { process, generation }));
             } else {
                 process.kill();
             }
@@ -436,10 +340,10 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
             let error = failure.to_string();
             tracing::warn!(function = %pool.key, %error, "instance failed to start");
             st.last_start_error = Some((Instant::now(), error));
+            // The waiting calls get the failure.
+            pool.instances.wake_waiters();
         }
     }
-    drop(st);
-    pool.changed.notify_waiters();
 }
 
 /// Why an instance did not start.
@@ -545,12 +449,10 @@ async fn watch_death(pool: Weak<FunctionPool>, process: Arc<ShimProcess>) {
 }
 
 /// Lets in-flight invocations of an old instance finish, then stops it.
-async fn drain(instance: Arc<Instance>) {
-    let limit = Instant::now() + Duration::from_secs(u64::from(instance.generation.spec.timeout_sec) + 5);
-    while instance.inflight.load(Ordering::Acquire) > 0 && Instant::now() < limit {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    instance.process.kill();
+async fn drain(member: Arc<Member<Instance>>) {
+    let grace = Duration::from_secs(u64::from(member.instance.generation.spec.timeout_sec) + 5);
+    member.drained(grace).await;
+    member.instance.process.kill();
 }
 
 /// Every 200 ms: scale idle instances down, keep pinned and minimum counts.
@@ -559,52 +461,54 @@ async fn supervise(pool: Weak<FunctionPool>) {
     loop {
         tick.tick().await;
         let Some(pool) = pool.upgrade() else { return };
-        let mut st = pool.state.lock().unwrap();
-        if st.removed {
+        if !reap(&pool) {
             return;
         }
-        let Some(generation) = st.generation.clone() else {
-            continue;
-        };
-        st.instances.retain(|i| i.process.is_alive());
-        let spec = &generation.spec;
-        let keep_min = match spec.replicas {
-            Some(n) => n as usize,
-            None => spec.min_instances as usize,
-        };
-        let keep_min = if st.enabled { keep_min } else { 0 };
-        let idle_timeout = pool.settings.idle_timeout;
-        let mut count = st.instances.len();
-        let mut stop = Vec::new();
-        st.instances.retain(|i| {
-            let idle = i.inflight.load(Ordering::Acquire) == 0;
+    }
+}
+
+/// One pass of [`supervise`]: idle surplus instances stopped, missing ones
+/// started; false once the pool is removed.
+fn reap(pool: &Arc<FunctionPool>) -> bool {
+    let mut st = pool.state.lock().unwrap();
+    if st.removed {
+        return false;
+    }
+    let Some(generation) = st.generation.clone() else {
+        return true;
+    };
+    let spec = &generation.spec;
+    let keep_min = match (st.enabled, spec.replicas) {
+        (false, _) => 0,
+        (true, Some(n)) => n as usize,
+        (true, None) => spec.min_instances as usize,
+    };
+    let idle_timeout = pool.settings.idle_timeout;
+    let (stop, serving) = pool.instances.change(|members| {
+        members.remove_where(|m| !m.instance.process.is_alive());
+        let mut count = members.len();
+        let stop = members.remove_where(|m| {
             let surplus = match spec.replicas {
                 Some(n) => count > n as usize,
-                None => count > keep_min && i.last_used.lock().unwrap().elapsed() >= idle_timeout,
+                None => count > keep_min && m.idle_for() >= idle_timeout,
             };
-            if idle && surplus {
-                count -= 1;
-                stop.push(i.clone());
-                false
-            } else {
-                true
-            }
+            let stops = m.inflight() == 0 && surplus;
+            count -= usize::from(stops);
+            stops
         });
-        let recent_failure = st
-            .last_start_error
-            .as_ref()
-            .is_some_and(|(at, _)| at.elapsed() < Duration::from_secs(2));
-        let missing = keep_min.saturating_sub(st.instances.len() + st.starting);
-        if st.enabled && !recent_failure {
-            for _ in 0..missing {
-                st.starting += 1;
-                tokio::spawn(start_instance(pool.clone(), generation.clone()));
-            }
-        }
-        drop(st);
-        for instance in stop {
-            tracing::info!(function = %pool.key, instance = instance.process.id, "stopping idle instance");
-            instance.process.kill();
+        (stop, members.len())
+    });
+    let missing = keep_min.saturating_sub(serving + st.starting);
+    if st.enabled && st.recent_failure().is_none() {
+        for _ in 0..missing {
+            st.starting += 1;
+            tokio::spawn(start_instance(pool.clone(), generation.clone()));
         }
     }
+    drop(st);
+    for member in stop {
+        tracing::info!(function = %pool.key, instance = member.instance.process.id, "stopping idle instance");
+        member.instance.process.kill();
+    }
+    true
 }

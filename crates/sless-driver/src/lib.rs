@@ -13,6 +13,7 @@ mod deploy;
 mod error;
 mod invoke;
 mod key;
+pub mod pool;
 
 use async_trait::async_trait;
 use sless_api::Runtime;
