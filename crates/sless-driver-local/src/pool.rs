@@ -331,7 +331,8 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
                     ms = started.elapsed().as_secs_f64() * 1000.0, "instance started");
                 st.last_start_error = None;
                 tokio::spawn(watch_death(Arc::downgrade(&pool), process.clone()));
-                pool.instances.change(|members| members.add(Instance { process, generation }));
+                pool.instances
+                    .change(|members| members.add(Instance { process, generation }));
             } else {
                 process.kill();
             }

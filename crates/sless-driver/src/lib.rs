@@ -4,9 +4,11 @@
 //! processes) is the embedded default; a Kubernetes driver implements the
 //! same trait.
 //!
-//! **Architecture invariant:** nothing here names processes, pods, images,
-//! pools or an HTTP framework. The server above the trait cannot tell which
+//! **Architecture invariant:** nothing here names processes, pods, images
+//! or an HTTP framework. The server above the trait cannot tell which
 //! driver runs; a driver below it knows nothing of the store or the API.
+//! [`pool`] is the instance pool both drivers serve calls through, generic
+//! over what an instance is.
 
 mod build;
 mod deploy;

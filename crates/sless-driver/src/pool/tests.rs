@@ -39,10 +39,7 @@ impl Supply for Recorder {
         if let Some((on, pool)) = &self.add_on {
             if asks == *on {
                 pool.change(|members| {
-                    members.add(Slots {
-                        id: 99,
-                        concurrency: 1,
-                    });
+                    members.add(Slots { id: 99, concurrency: 1 });
                 });
             }
         }
@@ -150,13 +147,7 @@ async fn more_instances_are_asked_for_only_while_calls_wait() {
     while waiting.asked.lock().unwrap().is_empty() {
         tokio::task::yield_now().await;
     }
-    assert_eq!(
-        waiting.asked.lock().unwrap()[0],
-        Demand {
-            waiting: 1,
-            serving: 1
-        }
-    );
+    assert_eq!(waiting.asked.lock().unwrap()[0], Demand { waiting: 1, serving: 1 });
     drop(held);
     assert_eq!(waiter.await.unwrap().unwrap(), 0);
 }
@@ -173,11 +164,7 @@ async fn a_supply_that_polls_adds_the_instance_the_waiting_call_gets() {
     assert!(waited);
     let asked = supply.asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 3, "asked again at each recheck until it came");
-    assert!(asked.iter().all(|d| *d
-        == Demand {
-            waiting: 1,
-            serving: 0
-        }));
+    assert!(asked.iter().all(|d| *d == Demand { waiting: 1, serving: 0 }));
 }
 
 #[tokio::test]
