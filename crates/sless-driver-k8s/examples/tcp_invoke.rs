@@ -118,6 +118,7 @@ async fn main() {
     let serving = ServingSettings {
         endpoints_ttl: Duration::from_secs(3600),
         watch_endpoints: false,
+        scale_every: None,
         idle_timeout: None,
         ..ServingSettings::default()
     };

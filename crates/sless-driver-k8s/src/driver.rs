@@ -61,6 +61,9 @@ impl KubeDriver {
         if let Some(idle) = serving.idle_timeout {
             crate::idle::spawn(cluster.clone(), versions.clone(), idle);
         }
+        if let Some(every) = serving.scale_every {
+            crate::autoscale::spawn(cluster.clone(), versions.clone(), every);
+        }
         KubeDriver {
             endpoints,
             cluster,

@@ -45,6 +45,9 @@ pub struct ServingSettings {
     /// Keep every ready pod in a cache fed by a watch of EndpointSlices
     /// (else list a version's pods when its list is older than `endpoints_ttl`).
     pub watch_endpoints: bool,
+    /// How often this replica reports its calls under way and scales a
+    /// version by every replica's (`autoscale`; None: never).
+    pub scale_every: Option<Duration>,
 }
 
 impl Default for ServingSettings {
@@ -57,6 +60,7 @@ impl Default for ServingSettings {
             start_timeout: Duration::from_secs(300),
             idle_timeout: Some(Duration::from_secs(300)),
             watch_endpoints: true,
+            scale_every: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -90,6 +94,8 @@ pub struct Serving {
     scaling_out: AtomicBool,
     last_call_ms: AtomicU64,
     reported_ms: AtomicU64,
+    /// The calls under way this replica last reported (`autoscale`).
+    reported_inflight: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -197,6 +203,7 @@ impl Serving {
             scaling_out: AtomicBool::new(false),
             last_call_ms: AtomicU64::new(now_ms()),
             reported_ms: AtomicU64::new(0),
+            reported_inflight: AtomicUsize::new(0),
         };
         serving.set_enabled(enabled);
         serving
@@ -216,6 +223,28 @@ impl Serving {
 
     pub fn set_reported_ms(&self, ms: u64) {
         self.reported_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// Calls under way on this replica.
+    pub fn inflight(&self) -> usize {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    pub fn reported_inflight(&self) -> usize {
+        self.reported_inflight.load(Ordering::Relaxed)
+    }
+
+    pub fn set_reported_inflight(&self, calls: usize) {
+        self.reported_inflight.store(calls, Ordering::Relaxed);
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(Ordering::Relaxed)
+    }
+
+    /// The Kubernetes namespace and the name of its Deployment.
+    pub fn object(&self) -> (&str, &str) {
+        (&self.namespace, &self.name)
     }
 
     /// Whether idleness takes this version to zero: autoscaled, no

@@ -10,6 +10,7 @@
 //! deletes everything it made.
 
 mod artifacts;
+mod autoscale;
 mod builds;
 mod cluster;
 mod connection;

@@ -81,6 +81,7 @@ async fn warm(args: &Args) {
         endpoints_ttl: Duration::from_secs(1),
         watch_endpoints: false,
         idle_timeout: None,
+        scale_every: None,
         ..ServingSettings::default()
     }));
     let mut version = cluster.version(1);

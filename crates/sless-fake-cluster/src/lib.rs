@@ -151,6 +151,7 @@ impl FakeCluster {
             endpoints_ttl: Duration::from_millis(100),
             start_timeout: Duration::from_secs(30),
             watch_endpoints: false,
+            scale_every: None,
             idle_timeout: idle,
         })
     }

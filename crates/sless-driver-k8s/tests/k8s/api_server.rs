@@ -66,18 +66,26 @@ impl ApiServer {
     /// Expects `method path` next and returns it with the means to answer
     /// it later (a watch kept open).
     pub async fn hold(&mut self, method: &str, path: &str) -> (Seen, Responder) {
-        let (request, send) = tokio::time::timeout(STEP, self.handle.next_request())
-            .await
-            .unwrap_or_else(|_| panic!("expected {method} {path}: no request came"))
-            .unwrap_or_else(|| panic!("expected {method} {path}: the client is gone"));
-        let seen_method = request.method().to_string();
-        let seen_path = request.uri().path().to_string();
+        let (seen_method, seen_path, seen, send) = self.next(&format!("{method} {path}")).await;
         assert_eq!(
             (seen_method.as_str(), seen_path.as_str()),
             (method, path),
-            "unexpected request {}",
-            request.uri()
+            "unexpected request {seen_method} {seen_path}?{}",
+            seen.query
         );
+        (seen, send)
+    }
+
+    /// The next request, whatever it is (`expected` names it in the
+    /// failure when none comes): its method and path, what was sent, and
+    /// the means to answer it.
+    pub async fn next(&mut self, expected: &str) -> (String, String, Seen, Responder) {
+        let (request, send) = tokio::time::timeout(STEP, self.handle.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("expected {expected}: no request came"))
+            .unwrap_or_else(|| panic!("expected {expected}: the client is gone"));
+        let seen_method = request.method().to_string();
+        let seen_path = request.uri().path().to_string();
         let query = request.uri().query().unwrap_or_default().to_string();
         let content_type = request
             .headers()
@@ -91,6 +99,8 @@ impl ApiServer {
             serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into()))
         };
         (
+            seen_method,
+            seen_path,
             Seen {
                 query,
                 content_type,

@@ -54,6 +54,7 @@ async fn calls_go_to_the_pods_the_watched_endpoint_slices_name() {
     let serving = ServingSettings {
         poll: Duration::from_millis(10),
         watch_endpoints: true,
+        scale_every: None,
         idle_timeout: None,
         ..ServingSettings::default()
     };

@@ -7,6 +7,7 @@
 //! zero when idle (`idle.rs`), image mode (`images.rs`), builds (`builds.rs`) and job runs
 //! (`runs.rs`) each have their file.
 
+mod autoscale;
 mod builds;
 mod idle;
 mod images;
@@ -53,9 +54,11 @@ fn scenario_with(idle_timeout: Option<Duration>) -> Scenario {
 }
 
 fn scenario_of(settings: sless_driver_k8s::KubeSettings, idle_timeout: Option<Duration>) -> Scenario {
-    let (client, api) = mocked();
-    let store = Arc::new(InMemory::new());
-    let serving = ServingSettings {
+    scenario_serving(settings, serving_settings(idle_timeout))
+}
+
+fn serving_settings(idle_timeout: Option<Duration>) -> ServingSettings {
+    ServingSettings {
         max_queue: 10,
         max_response_bytes: 1024 * 1024,
         poll: Duration::from_millis(10),
@@ -64,8 +67,14 @@ fn scenario_of(settings: sless_driver_k8s::KubeSettings, idle_timeout: Option<Du
         // Listed on demand and never scaled down for idleness: each
         // request is a step of the scenario.
         watch_endpoints: false,
+        scale_every: None,
         idle_timeout,
-    };
+    }
+}
+
+fn scenario_serving(settings: sless_driver_k8s::KubeSettings, serving: ServingSettings) -> Scenario {
+    let (client, api) = mocked();
+    let store = Arc::new(InMemory::new());
     let driver = KubeDriver::new(client, settings, serving, store.clone(), signer());
     Scenario { driver, api, store }
 }
