@@ -9,8 +9,10 @@
 #
 # Started by the server as root, outside any sandbox, in the data dir (its
 # arguments name no host path: a fork's /proc/self/cmdline is the zygote's),
-# with a SOCK_SEQPACKET socket on fd 0. Each message is one request: a JSON object and four file
-# descriptors (the fork's stdin, stdout and stderr, and a reply pipe). On the
+# with a SOCK_SEQPACKET socket on fd 0. Each message is one request: a JSON object and its file
+# descriptors: the fork's stdin, stdout and stderr, and a reply pipe, then
+# the fork's network namespace and detached copies of its scratch binds
+# ("netns" and "detached" name their places in the list). On the
 # reply pipe the zygote writes "pid N" (the fork's pid on the host), then the
 # fork writes "ok" once confined, or "error: ..." and exits. Standard library
 # only; the zygote runs no code but this file and the shim's imports.
@@ -33,11 +35,15 @@ HOST = "/host"
 SHIM = "/sless/shim"
 NEW_ROOT = "/sless/newroot"
 # What of the host is bound at HOST (with what is mounted below): the
-# system files of the view, devices, control groups, network namespaces,
-# and the data dir (the zygote's working directory: shims, slots,
-# scratch, resolv.conf). Every fork's mount namespace starts as a copy of
-# these, so the fewer the cheaper.
-HOST_PATHS = ("/usr", "/etc", "/dev", "/proc", "/sys/fs/cgroup", "/run/netns")
+# system files of the view, devices and control groups; and, without what
+# is mounted below it, the data dir (the zygote's working directory:
+# shims, slots, resolv.conf). Every fork's mount namespace starts as a copy
+# of these, so the fewer the cheaper; nothing mounted later on the host
+# reaches them (a fork gets its scratch and network namespace as
+# descriptors), so that copy does not grow with the instances running.
+HOST_PATHS = ("/usr", "/etc", "/dev", "/proc", "/sys/fs/cgroup")
+# The most descriptors one request carries (the server's limit too).
+MAX_FDS = 16
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -46,10 +52,12 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE, MS_SLAVE = 32, 4096, 16384, 1 << 18, 1 << 19
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
+SYS_MOVE_MOUNT = 429  # the same on every architecture
+AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = -100, 0x4
 
 libc = ctypes.CDLL(None, use_errno=True)
 sless_shim = None  # imported by main(), after the zygote entered its own root
@@ -71,12 +79,15 @@ def unshare(flags):
     check(libc.unshare(flags), "unshare")
 
 
-def setns(path, nstype):
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        check(libc.setns(fd, nstype), f"entering {path}")
-    finally:
-        os.close(fd)
+def attach(fd, inside, read_only):
+    """Attaches a detached copy of a mount (the server's open_tree) at inside."""
+    target = NEW_ROOT + inside
+    os.makedirs(target, exist_ok=True)
+    check(libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
+          f"attaching {inside}")
+    os.close(fd)
+    if read_only:
+        mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def pivot_root(new_root):
@@ -123,14 +134,17 @@ def make_dev(inside):
     os.mkdir(f"{dev}/shm")
 
 
-def build_view(mounts):
+def build_view(mounts, detached):
     """Runs the server's mount operations (the same list bubblewrap is given)
-    on a fresh tmpfs root, then makes it the root."""
+    on a fresh tmpfs root, then makes it the root. A bind whose host path
+    is in `detached` attaches the descriptor given for it instead."""
     mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for op in mounts:
         ((kind, args),) = op.items()
         args = args if isinstance(args, list) else [args]
-        if kind == "ro-bind-try":
+        if kind in ("ro-bind", "bind") and args[0] in detached:
+            attach(detached.pop(args[0]), args[1], read_only=kind == "ro-bind")
+        elif kind == "ro-bind-try":
             if os.path.exists(HOST + args[0]):
                 bind(args[0], args[1], read_only=True)
         elif kind == "ro-bind":
@@ -155,18 +169,22 @@ def build_view(mounts):
     pivot_root(NEW_ROOT)
 
 
-def confine(spec):
+def confine(spec, fds):
     """Everything an instance runs in, in the order that keeps it safe: the
     control groups and the network namespace while still root on the host,
-    then namespaces of its own and the view, then limits, then the uid."""
+    then namespaces of its own and the view, then limits, then the uid.
+    `fds` are the request's descriptors (the network namespace and the
+    detached scratch binds at the places the request names)."""
     for procs in spec.get("cgroups") or []:
         with open(HOST + procs, "w") as f:
             f.write("0")
-    if spec.get("netns"):
-        setns(HOST + spec["netns"], CLONE_NEWNET)
+    if spec.get("netns") is not None:
+        netns = fds[spec["netns"]]
+        check(libc.setns(netns, CLONE_NEWNET), "entering the network namespace")
+        os.close(netns)
     unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    build_view(spec["mounts"])
+    build_view(spec["mounts"], {host: fds[i] for host, i in spec.get("detached") or []})
     os.chdir(spec["chdir"])
     limits = spec["limits"]
     for name, value in (("RLIMIT_DATA", limits["data"]), ("RLIMIT_NPROC", limits["nproc"]),
@@ -190,14 +208,17 @@ def become_instance(control, fds, spec):
     """In the fork: drop everything of the zygote's, confine, then serve."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     control.detach()
-    stdin, stdout, stderr, reply = fds
+    stdin, stdout, stderr, reply = fds[:4]
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if any(fd < 4 for fd in fds[4:]):
+            raise OSError("a request's descriptor landed below 4")
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2), (reply, 3)):
             os.dup2(fd, target, inheritable=False)
         os.set_inheritable(0, True), os.set_inheritable(1, True), os.set_inheritable(2, True)
+        close_all_but(4, fds[4:])
+        confine(spec, fds)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-        confine(spec)
     except BaseException as exc:  # noqa: BLE001 - the reason goes back to the server
         os.write(3, f"error: {exc}\n".encode(errors="replace"))
         os._exit(1)
@@ -219,19 +240,27 @@ def become_instance(control, fds, spec):
     os._exit(1)
 
 
+def close_all_but(low, keep):
+    """Closes every descriptor from `low` up that is not in `keep`."""
+    for fd in sorted(set(keep)) + [resource.getrlimit(resource.RLIMIT_NOFILE)[1]]:
+        if fd > low:
+            os.closerange(low, fd)
+        low = max(low, fd + 1)
+
+
 def serve(control):
     own_pid_ns = os.open(f"{HOST}/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     while True:
         try:
-            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, MAX_FDS)
         except InterruptedError:
             continue
         if not message:
             return  # the server is gone
-        if len(fds) != 4:
+        if len(fds) < 4:
             for fd in fds:
                 os.close(fd)
-            sys.stderr.write(f"sless zygote: a request came with {len(fds)} descriptors, not 4\n")
+            sys.stderr.write(f"sless zygote: a request came with {len(fds)} descriptors, not 4 or more\n")
             continue
         reply = fds[3]
         try:
@@ -260,17 +289,18 @@ def setns_fd(fd, nstype):
 def enter_own_root(shim_dir, base, data_dir):
     """A mount namespace whose root holds /usr (for the interpreter),
     the shim at SHIM and HOST_PATHS and `data_dir` under HOST; `base` is
-    an empty directory of the server's to build it on. The host's mounts
-    stay its masters: what the server mounts later (an instance's scratch
-    tmpfs, a network namespace) appears under HOST too, where the server
-    shares it."""
+    an empty directory of the server's to build it on. Private: nothing
+    the host mounts later propagates in, so its mount table (which every
+    fork copies) stays as it is now."""
     unshare(CLONE_NEWNS)
-    mount(None, "/", None, MS_REC | MS_SLAVE)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for path in HOST_PATHS + (data_dir,):
         if os.path.exists(path):
             make_mount_point(base + HOST + path, path)
-            mount(path, base + HOST + path, None, MS_BIND | MS_REC)
+            # The data dir without the scratch mounts already below it.
+            recursive = MS_REC if path != data_dir else 0
+            mount(path, base + HOST + path, None, MS_BIND | recursive)
     for link in ("usr", "etc", "dev", "proc", "sys"):
         os.symlink(f"{HOST[1:]}/{link}", f"{base}/{link}")
     for link in ("bin", "lib", "lib64", "sbin"):

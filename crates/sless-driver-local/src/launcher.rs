@@ -99,13 +99,13 @@ impl Launcher {
         let slots_dir = all_slots.canonicalize()?.join(super::owner::own_tag());
         std::fs::create_dir_all(&slots_dir)?;
         set_mode(&slots_dir, 0o711)?;
-        // Scratch tmpfs mounts apart from the slots (hard links into a slot
-        // cannot cross the zygote's shared mount point).
+        // Scratch tmpfs mounts apart from the slots: one directory holds
+        // every mount this server makes for its sandboxes.
         let scratch_dir = slots_dir.join("scratch");
         std::fs::create_dir_all(&scratch_dir)?;
         set_mode(&scratch_dir, 0o711)?;
         let zygote = match (python_zygote, sandbox.as_root()) {
-            (true, true) => Some(Zygote::new(python.clone(), &shim_dir, data_dir, &scratch_dir)?),
+            (true, true) => Some(Zygote::new(python.clone(), &shim_dir, data_dir)?),
             (true, false) => {
                 tracing::warn!("SLESS_PYTHON_ZYGOTE needs a server running as root (it confines its forks itself): Python instances start as new interpreters");
                 None
@@ -180,7 +180,7 @@ impl Launcher {
         };
         let process = match (runtime, &self.zygote) {
             (Runtime::Python311, Some(zygote)) => {
-                let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
+                let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS)?;
                 let forked = zygote.fork(&request).await?;
                 ShimProcess::start_forked(forked, slot, confinement, runtime.to_string()).await
             }

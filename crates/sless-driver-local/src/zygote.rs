@@ -34,14 +34,25 @@ use tokio::net::unix::pipe;
 use super::sandbox::Mount;
 
 /// What a fork is to become (see the module doc).
+///
+/// Its network namespace and the binds of its scratch tmpfs come as
+/// descriptors, not paths: the zygote's own mount namespace receives no
+/// mount the server makes after it started (see [`Zygote::new`]), so a
+/// fork's copy of it stays small and the same however many instances run.
 #[derive(Debug, Serialize)]
 pub struct ForkRequest {
     pub uid: Option<u32>,
     /// `cgroup.procs` files the fork joins.
     pub cgroups: Vec<PathBuf>,
-    /// The network namespace it enters (none: the host's network).
-    pub netns: Option<PathBuf>,
+    /// The index in `descriptors` of the network namespace it enters (none:
+    /// the host's network); counted after the four of its stdio and reply.
+    pub netns: Option<usize>,
     pub mounts: Vec<Mount>,
+    /// Host paths of binds in `mounts` made from a detached copy of that
+    /// mount (`open_tree`), with the copy's index in `descriptors`.
+    pub detached: Vec<(PathBuf, usize)>,
+    #[serde(skip)]
+    pub descriptors: Vec<OwnedFd>,
     pub chdir: String,
     pub limits: ForkLimits,
     pub env: Vec<(String, String)>,
@@ -83,20 +94,18 @@ struct Running {
     _process: tokio::process::Child,
 }
 
+/// The most descriptors one fork request carries (the zygote's limit too).
+const MAX_DESCRIPTORS: usize = 16;
+
 /// How long a fork may take to confine itself.
 const FORK_TIMEOUT: Duration = Duration::from_secs(20);
 
 impl Zygote {
-    /// `scratch` is where the server mounts its sandboxes' scratch tmpfs;
-    /// it and `/run/netns` become shared mount points, so that what is
-    /// mounted there after the zygote started reaches its view too.
-    pub fn new(python: String, shim_dir: &Path, data_dir: &Path, scratch: &Path) -> std::io::Result<Zygote> {
+    /// The zygote's mount namespace is private: nothing the server mounts
+    /// later (scratch tmpfs, network namespaces) appears in it, and forks
+    /// are handed theirs as descriptors ([`ForkRequest`]).
+    pub fn new(python: String, shim_dir: &Path, data_dir: &Path) -> std::io::Result<Zygote> {
         std::fs::create_dir_all(data_dir.join("zygote"))?;
-        std::fs::create_dir_all(NETNS_DIR)?;
-        for dir in [scratch, Path::new(NETNS_DIR)] {
-            shared_mount_point(dir)
-                .map_err(|e| std::io::Error::other(format!("sharing mounts under {}: {e}", dir.display())))?;
-        }
         let script = shim_dir
             .strip_prefix(data_dir)
             .map_err(|_| std::io::Error::other("the shims are not in the data dir"))?
@@ -116,12 +125,16 @@ impl Zygote {
         let (stdout, stdout_child) = pipe_pair()?;
         let (stderr, stderr_child) = pipe_pair()?;
         let (reply, reply_child) = pipe_pair()?;
-        let fds = [
+        let mut fds = vec![
             stdin_child.as_fd(),
             stdout_child.as_fd(),
             stderr_child.as_fd(),
             reply_child.as_fd(),
         ];
+        fds.extend(request.descriptors.iter().map(|fd| fd.as_fd()));
+        if fds.len() > MAX_DESCRIPTORS {
+            return Err(format!("a fork request with {} descriptors", fds.len()));
+        }
         self.send(&message, &fds)?;
         // The fork holds the only copies of its ends now.
         drop((stdin_child, stdout_child, stderr_child, reply_child));
@@ -156,7 +169,7 @@ impl Zygote {
                 started = true;
             }
             let Some(zygote) = running.as_ref() else { continue };
-            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_DESCRIPTORS))];
             let mut ancillary = SendAncillaryBuffer::new(&mut space);
             ancillary.push(SendAncillaryMessage::ScmRights(fds));
             // Never blocks: a zygote that does not read is a failed start,
@@ -202,11 +215,9 @@ impl Zygote {
     }
 }
 
-/// Where `ip netns` keeps its namespaces (a shared mount point, as it makes it).
-const NETNS_DIR: &str = "/run/netns";
-
 /// Makes `dir` a mount point (bound on itself) whose mounts propagate to
-/// the mount namespaces copied from this one as slaves (the zygote's).
+/// the mount namespaces copied from this one as slaves (as `ip netns`
+/// makes `/run/netns`).
 pub(crate) fn shared_mount_point(dir: &Path) -> rustix::io::Result<()> {
     use rustix::mount::{mount_bind, mount_change, MountPropagationFlags};
     let dir = dir.canonicalize().map_err(|_| rustix::io::Errno::NOENT)?;

@@ -29,6 +29,13 @@ def kind(target):
             return target.split("[")[0] if prefix != "anon_inode:" else target
     return target
 
+def scratch_writable():
+    for path in ("/tmp/probe", "/dev/shm/probe"):
+        with open(path, "w") as f:
+            f.write("x")
+        os.remove(path)
+    return True
+
 def handle(event, context):
     fds = {}
     for fd in os.listdir("/proc/self/fd"):
@@ -55,6 +62,7 @@ def handle(event, context):
         "random": random.getrandbits(64),
         "sched_batch": os.sched_getscheduler(0) == os.SCHED_BATCH,
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
+        "scratch_writable": scratch_writable(),
     }
 "#;
 
@@ -189,4 +197,44 @@ async fn the_zygote_ends_with_a_killed_server_and_its_forks_with_it() {
         }
     })
     .await;
+}
+
+/// The zygote's mount table does not grow with the instances: a fork is
+/// handed its network namespace and its scratch mounts as descriptors, so
+/// none of them (nor any other mount made after the zygote started) reaches
+/// the zygote, whose table every fork copies. A fork still enters the very
+/// namespace the server made for it, and writes to its own scratch.
+#[tokio::test]
+async fn forks_get_their_namespace_and_scratch_by_descriptor_and_the_zygote_holds_neither() {
+    let server = Server::start(Backend::Sqlite).await;
+    let names = ["one", "two", "three"];
+    deploy_reporters(&server, &names).await;
+    let mut reports = Vec::new();
+    for name in names {
+        reports.push(report(&server, name).await);
+    }
+    let zygotes = zygotes_of(server.pid());
+    assert_eq!(zygotes.len(), 1, "one zygote per server: {zygotes:?}");
+    let table = std::fs::read_to_string(format!("/proc/{}/mountinfo", zygotes[0])).unwrap();
+    for line in table.lines() {
+        // mountinfo: "... mount point ... - fstype source options".
+        let source = line.split(" - ").nth(1).and_then(|rest| rest.split(' ').nth(1));
+        assert_ne!(source, Some("sless-tmp"), "an instance's scratch in the zygote: {line}");
+        assert!(!line.contains(" - nsfs "), "a network namespace in the zygote: {line}");
+    }
+    // Each fork's network namespace is one this server bound under
+    // /run/netns (entered by descriptor), a different one each.
+    let tag = format!("sless-{}-", server.pid());
+    let made: Vec<String> = std::fs::read_dir("/run/netns")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&tag))
+        .filter_map(|e| std::fs::metadata(e.path()).ok())
+        .map(|m| format!("net:[{}]", std::os::unix::fs::MetadataExt::ino(&m)))
+        .collect();
+    for out in &reports {
+        let net = out["ns"]["net"].as_str().unwrap();
+        assert!(made.iter().any(|m| m == net), "{net} is not among this server's namespaces {made:?}");
+        assert_eq!(out["scratch_writable"], true, "{out}");
+    }
 }
