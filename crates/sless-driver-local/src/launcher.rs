@@ -180,7 +180,10 @@ impl Launcher {
         };
         let process = match (runtime, &self.zygote) {
             (Runtime::Python311, Some(zygote)) => {
-                let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS)?;
+                let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
+                let request = tokio::task::spawn_blocking(move || request.open_descriptors())
+                    .await
+                    .map_err(|e| e.to_string())??;
                 let forked = zygote.fork(&request).await?;
                 ShimProcess::start_forked(forked, slot, confinement, runtime.to_string()).await
             }

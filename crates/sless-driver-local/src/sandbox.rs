@@ -6,7 +6,6 @@
 //! rlimits on the process. Without bubblewrap the same command runs with
 //! the uid and rlimits only, which is logged once.
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -249,42 +248,32 @@ impl Sandbox {
     }
 
     /// What the zygote needs to make a fork of it into this sandbox.
-    pub fn fork_request(
-        &self,
-        spec: &Spec<'_>,
-        confinement: &Confinement,
-        limits: Limits,
-    ) -> Result<ForkRequest, String> {
-        let mut descriptors = Vec::new();
-        let netns = match &confinement.netns {
-            Some(netns) => {
-                let file = std::fs::File::open(&netns.path)
-                    .map_err(|e| format!("opening the network namespace {}: {e}", netns.path.display()))?;
-                descriptors.push(OwnedFd::from(file));
-                Some(FORK_STDIO + descriptors.len() - 1)
-            }
-            None => None,
-        };
+    /// Its descriptors are opened by [`ForkRequest::open_descriptors`].
+    pub fn fork_request(&self, spec: &Spec<'_>, confinement: &Confinement, limits: Limits) -> ForkRequest {
+        let netns_path = confinement.netns.as_ref().map(|n| n.path.clone());
+        // The descriptors after the fork's stdio: its namespace, then the
+        // detached copies of its scratch binds, in this order.
+        let netns = netns_path.as_ref().map(|_| FORK_STDIO);
         let mounts = self.view(spec, confinement, limits);
         let mut detached = Vec::new();
         if let Some(scratch) = &confinement.scratch {
             for mount in &mounts {
-                let (Mount::Bind(host, _) | Mount::RoBind(host, _)) = mount else {
-                    continue;
-                };
-                if host.starts_with(&scratch.path) {
-                    descriptors.push(detached_copy(host)?);
-                    detached.push((host.clone(), FORK_STDIO + descriptors.len() - 1));
+                if let Mount::Bind(host, _) | Mount::RoBind(host, _) = mount {
+                    if host.starts_with(&scratch.path) {
+                        let index = FORK_STDIO + usize::from(netns.is_some()) + detached.len();
+                        detached.push((host.clone(), index));
+                    }
                 }
             }
         }
-        Ok(ForkRequest {
+        ForkRequest {
             uid: confinement.uid,
             cgroups: confinement.cgroup.iter().flat_map(|g| g.procs_files()).collect(),
             netns,
+            netns_path,
             mounts,
             detached,
-            descriptors,
+            descriptors: Vec::new(),
             chdir: spec.chdir.clone(),
             limits: ForkLimits {
                 data: limits.memory_bytes,
@@ -293,7 +282,7 @@ impl Sandbox {
                 nofile: limits.open_files,
             },
             env: base_env().into_iter().chain(spec.env.iter().cloned()).collect(),
-        })
+        }
     }
 
     /// Whether the server may confine forks itself (it must be root).
@@ -305,19 +294,6 @@ impl Sandbox {
 /// The descriptors every fork request carries first: the fork's stdin,
 /// stdout, stderr and reply pipe.
 const FORK_STDIO: usize = 4;
-
-/// A detached copy of the mount at `path` (the directory there and what is
-/// below it on that mount), which a process in another mount namespace can
-/// attach (`move_mount`) without that namespace holding the original.
-fn detached_copy(path: &Path) -> Result<OwnedFd, String> {
-    use rustix::mount::{open_tree, OpenTreeFlags};
-    open_tree(
-        rustix::fs::CWD,
-        path,
-        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
-    )
-    .map_err(|e| format!("copying the mount at {}: {e}", path.display()))
-}
 
 /// One step of building a sandbox's mount view: `(host, inside)` paths.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -51,11 +51,45 @@ pub struct ForkRequest {
     /// Host paths of binds in `mounts` made from a detached copy of that
     /// mount (`open_tree`), with the copy's index in `descriptors`.
     pub detached: Vec<(PathBuf, usize)>,
+    /// What `netns` is opened from.
+    #[serde(skip)]
+    pub netns_path: Option<PathBuf>,
+    /// The namespace, then the detached copies, once opened.
     #[serde(skip)]
     pub descriptors: Vec<OwnedFd>,
     pub chdir: String,
     pub limits: ForkLimits,
     pub env: Vec<(String, String)>,
+}
+
+impl ForkRequest {
+    /// Opens the descriptors `netns` and `detached` name, in their order.
+    /// Copying a mount waits for the kernel's mount lock, which every
+    /// mount and unmount of other starts holds: run it off the runtime.
+    pub fn open_descriptors(mut self) -> Result<ForkRequest, String> {
+        if let Some(path) = &self.netns_path {
+            let file = std::fs::File::open(path)
+                .map_err(|e| format!("opening the network namespace {}: {e}", path.display()))?;
+            self.descriptors.push(OwnedFd::from(file));
+        }
+        for (path, _) in &self.detached {
+            self.descriptors.push(detached_copy(path)?);
+        }
+        Ok(self)
+    }
+}
+
+/// A detached copy of the mount at `path` (the directory there and what is
+/// below it on that mount), which a process in another mount namespace can
+/// attach (`move_mount`) without that namespace holding the original.
+fn detached_copy(path: &Path) -> Result<OwnedFd, String> {
+    use rustix::mount::{open_tree, OpenTreeFlags};
+    open_tree(
+        rustix::fs::CWD,
+        path,
+        OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+    )
+    .map_err(|e| format!("copying the mount at {}: {e}", path.display()))
 }
 
 /// The rlimits of a fork (soft and hard alike, as `prlimit` sets them).
