@@ -312,6 +312,25 @@ def enter_own_root(shim_dir, base, data_dir):
     pivot_root(base)
 
 
+def warm_up():
+    """Runs once here what every instance runs first (an event loop, JSON
+    both ways, compiling and inspecting a handler), so that the caches and
+    lazily made objects this fills are the zygote's, shared by every fork,
+    rather than written anew into each fork's copy of its pages. Nothing
+    of it stays open: the loop is closed and no event loop is set."""
+    import asyncio
+    import inspect
+
+    loop = asyncio.new_event_loop()
+    loop.close()
+    asyncio.set_event_loop(None)
+    json.loads(json.dumps({"a": [1, 2.5, "x", None, True], "b": {"c": "d"}}))
+    namespace = {}
+    exec(compile("def handle(event, context):\n    return {'hello': 'world'}\n", "handler.py", "exec"), namespace)
+    inspect.signature(namespace["handle"])
+    inspect.iscoroutinefunction(namespace["handle"])
+
+
 def main():
     shim_dir = os.path.dirname(os.path.abspath(__file__))
     base = os.path.abspath("zygote")
@@ -330,6 +349,7 @@ def main():
     global sless_shim
     import sless_shim  # the point of the zygote: imported once, before any fork
 
+    warm_up()
     # Forks are reaped by the kernel; a fork sets SIGCHLD back for its own children.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     # What was imported stays shared with every fork: no collection touches it.
