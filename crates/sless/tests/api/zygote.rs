@@ -234,7 +234,10 @@ async fn forks_get_their_namespace_and_scratch_by_descriptor_and_the_zygote_hold
         .collect();
     for out in &reports {
         let net = out["ns"]["net"].as_str().unwrap();
-        assert!(made.iter().any(|m| m == net), "{net} is not among this server's namespaces {made:?}");
+        assert!(
+            made.iter().any(|m| m == net),
+            "{net} is not among this server's namespaces {made:?}"
+        );
         assert_eq!(out["scratch_writable"], true, "{out}");
     }
 }
