@@ -42,6 +42,8 @@ pub struct KubeDriver {
     /// Functions turned off (before or after they were deployed).
     disabled: RwLock<HashSet<FunctionKey>>,
     runs: Runs,
+    /// The warm pools (None: `SLESS_K8S_WARM_PODS=0`).
+    warm: Option<Arc<crate::warm::WarmPods>>,
 }
 
 impl KubeDriver {
@@ -64,7 +66,12 @@ impl KubeDriver {
         if let Some(every) = serving.scale_every {
             crate::autoscale::spawn(cluster.clone(), versions.clone(), every);
         }
+        let warm = serving
+            .warm
+            .filter(|pool| pool.pods > 0 && cluster.settings.build == crate::BuildMode::Artifact)
+            .map(|pool| Arc::new(crate::warm::WarmPods::new(cluster.clone(), pool, signer.clone())));
         KubeDriver {
+            warm,
             endpoints,
             cluster,
             artifacts: Artifacts::new(store),
@@ -254,15 +261,27 @@ impl Driver for KubeDriver {
             }
         }
         let enabled = !self.disabled.read().unwrap().contains(key);
-        let serving = Arc::new(Serving::new(
-            target.clone(),
-            deployment.spec,
-            code,
-            secrets,
-            enabled,
-            self.endpoints.clone(),
-            self.serving.max_queue,
-        ));
+        let serving = Arc::new(
+            Serving::new(
+                target.clone(),
+                deployment.spec,
+                code,
+                secrets,
+                enabled,
+                self.endpoints.clone(),
+                self.serving.max_queue,
+            )
+            .with_warm(self.warm.clone()),
+        );
+        if let Some(warm) = self.warm.clone() {
+            // The pool is there before this version's first cold start.
+            let runtime = serving.spec.runtime;
+            tokio::spawn(async move {
+                if let Err(e) = warm.ensure(runtime).await {
+                    tracing::warn!(error = %e, "applying the warm pool");
+                }
+            });
+        }
         self.versions.write().unwrap().insert(target, serving);
         Ok(())
     }

@@ -48,6 +48,8 @@ pub struct ServingSettings {
     /// How often this replica reports its calls under way and scales a
     /// version by every replica's (`autoscale`; None: never).
     pub scale_every: Option<Duration>,
+    /// Generic pods per runtime a wake from zero may take (None: off).
+    pub warm: Option<crate::objects::WarmPool>,
 }
 
 impl Default for ServingSettings {
@@ -61,6 +63,7 @@ impl Default for ServingSettings {
             idle_timeout: Some(Duration::from_secs(300)),
             watch_endpoints: true,
             scale_every: Some(Duration::from_secs(1)),
+            warm: None,
         }
     }
 }
@@ -83,6 +86,11 @@ pub struct Serving {
     enabled: AtomicBool,
     /// The watched ready pods of every version, when there is a watch.
     cache: Option<Arc<EndpointCache>>,
+    /// The warm pools a wake from zero may take a pod from.
+    warm: Option<Arc<crate::warm::WarmPods>>,
+    /// A warm pod specialized for this version: in `pods` while the
+    /// version has no ready pod of its own.
+    bridge: Mutex<Option<SocketAddr>>,
     /// The ready pods, with the calls each holds.
     pods: Arc<InstancePool<Pod>>,
     /// When and from which cache generation `pods` was last listed.
@@ -192,6 +200,8 @@ impl Serving {
             code,
             secrets,
             cache,
+            warm: None,
+            bridge: Mutex::new(None),
             namespace: names::function_namespace(&target.key.namespace),
             name: names::version_object(&target.key, target.version),
             pods: InstancePool::new(target.clone(), max_queue),
@@ -207,6 +217,12 @@ impl Serving {
         };
         serving.set_enabled(enabled);
         serving
+    }
+
+    /// Lets a wake from zero take a generic pod of `warm`.
+    pub fn with_warm(mut self, warm: Option<Arc<crate::warm::WarmPods>>) -> Serving {
+        self.warm = warm;
+        self
     }
 
     /// When this replica last had a call on the version (now while one runs).
@@ -377,8 +393,10 @@ impl Serving {
     /// drops the others and adds new ones.
     fn replace_pods(&self, addresses: Vec<SocketAddr>) {
         let concurrency = self.spec.concurrency.max(1) as usize;
+        // The warm pod serves until the version has a pod of its own.
+        let bridge = (*self.bridge.lock().unwrap()).filter(|_| addresses.is_empty());
         self.pods.change(|pods| {
-            pods.remove_where(|p| !addresses.contains(&p.instance.addr));
+            pods.remove_where(|p| !addresses.contains(&p.instance.addr) && Some(p.instance.addr) != bridge);
             for addr in addresses {
                 if !pods.iter().any(|p| p.instance.addr == addr) {
                     pods.add(Pod {
@@ -394,6 +412,12 @@ impl Serving {
     /// Drops a pod that failed until the next listing (or change in the
     /// cache) says it is ready.
     fn forget(&self, addr: SocketAddr) {
+        {
+            let mut bridge = self.bridge.lock().unwrap();
+            if *bridge == Some(addr) {
+                *bridge = None;
+            }
+        }
         self.pods.change(|pods| pods.remove_where(|p| p.instance.addr == addr));
     }
 
@@ -448,8 +472,39 @@ impl Serving {
                 .await
                 .map_err(start_failed)?;
             tracing::info!(function = %self.target, by_this_replica = scaled, "scaled from zero");
+            if scaled {
+                self.take_warm_pod(settings).await;
+            }
         }
         Ok(())
+    }
+
+    /// The waking call (and the next ones while the version has no pod
+    /// of its own) goes to a generic pod specialized for this version,
+    /// when one is ready (`warm`).
+    async fn take_warm_pod(&self, settings: &ServingSettings) {
+        let Some(warm) = &self.warm else { return };
+        let taken = crate::warm::take_for(
+            warm,
+            &self.target,
+            &self.spec,
+            &self.code,
+            &self.secrets,
+            (&self.namespace, &self.name),
+            settings.poll,
+            settings.start_timeout,
+        )
+        .await;
+        let Some(addr) = taken else { return };
+        *self.bridge.lock().unwrap() = Some(addr);
+        let concurrency = self.spec.concurrency.max(1) as usize;
+        self.pods.change(|pods| {
+            pods.add(Pod {
+                addr,
+                concurrency,
+                connection: tokio::sync::Mutex::new(None),
+            })
+        });
     }
 }
 

@@ -27,6 +27,7 @@ pub mod objects;
 mod rollout;
 mod runs;
 mod settings;
+pub mod warm;
 
 pub use driver::KubeDriver;
 pub use gateway::ServingSettings;

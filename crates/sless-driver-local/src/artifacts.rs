@@ -97,32 +97,44 @@ impl SharedArtifacts {
             .bytes()
             .await
             .map_err(|e| format!("fetching artifact {key}: {e}"))?;
-        let got = hex::encode(Sha256::digest(&tarball));
-        if got != digest {
-            return Err(format!(
-                "artifact {key} is corrupt: its sha256 is {got}, the version recorded {digest}"
-            ));
-        }
-        let parent = dir.parent().ok_or("artifact directory has no parent")?.to_path_buf();
-        let work = parent.join(format!(".fetch-{artifact}-{:08x}", rand::random::<u32>()));
-        let target = work.clone();
-        tokio::task::spawn_blocking(move || unpack(&tarball, &target))
+        unpack_checked(tarball, dir, digest)
             .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| {
-                let _ = std::fs::remove_dir_all(&work);
-                format!("unpacking artifact {key}: {e}")
-            })?;
-        if let Err(e) = std::fs::rename(&work, dir) {
-            let _ = std::fs::remove_dir_all(&work);
-            if !dir.is_dir() {
-                return Err(format!("saving fetched artifact: {e}"));
-            }
-        }
-        record_digest(dir, digest).map_err(|e| format!("recording the artifact's digest: {e}"))?;
+            .map_err(|e| format!("artifact {key} {e}"))?;
         tracing::info!(%artifact, %digest, "artifact fetched from the object store");
         Ok(())
     }
+}
+
+/// Checks that `tarball`'s sha256 is `digest`, unpacks it beside `dir` and
+/// renames it into place (a reader sees all or nothing), then records the
+/// digest. Nothing to do when `dir` is there.
+pub(crate) async fn unpack_checked(tarball: bytes::Bytes, dir: &Path, digest: &str) -> Result<(), String> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let got = hex::encode(Sha256::digest(&tarball));
+    if got != digest {
+        return Err(format!(
+            "is corrupt: its sha256 is {got}, the version recorded {digest}"
+        ));
+    }
+    let parent = dir.parent().ok_or("artifact directory has no parent")?.to_path_buf();
+    let work = parent.join(format!(".fetch-{:08x}", rand::random::<u32>()));
+    let target = work.clone();
+    tokio::task::spawn_blocking(move || unpack(&tarball, &target))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| {
+            let _ = std::fs::remove_dir_all(&work);
+            format!("could not be unpacked: {e}")
+        })?;
+    if let Err(e) = std::fs::rename(&work, dir) {
+        let _ = std::fs::remove_dir_all(&work);
+        if !dir.is_dir() {
+            return Err(format!("saving fetched artifact: {e}"));
+        }
+    }
+    record_digest(dir, digest).map_err(|e| format!("recording the artifact's digest: {e}"))
 }
 
 /// The file beside an artifact directory that holds its tarball's sha256.

@@ -42,19 +42,27 @@ pub struct Standalone {
     process: Arc<ShimProcess>,
 }
 
-impl Standalone {
-    /// Starts the shim and loads the handler; the user's load error is
-    /// [`StartFailure::Load`].
-    pub async fn start(spec: &StandaloneSpec) -> Result<Standalone, StartFailure> {
+/// A started shim that has not loaded a handler yet: a generic instance
+/// waiting for the function it will serve (the Kubernetes driver's warm
+/// pods), as the local driver's warm pool keeps one.
+pub struct GenericShim {
+    process: Arc<ShimProcess>,
+    runtime: Runtime,
+}
+
+impl GenericShim {
+    /// Starts the shim of `spec.runtime` in `spec.work_dir` (its
+    /// `code_dir` need not exist yet: LOAD moves the shim there).
+    pub async fn spawn(spec: &StandaloneSpec) -> Result<GenericShim, String> {
         crate::frame::set_max_frame(spec.max_output_bytes);
         let shims = spec.work_dir.join("shims");
-        std::fs::create_dir_all(&shims).map_err(|e| StartFailure::Start(format!("creating {shims:?}: {e}")))?;
+        std::fs::create_dir_all(&shims).map_err(|e| format!("creating {shims:?}: {e}"))?;
         let (file, text) = match spec.runtime {
             Runtime::Python311 => ("sless_shim.py", PYTHON_SHIM),
             Runtime::Nodejs20 => ("sless_shim.js", NODE_SHIM),
         };
         let shim = shims.join(file);
-        std::fs::write(&shim, text).map_err(|e| StartFailure::Start(format!("writing {shim:?}: {e}")))?;
+        std::fs::write(&shim, text).map_err(|e| format!("writing {shim:?}: {e}"))?;
         let mut command = match spec.runtime {
             Runtime::Python311 => {
                 let mut command = tokio::process::Command::new(&spec.program);
@@ -74,14 +82,12 @@ impl Standalone {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", &spec.work_dir)
             .env("LANG", "C.UTF-8")
-            .current_dir(&spec.code_dir)
+            .current_dir(&spec.work_dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let child = command
-            .spawn()
-            .map_err(|e| StartFailure::Start(format!("starting {}: {e}", spec.program)))?;
+        let child = command.spawn().map_err(|e| format!("starting {}: {e}", spec.program))?;
         // The shim's slot is the work dir's, not the code: nothing is removed on drop.
         let slot = spec.work_dir.join("slot");
         let _ = std::fs::create_dir_all(&slot);
@@ -93,8 +99,24 @@ impl Standalone {
             confinement,
             format!("{}/{}", spec.namespace, spec.function),
         )
-        .await
-        .map_err(StartFailure::Start)?;
+        .await?;
+        Ok(GenericShim {
+            process,
+            runtime: spec.runtime,
+        })
+    }
+
+    /// Loads the handler `spec` names from its `code_dir`; the user's load
+    /// error is [`StartFailure::Load`]. The runtime must be the shim's.
+    pub async fn load(self, spec: &StandaloneSpec) -> Result<Standalone, StartFailure> {
+        if spec.runtime != self.runtime {
+            self.process.kill();
+            return Err(StartFailure::Start(format!(
+                "a {} shim cannot load a {} function",
+                self.runtime.as_str(),
+                spec.runtime.as_str()
+            )));
+        }
         let code = spec.code_dir.display().to_string();
         let path = match spec.runtime {
             Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],
@@ -111,11 +133,28 @@ impl Standalone {
             "concurrency": spec.concurrency,
             "max_output_bytes": spec.max_output_bytes,
         });
-        if let Err(e) = process.load(&load, spec.load_timeout).await {
-            process.kill();
+        if let Err(e) = self.process.load(&load, spec.load_timeout).await {
+            self.process.kill();
             return Err(StartFailure::Load(e));
         }
-        Ok(Standalone { process })
+        Ok(Standalone { process: self.process })
+    }
+
+    /// Resolves with the reason once the shim has died.
+    pub fn died(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.process.died()
+    }
+}
+
+impl Standalone {
+    /// Starts the shim and loads the handler; the user's load error is
+    /// [`StartFailure::Load`].
+    pub async fn start(spec: &StandaloneSpec) -> Result<Standalone, StartFailure> {
+        GenericShim::spawn(spec)
+            .await
+            .map_err(StartFailure::Start)?
+            .load(spec)
+            .await
     }
 
     /// Sends one INVOKE frame (its id is set here) and waits for the answer.
@@ -149,6 +188,12 @@ pub async fn fetch_artifact(
     crate::artifacts::SharedArtifacts::new(store)
         .fetch(dir, &sless_driver::Fingerprint::from_stored(fingerprint), digest)
         .await
+}
+
+/// Makes `dir` hold the artifact tarball `tarball` after checking that its
+/// sha256 is `digest` (a generic instance fetched it from a presigned URL).
+pub async fn unpack_artifact(tarball: bytes::Bytes, dir: &Path, digest: &str) -> Result<(), String> {
+    crate::artifacts::unpack_checked(tarball, dir, digest).await
 }
 
 /// The frames answering invocation `id` over TCP (`sless instance` to a

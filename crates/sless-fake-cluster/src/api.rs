@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::cluster::Cluster;
@@ -193,6 +195,56 @@ impl Cluster {
                     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
                 )
             }
+            "GET" if path.ends_with("/pods") && query.contains("sless.dev%2Fwarm") => self.generic_pods(query),
+            "PATCH" if path.contains("/pods/") && !query.contains("fieldManager") => self.claim(&name, body),
+            "DELETE" if path.contains("/pods/") => {
+                let grace = Duration::from_secs(30);
+                match self.claimed.lock().unwrap().remove(&name) {
+                    Some(pod) => self.terminating.lock().unwrap().push(pod.terminate(grace)),
+                    None => return (404, status(404, "NotFound")),
+                }
+                (
+                    200,
+                    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
+                )
+            }
+            // The warm pool's token: made once, read back.
+            "POST" if path.ends_with("/secrets") => {
+                let mut object: Value = serde_json::from_slice(body).unwrap();
+                let name = object["metadata"]["name"].as_str().unwrap().to_string();
+                let mut secrets = self.secrets.lock().unwrap();
+                if secrets.contains_key(&name) {
+                    return (409, status(409, "AlreadyExists"));
+                }
+                let data: BTreeMap<String, Vec<u8>> = object["stringData"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(key, value)| (key.clone(), value.as_str().unwrap().as_bytes().to_vec()))
+                    .collect();
+                secrets.insert(name, (1, data));
+                object["metadata"]["resourceVersion"] = json!("1");
+                (201, object)
+            }
+            "GET" if path.starts_with("/api/v1/namespaces/sless-warm/secrets/") => {
+                use base64::Engine;
+                match self.secrets.lock().unwrap().get(&name) {
+                    Some((version, data)) => {
+                        let data: serde_json::Map<String, Value> = data
+                            .iter()
+                            .map(|(k, v)| (k.clone(), json!(base64::engine::general_purpose::STANDARD.encode(v))))
+                            .collect();
+                        (
+                            200,
+                            json!({"apiVersion": "v1", "kind": "Secret",
+                                   "metadata": {"name": name, "namespace": "sless-warm",
+                                                "resourceVersion": version.to_string()},
+                                   "data": data}),
+                        )
+                    }
+                    None => (404, status(404, "NotFound")),
+                }
+            }
             "GET" if path.ends_with("/pods") => {
                 let query = query.replace("%2F", "/").replace("%3D", "=");
                 let job = query
@@ -236,6 +288,11 @@ impl Cluster {
                     let template = self.pod_template(&object);
                     let mut workloads = self.workloads.lock().unwrap();
                     let workload = workloads.entry(name).or_default();
+                    // Replicas in an apply are the Deployment's (the warm
+                    // pools'); versions leave them to the scale subresource.
+                    if let Some(replicas) = object["spec"]["replicas"].as_i64() {
+                        workload.replicas = i32::try_from(replicas).unwrap();
+                    }
                     if workload.template.text != template.text {
                         workload.template = template;
                         // Rolled: the old pods serve until the new ones are ready.
@@ -262,6 +319,75 @@ impl Cluster {
             }
             _ => (404, status(404, "NotFound")),
         }
+    }
+}
+
+impl Cluster {
+    /// The ready generic pods of the pool the selector names (its
+    /// runtime), as pods with their ports; each pod's resourceVersion is
+    /// 1 until it is claimed.
+    fn generic_pods(&self, query: &str) -> (u16, Value) {
+        let query = query.replace("%2F", "/").replace("%3D", "=").replace("%2C", ",");
+        let runtime = query
+            .split(['&', ','])
+            .find_map(|p| p.strip_prefix("sless.dev/warm-runtime="))
+            .unwrap_or_default()
+            .to_string();
+        let deployment = format!("warm-{}", runtime.replace('.', ""));
+        let workloads = self.workloads.lock().unwrap();
+        let items: Vec<Value> = workloads
+            .get(&deployment)
+            .into_iter()
+            .flat_map(|w| w.pods.iter())
+            .map(|pod| {
+                let ready = if pod.ready { "True" } else { "False" };
+                json!({"metadata": {"name": format!("{deployment}-{}", pod.frames), "namespace": "sless-warm",
+                                    "resourceVersion": "1",
+                                    "labels": {"sless.dev/warm": "generic", "sless.dev/warm-runtime": runtime}},
+                       "spec": {"containers": [{"name": "instance",
+                                                "ports": [{"name": "frames", "containerPort": pod.frames},
+                                                          {"name": "ready", "containerPort": pod.ready_port}]}]},
+                       "status": {"phase": "Running", "podIP": "127.0.0.1",
+                                  "conditions": [{"type": "Ready", "status": ready}]}})
+            })
+            .collect();
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}),
+        )
+    }
+
+    /// A claim: a merge patch of a generic pod's labels, conditional on
+    /// its resourceVersion. The pod leaves its Deployment (whose next pass
+    /// starts a replacement); a pod claimed already is a conflict.
+    fn claim(&self, name: &str, body: &[u8]) -> (u16, Value) {
+        let patch: Value = serde_json::from_slice(body).unwrap();
+        if self.claimed.lock().unwrap().contains_key(name) {
+            return (409, status(409, "Conflict"));
+        }
+        let (deployment, frames) = name.rsplit_once('-').unwrap();
+        let frames: u16 = frames.parse().unwrap();
+        let pod = {
+            let mut workloads = self.workloads.lock().unwrap();
+            let Some(workload) = workloads.get_mut(deployment) else {
+                return (404, status(404, "NotFound"));
+            };
+            if patch["metadata"]["resourceVersion"].as_str() != Some("1") {
+                return (409, status(409, "Conflict"));
+            }
+            let Some(index) = workload.pods.iter().position(|p| p.frames == frames) else {
+                return (404, status(404, "NotFound"));
+            };
+            workload.pods.remove(index)
+        };
+        self.claimed.lock().unwrap().insert(name.to_string(), pod);
+        self.reconcile();
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": name, "namespace": "sless-warm", "resourceVersion": "2",
+                                "labels": patch["metadata"]["labels"].clone()}}),
+        )
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::kubelet::{JobPod, PodTemplate, Terminating, Workload};
+use crate::kubelet::{JobPod, Pod, PodTemplate, Terminating, Workload};
 
 /// An applied Secret: its resourceVersion (bumped when the data changes)
 /// and its data.
@@ -25,6 +25,9 @@ pub(crate) struct Cluster {
     /// Pods told to stop (a deleted Deployment's, a rollout's old ones, a
     /// scale down's), until they end.
     pub(crate) terminating: Mutex<Vec<Terminating>>,
+    /// Generic pods a driver claimed (relabelled out of their pool's
+    /// Deployment, which replaced them), by name.
+    pub(crate) claimed: Mutex<BTreeMap<String, Pod>>,
 }
 
 impl Cluster {
@@ -57,6 +60,7 @@ impl Cluster {
             .collect();
         let mut template = PodTemplate {
             text: deployment["spec"]["template"].to_string(),
+            generic: instance["command"] == serde_json::json!(["sless", "instance", "generic"]),
             grace: Duration::from_secs(pod["terminationGracePeriodSeconds"].as_u64().unwrap_or(30)),
             env,
             ..PodTemplate::default()

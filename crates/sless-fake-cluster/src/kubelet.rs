@@ -63,6 +63,9 @@ impl Drop for Pod {
 pub(crate) struct PodTemplate {
     /// The applied template as sent: a new one rolls the pods.
     pub(crate) text: String,
+    /// A warm pool's generic pod (`sless instance generic`: no function,
+    /// no object store credentials) rather than a function's.
+    pub(crate) generic: bool,
     pub(crate) env: Vec<(String, String)>,
     /// Where the Secret volume is mounted, and its files: path, bytes, mode.
     pub(crate) mount: Option<String>,
@@ -157,6 +160,13 @@ impl Cluster {
         cmd.arg("instance")
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        if template.generic {
+            cmd.arg("generic");
+        } else {
+            // The init container's fetch, in the same process: the
+            // artifact reader Secret's credentials.
+            cmd.envs(self.s3_env.iter().map(|(k, v)| (k, v)));
+        }
         let mut env = template.env.clone();
         // The Secret volume, "mounted" in the pod's directory: the files
         // with their modes, and the handler's SLESS_SECRETS_DIR pointed there.
@@ -179,8 +189,7 @@ impl Cluster {
             }
         }
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        cmd.envs(self.s3_env.iter().map(|(k, v)| (k, v)))
-            .env("SLESS_INSTANCE_CODE_DIR", dir.path().join("code/app"))
+        cmd.env("SLESS_INSTANCE_CODE_DIR", dir.path().join("code/app"))
             .env("SLESS_INSTANCE_WORK_DIR", dir.path().join("tmp"))
             .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
             .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready_port}"))

@@ -14,7 +14,11 @@
 //! own directory, where `SLESS_SECRETS_DIR` then points); a build Job's
 //! pod is `sless instance build` with the Job's environment and nothing
 //! else; a run Job's pod is a one-shot `sless instance` from the Job's pod
-//! template, shown with its phase, readiness and frame port. Pods stop as
+//! template, shown with its phase, readiness and frame port; a warm pool's
+//! pods are `sless instance generic` without the object store's
+//! credentials, listed by label, claimed by a label patch conditional on
+//! their resourceVersion (the claimed pod leaves its Deployment, which
+//! starts another) and deleted by name. Pods stop as
 //! the kubelet stops them: out of the EndpointSlice, SIGTERM, SIGKILL
 //! after the template's grace period; a changed template rolls (new pods
 //! first, the old ones serve until those are ready). Everything
@@ -45,7 +49,7 @@ pub use crate::s3::{S3Server, S3_KEY, S3_SECRET};
 /// The fingerprint of the artifact the cluster starts with.
 pub const FINGERPRINT: &str = "0123456789abcdef0123456789abcdef";
 
-/// Answers with its pid, the version's `WHICH`, its secrets when it has
+/// Answers with its pid and its instance's (`ppid`), the version's `WHICH`, its secrets when it has
 /// any; asked to, raises, takes its time, or sleeps after leaving a mark
 /// holding its pid (so a test can kill or cancel it mid-call).
 pub const HANDLER: &str = r#"
@@ -59,7 +63,7 @@ def handle(event, context):
         with open(event["mark"], "w") as mark:
             mark.write(str(os.getpid()))
         time.sleep(30)
-    answer = {"pid": os.getpid(), "which": os.environ.get("WHICH")}
+    answer = {"pid": os.getpid(), "ppid": os.getppid(), "which": os.environ.get("WHICH")}
     path = os.path.join(os.environ.get("SLESS_SECRETS_DIR", "/nonexistent"), "tls", "server.key")
     if os.path.exists(path):
         answer["key"] = open(path).read()
@@ -85,6 +89,7 @@ impl Drop for FakeCluster {
         self.cluster.workloads.lock().unwrap().clear();
         self.cluster.jobs.lock().unwrap().clear();
         self.cluster.terminating.lock().unwrap().clear();
+        self.cluster.claimed.lock().unwrap().clear();
     }
 }
 
@@ -117,6 +122,7 @@ impl FakeCluster {
             jobs: Mutex::new(BTreeMap::new()),
             secrets: Mutex::new(BTreeMap::new()),
             terminating: Mutex::new(Vec::new()),
+            claimed: Mutex::new(BTreeMap::new()),
         });
         let kubelet = tokio::spawn({
             let cluster = cluster.clone();
@@ -153,6 +159,22 @@ impl FakeCluster {
             watch_endpoints: false,
             scale_every: None,
             idle_timeout: idle,
+            warm: None,
+        })
+    }
+
+    /// A replica whose wakes from zero take generic pods of `pool`.
+    pub fn replica_warm(&self, pool: sless_driver_k8s::objects::WarmPool) -> KubeDriver {
+        self.replica_with(ServingSettings {
+            max_queue: 10,
+            max_response_bytes: 1024 * 1024,
+            poll: Duration::from_millis(20),
+            endpoints_ttl: Duration::from_millis(100),
+            start_timeout: Duration::from_secs(30),
+            watch_endpoints: false,
+            scale_every: None,
+            idle_timeout: None,
+            warm: Some(pool),
         })
     }
 
@@ -217,6 +239,27 @@ impl FakeCluster {
     pub fn jobs(&self) -> Vec<(String, u32)> {
         let jobs = self.cluster.jobs.lock().unwrap();
         jobs.iter().map(|(name, pod)| (name.clone(), pod.pid())).collect()
+    }
+
+    /// The pids of the ready generic pods of every warm pool.
+    pub fn generic_pids(&self) -> Vec<u32> {
+        let workloads = self.cluster.workloads.lock().unwrap();
+        workloads
+            .iter()
+            .filter(|(_, w)| w.template.generic)
+            .flat_map(|(_, w)| w.pods.iter().filter(|p| p.ready).map(|p| p.child.id()))
+            .collect()
+    }
+
+    /// The pids of the generic pods a driver claimed and has not deleted.
+    pub fn claimed_pids(&self) -> Vec<u32> {
+        self.cluster
+            .claimed
+            .lock()
+            .unwrap()
+            .values()
+            .map(|p| p.child.id())
+            .collect()
     }
 
     /// How many pods have been told to stop and have not ended yet.

@@ -78,9 +78,28 @@ pub struct KubeOptions {
     /// Image mode: push over plain HTTP / without checking TLS (an in-cluster registry).
     #[arg(long = "k8s-insecure-registry", env = "SLESS_K8S_INSECURE_REGISTRY", default_value_t = false, action = clap::ArgAction::Set)]
     pub insecure_registry: bool,
+
+    /// Generic pods kept ready per runtime (artifact mode) that a function
+    /// woken from zero takes over instead of waiting for a pod of its own;
+    /// 0 turns the warm pools off.
+    #[arg(long = "k8s-warm-pods", env = "SLESS_K8S_WARM_PODS", default_value_t = 2)]
+    pub warm_pods: u16,
+
+    /// The memory of each generic pod: functions with a larger
+    /// `memory_mb` take the normal path.
+    #[arg(long = "k8s-warm-memory-mb", env = "SLESS_K8S_WARM_MEMORY_MB", default_value_t = 256)]
+    pub warm_memory_mb: u32,
 }
 
 impl KubeOptions {
+    /// The warm pools, unless turned off.
+    pub fn warm_pool(&self) -> Option<sless_driver_k8s::objects::WarmPool> {
+        (self.warm_pods > 0).then(|| sless_driver_k8s::objects::WarmPool {
+            pods: i32::from(self.warm_pods),
+            memory_mb: self.warm_memory_mb.max(64),
+        })
+    }
+
     /// The image tag in force.
     pub fn image_tag(&self) -> String {
         self.image_tag
@@ -200,6 +219,7 @@ pub fn driver(
         max_queue: config.max_queue,
         max_response_bytes: config.max_response_bytes,
         idle_timeout: Some(Duration::from_secs(config.idle_timeout_sec.max(1))),
+        warm: config.kube.warm_pool(),
         ..sless_driver_k8s::ServingSettings::default()
     };
     let settings = sless_driver_k8s::KubeSettings {

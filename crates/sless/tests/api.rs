@@ -40,5 +40,6 @@ mod api {
     mod tenants;
     mod triggers;
     mod versions;
+    mod warm_pods;
     mod zygote;
 }

@@ -12,6 +12,7 @@ mod pod;
 mod run;
 mod secrets;
 mod serving;
+mod warm;
 
 pub use build::{build_job, dockerfile, image_job, BuildInput, ImageInput, BUILD_MEMORY_MB};
 pub use meta::{function_labels, version_labels, Owner};
@@ -24,3 +25,7 @@ pub use pod::{
 pub use run::{run_job, START_ALLOWANCE_SEC};
 pub use secrets::{function_secret, SecretMounts, SECRETS_DIR, SECRET_ENV_PREFIX};
 pub use serving::{deployment, service};
+pub use warm::{
+    generic_labels, warm_deployment, warm_deployment_name, warm_namespace, warm_network_policy, warm_token_secret,
+    WarmPool, CLAIMED_AT, CLAIMED_FOR, WARM_NAMESPACE, WARM_RUNTIME, WARM_STATE, WARM_TOKEN_KEY, WARM_TOKEN_SECRET,
+};

@@ -250,7 +250,7 @@ pub fn resources(request_mb: u32, limit_mb: u32) -> ResourceRequirements {
     }
 }
 
-fn port(name: &str, number: u16) -> ContainerPort {
+pub(super) fn port(name: &str, number: u16) -> ContainerPort {
     ContainerPort {
         name: Some(name.into()),
         container_port: number.into(),

@@ -83,6 +83,10 @@ fn the_base_renders_with_every_part_and_no_rbac_wildcard() {
     }
     let grants = granted(&docs);
     assert!(grants.contains(&("apps".into(), "deployments/scale".into(), "patch".into())));
+    // Warm pools: claims relabel generic pods, retired ones are deleted.
+    for verb in ["patch", "delete"] {
+        assert!(grants.contains(&("".into(), "pods".into(), verb.into())), "pods {verb}");
+    }
     let server = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
     assert_eq!(server["spec"]["replicas"], 2);
     assert_eq!(server["metadata"]["namespace"], "sless");

@@ -419,3 +419,59 @@ fn namespace_anchor_and_secret() {
         objects::copied_secret("demo", "sless-artifact-reader", None, data)
     );
 }
+
+/// A runtime's generic pods: the instance pod's restricted profile, no
+/// init container and no object store credentials (the artifact comes as
+/// a presigned URL with each specialization), the pool's token from its
+/// Secret, memory for the largest function the pool takes, and a selector
+/// a claimed pod leaves (its `sless.dev/warm` label changes).
+#[test]
+fn warm_pool_of_a_runtime() {
+    let pool = objects::WarmPool {
+        pods: 2,
+        memory_mb: 256,
+    };
+    let deployment = objects::warm_deployment(&settings(), Runtime::Python311, pool);
+    assert_eq!(deployment.metadata.namespace.as_deref(), Some(objects::WARM_NAMESPACE));
+    assert_eq!(deployment.spec.replicas, Some(2));
+    let selector = deployment.spec.selector.match_labels.as_ref().unwrap();
+    assert_eq!(selector.get(objects::WARM_STATE).map(String::as_str), Some("generic"));
+    let pod = deployment.spec.template.spec.as_ref().unwrap();
+    assert_restricted(pod);
+    assert!(pod.init_containers.is_none());
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.command.as_deref(),
+        Some(&["sless".to_string(), "instance".into(), "generic".into()][..])
+    );
+    assert!(container.env_from.is_none(), "no store credentials");
+    let token = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == objects::WARM_TOKEN_KEY)
+        .unwrap();
+    assert!(token.value.is_none(), "the token comes from its Secret");
+    let limits = container.resources.as_ref().unwrap().limits.as_ref().unwrap();
+    assert_eq!(limits["memory"].0, format!("{}Mi", 256 + objects::OVERHEAD_MB));
+    insta::assert_yaml_snapshot!(deployment);
+}
+
+#[test]
+fn warm_namespace_policy_and_token() {
+    let namespace = objects::warm_namespace();
+    assert_eq!(
+        namespace.metadata.labels.as_ref().unwrap()["pod-security.kubernetes.io/enforce"],
+        "restricted"
+    );
+    insta::assert_yaml_snapshot!("warm_namespace", namespace);
+    let policy = objects::warm_network_policy(&settings());
+    assert_eq!(policy.metadata.namespace.as_deref(), Some(objects::WARM_NAMESPACE));
+    assert_eq!(
+        policy.spec.as_ref().unwrap().ingress,
+        objects::network_policy(&settings(), "demo").spec.unwrap().ingress,
+        "calls from the server's pods only, as in a function namespace"
+    );
+    insta::assert_yaml_snapshot!("warm_network_policy", policy);
+    insta::assert_yaml_snapshot!("warm_token", objects::warm_token_secret("0123abcd"));
+}

@@ -7,9 +7,11 @@
 //! action it does both. `build` is a build Job's command: the dependency
 //! install of the local builder, the artifact stored in the object store. Settings come from `SLESS_INSTANCE_*` (set by the
 //! driver's pod builder) and the object store's `SLESS_BLOB_URL` /
-//! `SLESS_S3_*`.
+//! `SLESS_S3_*`. `generic` is a warm pool's instance: the shim started
+//! before it knows its function, then specialized once (`generic.rs`).
 
 mod build;
+mod generic;
 mod ready;
 mod serve;
 
@@ -39,6 +41,9 @@ enum Action {
     Serve,
     /// Build an uploaded archive into an artifact in the object store (a build Job).
     Build,
+    /// A generic instance of a warm pool: the shim started, waiting for
+    /// one `POST /specialize` (with the pool's token) naming its function.
+    Generic,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -88,6 +93,13 @@ pub struct InstanceConfig {
     /// The function's environment, a JSON object of strings.
     #[arg(long, env = "SLESS_INSTANCE_ENV", default_value = "{}")]
     pub env: String,
+    /// The memory the pod has for the handler; a generic instance takes
+    /// no function that asks for more.
+    #[arg(long, env = "SLESS_INSTANCE_MEMORY_MB")]
+    pub memory_mb: Option<u32>,
+    /// A generic instance's pool token: a specialization must carry it.
+    #[arg(long, env = "SLESS_INSTANCE_WARM_TOKEN", hide_env_values = true)]
+    pub warm_token: Option<String>,
     #[arg(long, env = "SLESS_INSTANCE_LISTEN", default_value = "0.0.0.0:7070")]
     pub listen: SocketAddr,
     #[arg(long, env = "SLESS_INSTANCE_READY_LISTEN", default_value = "0.0.0.0:7071")]
@@ -117,6 +129,7 @@ pub async fn run(args: InstanceArgs) -> anyhow::Result<i32> {
         }
         Some(Action::Serve) => serve::run(&config).await,
         Some(Action::Build) => build::run(&config, &args.build).await,
+        Some(Action::Generic) => generic::run(config).await,
         None => {
             if config.artifact.is_some() {
                 fetch(&config).await?;

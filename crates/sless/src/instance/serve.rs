@@ -10,11 +10,13 @@
 //! endpoints are answered, and the process ends after [`DRAIN_QUIET`]
 //! without a call (the kubelet's grace period bounds it).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use sless_api::Runtime;
 use sless_driver_local::frame::{self, kind};
 use sless_driver_local::standalone::{answer_frames, error_frame, Standalone, StandaloneSpec, Unanswered};
 use sless_driver_local::StartFailure;
@@ -46,23 +48,7 @@ pub async fn run(config: &InstanceConfig) -> anyhow::Result<i32> {
         .await
         .map_err(|e| anyhow::anyhow!("SLESS_INSTANCE_READY_LISTEN {}: {e}", config.ready_listen))?;
     tokio::spawn(super::ready::serve(ready_listener, ready.clone()));
-    let spec = StandaloneSpec {
-        runtime,
-        program: match runtime {
-            sless_api::Runtime::Python311 => config.python.clone(),
-            sless_api::Runtime::Nodejs20 => config.node.clone(),
-        },
-        work_dir: config.work_dir.clone(),
-        code_dir: config.code_dir.clone(),
-        entrypoint: config.entrypoint.clone(),
-        env: config.env()?,
-        namespace: config.namespace.clone(),
-        function: config.function.clone(),
-        version: config.version,
-        concurrency: config.concurrency,
-        max_output_bytes: config.max_response_bytes,
-        load_timeout: Duration::from_secs(30),
-    };
+    let spec = standalone_spec(config, runtime, config.env()?);
     let instance = match Standalone::start(&spec).await {
         Ok(instance) => Arc::new(instance),
         Err(StartFailure::Load(error)) => {
@@ -74,6 +60,39 @@ pub async fn run(config: &InstanceConfig) -> anyhow::Result<i32> {
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("SLESS_INSTANCE_LISTEN {}: {e}", config.listen))?;
+    serve_loaded(config, instance, listener, ready).await
+}
+
+/// What the shim loads, from `config` (the handler's environment `env`).
+pub fn standalone_spec(config: &InstanceConfig, runtime: Runtime, env: BTreeMap<String, String>) -> StandaloneSpec {
+    StandaloneSpec {
+        runtime,
+        program: match runtime {
+            Runtime::Python311 => config.python.clone(),
+            Runtime::Nodejs20 => config.node.clone(),
+        },
+        work_dir: config.work_dir.clone(),
+        code_dir: config.code_dir.clone(),
+        entrypoint: config.entrypoint.clone(),
+        env,
+        namespace: config.namespace.clone(),
+        function: config.function.clone(),
+        version: config.version,
+        concurrency: config.concurrency,
+        max_output_bytes: config.max_response_bytes,
+        load_timeout: Duration::from_secs(30),
+    }
+}
+
+/// Serves frames on `listener` with the loaded `instance` until it ends
+/// (a timeout, a crash, a job run's one answer); readiness is on meanwhile.
+pub async fn serve_loaded(
+    config: &InstanceConfig,
+    instance: Arc<Standalone>,
+    listener: TcpListener,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<i32> {
+    let runtime = config.runtime()?;
     ready.store(true, Ordering::SeqCst);
     tracing::info!(listen = %config.listen, function = %config.function, version = config.version, "instance ready");
     let hello = frame::encode(

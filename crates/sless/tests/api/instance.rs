@@ -305,3 +305,140 @@ def handle(event, context):
         serde_json::json!({"password": "hunter2", "greeting": "hi", "key": "-----BEGIN KEY-----", "carriers": []})
     );
 }
+
+/// Serves `body` to every GET on 127.0.0.1 (a presigned URL's stand-in:
+/// what the instance sees is an HTTP GET of a tarball); its URL.
+async fn serve_tarball(body: Vec<u8>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!(
+        "http://{}/artifact.tar.gz?X-Signature=abc",
+        listener.local_addr().unwrap()
+    );
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let body = body.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            });
+        }
+    });
+    url
+}
+
+/// Starts `sless instance generic` (Python, 256 MiB, token `pool-token`).
+fn start_generic() -> Instance {
+    let pod = tempfile::tempdir().unwrap();
+    let (frames, ready) = (free_port(), free_port());
+    let child = Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["instance", "generic"])
+        .env("SLESS_INSTANCE_CODE_DIR", pod.path().join("code"))
+        .env("SLESS_INSTANCE_WORK_DIR", pod.path().join("work"))
+        .env("SLESS_INSTANCE_RUNTIME", "python3.11")
+        .env("SLESS_INSTANCE_MEMORY_MB", "256")
+        .env("SLESS_INSTANCE_WARM_TOKEN", "pool-token")
+        .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
+        .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    Instance {
+        child,
+        frames,
+        ready,
+        _dirs: vec![pod],
+    }
+}
+
+/// The artifact of `HANDLER` as the driver stores it, served at a URL; its digest.
+async fn served_artifact() -> (String, String) {
+    let store = tempfile::tempdir().unwrap();
+    let (fingerprint, digest) = store_with(store.path(), "handler.py", HANDLER);
+    let tarball = std::fs::read(store.path().join(format!("artifacts/{fingerprint}/{digest}.tar.gz"))).unwrap();
+    (serve_tarball(tarball).await, digest)
+}
+
+fn specialization(url: &str, digest: &str, memory_mb: u32) -> serde_json::Value {
+    serde_json::json!({
+        "namespace": "demo", "function": "hello", "version": 7, "runtime": "python3.11",
+        "entrypoint": "handler.handle", "artifact_url": url, "digest": digest,
+        "concurrency": 4, "timeout_sec": 10, "memory_mb": memory_mb, "env": {"GREETING": "hi"},
+    })
+}
+
+async fn post_specialize(port: u16, token: &str, body: &serde_json::Value) -> (u16, String) {
+    let response = reqwest::Client::new()
+        .post(format!("http://127.0.0.1:{port}/specialize"))
+        .bearer_auth(token)
+        .json(body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+async fn ready_text(port: u16) -> (u16, String) {
+    let response = reqwest::get(format!("http://127.0.0.1:{port}/ready")).await.unwrap();
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+/// A generic instance is ready as `generic` before it knows its function,
+/// refuses a specialization without the pool's token or above its memory
+/// (and stays generic), takes one, serves that function's frames from then
+/// on, and refuses a second.
+#[tokio::test]
+async fn a_generic_instance_takes_one_specialization_then_serves_that_function() {
+    let mut instance = start_generic();
+    instance.wait_ready();
+    assert_eq!(ready_text(instance.ready).await, (200, "generic".to_string()));
+    assert!(
+        TcpStream::connect(("127.0.0.1", instance.frames)).is_err(),
+        "no frames before a function"
+    );
+    let (url, digest) = served_artifact().await;
+
+    let (status, _) = post_specialize(instance.ready, "another-pool", &specialization(&url, &digest, 128)).await;
+    assert_eq!(status, 401, "another pool's token");
+    let (status, text) = post_specialize(instance.ready, "pool-token", &specialization(&url, &digest, 512)).await;
+    assert_eq!(status, 400, "above the pod's memory: {text}");
+    assert_eq!(ready_text(instance.ready).await, (200, "generic".to_string()));
+
+    let (status, text) = post_specialize(instance.ready, "pool-token", &specialization(&url, &digest, 128)).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(ready_text(instance.ready).await, (200, "ready\n".to_string()));
+    let mut gateway = Gateway::connect(instance.frames).await;
+    assert_eq!(gateway.hello["function"], "hello");
+    assert_eq!(gateway.hello["version"], 7);
+    assert_eq!(gateway.hello["concurrency"], 4);
+    let Answer::Output(output) = gateway.invoke(1, serde_json::json!({"n": 5})).await else {
+        panic!("an output")
+    };
+    assert_eq!(output.status, 201);
+    assert_eq!(&output.body[..], b"made 5");
+    assert_eq!(output.logs[0].text, "hello from hello\n");
+
+    let (status, _) = post_specialize(instance.ready, "pool-token", &specialization(&url, &digest, 128)).await;
+    assert_eq!(status, 409, "a second specialization");
+}
+
+/// An artifact whose bytes are not its digest's is refused and the
+/// instance ends (the driver deletes the pod); nothing is served.
+#[tokio::test]
+async fn a_generic_instance_refuses_an_artifact_that_is_not_its_digest() {
+    let mut instance = start_generic();
+    instance.wait_ready();
+    let (url, _) = served_artifact().await;
+    let wrong = "0".repeat(64);
+    let (status, text) = post_specialize(instance.ready, "pool-token", &specialization(&url, &wrong, 128)).await;
+    assert_eq!(status, 500);
+    assert!(text.contains("is corrupt: its sha256 is"), "{text}");
+    assert_eq!(instance.exit_code(), 1);
+}

@@ -69,6 +69,8 @@ fn serving_settings(idle_timeout: Option<Duration>) -> ServingSettings {
         watch_endpoints: false,
         scale_every: None,
         idle_timeout,
+        // Each request is a step of the scenario: no warm pool to ask.
+        warm: None,
     }
 }
 

@@ -1,0 +1,114 @@
+//! Warm pods on the fake cluster (its stand-in API server and kubelet;
+//! the rest real: the driver, `sless instance generic` processes, the S3
+//! server the specialized pods fetch from through a presigned URL): a
+//! function at zero takes a ready generic pod and its first call answers
+//! from it, the pool refills, another function's cold call takes another
+//! generic pod, a function with more memory than the pool's takes the
+//! normal path.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sless_driver::{Deployment, Driver, FunctionKey, VersionRef};
+use sless_driver_k8s::objects::WarmPool;
+use sless_driver_k8s::KubeDriver;
+use sless_fake_cluster::FakeCluster;
+
+use super::fake_cluster::start;
+use super::harness::{event_call, eventually};
+
+const POOL: WarmPool = WarmPool {
+    pods: 2,
+    memory_mb: 256,
+};
+
+/// Version 1 of demo/`name`, asking for `memory_mb`.
+fn function(cluster: &FakeCluster, name: &str, memory_mb: u32) -> Deployment {
+    let mut deployment = cluster.version(1);
+    deployment.key = FunctionKey::new("demo", name);
+    deployment.spec.memory_mb = memory_mb;
+    deployment
+}
+
+async fn call(driver: &KubeDriver, name: &str) -> Value {
+    let result = driver
+        .invoke(
+            &VersionRef::new(FunctionKey::new("demo", name), 1),
+            &event_call("req", json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(result.status, 200, "{}", String::from_utf8_lossy(&result.body));
+    assert!(result.cold_start);
+    serde_json::from_slice(&result.body).unwrap()
+}
+
+/// The pool's ready generic pods, once it has all of them.
+async fn full_pool(cluster: &FakeCluster) -> BTreeSet<u32> {
+    eventually(Duration::from_secs(60), || async {
+        let pids: BTreeSet<u32> = cluster.generic_pids().into_iter().collect();
+        if pids.len() == POOL.pods as usize {
+            Ok(pids)
+        } else {
+            Err(format!("{} generic pods ready", pids.len()))
+        }
+    })
+    .await
+}
+
+/// The instance that answered: the handler's parent (a Python shim is
+/// the instance's child).
+fn instance_of(answer: &Value) -> u32 {
+    answer["ppid"].as_u64().unwrap() as u32
+}
+
+#[tokio::test]
+async fn a_cold_function_takes_a_generic_pod_and_the_pool_refills() {
+    let cluster = start().await;
+    let driver = cluster.replica_warm(POOL);
+    driver.deploy(function(&cluster, "hello", 128)).await.unwrap();
+    driver.deploy(function(&cluster, "other", 256)).await.unwrap();
+    driver.deploy(function(&cluster, "large", 512)).await.unwrap();
+    let generic = full_pool(&cluster).await;
+
+    let first = call(&driver, "hello").await;
+    assert!(
+        generic.contains(&instance_of(&first)),
+        "the first call answered from a generic pod: {first} not in {generic:?}"
+    );
+    assert_eq!(first["which"], "v1", "with the function's environment");
+    let refilled = full_pool(&cluster).await;
+    assert!(
+        !refilled.contains(&instance_of(&first)),
+        "the claimed pod left the pool and another took its place: {refilled:?}"
+    );
+
+    let second = call(&driver, "other").await;
+    assert!(
+        refilled.contains(&instance_of(&second)),
+        "another function's cold call took another generic pod: {second} not in {refilled:?}"
+    );
+    assert_ne!(instance_of(&second), instance_of(&first));
+
+    let pool_before = full_pool(&cluster).await;
+    let claimed_before = cluster.claimed_pids().len();
+    let large = call(&driver, "large").await;
+    assert!(
+        !pool_before.contains(&instance_of(&large)) && !generic.contains(&instance_of(&large)),
+        "above the pool's memory: its own pod answered"
+    );
+    assert!(cluster.claimed_pids().len() <= claimed_before, "no pod claimed for it");
+
+    // Once the function's own pod is ready, the claimed pod is deleted and
+    // calls go to the function's own pod.
+    eventually(Duration::from_secs(60), || async {
+        let claimed = cluster.claimed_pids();
+        if claimed.contains(&instance_of(&first)) {
+            Err(format!("still claimed: {claimed:?}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+}
