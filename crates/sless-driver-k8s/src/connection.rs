@@ -13,14 +13,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use sless_driver::VersionRef;
 use sless_driver_local::frame::{self, kind};
 use sless_driver_local::standalone::{Answer, AnswerReader};
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::BufReader;
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 /// How long a connect and its HELLO may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -30,7 +29,9 @@ type Pending = Arc<Mutex<Option<HashMap<u32, (AnswerReader, oneshot::Sender<Answ
 
 /// One open connection to an instance.
 pub struct InstanceConnection {
-    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    /// Frames for the writer task, which owns the write half and sends
+    /// what is queued in one write (many calls per system call under load).
+    outbox: mpsc::UnboundedSender<Bytes>,
     /// `None` once the connection is closed.
     pending: Pending,
     next_id: AtomicU32,
@@ -83,8 +84,14 @@ impl InstanceConnection {
         let pending: Pending = Arc::new(Mutex::new(Some(HashMap::new())));
         let open = Arc::new(AtomicBool::new(true));
         tokio::spawn(read_answers(BufReader::new(read), pending.clone(), open.clone()));
+        let (outbox, frames) = mpsc::unbounded_channel();
+        let writing = open.clone();
+        tokio::spawn(async move {
+            frame::write_queued(write, frames).await;
+            writing.store(false, Ordering::Relaxed);
+        });
         Ok(InstanceConnection {
-            writer: tokio::sync::Mutex::new(write),
+            outbox,
             pending,
             next_id: AtomicU32::new(1),
             open,
@@ -114,9 +121,9 @@ impl InstanceConnection {
             }
         }
         let _forget = Forget(&self.pending, id);
-        if let Err(e) = self.writer.lock().await.write_all(&invoke).await {
+        if self.outbox.send(invoke.freeze()).is_err() {
             self.open.store(false, Ordering::Relaxed);
-            return Err(Lost::NotSent(format!("sending: {e}")));
+            return Err(Lost::NotSent("the connection is closed".into()));
         }
         rx.await
             .map_err(|_| Lost::Broken("the instance closed the connection".into()))

@@ -2,7 +2,8 @@
 //! shim's stdin and stdout.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc;
 
 /// Frame types, one ASCII letter each.
 pub mod kind {
@@ -130,6 +131,35 @@ pub fn split_head(mut payload: Bytes) -> std::io::Result<(Bytes, Bytes)> {
     }
     let head = payload.split_to(head_len);
     Ok((head, payload))
+}
+
+/// Frames written at once at most.
+const WRITE_BATCH: usize = 64;
+
+/// Owns one end of a frame stream (a shim's stdin, a TCP connection) and
+/// writes the queued frames, all that are waiting in one write, so a busy
+/// peer gets many frames per wake-up and per system call. A frame is
+/// always written whole: callers that give up do not cut one short. Ends
+/// when every sender is gone or a write fails.
+pub async fn write_queued<W: AsyncWrite + Unpin>(mut out: W, mut frames: mpsc::UnboundedReceiver<Bytes>) {
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
+    let mut buf = Vec::new();
+    while frames.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+        let result = if batch.len() == 1 {
+            out.write_all(&batch[0]).await
+        } else {
+            buf.clear();
+            for frame in &batch {
+                buf.extend_from_slice(frame);
+            }
+            out.write_all(&buf).await
+        };
+        batch.clear();
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "writing frames failed");
+            return;
+        }
+    }
 }
 
 #[cfg(test)]

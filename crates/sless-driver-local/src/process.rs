@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, BufReader};
 use tokio::process::Child;
 use tokio::sync::{mpsc, oneshot};
 
@@ -172,7 +172,7 @@ impl ShimProcess {
             death,
         });
         let instance = process.id;
-        tokio::spawn(write_loop(stdin, frames));
+        tokio::spawn(frame::write_queued(stdin, frames));
         tokio::spawn(copy_stderr(stderr, instance, label));
         let hello = match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
             Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
@@ -511,33 +511,6 @@ fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// Bytes read from a shim at once: many small frames arrive together under load.
 const READ_BUFFER: usize = 64 * 1024;
-
-/// Frames written to a shim at once at most.
-const WRITE_BATCH: usize = 64;
-
-/// Owns the shim's stdin and writes the queued frames, all that are waiting
-/// in one write, so a busy instance gets many invocations per wake-up. A
-/// frame is always written whole: callers that give up do not cut one short.
-async fn write_loop<W: AsyncWrite + Unpin>(mut stdin: W, mut frames: mpsc::UnboundedReceiver<Bytes>) {
-    let mut batch = Vec::with_capacity(WRITE_BATCH);
-    let mut buf = Vec::new();
-    while frames.recv_many(&mut batch, WRITE_BATCH).await > 0 {
-        let result = if batch.len() == 1 {
-            stdin.write_all(&batch[0]).await
-        } else {
-            buf.clear();
-            for frame in &batch {
-                buf.extend_from_slice(frame);
-            }
-            stdin.write_all(&buf).await
-        };
-        batch.clear();
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "writing to instance failed");
-            return;
-        }
-    }
-}
 
 pub(crate) fn parse_output(payload: Bytes) -> std::io::Result<(OutputHead, Bytes)> {
     let (head, body) = frame::split_head(payload)?;

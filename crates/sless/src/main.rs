@@ -80,7 +80,7 @@ fn init_tracing() {
 /// `sless instance`: its exit code (see `instance::serve`).
 fn run_instance(args: instance::InstanceArgs) -> i32 {
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("sless instance: {e}");

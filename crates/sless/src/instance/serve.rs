@@ -34,6 +34,9 @@ pub const LOAD_FAILED: i32 = 3;
 /// EndpointSlice (a watch, or a listing kept for a second).
 pub const DRAIN_QUIET: Duration = Duration::from_secs(2);
 
+/// Answers written to a gateway at once at most.
+const WRITE_BATCH: usize = 64;
+
 /// What a connection's writer does next.
 enum Out {
     Frames(Bytes),
@@ -202,19 +205,30 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let (read, mut write) = stream.into_split();
         let (out, mut outbox) = mpsc::unbounded_channel::<Out>();
+        // The writer: every answer waiting goes out in one write (under
+        // load many per system call), up to an exit, after which nothing is.
         tokio::spawn(async move {
-            while let Some(next) = outbox.recv().await {
-                match next {
-                    Out::Frames(bytes) => {
-                        if write.write_all(&bytes).await.is_err() {
-                            return;
+            let mut batch = Vec::with_capacity(WRITE_BATCH);
+            let mut buf = Vec::new();
+            while outbox.recv_many(&mut batch, WRITE_BATCH).await > 0 {
+                buf.clear();
+                let mut then_exit = None;
+                for next in batch.drain(..) {
+                    match next {
+                        Out::Frames(bytes) => buf.extend_from_slice(&bytes),
+                        Out::Exit(code) => {
+                            then_exit = Some(code);
+                            break;
                         }
                     }
-                    Out::Exit(code) => {
-                        let _ = write.flush().await;
-                        let _ = exit.send(code).await;
-                        return;
-                    }
+                }
+                if write.write_all(&buf).await.is_err() {
+                    return;
+                }
+                if let Some(code) = then_exit {
+                    let _ = write.flush().await;
+                    let _ = exit.send(code).await;
+                    return;
                 }
             }
         });
