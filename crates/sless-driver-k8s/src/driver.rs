@@ -70,6 +70,9 @@ impl KubeDriver {
             .warm
             .filter(|pool| pool.pods > 0 && cluster.settings.build == crate::BuildMode::Artifact)
             .map(|pool| Arc::new(crate::warm::WarmPods::new(cluster.clone(), pool, signer.clone())));
+        if let Some(warm) = &warm {
+            crate::warm::spawn_sweeper(warm, serving.start_timeout);
+        }
         KubeDriver {
             warm,
             endpoints,
@@ -287,7 +290,9 @@ impl Driver for KubeDriver {
     }
 
     async fn retire(&self, version: &VersionRef) -> Result<(), DriverError> {
-        self.versions.write().unwrap().remove(version);
+        if let Some(serving) = self.versions.write().unwrap().remove(version) {
+            serving.retire();
+        }
         let namespace = names::function_namespace(&version.key.namespace);
         let name = names::version_object(&version.key, version.version);
         self.cluster
@@ -404,7 +409,13 @@ impl Driver for KubeDriver {
     /// Deleting the anchor deletes everything it owns (Deployments,
     /// Services, build and run Jobs) through the garbage collector.
     async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError> {
-        self.versions.write().unwrap().retain(|target, _| &target.key != key);
+        self.versions.write().unwrap().retain(|target, serving| {
+            let keep = &target.key != key;
+            if !keep {
+                serving.retire();
+            }
+            keep
+        });
         self.disabled.write().unwrap().remove(key);
         let namespace = names::function_namespace(&key.namespace);
         self.cluster

@@ -276,6 +276,14 @@ impl Serving {
         self.pods.set_refusal((!serves).then_some(Refusal::Disabled));
     }
 
+    /// Takes no more calls: the waiting ones (a wake from zero whose pod
+    /// will never come, its Deployment deleted) end at once with
+    /// [`InvokeError::NotDeployed`], which sends them to the version now
+    /// served; the calls under way finish on their pods, which drain.
+    pub fn retire(&self) {
+        self.pods.set_refusal(Some(Refusal::NotDeployed));
+    }
+
     pub fn load(&self) -> FunctionLoad {
         let load = self.pods.load();
         FunctionLoad {

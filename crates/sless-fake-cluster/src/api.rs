@@ -145,16 +145,24 @@ impl Cluster {
                 jobs.insert(name, pod);
                 (201, job)
             }
-            // The idle scaler: a replica's last call noted on the
-            // Deployment (a merge patch, not an apply), and read back.
+            // The idle scaler's last call and the load scaler's calls
+            // under way, noted on the Deployment (a merge patch of its
+            // annotations, not an apply; null removes one), and read back.
             "PATCH" if path.contains("/deployments/") && !query.contains("fieldManager") => {
                 let patch: Value = serde_json::from_slice(body).unwrap();
                 let mut workloads = self.workloads.lock().unwrap();
                 let Some(workload) = workloads.get_mut(&name) else {
                     return (404, status(404, "NotFound"));
                 };
-                if let Some(ms) = patch["metadata"]["annotations"]["sless.dev/last-call"].as_str() {
-                    workload.last_call = Some(ms.to_string());
+                let mut changed = false;
+                for (key, value) in patch["metadata"]["annotations"].as_object().into_iter().flatten() {
+                    let before = match value.as_str() {
+                        Some(value) => workload.annotations.insert(key.clone(), value.to_string()),
+                        None => workload.annotations.remove(key),
+                    };
+                    changed |= before.as_deref() != value.as_str();
+                }
+                if changed {
                     // A change of the object: a new resourceVersion.
                     workload.resource_version += 1;
                 }
@@ -195,12 +203,13 @@ impl Cluster {
                     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}),
                 )
             }
+            "GET" if path.ends_with("/pods") && query.contains("sless.dev%2Fwarm%3Dclaimed") => self.claimed_pods(),
             "GET" if path.ends_with("/pods") && query.contains("sless.dev%2Fwarm") => self.generic_pods(query),
             "PATCH" if path.contains("/pods/") && !query.contains("fieldManager") => self.claim(&name, body),
             "DELETE" if path.contains("/pods/") => {
                 let grace = Duration::from_secs(30);
                 match self.claimed.lock().unwrap().remove(&name) {
-                    Some(pod) => self.terminating.lock().unwrap().push(pod.terminate(grace)),
+                    Some((pod, _)) => self.terminating.lock().unwrap().push(pod.terminate(grace)),
                     None => return (404, status(404, "NotFound")),
                 }
                 (
@@ -380,14 +389,52 @@ impl Cluster {
             };
             workload.pods.remove(index)
         };
-        self.claimed.lock().unwrap().insert(name.to_string(), pod);
+        let claim = json!({"labels": patch["metadata"]["labels"].clone(),
+                           "annotations": patch["metadata"]["annotations"].clone()});
+        self.claimed
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), (pod, claim.clone()));
         self.reconcile();
         (
             200,
             json!({"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": name, "namespace": "sless-warm", "resourceVersion": "2",
-                                "labels": patch["metadata"]["labels"].clone()}}),
+                                "labels": claim["labels"], "annotations": claim["annotations"]}}),
         )
+    }
+
+    /// The claimed pods, with the labels and annotations of their claim.
+    fn claimed_pods(&self) -> (u16, Value) {
+        let claimed = self.claimed.lock().unwrap();
+        let items: Vec<Value> = claimed
+            .iter()
+            .map(|(name, (_, claim))| {
+                json!({"metadata": {"name": name, "namespace": "sless-warm", "resourceVersion": "2",
+                                    "labels": claim["labels"], "annotations": claim["annotations"]},
+                       "status": {"phase": "Running", "podIP": "127.0.0.1"}})
+            })
+            .collect();
+        (
+            200,
+            json!({"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}),
+        )
+    }
+
+    /// Claims a ready generic pod of `runtime` as a driver does, its claim
+    /// dated `claimed_at_ms`: the pod's name and pid.
+    pub(crate) fn claim_one(&self, runtime: &str, claimed_at_ms: u64) -> Option<(String, u32)> {
+        let deployment = format!("warm-{}", runtime.replace('.', ""));
+        let (name, pid) = {
+            let workloads = self.workloads.lock().unwrap();
+            let pod = workloads.get(&deployment)?.pods.iter().find(|p| p.ready)?;
+            (format!("{deployment}-{}", pod.frames), pod.child.id())
+        };
+        let patch = json!({"metadata": {"resourceVersion": "1",
+                                        "labels": {"sless.dev/warm": "claimed", "sless.dev/claimed-for": "gone"},
+                                        "annotations": {"sless.dev/claimed-at": claimed_at_ms.to_string()}}});
+        let (code, _) = self.claim(&name, &serde_json::to_vec(&patch).unwrap());
+        (code == 200).then_some((name, pid))
     }
 }
 
@@ -401,7 +448,7 @@ fn deployment_of(name: &str, workload: &Workload) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment",
            "metadata": {"name": name, "namespace": "sless-fn-demo", "generation": 1,
                         "resourceVersion": workload.resource_version.to_string(),
-                        "annotations": {"sless.dev/last-call": workload.last_call.clone().unwrap_or_default()}},
+                        "annotations": workload.annotations},
            "spec": {"replicas": workload.replicas, "selector": {}, "template": {}},
            "status": {"observedGeneration": 1, "replicas": updated + workload.old.len(),
                       "updatedReplicas": updated, "readyReplicas": ready}})

@@ -26,8 +26,9 @@ pub(crate) struct Cluster {
     /// scale down's), until they end.
     pub(crate) terminating: Mutex<Vec<Terminating>>,
     /// Generic pods a driver claimed (relabelled out of their pool's
-    /// Deployment, which replaced them), by name.
-    pub(crate) claimed: Mutex<BTreeMap<String, Pod>>,
+    /// Deployment, which replaced them), by name, with the labels and
+    /// annotations of the claim.
+    pub(crate) claimed: Mutex<BTreeMap<String, (Pod, Value)>>,
 }
 
 impl Cluster {

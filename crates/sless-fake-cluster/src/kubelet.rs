@@ -84,8 +84,9 @@ pub(crate) struct Workload {
     /// Pods of the previous template, still serving until the current
     /// ones are ready (a rollout starts new pods before it stops old ones).
     pub(crate) old: Vec<Pod>,
-    /// The `sless.dev/last-call` annotation replicas report.
-    pub(crate) last_call: Option<String>,
+    /// The annotations replicas report on it (`sless.dev/last-call`, the
+    /// in-flight calls of each, `sless.dev/inflight-{replica}`).
+    pub(crate) annotations: std::collections::BTreeMap<String, String>,
 }
 
 /// A pod told to stop: out of every EndpointSlice, killed at `deadline`

@@ -151,30 +151,25 @@ impl FakeCluster {
     /// A replica that scales a version back to zero after `idle` without calls.
     pub fn replica_idle(&self, idle: Option<Duration>) -> KubeDriver {
         self.replica_with(ServingSettings {
-            max_queue: 10,
-            max_response_bytes: 1024 * 1024,
-            poll: Duration::from_millis(20),
-            endpoints_ttl: Duration::from_millis(100),
-            start_timeout: Duration::from_secs(30),
-            watch_endpoints: false,
-            scale_every: None,
             idle_timeout: idle,
-            warm: None,
+            ..quick_serving()
         })
     }
 
     /// A replica whose wakes from zero take generic pods of `pool`.
     pub fn replica_warm(&self, pool: sless_driver_k8s::objects::WarmPool) -> KubeDriver {
         self.replica_with(ServingSettings {
-            max_queue: 10,
-            max_response_bytes: 1024 * 1024,
-            poll: Duration::from_millis(20),
-            endpoints_ttl: Duration::from_millis(100),
-            start_timeout: Duration::from_secs(30),
-            watch_endpoints: false,
-            scale_every: None,
-            idle_timeout: None,
             warm: Some(pool),
+            ..quick_serving()
+        })
+    }
+
+    /// A replica that reports its calls under way and scales by load
+    /// every `every`.
+    pub fn replica_scaling(&self, every: Duration) -> KubeDriver {
+        self.replica_with(ServingSettings {
+            scale_every: Some(every),
+            ..quick_serving()
         })
     }
 
@@ -258,8 +253,15 @@ impl FakeCluster {
             .lock()
             .unwrap()
             .values()
-            .map(|p| p.child.id())
+            .map(|(p, _)| p.child.id())
             .collect()
+    }
+
+    /// Claims a ready generic Python pod the way a driver replica does,
+    /// dated `claimed_at_ms` (ms since the epoch), and never retires it:
+    /// what a replica that died after its claim leaves. The pod's pid.
+    pub fn leave_claimed(&self, claimed_at_ms: u64) -> Option<u32> {
+        self.cluster.claim_one("python3.11", claimed_at_ms).map(|(_, pid)| pid)
     }
 
     /// How many pods have been told to stop and have not ended yet.
@@ -274,6 +276,22 @@ impl FakeCluster {
             .get(&format!("fn-hello-v{n}"))
             .map(|w| w.pods.iter().map(|p| p.child.id()).collect())
             .unwrap_or_default()
+    }
+}
+
+/// What the test replicas serve with: small queues, quick polls and
+/// listings, no watch, no scaler, no warm pods.
+fn quick_serving() -> ServingSettings {
+    ServingSettings {
+        max_queue: 10,
+        max_response_bytes: 1024 * 1024,
+        poll: Duration::from_millis(20),
+        endpoints_ttl: Duration::from_millis(100),
+        start_timeout: Duration::from_secs(30),
+        watch_endpoints: false,
+        scale_every: None,
+        idle_timeout: None,
+        warm: None,
     }
 }
 

@@ -10,10 +10,10 @@ mod request;
 pub use request::{Specialization, GENERIC_READY, MAX_SPECIALIZATION_BYTES, SPECIALIZE_PATH};
 mod pods;
 
-pub use pods::{Claimed, Wanted, WarmPods};
+pub use pods::{sweep, Claimed, Wanted, WarmPods};
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -98,4 +98,26 @@ async fn retire(
     }
     pods::remove(warm.cluster(), &claimed.name).await;
     tracing::info!(pod = %claimed.name, "a claimed warm pod retired");
+}
+
+/// How long past the start timeout a claimed pod is left to the replica
+/// that claimed it.
+const CLAIM_SLACK: Duration = Duration::from_secs(60);
+
+/// Deletes the claimed pods that replicas which died left behind
+/// ([`sweep`]): at start (a restarted replica's own), then every quarter
+/// of the limit, at most every minute, for as long as the pools are used.
+pub(crate) fn spawn_sweeper(warm: &Arc<WarmPods>, start_timeout: Duration) {
+    let limit = start_timeout + CLAIM_SLACK;
+    let every = (limit / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+    let warm: Weak<WarmPods> = Arc::downgrade(warm);
+    tokio::spawn(async move {
+        while let Some(pools) = warm.upgrade() {
+            if let Err(e) = sweep(pools.cluster(), limit).await {
+                tracing::warn!(error = %e, "sweeping claimed warm pods");
+            }
+            drop(pools);
+            tokio::time::sleep(every).await;
+        }
+    });
 }

@@ -203,6 +203,47 @@ pub async fn remove(cluster: &Cluster, name: &str) {
     }
 }
 
+/// Deletes the claimed pods whose claim is older than `limit`, and
+/// says how many. The replica that claims a pod deletes it within the
+/// start timeout, so one older than that was left by a replica that died
+/// (or lost the API server) first; any replica may delete it (a pod gone
+/// already is fine). A claimed pod without a claim time is not one of
+/// ours as claimed (every claim writes both in one patch): it goes too.
+pub async fn sweep(cluster: &Cluster, limit: Duration) -> Result<usize, DriverError> {
+    let api = cluster.api::<Pod>(WARM_NAMESPACE);
+    let pods = api
+        .list(&ListParams::default().labels(&format!("{WARM_STATE}=claimed")))
+        .await
+        .map_err(|e| unavailable("listing claimed pods", e))?;
+    let now = crate::gateway::now_ms();
+    let limit_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+    let mut removed = 0;
+    let deleting = |p: &Pod| p.metadata.deletion_timestamp.is_some();
+    for pod in pods
+        .items
+        .iter()
+        .filter(|p| !deleting(p) && abandoned(p, now, limit_ms))
+    {
+        if let Some(name) = pod.metadata.name.as_deref() {
+            tracing::info!(pod = name, "a claimed warm pod outlived its claim; deleting it");
+            remove(cluster, name).await;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// Claimed `limit_ms` or longer before `now_ms`, or at no known time.
+fn abandoned(pod: &Pod, now_ms: u64, limit_ms: u64) -> bool {
+    let claimed_at = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(CLAIMED_AT))
+        .and_then(|ms| ms.parse::<u64>().ok());
+    claimed_at.is_none_or(|at| now_ms.saturating_sub(at) >= limit_ms)
+}
+
 /// Takes one ready generic pod of `runtime` out of its pool: a label
 /// patch conditional on the resourceVersion it was listed at; a pod
 /// another replica claimed first is skipped.
@@ -312,4 +353,35 @@ fn random_token() -> Result<String, DriverError> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| DriverError::Unavailable(format!("reading /dev/urandom: {e}")))?;
     Ok(hex::encode(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claimed(at: Option<&str>) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.name = Some("warm-python311-1".into());
+        if let Some(at) = at {
+            pod.metadata.annotations = Some([(CLAIMED_AT.to_string(), at.to_string())].into());
+        }
+        pod
+    }
+
+    #[test]
+    fn a_claim_is_abandoned_once_older_than_the_limit() {
+        let limit = 90_000;
+        let now = 1_000_000_000;
+        assert!(!abandoned(&claimed(Some(&(now - 1_000).to_string())), now, limit));
+        assert!(!abandoned(&claimed(Some(&(now - limit + 1).to_string())), now, limit));
+        assert!(abandoned(&claimed(Some(&(now - limit).to_string())), now, limit));
+        // A claim dated ahead of this replica's clock is not old.
+        assert!(!abandoned(&claimed(Some(&(now + 5_000).to_string())), now, limit));
+    }
+
+    #[test]
+    fn a_claim_without_a_time_is_abandoned() {
+        assert!(abandoned(&claimed(None), 1, 90_000));
+        assert!(abandoned(&claimed(Some("yesterday")), 1, 90_000));
+    }
 }

@@ -241,3 +241,68 @@ async fn a_version_nobody_calls_goes_back_to_zero_and_wakes_on_the_next_call() {
     let again = invoke(&b, 1, json!({})).await.unwrap();
     assert_ne!(again["pid"], first["pid"]);
 }
+
+/// A call waiting for a version's first pod ends as soon as the version
+/// is retired (its Deployment deleted, no pod will come), with
+/// `NotDeployed`, which sends a server's call on to the version it now
+/// serves; it used to wait out the function's whole timeout.
+#[tokio::test]
+async fn a_call_waiting_for_a_retired_versions_first_pod_ends_at_once() {
+    let cluster = start().await;
+    let driver = cluster.replica();
+    // An artifact that is not in the store: its pod never gets ready.
+    let never_ready = Deployment {
+        digest: Some("0".repeat(64)),
+        ..cluster.version(1)
+    };
+    driver.deploy(never_ready).await.unwrap();
+    let waiting = invoke(&driver, 1, json!({}));
+    let retire = async {
+        eventually(Duration::from_secs(20), || async {
+            let waiting: usize = driver.stats().await.iter().map(|(_, load)| load.waiting).sum();
+            (waiting == 1)
+                .then_some(())
+                .ok_or_else(|| "the call is not waiting yet".to_string())
+        })
+        .await;
+        driver.retire(&VersionRef::new(key(), 1)).await.unwrap();
+    };
+    // Well inside the function's 60 s timeout.
+    let (ended, ()) = tokio::time::timeout(Duration::from_secs(20), async { tokio::join!(waiting, retire) })
+        .await
+        .expect("the waiting call ended once its version was retired");
+    assert!(matches!(ended, Err(InvokeError::NotDeployed(_))), "{ended:?}");
+}
+
+/// Scaling by load across replicas: two replicas each hold two calls on
+/// a version whose pods take two at a time. Neither replica has a call
+/// waiting for a slot (each counts only its own calls against the pod),
+/// so no replica alone asks for a pod more: only the sum of their reports
+/// on the Deployment, four calls over two per pod, gives the second pod.
+#[tokio::test]
+async fn the_calls_two_replicas_have_under_way_sum_to_the_pods_a_version_gets() {
+    let cluster = start().await;
+    let every = Duration::from_millis(100);
+    let (a, b) = (cluster.replica_scaling(every), cluster.replica_scaling(every));
+    let mut version = cluster.version(1);
+    version.spec.concurrency = 2;
+    version.spec.max_instances = 4;
+    a.deploy(version.clone()).await.unwrap();
+    b.deploy(version).await.unwrap();
+    invoke(&a, 1, json!({})).await.unwrap();
+    assert_eq!(cluster.pids(1).len(), 1, "one pod for a call");
+    // The handler sleeps on the shim's one thread: the four calls take
+    // turns on the pod for 12 s, two under way on each replica meanwhile.
+    let slow = json!({"sleep": 3});
+    let calls = [&a, &a, &b, &b].map(|replica| invoke(replica, 1, slow.clone()));
+    let second_pod = eventually(Duration::from_secs(10), || async {
+        let pids = cluster.pids(1);
+        (pids.len() == 2)
+            .then_some(())
+            .ok_or_else(|| format!("{} pods for four calls, two per pod", pids.len()))
+    });
+    let (answers, ()) = tokio::join!(futures::future::join_all(calls), second_pod);
+    for answer in answers {
+        answer.unwrap();
+    }
+}

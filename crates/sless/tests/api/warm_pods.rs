@@ -112,3 +112,37 @@ async fn a_cold_function_takes_a_generic_pod_and_the_pool_refills() {
     })
     .await;
 }
+
+/// A claimed pod left by a replica that died before deleting it (its
+/// claim ten minutes old) is deleted by the next replica's sweep; a claim
+/// younger than the start timeout is left to the replica that made it.
+#[tokio::test]
+async fn a_claimed_pod_a_dead_replica_left_is_deleted_and_a_fresh_claim_is_kept() {
+    let cluster = start().await;
+    let first = cluster.replica_warm(POOL);
+    first.deploy(function(&cluster, "hello", 128)).await.unwrap();
+    full_pool(&cluster).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let abandoned = cluster.leave_claimed(now - 600_000).expect("a generic pod to claim");
+    full_pool(&cluster).await;
+    let fresh = cluster.leave_claimed(now).expect("another generic pod to claim");
+    assert_eq!(cluster.claimed_pids().len(), 2);
+
+    // A replica sweeps when it starts.
+    let _second = cluster.replica_warm(POOL);
+    eventually(Duration::from_secs(30), || async {
+        let claimed = cluster.claimed_pids();
+        if claimed.contains(&abandoned) {
+            Err(format!("the abandoned claim is still there: {claimed:?}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    // The sweep's pass is over by now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(cluster.claimed_pids(), vec![fresh], "the fresh claim is kept");
+}
