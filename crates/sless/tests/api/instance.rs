@@ -335,13 +335,18 @@ async fn serve_tarball(body: Vec<u8>) -> String {
 
 /// Starts `sless instance generic` (Python, 256 MiB, token `pool-token`).
 fn start_generic() -> Instance {
+    start_generic_of("python3.11")
+}
+
+/// Starts `sless instance generic` of `runtime` (256 MiB, token `pool-token`).
+fn start_generic_of(runtime: &str) -> Instance {
     let pod = tempfile::tempdir().unwrap();
     let (frames, ready) = (free_port(), free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_sless"))
         .args(["instance", "generic"])
         .env("SLESS_INSTANCE_CODE_DIR", pod.path().join("code"))
         .env("SLESS_INSTANCE_WORK_DIR", pod.path().join("work"))
-        .env("SLESS_INSTANCE_RUNTIME", "python3.11")
+        .env("SLESS_INSTANCE_RUNTIME", runtime)
         .env("SLESS_INSTANCE_MEMORY_MB", "256")
         .env("SLESS_INSTANCE_WARM_TOKEN", "pool-token")
         .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
@@ -441,4 +446,37 @@ async fn a_generic_instance_refuses_an_artifact_that_is_not_its_digest() {
     assert_eq!(status, 500);
     assert!(text.contains("is corrupt: its sha256 is"), "{text}");
     assert_eq!(instance.exit_code(), 1);
+}
+
+/// A Node generic instance (its shim started before it knows its
+/// function) takes a Node function's artifact and serves it, the handler's
+/// log and the function's environment included.
+#[tokio::test]
+async fn a_node_generic_instance_takes_a_node_function() {
+    const NODE_HANDLER: &str = r#"
+exports.handler = async (event, context) => {
+  console.log("hello from", context.function);
+  return { statusCode: 201, body: `${process.env.GREETING} ${event.n}` };
+};
+"#;
+    let mut instance = start_generic_of("nodejs20");
+    instance.wait_ready();
+    assert_eq!(ready_text(instance.ready).await, (200, "generic".to_string()));
+    let store = tempfile::tempdir().unwrap();
+    let (fingerprint, digest) = store_with(store.path(), "handler.js", NODE_HANDLER);
+    let tarball = std::fs::read(store.path().join(format!("artifacts/{fingerprint}/{digest}.tar.gz"))).unwrap();
+    let url = serve_tarball(tarball).await;
+    let mut request = specialization(&url, &digest, 128);
+    request["runtime"] = "nodejs20".into();
+    request["entrypoint"] = "handler.handler".into();
+    let (status, text) = post_specialize(instance.ready, "pool-token", &request).await;
+    assert_eq!(status, 200, "{text}");
+    let mut gateway = Gateway::connect(instance.frames).await;
+    assert_eq!(gateway.hello["runtime"], "nodejs20");
+    let Answer::Output(output) = gateway.invoke(1, serde_json::json!({"n": 5})).await else {
+        panic!("an output")
+    };
+    assert_eq!(output.status, 201);
+    assert_eq!(&output.body[..], b"hi 5");
+    assert_eq!(output.logs[0].text, "hello from hello\n");
 }

@@ -46,9 +46,14 @@ async fn call(driver: &KubeDriver, name: &str) -> Value {
 
 /// The pool's ready generic pods, once it has all of them.
 async fn full_pool(cluster: &FakeCluster) -> BTreeSet<u32> {
+    full_pool_of(cluster, POOL.pods as usize).await
+}
+
+/// The ready generic pods, once there are `pods`.
+async fn full_pool_of(cluster: &FakeCluster, pods: usize) -> BTreeSet<u32> {
     eventually(Duration::from_secs(60), || async {
         let pids: BTreeSet<u32> = cluster.generic_pids().into_iter().collect();
-        if pids.len() == POOL.pods as usize {
+        if pids.len() == pods {
             Ok(pids)
         } else {
             Err(format!("{} generic pods ready", pids.len()))
@@ -145,4 +150,36 @@ async fn a_claimed_pod_a_dead_replica_left_is_deleted_and_a_fresh_claim_is_kept(
     // The sweep's pass is over by now.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(cluster.claimed_pids(), vec![fresh], "the fresh claim is kept");
+}
+
+/// Two replicas wake two functions at once from a pool of one generic
+/// pod. A claim is conditional on the pod's resourceVersion, so no pod is
+/// given to both: each call answers from an instance of its own, the
+/// generic pod for (at least) one of them; the replica whose claim is
+/// refused takes the normal path.
+#[tokio::test]
+async fn two_replicas_racing_for_one_generic_pod_never_share_it() {
+    const ONE: WarmPool = WarmPool {
+        pods: 1,
+        memory_mb: 256,
+    };
+    let cluster = start().await;
+    let (a, b) = (cluster.replica_warm(ONE), cluster.replica_warm(ONE));
+    a.deploy(function(&cluster, "first", 128)).await.unwrap();
+    b.deploy(function(&cluster, "second", 128)).await.unwrap();
+    let generic = full_pool_of(&cluster, 1).await;
+    let (first, second) = tokio::join!(call(&a, "first"), call(&b, "second"));
+    assert_ne!(
+        instance_of(&first),
+        instance_of(&second),
+        "two functions answered from one pod: {first} {second}"
+    );
+    let from_pool = [&first, &second]
+        .into_iter()
+        .filter(|answer| generic.contains(&instance_of(answer)))
+        .count();
+    assert!(
+        from_pool >= 1,
+        "one of them took the generic pod: {generic:?} {first} {second}"
+    );
 }
