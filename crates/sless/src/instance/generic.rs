@@ -222,6 +222,11 @@ async fn load(
     sless_driver_local::standalone::unpack_artifact(tarball, &config.code_dir, &request.digest)
         .await
         .map_err(|e| internal(format!("the artifact {e}")))?;
+    let code = config.code_dir.clone();
+    tokio::task::spawn_blocking(move || read_only(&code))
+        .await
+        .map_err(|e| internal(e.to_string()))?
+        .map_err(|e| internal(format!("making the code read-only: {e}")))?;
     let mut config = config.clone();
     config.namespace = request.namespace.clone();
     config.function = request.function.clone();
@@ -246,6 +251,26 @@ async fn load(
         instance,
         listener,
     })
+}
+
+/// Takes the write bits off everything under `dir` and `dir` itself
+/// (symbolic links left as they are): a function's own pods mount their
+/// code read-only, and a handler behaves the same in a generic pod (its
+/// writes to its code fail; Python writes no bytecode cache there). The
+/// handler runs as the pod's one user, so this is parity, not a wall.
+fn read_only(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            read_only(&entry.path())?;
+        } else if entry.file_type()?.is_file() {
+            let mode = entry.metadata()?.permissions().mode();
+            std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(mode & !0o222))?;
+        }
+    }
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & !0o222))
 }
 
 /// The artifact's tarball from its presigned URL (never printed: it is a

@@ -6,6 +6,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -419,6 +420,12 @@ async fn a_generic_instance_takes_one_specialization_then_serves_that_function()
     let (status, text) = post_specialize(instance.ready, "pool-token", &specialization(&url, &digest, 128)).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(ready_text(instance.ready).await, (200, "ready\n".to_string()));
+    // Its code is read-only, as a function's own pods mount it.
+    let code = instance._dirs[0].path().join("code");
+    for path in [code.join("handler.py"), code.clone()] {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o222, 0, "{} is writable: {mode:o}", path.display());
+    }
     let mut gateway = Gateway::connect(instance.frames).await;
     assert_eq!(gateway.hello["function"], "hello");
     assert_eq!(gateway.hello["version"], 7);
