@@ -133,30 +133,7 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
         volumes.push(volume);
         volume_mounts.push(mount);
     }
-    let instance = Container {
-        name: "instance".into(),
-        image: Some(image),
-        command: Some(vec!["sless".into(), "instance".into(), "serve".into()]),
-        env: Some(env_vars),
-        ports: Some(vec![port("frames", FRAME_PORT), port("ready", READY_PORT)]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/ready".into()),
-                port: IntOrString::Int(READY_PORT.into()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(1),
-            failure_threshold: Some(1),
-            ..Probe::default()
-        }),
-        resources: Some(resources(spec.memory_mb, spec.memory_mb + OVERHEAD_MB)),
-        // A handler that fails to load ends the container (exit code 3)
-        // with its error last in the log: the driver reads it from here.
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(restricted_container()),
-        volume_mounts: Some(volume_mounts),
-        ..Container::default()
-    };
+    let instance = instance_container(image, "serve", env_vars, spec.memory_mb, volume_mounts);
     PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
@@ -173,6 +150,44 @@ pub fn instance_pod(settings: &KubeSettings, input: InstanceInput<'_>, mode: Pod
 
 /// The Secret pods pull images with, when one is configured (copied into
 /// each function namespace).
+/// The `instance` container of a pod running `sless instance
+/// {subcommand}`: its frame and readiness ports, ready once `/ready`
+/// answers, `memory_mb` requested (the limit leaves room for the
+/// instance itself), the restricted context, and a failed start's last
+/// log lines as its termination message (a handler that fails to load
+/// ends the container with exit code 3 and its error last in the log:
+/// the driver reads it from there).
+pub fn instance_container(
+    image: String,
+    subcommand: &str,
+    env_vars: Vec<EnvVar>,
+    memory_mb: u32,
+    volume_mounts: Vec<VolumeMount>,
+) -> Container {
+    Container {
+        name: "instance".into(),
+        image: Some(image),
+        command: Some(vec!["sless".into(), "instance".into(), subcommand.into()]),
+        env: Some(env_vars),
+        ports: Some(vec![port("frames", FRAME_PORT), port("ready", READY_PORT)]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/ready".into()),
+                port: IntOrString::Int(READY_PORT.into()),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(1),
+            failure_threshold: Some(1),
+            ..Probe::default()
+        }),
+        resources: Some(resources(memory_mb, memory_mb + OVERHEAD_MB)),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        security_context: Some(restricted_container()),
+        volume_mounts: Some(volume_mounts),
+        ..Container::default()
+    }
+}
+
 pub fn image_pull_secrets(settings: &KubeSettings) -> Option<Vec<LocalObjectReference>> {
     settings
         .image_pull_secret

@@ -10,19 +10,17 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, EnvVarSource, HTTPGetAction, Namespace, PodSpec, PodTemplateSpec, Probe, Secret,
-    SecretKeySelector,
+    EnvVar, EnvVarSource, Namespace, PodSpec, PodTemplateSpec, Secret, SecretKeySelector,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use sless_api::Runtime;
 
 use super::meta::meta;
 use super::network::network_policy;
 use super::pod::{
-    empty_dir, env, image_pull_secrets, mount, resources, restricted_container, restricted_pod, CODE_DIR, CODE_MOUNT,
-    FRAME_PORT, OVERHEAD_MB, READY_PORT,
+    empty_dir, env, image_pull_secrets, instance_container, mount, restricted_pod, CODE_DIR, CODE_MOUNT, FRAME_PORT,
+    READY_PORT,
 };
 use crate::names::label;
 use crate::settings::KubeSettings;
@@ -129,32 +127,14 @@ pub fn warm_deployment(settings: &KubeSettings, runtime: Runtime, pool: WarmPool
         }),
         ..EnvVar::default()
     });
-    let instance = Container {
-        name: "instance".into(),
-        image: Some(settings.runtime_image(runtime)),
-        command: Some(vec!["sless".into(), "instance".into(), "generic".into()]),
-        env: Some(env_vars),
-        ports: Some(vec![
-            super::pod::port("frames", FRAME_PORT),
-            super::pod::port("ready", READY_PORT),
-        ]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/ready".into()),
-                port: IntOrString::Int(READY_PORT.into()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(1),
-            failure_threshold: Some(1),
-            ..Probe::default()
-        }),
-        resources: Some(resources(pool.memory_mb, pool.memory_mb + OVERHEAD_MB)),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        security_context: Some(restricted_container()),
-        // The instance unpacks the artifact itself: `code` is writable here.
-        volume_mounts: Some(vec![mount("code", CODE_MOUNT, false), mount("tmp", "/tmp", false)]),
-        ..Container::default()
-    };
+    // The instance unpacks the artifact itself: `code` is writable here.
+    let instance = instance_container(
+        settings.runtime_image(runtime),
+        "generic",
+        env_vars,
+        pool.memory_mb,
+        vec![mount("code", CODE_MOUNT, false), mount("tmp", "/tmp", false)],
+    );
     let pod = PodSpec {
         automount_service_account_token: Some(false),
         enable_service_links: Some(false),
