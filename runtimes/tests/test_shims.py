@@ -629,6 +629,29 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         "unserializable_in_object": "def handle(event, context):\n    return {'when': object()}\n",
     }
 
+    REHEARSAL = (
+        "import asyncio, sys\n\n"
+        "async def handle(event, context):\n"
+        "    shim = sys.modules['__main__']\n"
+        "    return {'rehearsed': shim.rehearsed, 'tasks': len(asyncio.all_tasks()),\n"
+        "            'modules': [m for m in sys.modules if 'rehears' in m]}\n"
+    )
+
+    def test_an_idle_instance_rehearses_without_a_trace_and_a_loaded_one_never(self):
+        # Left in the warm pool: it rehearses, writes no frame doing so,
+        # and what it ran leaves no task or module behind.
+        code_dir = self.make_code_dir({"handler.py": self.REHEARSAL})
+        idle = self.spawn()
+        time.sleep(0.2)
+        self.assertTrue(idle._frames.empty(), "the rehearsal wrote a frame")
+        self.assertEqual(idle.load(code_dir, "handler.handle", [code_dir]), {"ok": True})
+        self.assertEqual(idle.invoke(1).json(), {"rehearsed": True, "tasks": 1, "modules": []})
+        # Taken at once (a cold start waiting): its LOAD cancels the rehearsal.
+        taken = self.spawn()
+        self.assertEqual(taken.load(code_dir, "handler.handle", [code_dir]), {"ok": True})
+        time.sleep(0.1)
+        self.assertEqual(taken.invoke(1).json(), {"rehearsed": False, "tasks": 1, "modules": []})
+
     def test_a_plain_object_holding_a_value_that_is_not_serializable_is_500(self):
         # Plain objects take the reply's short path; it reports the same error.
         client = self.start("unserializable_in_object")
