@@ -365,11 +365,16 @@ impl std::fmt::Display for StartFailure {
     }
 }
 
+/// The longest a loaded instance holds back its warm pool's refill while
+/// waiting for its first answer.
+const REFILL_AFTER_LOAD: Duration = Duration::from_millis(50);
+
 async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
     let runtime = generation.spec.runtime;
     let started = Instant::now();
-    // The warm pool refills once this start is done (`_refill` drops).
-    let (process, _refill) = pool.warm.take().await.map_err(StartFailure::Start)?;
+    // The warm pool refills when `refill` drops: once this instance has
+    // answered the call that waits for it (below), or on a failure here.
+    let (process, refill) = pool.warm.take().await.map_err(StartFailure::Start)?;
     let taken = started.elapsed();
     let linking = |e: std::io::Error| StartFailure::Start(format!("linking code into the instance: {e}"));
     // A few files are linked here: a trip to the blocking threads costs
@@ -428,6 +433,19 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     tracing::debug!(function = %pool.key, instance = process.id, take_ms = ms(taken), link_ms = ms(linked - taken),
         fit_ms = ms(fitted - linked), load_ms = ms(started.elapsed() - fitted), "handler loaded");
+    // A new start (a fork and its confinement: several ms of CPU on the
+    // kernel's locks) would compete with the call that waited for this
+    // one. While the pool still holds a ready shim for the next cold start,
+    // the replacement starts after that call's answer (or REFILL_AFTER_LOAD
+    // when none comes: a deploy's check); a pool run dry refills at once,
+    // since the next cold start would wait for that start.
+    if pool.warm.has_ready() {
+        let first = process.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(REFILL_AFTER_LOAD, first.answered_once()).await;
+            drop(refill);
+        });
+    }
     Ok(process)
 }
 

@@ -95,6 +95,9 @@ pub struct ShimProcess {
     ready: ReadySlot,
     next_id: AtomicU32,
     alive: AtomicBool,
+    /// Set by its first answer, which wakes [`ShimProcess::answered_once`].
+    answered: AtomicBool,
+    first_answer: tokio::sync::Notify,
     handle: Mutex<Option<Handle>>,
     death: tokio::sync::watch::Sender<Option<String>>,
 }
@@ -168,6 +171,8 @@ impl ShimProcess {
             ready: Mutex::new(None),
             next_id: AtomicU32::new(1),
             alive: AtomicBool::new(true),
+            answered: AtomicBool::new(false),
+            first_answer: tokio::sync::Notify::new(),
             handle: Mutex::new(Some(handle)),
             death,
         });
@@ -230,6 +235,10 @@ impl ShimProcess {
                     logs_truncated,
                 });
                 let _ = pending.reply.send(result.map_err(|e| format!("bad output frame: {e}")));
+                if !self.answered.load(Ordering::Relaxed) {
+                    self.answered.store(true, Ordering::Release);
+                    self.first_answer.notify_waiters();
+                }
             }
             kind::LOG => {
                 let (stream, text) = match f.payload.split_first() {
@@ -299,6 +308,17 @@ impl ShimProcess {
             let _ = tx.send(Err(reason.clone()));
         }
         let _ = self.death.send(Some(reason));
+    }
+
+    /// Resolves once the instance has answered a call (at once if it has).
+    pub async fn answered_once(&self) {
+        let notified = self.first_answer.notified();
+        tokio::pin!(notified);
+        // Registered before the check, so an answer in between still wakes it.
+        notified.as_mut().enable();
+        if !self.answered.load(Ordering::Acquire) {
+            notified.await;
+        }
     }
 
     pub fn is_alive(&self) -> bool {

@@ -349,6 +349,49 @@ mod tests {
         assert!(got.logs_truncated);
     }
 
+    /// `answered_once` (what a loaded instance's warm-pool refill waits
+    /// for) resolves at the first answer, not before, and at once after.
+    #[tokio::test]
+    async fn a_shim_has_answered_once_only_from_its_first_answer_on() {
+        let dir = std::env::temp_dir().join(format!("sless-answered-once-{}", std::process::id()));
+        let code = dir.join("code");
+        std::fs::create_dir_all(&code).unwrap();
+        std::fs::write(code.join("handler.py"), "def handle(event, context):\n    return 1\n").unwrap();
+        let spec = StandaloneSpec {
+            runtime: Runtime::Python311,
+            program: "/usr/bin/python3.11".into(),
+            work_dir: dir.clone(),
+            code_dir: code,
+            entrypoint: "handler.handle".into(),
+            env: BTreeMap::new(),
+            namespace: "ns".into(),
+            function: "f".into(),
+            version: 1,
+            concurrency: 1,
+            max_output_bytes: 1 << 20,
+            load_timeout: Duration::from_secs(30),
+        };
+        let instance = Standalone::start(&spec).await.unwrap_or_else(|e| panic!("{e}"));
+        let process = instance.process.clone();
+        let waiting = tokio::spawn(async move { process.answered_once().await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "answered before any call");
+        let header = serde_json::json!({"request_id": "r", "kind": "http", "method": "GET", "path": "",
+            "query": "", "headers": {}});
+        let invoke = crate::frame::encode_with_head(crate::frame::kind::INVOKE, &header, b"");
+        let output = instance.invoke(invoke).await.unwrap();
+        assert_eq!(&output.body[..], b"1");
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken by the first answer")
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(1), instance.process.answered_once())
+            .await
+            .expect("at once after it");
+        instance.process.kill();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[tokio::test]
     async fn an_error_round_trips() {
         let why = Unanswered::Timeout("no answer within 3s".into());

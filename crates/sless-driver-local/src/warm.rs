@@ -7,7 +7,9 @@
 //! start made it, so it never waits for a start it does not need (nor for
 //! one that a refill began before it came). A shim taken from the ready
 //! ones is replaced once it has loaded its handler, so that the new start
-//! does not take CPU from the load a deploy or a call waits for. At most
+//! does not take CPU from the load a deploy or a call waits for (and,
+//! while another shim is ready, once it has answered its first call:
+//! `pool::load_instance`). At most
 //! `parallel` starts run at once: each new interpreter costs its start-up
 //! CPU, and on a busy machine starting everything at once would make the
 //! first ready shim come last; forks of the Python zygote cost little CPU,
@@ -93,6 +95,11 @@ impl WarmPool {
                 Ok((process, refill))
             }
         }
+    }
+
+    /// Whether a shim is ready to be taken now.
+    pub fn has_ready(&self) -> bool {
+        self.state.lock().unwrap().ready.iter().any(|p| p.is_alive())
     }
 
     /// Begins the starts that the ready shims and the waiters call for.
