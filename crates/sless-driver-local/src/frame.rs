@@ -16,6 +16,9 @@ pub mod kind {
     /// `sless instance` -> gateway only (over TCP): an invocation ended without
     /// an answer (`{"error": "timeout" | "crashed", "reason": ...}`).
     pub const ERROR: u8 = b'E';
+    /// Server -> a shim that serves connections itself: exit once no call
+    /// has been in flight for `{"quiet_ms": N}`.
+    pub const DRAIN: u8 = b'D';
 }
 
 /// Largest frame accepted from a shim unless [`set_max_frame`] says otherwise.

@@ -70,12 +70,67 @@ struct ReadyMsg {
 
 struct Pending {
     reply: oneshot::Sender<Result<Output, String>>,
-    logs: Vec<LogChunk>,
-    log_bytes: usize,
+    logs: CappedLogs,
 }
 
 /// Most bytes of handler output kept per invocation; the rest is dropped and noted.
 pub const LOG_CAP_BYTES: usize = 64 * 1024;
+
+/// One invocation's handler output, kept up to [`LOG_CAP_BYTES`]: what
+/// goes past it is dropped, and a note says so.
+#[derive(Debug, Default)]
+pub struct CappedLogs {
+    logs: Vec<LogChunk>,
+    bytes: usize,
+}
+
+impl CappedLogs {
+    /// Keeps what of `text` fits (cut at a character boundary).
+    pub fn push(&mut self, stream: OutputStream, mut text: String) {
+        if self.truncated() {
+            return;
+        }
+        let room = LOG_CAP_BYTES - self.bytes;
+        if text.len() > room {
+            let mut cut = room;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push('\n');
+            self.bytes = LOG_CAP_BYTES;
+        } else {
+            self.bytes += text.len();
+        }
+        self.logs.push(LogChunk { stream, text });
+        if self.truncated() {
+            self.logs.push(LogChunk {
+                stream: OutputStream::Stderr,
+                text: format!("[sless: output capped at {LOG_CAP_BYTES} bytes]\n"),
+            });
+        }
+    }
+
+    /// Whether output was dropped (the cap is reached).
+    pub fn truncated(&self) -> bool {
+        self.bytes >= LOG_CAP_BYTES
+    }
+
+    pub fn into_logs(self) -> Vec<LogChunk> {
+        self.logs
+    }
+}
+
+/// A LOG frame's payload as its stream and text.
+pub(crate) fn log_payload(payload: &[u8]) -> Option<(OutputStream, String)> {
+    let (stream, text) = payload.split_first()?;
+    let stream = if *stream == 1 {
+        OutputStream::Stdout
+    } else {
+        OutputStream::Stderr
+    };
+    Some((stream, String::from_utf8_lossy(text).into_owned()))
+}
 
 type ReadySlot = Mutex<Option<oneshot::Sender<Result<(), String>>>>;
 
@@ -226,12 +281,12 @@ impl ShimProcess {
                 let Some(pending) = self.pending.lock().unwrap().remove(&f.id) else {
                     return;
                 };
-                let logs_truncated = pending.log_bytes >= LOG_CAP_BYTES;
+                let logs_truncated = pending.logs.truncated();
                 let result = parse_output(f.payload).map(|(head, body)| Output {
                     status: head.status,
                     headers: head.headers,
                     body,
-                    logs: pending.logs,
+                    logs: pending.logs.into_logs(),
                     logs_truncated,
                 });
                 let _ = pending.reply.send(result.map_err(|e| format!("bad output frame: {e}")));
@@ -241,42 +296,11 @@ impl ShimProcess {
                 }
             }
             kind::LOG => {
-                let (stream, text) = match f.payload.split_first() {
-                    Some((stream, text)) => (
-                        if *stream == 1 {
-                            OutputStream::Stdout
-                        } else {
-                            OutputStream::Stderr
-                        },
-                        String::from_utf8_lossy(text).into_owned(),
-                    ),
-                    None => return,
+                let Some((stream, text)) = log_payload(&f.payload) else {
+                    return;
                 };
-                let mut pending = self.pending.lock().unwrap();
-                match pending.get_mut(&f.id) {
-                    Some(p) if p.log_bytes < LOG_CAP_BYTES => {
-                        let mut text = text;
-                        let room = LOG_CAP_BYTES - p.log_bytes;
-                        if text.len() > room {
-                            let mut cut = room;
-                            while !text.is_char_boundary(cut) {
-                                cut -= 1;
-                            }
-                            text.truncate(cut);
-                            text.push('\n');
-                            p.log_bytes = LOG_CAP_BYTES;
-                        } else {
-                            p.log_bytes += text.len();
-                        }
-                        p.logs.push(LogChunk { stream, text });
-                        if p.log_bytes >= LOG_CAP_BYTES {
-                            p.logs.push(LogChunk {
-                                stream: OutputStream::Stderr,
-                                text: format!("[sless: output capped at {LOG_CAP_BYTES} bytes]\n"),
-                            });
-                        }
-                    }
-                    Some(_) => {}
+                match self.pending.lock().unwrap().get_mut(&f.id) {
+                    Some(p) => p.logs.push(stream, text),
                     None => {
                         tracing::info!(target: "sless::function", instance = self.id, "{}", one_line(text.trim_end()))
                     }
@@ -332,7 +356,7 @@ impl ShimProcess {
 
     /// Queues a frame for the writer task. A write that fails means the
     /// process is gone, which its reader notices and reports.
-    fn send(&self, frame: Bytes) -> Result<(), String> {
+    pub(crate) fn send(&self, frame: Bytes) -> Result<(), String> {
         self.outbox
             .send(frame)
             .map_err(|_| "instance is not running".to_string())
@@ -363,8 +387,7 @@ impl ShimProcess {
             id,
             Pending {
                 reply: tx,
-                logs: Vec::new(),
-                log_bytes: 0,
+                logs: CappedLogs::default(),
             },
         );
         frame::set_id(&mut frame, id);

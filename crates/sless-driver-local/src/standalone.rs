@@ -35,7 +35,26 @@ pub struct StandaloneSpec {
     pub concurrency: u32,
     pub max_output_bytes: usize,
     pub load_timeout: Duration,
+    /// The shim serves the gateways' connections itself (a serving pod);
+    /// `None`: the caller relays calls over the pipes.
+    pub serve: Option<ServeSpec>,
 }
+
+/// What a shim that serves connections itself is given (PROTOCOL.md, "The
+/// shim serves the connections itself").
+#[derive(Debug, Clone)]
+pub struct ServeSpec {
+    /// The bound, listening socket: the shim gets a copy at its start.
+    pub listener: Arc<std::os::fd::OwnedFd>,
+    /// The HELLO each connection opens with.
+    pub hello: serde_json::Value,
+    /// A call not answered within this long ends the shim (exit 1).
+    pub timeout: Duration,
+}
+
+/// The lowest descriptor a shim finds its listening socket on: above the
+/// frame pipes Node's start-up shell moves to 3 and 4.
+const SERVE_FD_MIN: i32 = 10;
 
 /// A loaded shim serving one function.
 pub struct Standalone {
@@ -48,6 +67,8 @@ pub struct Standalone {
 pub struct GenericShim {
     process: Arc<ShimProcess>,
     runtime: Runtime,
+    /// The descriptor the shim was given its listening socket on, if any.
+    serve_fd: Option<i32>,
 }
 
 impl GenericShim {
@@ -87,7 +108,7 @@ impl GenericShim {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        let child = command.spawn().map_err(|e| format!("starting {}: {e}", spec.program))?;
+        let (child, serve_fd) = spawn_with_listener(&mut command, spec)?;
         // The shim's slot is the work dir's, not the code: nothing is removed on drop.
         let slot = spec.work_dir.join("slot");
         let _ = std::fs::create_dir_all(&slot);
@@ -103,6 +124,7 @@ impl GenericShim {
         Ok(GenericShim {
             process,
             runtime: spec.runtime,
+            serve_fd,
         })
     }
 
@@ -122,7 +144,7 @@ impl GenericShim {
             Runtime::Python311 => vec![format!("{code}/.deps"), code.clone()],
             Runtime::Nodejs20 => vec![format!("{code}/node_modules")],
         };
-        let load = serde_json::json!({
+        let mut load = serde_json::json!({
             "code_dir": code,
             "path": path,
             "entrypoint": spec.entrypoint,
@@ -133,6 +155,19 @@ impl GenericShim {
             "concurrency": spec.concurrency,
             "max_output_bytes": spec.max_output_bytes,
         });
+        if let Some(serve) = &spec.serve {
+            let Some(fd) = self.serve_fd else {
+                self.process.kill();
+                return Err(StartFailure::Start(
+                    "the shim was started without a listening socket".into(),
+                ));
+            };
+            load["serve"] = serde_json::json!({
+                "fd": fd,
+                "hello": serve.hello,
+                "timeout_ms": u64::try_from(serve.timeout.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
         if let Err(e) = self.process.load(&load, spec.load_timeout).await {
             self.process.kill();
             return Err(StartFailure::Load(e));
@@ -171,10 +206,42 @@ impl Standalone {
         self.process.died()
     }
 
+    /// Tells a shim that serves connections itself to exit once no call
+    /// has been in flight for `quiet` (it goes on answering meanwhile).
+    pub fn drain(&self, quiet: Duration) -> Result<(), String> {
+        let quiet_ms = u64::try_from(quiet.as_millis()).unwrap_or(u64::MAX);
+        let payload = serde_json::to_vec(&serde_json::json!({ "quiet_ms": quiet_ms })).expect("plain JSON");
+        self.process
+            .send(crate::frame::encode(crate::frame::kind::DRAIN, 0, &payload))
+    }
+
     /// Stops the shim and waits for it to exit.
     pub async fn stop(&self) {
         self.process.stop().await
     }
+}
+
+/// Starts `command`, handing it a copy of `spec`'s listening socket if it
+/// serves, on a descriptor of [`SERVE_FD_MIN`] or above (which it returns):
+/// the copy is inheritable only for the spawn, and this process starts no
+/// other child meanwhile.
+fn spawn_with_listener(
+    command: &mut tokio::process::Command,
+    spec: &StandaloneSpec,
+) -> Result<(tokio::process::Child, Option<i32>), String> {
+    use std::os::fd::AsRawFd;
+    let starting = || format!("starting {}", spec.program);
+    let Some(serve) = &spec.serve else {
+        let child = command.spawn().map_err(|e| format!("{}: {e}", starting()))?;
+        return Ok((child, None));
+    };
+    let copy = rustix::io::fcntl_dupfd_cloexec(&*serve.listener, SERVE_FD_MIN)
+        .map_err(|e| format!("copying the listening socket: {e}"))?;
+    rustix::io::fcntl_setfd(&copy, rustix::io::FdFlags::empty())
+        .map_err(|e| format!("handing over the listening socket: {e}"))?;
+    let child = command.spawn().map_err(|e| format!("{}: {e}", starting()))?;
+    // Dropping the copy closes it here; the child holds its own.
+    Ok((child, Some(copy.as_raw_fd())))
 }
 
 /// Fetches the artifact `fingerprint` with tarball `digest` from `store`
@@ -263,10 +330,11 @@ pub enum Answer {
 }
 
 /// Collects the answer of one invocation from the frames a gateway reads:
-/// LOG frames accumulate, OUTPUT or ERROR completes it (`Some`).
+/// LOG frames accumulate (up to [`crate::process::LOG_CAP_BYTES`], as the
+/// local driver keeps them), OUTPUT or ERROR completes it (`Some`).
 #[derive(Debug, Default)]
 pub struct AnswerReader {
-    logs: Vec<sless_driver::LogChunk>,
+    logs: crate::process::CappedLogs,
 }
 
 impl AnswerReader {
@@ -274,27 +342,20 @@ impl AnswerReader {
         use crate::frame::kind;
         match frame.kind {
             kind::LOG => {
-                let Some((stream, text)) = frame.payload.split_first() else {
-                    return Ok(None);
-                };
-                self.logs.push(sless_driver::LogChunk {
-                    stream: if *stream == 1 {
-                        sless_driver::OutputStream::Stdout
-                    } else {
-                        sless_driver::OutputStream::Stderr
-                    },
-                    text: String::from_utf8_lossy(text).into_owned(),
-                });
+                if let Some((stream, text)) = crate::process::log_payload(&frame.payload) {
+                    self.logs.push(stream, text);
+                }
                 Ok(None)
             }
             kind::OUTPUT => {
                 let (head, body) = crate::process::parse_output(frame.payload).map_err(|e| e.to_string())?;
+                let logs = std::mem::take(&mut self.logs);
                 Ok(Some(Answer::Output(Output {
                     status: head.status,
                     headers: head.headers,
                     body,
-                    logs: std::mem::take(&mut self.logs),
-                    logs_truncated: head.logs_truncated,
+                    logs_truncated: head.logs_truncated || logs.truncated(),
+                    logs: logs.into_logs(),
                 })))
             }
             kind::ERROR => serde_json::from_slice(&frame.payload)
@@ -370,6 +431,7 @@ mod tests {
             concurrency: 1,
             max_output_bytes: 1 << 20,
             load_timeout: Duration::from_secs(30),
+            serve: None,
         };
         let instance = Standalone::start(&spec).await.unwrap_or_else(|e| panic!("{e}"));
         let process = instance.process.clone();
@@ -390,6 +452,31 @@ mod tests {
             .expect("at once after it");
         instance.process.kill();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A shim that serves its connections itself sends all of a call's
+    /// output: the gateway keeps what the local driver would and says so.
+    #[tokio::test]
+    async fn a_gateway_keeps_at_most_the_cap_of_a_calls_output() {
+        use crate::frame::{encode, encode_with_head, kind, set_id};
+        let mut frames = bytes::BytesMut::new();
+        let line = format!("{}\n", "x".repeat(999));
+        for _ in 0..100 {
+            let mut payload = vec![1u8];
+            payload.extend_from_slice(line.as_bytes());
+            frames.extend_from_slice(&encode(kind::LOG, 3, &payload));
+        }
+        let mut output = encode_with_head(kind::OUTPUT, &serde_json::json!({"status": 200, "headers": {}}), b"ok");
+        set_id(&mut output, 3);
+        frames.extend_from_slice(&output);
+        let Answer::Output(got) = read_back(frames.freeze()).await else {
+            panic!("an output")
+        };
+        assert!(got.logs_truncated, "100 000 bytes of output are more than the cap");
+        let kept: usize = got.logs.iter().map(|chunk| chunk.text.len()).sum();
+        assert!(kept <= crate::process::LOG_CAP_BYTES + 100, "kept {kept} bytes");
+        assert!(got.logs.last().unwrap().text.contains("output capped"));
+        assert_eq!(&got.body[..], b"ok");
     }
 
     #[tokio::test]

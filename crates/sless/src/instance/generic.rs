@@ -8,6 +8,7 @@
 //! refused (409), a load failure ends the process (the driver deletes the
 //! pod). The pod never holds the object store's credentials.
 
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use sless_driver_local::StartFailure;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Mutex};
 
-use super::serve::{serve_loaded, standalone_spec, LOAD_FAILED};
+use super::serve::{bind_frames, serve_spec, standalone_spec, supervise, LOAD_FAILED};
 use super::InstanceConfig;
 
 /// How long the artifact's download may take.
@@ -33,7 +34,6 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 struct Specialized {
     config: InstanceConfig,
     instance: Arc<Standalone>,
-    listener: TcpListener,
 }
 
 /// What the readiness port's handlers share.
@@ -48,6 +48,8 @@ struct Generic {
     loaded: Arc<AtomicBool>,
     /// Where the specialized instance (or a load failure's exit code) goes.
     handoff: Mutex<Option<oneshot::Sender<Result<Specialized, i32>>>>,
+    /// The frame port, bound before the shim started (which holds a copy).
+    frames: Arc<OwnedFd>,
 }
 
 pub async fn run(config: InstanceConfig) -> anyhow::Result<i32> {
@@ -60,7 +62,10 @@ pub async fn run(config: InstanceConfig) -> anyhow::Result<i32> {
     let mut placeholder = config.clone();
     placeholder.namespace = "sless-warm".into();
     placeholder.function = "generic".into();
-    let shim = GenericShim::spawn(&standalone_spec(&placeholder, runtime, Default::default()))
+    let frames = bind_frames(&config)?;
+    let mut spec = standalone_spec(&placeholder, runtime, Default::default());
+    spec.serve = Some(serve_spec(&placeholder, runtime, &frames));
+    let shim = GenericShim::spawn(&spec)
         .await
         .map_err(|e| anyhow::anyhow!("the generic shim could not start: {e}"))?;
     let mut died = shim.died();
@@ -72,6 +77,7 @@ pub async fn run(config: InstanceConfig) -> anyhow::Result<i32> {
         taken: AtomicBool::new(false),
         loaded: Arc::new(AtomicBool::new(false)),
         handoff: Mutex::new(Some(handoff)),
+        frames,
     });
     let listener = TcpListener::bind(config.ready_listen)
         .await
@@ -103,15 +109,7 @@ pub async fn run(config: InstanceConfig) -> anyhow::Result<i32> {
         }
     };
     match outcome {
-        Ok(Ok(specialized)) => {
-            serve_loaded(
-                &specialized.config,
-                specialized.instance,
-                specialized.listener,
-                state.loaded.clone(),
-            )
-            .await
-        }
+        Ok(Ok(specialized)) => supervise(&specialized.config, specialized.instance, state.loaded.clone()).await,
         Ok(Err(code)) => {
             // Let the endpoint's answer (the load error) go out first.
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -158,7 +156,7 @@ async fn specialize(
     state.taken.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let handoff = state.handoff.lock().await.take();
-    let result = load(&state.config, shim, &request).await;
+    let result = load(&state.config, shim, &state.frames, &request).await;
     let (outcome, answer) = match result {
         Ok(specialized) => {
             state.loaded.store(true, Ordering::SeqCst);
@@ -208,11 +206,12 @@ fn check(config: &InstanceConfig, request: &Specialization) -> Result<(), Refusa
     Ok(())
 }
 
-/// Fetches and checks the artifact, loads the handler, binds the frame
-/// port; a load failure is the user's (exit [`LOAD_FAILED`], 422).
+/// Fetches and checks the artifact, loads the handler, which then serves
+/// `frames`; a load failure is the user's (exit [`LOAD_FAILED`], 422).
 async fn load(
     config: &InstanceConfig,
     shim: GenericShim,
+    frames: &Arc<OwnedFd>,
     request: &Specialization,
 ) -> Result<Specialized, (i32, Refusal)> {
     let internal = |e: String| (1, (StatusCode::INTERNAL_SERVER_ERROR, e + "\n"));
@@ -235,7 +234,8 @@ async fn load(
     config.concurrency = request.concurrency;
     config.timeout_sec = request.timeout_sec;
     let runtime = config.runtime().map_err(|e| internal(e.to_string()))?;
-    let spec = standalone_spec(&config, runtime, request.env.clone());
+    let mut spec = standalone_spec(&config, runtime, request.env.clone());
+    spec.serve = Some(serve_spec(&config, runtime, frames));
     let instance = match shim.load(&spec).await {
         Ok(instance) => Arc::new(instance),
         Err(StartFailure::Load(error)) => {
@@ -243,14 +243,7 @@ async fn load(
         }
         Err(StartFailure::Start(error)) => return Err(internal(error)),
     };
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .map_err(|e| internal(format!("SLESS_INSTANCE_LISTEN {}: {e}", config.listen)))?;
-    Ok(Specialized {
-        config,
-        instance,
-        listener,
-    })
+    Ok(Specialized { config, instance })
 }
 
 /// Takes the write bits off everything under `dir` and `dir` itself

@@ -2,15 +2,24 @@
 //! connection opens with a HELLO naming the function and version (a
 //! gateway checks it is talking to the version it wants), then carries
 //! INVOKE frames in and LOG + OUTPUT (or ERROR) frames out, multiplexed by
-//! the gateway's ids. A timeout or a crash answers ERROR and ends the
-//! process (the pod restarts it), as the local driver stops such an
-//! instance; with `once`, the process ends after its one answer. SIGTERM
-//! (the pod deleted or rolled) drains: not ready any more, calls in flight
-//! and those still sent by gateways that have not seen the pod leave its
-//! endpoints are answered, and the process ends after [`DRAIN_QUIET`]
-//! without a call (the kubelet's grace period bounds it).
+//! the gateway's ids.
+//!
+//! A serving pod's shim takes the connections itself (LOAD `serve`,
+//! runtimes/PROTOCOL.md): a call's frames cross one process, not two, which
+//! is what makes a pod's warm throughput close to the local driver's. This
+//! process binds the port, hands the shim the socket and [`supervise`]s it:
+//! readiness, the shim's end (a timeout or a crash: exit 1, the pod
+//! restarts it), SIGTERM (the pod deleted or rolled: not ready any more,
+//! calls in flight and those still sent by gateways that have not seen the
+//! pod leave its endpoints are answered, and the shim ends after
+//! [`DRAIN_QUIET`] without a call; the kubelet's grace period bounds it).
+//!
+//! A job's one run (`once`) is relayed instead ([`serve_loaded`]): this
+//! process reads the frames, answers a timeout or a crash with ERROR and
+//! ends after the one answer.
 
 use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use sless_api::Runtime;
 use sless_driver_local::frame::{self, kind};
-use sless_driver_local::standalone::{answer_frames, error_frame, Standalone, StandaloneSpec, Unanswered};
+use sless_driver_local::standalone::{answer_frames, error_frame, ServeSpec, Standalone, StandaloneSpec, Unanswered};
 use sless_driver_local::StartFailure;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,7 +60,12 @@ pub async fn run(config: &InstanceConfig) -> anyhow::Result<i32> {
         .await
         .map_err(|e| anyhow::anyhow!("SLESS_INSTANCE_READY_LISTEN {}: {e}", config.ready_listen))?;
     tokio::spawn(super::ready::serve(ready_listener, ready.clone()));
-    let spec = standalone_spec(config, runtime, config.env()?);
+    let mut spec = standalone_spec(config, runtime, config.env()?);
+    // A job's one run is relayed; a serving shim takes the connections itself.
+    let frames = if config.once { None } else { Some(bind_frames(config)?) };
+    if let Some(listener) = &frames {
+        spec.serve = Some(serve_spec(config, runtime, listener));
+    }
     let instance = match Standalone::start(&spec).await {
         Ok(instance) => Arc::new(instance),
         Err(StartFailure::Load(error)) => {
@@ -60,10 +74,84 @@ pub async fn run(config: &InstanceConfig) -> anyhow::Result<i32> {
         }
         Err(StartFailure::Start(error)) => anyhow::bail!("the instance could not start: {error}"),
     };
+    if frames.is_some() {
+        return supervise(config, instance, ready).await;
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .map_err(|e| anyhow::anyhow!("SLESS_INSTANCE_LISTEN {}: {e}", config.listen))?;
     serve_loaded(config, instance, listener, ready).await
+}
+
+/// Binds the frame port for a shim that serves it itself: before the shim
+/// starts, which gets a copy of the socket.
+pub fn bind_frames(config: &InstanceConfig) -> anyhow::Result<Arc<OwnedFd>> {
+    let listener = std::net::TcpListener::bind(config.listen)
+        .map_err(|e| anyhow::anyhow!("SLESS_INSTANCE_LISTEN {}: {e}", config.listen))?;
+    Ok(Arc::new(OwnedFd::from(listener)))
+}
+
+/// How the shim serves `listener`: the HELLO of `config`'s function, its timeout.
+pub fn serve_spec(config: &InstanceConfig, runtime: Runtime, listener: &Arc<OwnedFd>) -> ServeSpec {
+    ServeSpec {
+        listener: listener.clone(),
+        hello: hello(config, runtime),
+        timeout: Duration::from_secs(config.timeout_sec.max(1).into()),
+    }
+}
+
+/// What every connection opens with: the function and version served.
+fn hello(config: &InstanceConfig, runtime: Runtime) -> serde_json::Value {
+    serde_json::json!({
+        "runtime": runtime.as_str(),
+        "namespace": config.namespace,
+        "function": config.function,
+        "version": config.version,
+        "concurrency": config.concurrency,
+    })
+}
+
+/// Watches a loaded shim that serves the gateways itself until it ends:
+/// readiness is on while it lives; SIGTERM (the pod deleted or rolled)
+/// turns readiness off and tells the shim to drain, which it does by
+/// exiting once no call has been in flight for [`DRAIN_QUIET`] (the
+/// kubelet's grace period bounds it). A shim that ends otherwise (a
+/// timeout, a crash) ends the process with 1: the pod restarts it.
+pub async fn supervise(
+    config: &InstanceConfig,
+    instance: Arc<Standalone>,
+    ready: Arc<AtomicBool>,
+) -> anyhow::Result<i32> {
+    let mut died = instance.died();
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    ready.store(true, Ordering::SeqCst);
+    tracing::info!(listen = %config.listen, function = %config.function, version = config.version, "instance ready");
+    let mut draining = false;
+    let code = loop {
+        tokio::select! {
+            _ = terminate.recv(), if !draining => {
+                tracing::info!("SIGTERM: draining");
+                draining = true;
+                ready.store(false, Ordering::SeqCst);
+                if let Err(e) = instance.drain(DRAIN_QUIET) {
+                    tracing::error!("telling the shim to drain: {e}");
+                    break 1;
+                }
+            }
+            _ = died.changed() => {
+                let reason = died.borrow().clone().unwrap_or_default();
+                if draining {
+                    tracing::info!("drained: {reason}");
+                    break 0;
+                }
+                tracing::error!("the shim died: {reason}");
+                break 1;
+            }
+        }
+    };
+    ready.store(false, Ordering::SeqCst);
+    instance.stop().await;
+    Ok(code)
 }
 
 /// What the shim loads, from `config` (the handler's environment `env`).
@@ -84,11 +172,13 @@ pub fn standalone_spec(config: &InstanceConfig, runtime: Runtime, env: BTreeMap<
         concurrency: config.concurrency,
         max_output_bytes: config.max_response_bytes,
         load_timeout: Duration::from_secs(30),
+        serve: None,
     }
 }
 
-/// Serves frames on `listener` with the loaded `instance` until it ends
-/// (a timeout, a crash, a job run's one answer); readiness is on meanwhile.
+/// Relays frames between `listener` and the loaded `instance` over its
+/// pipes until it ends (a timeout, a crash, a job run's one answer);
+/// readiness is on meanwhile. A job's one run is served so.
 pub async fn serve_loaded(
     config: &InstanceConfig,
     instance: Arc<Standalone>,
@@ -98,17 +188,7 @@ pub async fn serve_loaded(
     let runtime = config.runtime()?;
     ready.store(true, Ordering::SeqCst);
     tracing::info!(listen = %config.listen, function = %config.function, version = config.version, "instance ready");
-    let hello = frame::encode(
-        kind::HELLO,
-        0,
-        &serde_json::to_vec(&serde_json::json!({
-            "runtime": runtime.as_str(),
-            "namespace": config.namespace,
-            "function": config.function,
-            "version": config.version,
-            "concurrency": config.concurrency,
-        }))?,
-    );
+    let hello = frame::encode(kind::HELLO, 0, &serde_json::to_vec(&hello(config, runtime))?);
     let settings = Arc::new(Connection {
         instance: instance.clone(),
         timeout: Duration::from_secs(config.timeout_sec.max(1).into()),
