@@ -16,6 +16,7 @@ import json
 import os
 import queue
 import select
+import socket
 import struct
 import sys
 import threading
@@ -67,7 +68,8 @@ current_invocation = contextvars.ContextVar("sless_invocation", default=0)
 
 
 class FrameWriter:
-    """Writes whole frames to the private copy of fd 1. While corked (the
+    """Writes whole frames to a file: the private copy of fd 1 (or, when
+    the shim serves connections, a connection's ConnectionOut). While corked (the
     main thread is working through frames read at once) the main thread's
     frames collect in the buffer and go out together when it uncorks: one
     write, and one wake-up of the server, for the batch; other threads'
@@ -77,13 +79,13 @@ class FrameWriter:
 
     WATCHDOG_SECONDS = 0.005
 
-    def __init__(self, fd):
-        self._out = open(fd, "wb", buffering=64 * 1024)
+    def __init__(self, out, main_thread=None):
+        self._out = out  # a buffered binary file: write() and flush()
         self._lock = threading.Lock()
         self._corked = 0  # nesting depth
         self._batches = 0  # batches corked so far, for the watchdog
         self._watching = threading.Event()
-        self._main_thread = threading.get_ident()  # the only thread that corks
+        self._main_thread = main_thread or threading.get_ident()  # the only thread that corks
         self.can_cork = False  # until the watchdog runs
         self.on_tick = None  # called by the watchdog each tick, outside the lock
 
@@ -133,6 +135,20 @@ class FrameWriter:
                 seen = self._batches
             if self.on_tick is not None:
                 self.on_tick()
+
+    @property
+    def corked(self):
+        return self._corked
+
+    def flush(self):
+        """Writes what the buffer holds now (a batch's frames so far)."""
+        with self._lock:
+            self._out.flush()
+
+    def close(self):
+        """Closes the file; no frame is written after (nor while) it does."""
+        with self._lock:
+            self._out.close()
 
     def send_json(self, kind, value):
         self.send(kind, 0, JSON_ENCODER.encode(value).encode())
@@ -430,6 +446,10 @@ class MainThreadCalls:
                     epoll.modify(reader.fd, select.EPOLLIN | select.EPOLLONESHOT)
 
 
+def no_op():
+    pass
+
+
 def run(job, args):
     try:
         job(*args)
@@ -644,6 +664,9 @@ class Shim:
         self.hand_over = False
         self.sync_calls = None  # MainThreadCalls, from then on
         self.rehearsal = None  # rehearse() while no LOAD came (main() sets it)
+        self.pipe_reader = None  # the FrameReader of the pipe (main() sets it)
+        self.serve = None  # ServeSettings, when LOAD has `serve`
+        self.served = None  # the ServeReader once the shim serves connections
 
     def begin_batch(self):
         """Frames read at once are answered with one write: inline handlers'
@@ -665,6 +688,8 @@ class Shim:
             self.invoke(inv_id, payload)
         elif kind == b"L":
             self.load(payload)
+        elif kind == b"D" and self.served is not None:
+            self.drain(payload)
         else:
             sys.__stderr__.write(f"sless shim: ignoring frame of type {kind!r}\n")
 
@@ -673,6 +698,8 @@ class Shim:
             self.rehearsal.cancel()
         answer = self.try_load(payload)
         self.frames.send_json(b"R", answer)
+        if answer["ok"] and self.serve is not None:
+            self.start_serving()
         if answer["ok"] and not self.function.is_async:
             # Frames after LOAD wait for the main thread's new role.
             self.hand_over = True
@@ -683,7 +710,10 @@ class Shim:
         if self.function is not None:
             return {"ok": False, "error": "a function is already loaded"}
         try:
-            self.function = load_function(json.loads(payload))
+            spec = json.loads(payload)
+            if spec.get("serve") is not None:
+                self.serve = ServeSettings(spec["serve"])
+            self.function = load_function(spec)
             self.base_context = contextvars.copy_context()
         except LoadError as exc:
             return {"ok": False, "error": str(exc)}
@@ -692,6 +722,30 @@ class Shim:
         finally:
             self.flush_output(0)
         return {"ok": True}
+
+    def start_serving(self):
+        """After READY: connections are accepted and served from now on
+        (their calls' frames routed to them), next to the pipe."""
+        serve = self.serve
+        frames = RoutedFrames(self.frames, serve.timeout_ms)
+        self.frames.flush()  # READY goes out before the first HELLO
+        self.frames = frames
+        for stream in self.streams:
+            stream._frames = frames
+        if self.function.is_async:
+            self.served = ServeReader(self.pipe_reader, serve, self, frames, self.begin_batch, self.end_batch)
+            self.loop.remove_reader(self.pipe_reader.fd)
+            self.loop.add_reader(self.served.fd, self.served.on_readable)
+        else:  # MainThreadCalls corks as it runs the calls
+            self.served = ServeReader(self.pipe_reader, serve, self, frames, no_op, no_op)
+        frames.start_watch()
+
+    def drain(self, payload):
+        try:
+            quiet_ms = json.loads(payload)["quiet_ms"]
+            self.frames.drain(float(quiet_ms))
+        except (ValueError, TypeError, KeyError) as exc:
+            sys.__stderr__.write(f"sless shim: ignoring a bad DRAIN frame: {describe_exception(exc)}\n")
 
     def invoke(self, inv_id, payload):
         request_id = ""
@@ -797,9 +851,11 @@ class FrameReader:
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
-            os._exit(0)
+            self.at_end()
+            return False
         if n == 0:
-            os._exit(0)
+            self.at_end()
+            return False
         self.end += n
         self.take_frames()
         return True
@@ -835,6 +891,11 @@ class FrameReader:
         """Whether to leave the frames after the current one for later."""
         return False
 
+    def at_end(self):
+        """The other end closed (or failed): for the server's pipe, the
+        shim exits at once (PROTOCOL.md, Ending)."""
+        os._exit(0)
+
     def _make_room(self, missing):
         """Moves the unconsumed bytes to the front, growing the buffer when
         the frame being read is larger than it."""
@@ -846,6 +907,311 @@ class FrameReader:
             self.buffer = bytearray(size)
         self.buffer[: len(pending)] = pending
         self.start, self.end = 0, len(pending)
+
+
+# Serving the gateways' connections (LOAD "serve", PROTOCOL.md): the shim
+# accepts them on the listening socket `sless instance` gives it and answers
+# each call on the connection it came from, next to the pipes.
+
+# Calls read from a connection get ids from here up inside the shim: above
+# every id of the pipe's u32 frames, so `current_invocation` and the output
+# capture tell them apart from the server's calls with one comparison.
+CONNECTION_IDS = 1 << 32
+# How long a write to a connection may wait for its peer to read, in all:
+# past it the connection counts as dead (closed, its frames dropped), so a
+# gateway that stops reading holds up the shim's other calls this long at
+# most.
+CONNECTION_SEND_SECONDS = 10.0
+# How often the serve watch looks for calls past their timeout and for the
+# end of a drain.
+SERVE_WATCH_SECONDS = 0.02
+
+ConnectionCall = collections.namedtuple("ConnectionCall", "connection id read_at")
+
+
+class ConnectionOut:
+    """The file a connection's FrameWriter writes to (always under that
+    writer's lock): a buffer sent with sendall on flush. After a failed
+    send or close() it drops what is written, so no frame ever reaches a
+    descriptor that a closed connection's number was given to again."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.pending = bytearray()
+        self.open = True
+
+    def write(self, data):
+        if self.open:
+            self.pending += data
+
+    def flush(self):
+        if not self.pending:
+            return
+        try:
+            self.sock.sendall(self.pending)
+        except OSError as exc:
+            sys.__stderr__.write(f"sless shim: dropping a connection that takes no frames: {exc}\n")
+            self.open = False
+            try:  # its reader sees the end and closes it
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.pending.clear()
+
+    def close(self):
+        self.open = False
+        self.pending.clear()
+        self.sock.close()
+
+
+class Connection:
+    """One gateway's connection: its frames in (a FrameReader on the
+    socket) and out (a FrameWriter)."""
+
+    def __init__(self, sock, served):
+        self.fd = sock.fileno()
+        self.served = served
+        self.writer = FrameWriter(ConnectionOut(sock), served.frames.main_thread)
+        self.reader = FrameReader(self.fd, self.on_frame, served.batch_start, served.batch_end)
+        self.reader.pause = lambda: self.closed
+        self.reader.at_end = self.close
+        self.closed = False
+
+    def on_frame(self, kind, conn_id, payload):
+        if kind == b"I":
+            self.served.shim.invoke(self.served.frames.open_call(self, conn_id), payload)
+        else:
+            sys.__stderr__.write(f"sless shim: closing a connection that sent a frame of type {kind!r}\n")
+            self.close()
+
+    def close(self):
+        """Closes the socket (by the thread that reads it, so no read is
+        under way); calls still running answer into nothing."""
+        if not self.closed:
+            self.closed = True
+            self.served.forget(self)
+            self.writer.close()
+
+
+class ServeReader:
+    """The frames of the pipe and of every connection as one source for
+    the loop and MainThreadCalls, which wait for `fd` to be readable: an
+    epoll descriptor that is whenever the pipe, the listening socket or a
+    connection is. on_readable() accepts what waits, reads what is ready
+    and returns whether there was anything; take_frames() is the pipe's."""
+
+    def __init__(self, pipe, serve, shim, frames, batch_start, batch_end):
+        self.pipe = pipe
+        self.listener = serve.listener
+        self.listener_fd = serve.listener.fileno()
+        self.hello = serve.hello
+        self.shim = shim
+        self.frames = frames
+        self.batch_start = batch_start  # a connection's reader's, as the pipe's
+        self.batch_end = batch_end
+        self.connections = {}  # fd -> Connection
+        self.epoll = select.epoll()
+        self.fd = self.epoll.fileno()
+        self.epoll.register(pipe.fd, select.EPOLLIN)
+        self.epoll.register(self.listener_fd, select.EPOLLIN)
+
+    def take_frames(self):
+        self.pipe.take_frames()
+
+    def on_readable(self):
+        events = self.epoll.poll(0)
+        for fd, _ in events:
+            if fd == self.pipe.fd:
+                self.pipe.on_readable()
+            elif fd == self.listener_fd:
+                self.accept()
+            elif (connection := self.connections.get(fd)) is not None:
+                connection.reader.on_readable()
+        return bool(events)
+
+    def accept(self):
+        """Takes every waiting connection (close-on-exec, as accept makes
+        them) and sends each its HELLO first."""
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # e.g. out of descriptors; the peer may have gone
+                sys.__stderr__.write(f"sless shim: cannot accept a connection: {exc}\n")
+                return
+            try:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(CONNECTION_SEND_SECONDS)  # reads wait for epoll; sends wait this long at most
+            except OSError:
+                sock.close()
+                continue
+            connection = Connection(sock, self)
+            connection.writer.send(b"H", 0, self.hello)
+            self.connections[connection.fd] = connection
+            self.epoll.register(connection.fd, select.EPOLLIN)
+
+    def forget(self, connection):
+        del self.connections[connection.fd]
+        self.epoll.unregister(connection.fd)
+
+
+class RoutedFrames:
+    """FrameWriter's interface when the shim serves connections: a frame
+    of a call read from a connection (id from CONNECTION_IDS up) goes to
+    that connection with the id it gave, every other frame to the pipe.
+    Corking holds the connections' frames with the pipe's, one flush
+    watchdog (the pipe's) for all. A thread of its own (`watch`) times the
+    connections' calls out and ends a drain."""
+
+    def __init__(self, pipe, timeout_ms):
+        self.pipe = pipe
+        self.main_thread = threading.get_ident()  # the thread that corks
+        self.can_cork = pipe.can_cork
+        self.on_tick = None  # the watchdog's tick, as FrameWriter's
+        pipe.on_tick = self._tick
+        self.held = set()  # connection writers corked with the current batch
+        self.batches = 0  # batches corked so far, for the watchdog
+        self.seen = -1  # batches at the watchdog's last tick
+        self.calls = {}  # id in the shim -> ConnectionCall, until its OUTPUT, oldest first
+        self.calls_lock = threading.Lock()
+        self.next_id = CONNECTION_IDS
+        self.timeout = timeout_ms / 1000
+        reason = f"no answer within {max(1, timeout_ms // 1000)}s; the instance restarts"
+        self.timeout_error = JSON_ENCODER.encode({"error": "timeout", "reason": reason}).encode()
+        self.last_answer = 0.0  # monotonic time of the last OUTPUT to a connection
+        self.drain_from = None  # monotonic time of D, while draining
+        self.drain_quiet = 0.0
+
+    def open_call(self, connection, conn_id):
+        """The id in the shim of a call read from `connection` now."""
+        with self.calls_lock:
+            self.next_id += 1
+            self.calls[self.next_id] = ConnectionCall(connection, conn_id, time.monotonic())
+            return self.next_id
+
+    def _writer(self, call):
+        """The call's connection's writer, corked with the pipe's batch
+        when the main thread writes during one."""
+        writer = call.connection.writer
+        if self.pipe.corked and writer not in self.held and get_ident() == self.main_thread:
+            writer.cork()
+            self.held.add(writer)
+        return writer
+
+    def send(self, kind, inv_id, payload):
+        if inv_id < CONNECTION_IDS:
+            self.pipe.send(kind, inv_id, payload)
+        elif (call := self.calls.get(inv_id)) is not None:
+            self._writer(call).send(kind, call.id, payload)
+
+    def send_log(self, inv_id, stream, text):
+        if inv_id < CONNECTION_IDS:
+            self.pipe.send_log(inv_id, stream, text)
+        elif (call := self.calls.get(inv_id)) is not None:
+            self._writer(call).send_log(call.id, stream, text)
+
+    def send_output(self, inv_id, head, body):
+        if inv_id < CONNECTION_IDS:
+            self.pipe.send_output(inv_id, head, body)
+            return
+        with self.calls_lock:
+            call = self.calls.pop(inv_id, None)
+            self.last_answer = time.monotonic()
+        if call is not None:  # else timed out already
+            self._writer(call).send_output(call.id, head, body)
+
+    def send_json(self, kind, value):
+        self.pipe.send_json(kind, value)
+
+    def flush(self):
+        self.pipe.flush()
+
+    def cork(self):
+        self.pipe.cork()
+        self.batches += 1
+
+    def uncork(self):
+        self.pipe.uncork()
+        if not self.pipe.corked and self.held:
+            for writer in self.held:
+                writer.uncork()
+            self.held.clear()
+
+    def _tick(self):
+        """The pipe's watchdog's tick: lets out what the connections' writers
+        hold for a batch that has taken a whole tick, as it does the pipe's."""
+        if self.batches == self.seen and self.pipe.corked:
+            for writer in tuple(self.held):
+                writer.flush()
+        self.seen = self.batches
+        if self.on_tick is not None:
+            self.on_tick()
+
+    def drain(self, quiet_ms):
+        with self.calls_lock:
+            self.drain_quiet = quiet_ms / 1000
+            self.drain_from = time.monotonic()
+
+    def start_watch(self):
+        threading.Thread(target=self._watch, name="sless-serve-watch", daemon=True).start()
+
+    def _watch(self):
+        """Every SERVE_WATCH_SECONDS: a call unanswered past the timeout is
+        answered with E and the shim exits 1 (a stuck handler cannot be taken
+        back); while draining, the shim exits 0 once no connection's call
+        has been in flight for the quiet time."""
+        while True:
+            time.sleep(SERVE_WATCH_SECONDS)
+            now = time.monotonic()
+            with self.calls_lock:
+                late = self._take_late_call(now)
+                drained = (
+                    not self.calls
+                    and self.drain_from is not None
+                    and now - max(self.drain_from, self.last_answer) >= self.drain_quiet
+                )
+            if late is not None:
+                sys.__stderr__.write(f"sless shim: a call got no answer within {self.timeout:g}s; exiting\n")
+                late.connection.writer.send(b"E", late.id, self.timeout_error)
+                self._exit(1)
+            if drained:
+                self._exit(0)
+
+    def _take_late_call(self, now):
+        """The oldest call, taken out of `calls` (its OUTPUT, should it come
+        now, is dropped), when it is past the timeout; else None."""
+        for inv_id, call in self.calls.items():  # oldest first
+            if now - call.read_at < self.timeout:
+                return None
+            del self.calls[inv_id]
+            return call
+        return None
+
+    def _exit(self, code):
+        """Lets out every frame written so far, then ends the process."""
+        for writer in tuple(self.held):
+            writer.flush()
+        self.pipe.flush()
+        os._exit(code)
+
+
+class ServeSettings:
+    """LOAD's `serve`, checked before the handler's import (a bad one fails
+    the LOAD). The listening socket (serve.fd) moves to a private
+    close-on-exec copy, as the frame pipes, before the import can start a
+    child process; the handler's fd serve.fd is free afterwards."""
+
+    def __init__(self, serve):
+        self.hello = JSON_ENCODER.encode(serve["hello"]).encode()
+        self.timeout_ms = int(serve["timeout_ms"])
+        if self.timeout_ms <= 0:
+            raise ValueError(f"serve.timeout_ms must be positive, not {self.timeout_ms}")
+        fd = int(serve["fd"])
+        self.listener = socket.socket(fileno=private_copy(fd))
+        os.close(fd)
+        self.listener.setblocking(False)
 
 
 def take_over_stdio():
@@ -920,7 +1286,7 @@ def rehearse(loop):
 
 def main():
     frames_in, frames_out = take_over_stdio()
-    frames = FrameWriter(frames_out)
+    frames = FrameWriter(open(frames_out, "wb", buffering=64 * 1024))
     sys.stdout = CaptureStream(frames, STDOUT, 1)
     sys.stderr = CaptureStream(frames, STDERR, 2)
     loop = asyncio.new_event_loop()
@@ -930,6 +1296,7 @@ def main():
     frames.start_watchdog()
     reader = FrameReader(frames_in, shim.on_frame, shim.begin_batch, shim.end_batch)
     reader.pause = lambda: shim.hand_over
+    shim.pipe_reader = reader
     loop.add_reader(frames_in, reader.on_readable)
     shim.rehearsal = loop.call_later(REHEARSAL_DELAY, rehearse, loop)
     frames.send_json(b"H", {"runtime": RUNTIME, "shim_version": SHIM_VERSION, "pid": os.getpid()})
@@ -952,7 +1319,9 @@ def serve_sync_handler(shim, reader, loop):
         loop.run_forever()
 
     threading.Thread(target=run_loop, name="sless-loop", daemon=True).start()
-    reader.on_batch_start = reader.on_batch_end = lambda: None  # MainThreadCalls corks as it runs the calls
+    reader.on_batch_start = reader.on_batch_end = no_op  # MainThreadCalls corks as it runs the calls
+    if shim.served is not None:  # the connections' frames too
+        reader = shim.served
     shim.sync_calls = MainThreadCalls(reader, shim.frames, shim.function.workers)
     shim.sync_calls.serve()
 

@@ -73,19 +73,20 @@ class Output:
 class ShimClient:
     """A shim subprocess and the frames it has sent, sorted by invocation."""
 
-    def __init__(self, command):
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def __init__(self, command, **popen_args):
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen_args
+        )
         self.stderr_chunks = []
         self.control = []  # (type, JSON payload) of HELLO and READY frames
         self.logs = defaultdict(list)  # invocation id -> [(stream, text)]
         self.outputs = {}  # invocation id -> Output
         self.arrival = []  # invocation ids in the order their OUTPUT came
         self._frames = queue.Queue()
-        threading.Thread(target=self._read_frames, daemon=True).start()
+        threading.Thread(target=self._read_frames, args=(self.proc.stdout,), daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
 
-    def _read_frames(self):
-        out = self.proc.stdout
+    def _read_frames(self, out):
         while (head := out.read(4)) and len(head) == 4:
             rest = out.read(U32.unpack(head)[0])
             self._frames.put((rest[:1], U32.unpack_from(rest, 1)[0], rest[5:]))
@@ -132,7 +133,7 @@ class ShimClient:
         assert kind == b"H", kind
         return hello
 
-    def load(self, code_dir, entrypoint, path, env=None, concurrency=8, max_output=None):
+    def load(self, code_dir, entrypoint, path, env=None, concurrency=8, max_output=None, **fields):
         spec = {
             "code_dir": code_dir,
             "path": path,
@@ -145,6 +146,7 @@ class ShimClient:
         }
         if max_output is not None:
             spec["max_output_bytes"] = max_output
+        spec.update(fields)
         self.send(encode_frame(b"L", 0, json.dumps(spec).encode()))
         kind, ready = self.next_control()
         assert kind == b"R", kind
