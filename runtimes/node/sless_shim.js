@@ -511,12 +511,22 @@ class ConnectionCall {
 
   // Frames of a call whose connection has closed, or that has timed out, are dropped.
   send(type, parts) {
-    if (this.open && this.connection.writable) this.connection.write(encodeFrame(type, this.id, parts));
+    const connection = this.connection;
+    if (!this.open || !connection.writable) return;
+    if (connection.writableCorked === 0) {
+      connection.cork();
+      setImmediate(uncork, connection);
+    }
+    connection.write(encodeFrame(type, this.id, parts));
   }
 
   answer(head, body) {
     if (this.serving.answered(this)) this.send(FRAME.OUTPUT, [head, body]);
   }
+}
+
+function uncork(connection) {
+  connection.uncork();
 }
 
 let serving = null;
