@@ -509,7 +509,9 @@ class ConnectionCall {
     this.open = true; // false once it has timed out
   }
 
-  // Frames of a call whose connection has closed, or that has timed out, are dropped.
+  // Frames of a call whose connection has closed, or that has timed out, are
+  // dropped. What one turn of the event loop writes to a connection (a call's
+  // G frames and O, the answers to calls read together) leaves in one write.
   send(type, parts) {
     const connection = this.connection;
     if (!this.open || !connection.writable) return;
