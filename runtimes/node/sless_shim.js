@@ -364,8 +364,6 @@ function invoke(key, payload) {
 // on TCP connections accepted on an inherited listening socket and are
 // answered on the connection they came on.
 
-// How often calls from connections are checked for their timeout.
-const TIMEOUT_CHECK_MS = 100;
 // How long an `E` frame may take to leave before the shim exits anyway.
 const EXIT_FLUSH_MS = 1000;
 
@@ -388,6 +386,8 @@ class Serving {
     // Calls from connections without an answer, in the order they were read
     // (so the oldest comes first).
     this.calls = new Set();
+    // Due when the oldest call's time is up (none while no call is in flight).
+    this.timeoutTimer = null;
     this.lastAnswer = -Infinity;
     this.quietMs = null; // set by a D frame
     this.drainFrom = 0;
@@ -402,7 +402,6 @@ class Serving {
       if (!server.listening) process.exit(1);
     });
     server.listen({ fd: this.fd });
-    setInterval(() => this.checkTimeouts(), TIMEOUT_CHECK_MS).unref();
   }
 
   accept(connection) {
@@ -425,6 +424,7 @@ class Serving {
     }
     const call = new ConnectionCall(this, connection, id);
     this.calls.add(call);
+    if (this.timeoutTimer === null) this.armTimeout(call);
     invoke(call, payload);
   }
 
@@ -435,13 +435,25 @@ class Serving {
     return true;
   }
 
+  // The timeout check runs when `oldest` is due: at once, not on a polling
+  // tick, and never while no call from a connection is in flight.
+  armTimeout(oldest) {
+    const due = oldest.readAt + this.timeoutMs - performance.now();
+    this.timeoutTimer = setTimeout(() => this.checkTimeouts(), Math.max(1, Math.ceil(due)));
+    this.timeoutTimer.unref();
+  }
+
   // A stuck handler cannot be taken back: every call past its time gets an
   // E on its connection, then the shim exits 1 and its pod restarts it.
   checkTimeouts() {
+    this.timeoutTimer = null;
     const now = performance.now();
     const overdue = [];
     for (const call of this.calls) {
-      if (now - call.readAt < this.timeoutMs) break;
+      if (now - call.readAt < this.timeoutMs) {
+        if (overdue.length === 0) this.armTimeout(call);
+        break;
+      }
       overdue.push(call);
     }
     if (overdue.length > 0) this.timeOut(overdue);
