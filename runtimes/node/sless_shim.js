@@ -373,12 +373,19 @@ const EXIT_FLUSH_MS = 1000;
 class Serving {
   constructor(spec) {
     const { fd, hello, timeout_ms: timeoutMs } = spec;
-    if (!Number.isInteger(fd) || fd < 0) throw new Error(`serve.fd must be a descriptor, not ${JSON.stringify(fd)}`);
-    if (hello === null || typeof hello !== 'object') throw new Error('serve.hello must be an object');
+    const bad = (what) => new LoadError(`bad LOAD: serve.${what}`);
+    if (!Number.isInteger(fd) || fd < 0) throw bad(`fd must be a descriptor, not ${JSON.stringify(fd)}`);
+    if (hello === null || typeof hello !== 'object') throw bad('hello must be an object');
     if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) {
-      throw new Error(`serve.timeout_ms must be a positive number, not ${JSON.stringify(timeoutMs)}`);
+      throw bad(`timeout_ms must be a positive number, not ${JSON.stringify(timeoutMs)}`);
     }
-    if (!fs.fstatSync(fd).isSocket()) throw new Error(`serve.fd ${fd} is not a socket`);
+    let isSocket;
+    try {
+      isSocket = fs.fstatSync(fd).isSocket();
+    } catch (err) {
+      throw bad(`fd ${fd}: ${err.message}`);
+    }
+    if (!isSocket) throw bad(`fd ${fd} is not a socket`);
     this.fd = fd;
     this.hello = encodeFrame(FRAME.HELLO, 0, [Buffer.from(JSON.stringify(hello))]);
     this.timeoutMs = timeoutMs;
