@@ -366,6 +366,11 @@ function invoke(key, payload) {
 
 // How long an `E` frame may take to leave before the shim exits anyway.
 const EXIT_FLUSH_MS = 1000;
+// A connection whose peer leaves this many bytes of frames unread is closed
+// (its frames dropped), so a gateway that stops reading cannot grow the shim
+// without bound. A reading gateway is far below it: answers are at most
+// max_output_bytes each.
+const MAX_UNREAD = 256 * 1024 * 1024;
 
 // The listening socket is close-on-exec like every fd Node inherits (it marks
 // them all at start-up) and accepted connections are too (accept4 with
@@ -534,6 +539,11 @@ class ConnectionCall {
   send(type, parts) {
     const connection = this.connection;
     if (!this.open || !connection.writable) return;
+    if (connection.writableLength > MAX_UNREAD) {
+      writeDiagnostic(`sless shim: closing a connection that left ${connection.writableLength} bytes unread\n`);
+      connection.destroy();
+      return;
+    }
     if (connection.writableCorked === 0) {
       connection.cork();
       setImmediate(uncork, connection);
