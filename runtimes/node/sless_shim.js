@@ -1,6 +1,7 @@
 // sless Node.js runtime shim: a warm, generic Node 20 process that the sless
 // server starts before it knows the function, then loads one handler into and
-// serves invocations over length-prefixed frames on stdin/stdout.
+// serves invocations over length-prefixed frames on stdin/stdout; a serving
+// pod's shim (LOAD `serve`) also answers the gateways' TCP connections itself.
 // The wire protocol is runtimes/PROTOCOL.md. Built-in modules only.
 'use strict';
 
