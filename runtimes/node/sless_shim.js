@@ -1,6 +1,7 @@
 // sless Node.js runtime shim: a warm, generic Node 20 process that the sless
 // server starts before it knows the function, then loads one handler into and
-// serves invocations over length-prefixed frames on stdin/stdout.
+// serves invocations over length-prefixed frames on stdin/stdout; a serving
+// pod's shim (LOAD `serve`) also answers the gateways' TCP connections itself.
 // The wire protocol is runtimes/PROTOCOL.md. Built-in modules only.
 'use strict';
 
@@ -15,7 +16,7 @@ const RUNTIME = 'nodejs20';
 const SHIM_VERSION = '1';
 const STDOUT = 1;
 const STDERR = 2;
-const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47 };
+const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47, ERROR: 0x45, DRAIN: 0x44 };
 
 const JSON_TYPE = 'application/json';
 // Marks an answer the shim made because the handler failed (the gateway
@@ -25,9 +26,12 @@ const TEXT_TYPE = 'text/plain; charset=utf-8';
 const BYTES_TYPE = 'application/octet-stream';
 const NOT_SERIALIZABLE = 'handler returned a value that is not JSON-serializable: ';
 
-// The invocation id that output written in the current async context belongs to.
+// An invocation's key: its id (a number) when it came on the frame pipe, its
+// ConnectionCall when it came on a connection (LOAD `serve`), since the ids
+// of different connections may be equal. The key of the invocation that
+// output written in the current async context belongs to:
 const invocation = new AsyncLocalStorage();
-// Invocations without an OUTPUT yet: id -> request_id.
+// Invocations without an OUTPUT yet: key -> request_id.
 const inflight = new Map();
 // The frame pipes: the driver starts the shim with them on fds 3 (in) and 4
 // (out), fd 0 on /dev/null and fd 1 on stderr (PROTOCOL.md), so nothing a
@@ -53,7 +57,7 @@ let loaded = null;
 class LoadError extends Error {}
 class BadReturn extends Error {}
 
-function sendFrame(type, id, ...parts) {
+function encodeFrame(type, id, parts) {
   let size = 0;
   for (const part of parts) size += part.length;
   const frame = Buffer.allocUnsafe(9 + size);
@@ -62,7 +66,18 @@ function sendFrame(type, id, ...parts) {
   frame.writeUInt32BE(id, 5);
   let offset = 9;
   for (const part of parts) offset += part.copy(frame, offset);
-  writeFrameBytes(frame);
+  return frame;
+}
+
+// A frame on the pipe to the server.
+function sendFrame(type, id, ...parts) {
+  writeFrameBytes(encodeFrame(type, id, parts));
+}
+
+// A frame about the invocation `key`, wherever it came from.
+function sendFrameFor(key, type, ...parts) {
+  if (typeof key === 'number') writeFrameBytes(encodeFrame(type, key, parts));
+  else key.send(type, parts);
 }
 
 function sendJson(type, value) {
@@ -73,16 +88,16 @@ function sendJson(type, value) {
 // makes a frame the server refuses.
 const LOG_CHUNK = 64 * 1024;
 
-function sendLog(id, stream, bytes) {
+function sendLog(key, stream, bytes) {
   for (let at = 0; at < bytes.length; at += LOG_CHUNK) {
-    sendFrame(FRAME.LOG, id, Buffer.of(stream), bytes.subarray(at, at + LOG_CHUNK));
+    sendFrameFor(key, FRAME.LOG, Buffer.of(stream), bytes.subarray(at, at + LOG_CHUNK));
   }
 }
 
 // The largest response body the server takes (LOAD's max_output_bytes).
 let maxOutput = Infinity;
 
-function currentId() {
+function currentKey() {
   return invocation.getStore() || 0;
 }
 
@@ -94,7 +109,7 @@ function captureWrites(stream, streamNo) {
       encoding = undefined;
     }
     const bytes = typeof chunk === 'string' ? Buffer.from(chunk, encoding) : Buffer.from(chunk);
-    if (bytes.length > 0) sendLog(currentId(), streamNo, bytes);
+    if (bytes.length > 0) sendLog(currentKey(), streamNo, bytes);
     if (callback) process.nextTick(callback);
     return true;
   };
@@ -282,13 +297,14 @@ function errorReport(err) {
   return Buffer.from(isError(err) ? userStack(err) : `Uncaught ${util.inspect(err)}`);
 }
 
-function sendOutput(id, [head, body]) {
-  sendFrame(FRAME.OUTPUT, id, head, body);
+function sendOutput(key, [head, body]) {
+  if (typeof key === 'number') sendFrame(FRAME.OUTPUT, key, head, body);
+  else key.answer(head, body);
 }
 
-function reply(id, result) {
-  const requestId = inflight.get(id);
-  if (!inflight.delete(id)) return;
+function reply(key, result) {
+  const requestId = inflight.get(key);
+  if (!inflight.delete(key)) return;
   let response;
   try {
     response = toResponse(result);
@@ -299,32 +315,32 @@ function reply(id, result) {
     const message = `handler returned a response body of ${response[1].length} bytes, more than the limit of ${maxOutput}`;
     response = errorResponse(requestId, message);
   }
-  sendOutput(id, response);
+  sendOutput(key, response);
 }
 
-function replyError(id, err) {
-  const requestId = inflight.get(id);
-  if (!inflight.delete(id)) return;
-  sendLog(id, STDERR, errorReport(err));
-  sendOutput(id, errorResponse(requestId, describeError(err), true));
+function replyError(key, err) {
+  const requestId = inflight.get(key);
+  if (!inflight.delete(key)) return;
+  sendLog(key, STDERR, errorReport(err));
+  sendOutput(key, errorResponse(requestId, describeError(err), true));
 }
 
-function callHandler(id, event, context) {
+function callHandler(key, event, context) {
   let result;
   try {
     result = loaded.handler(event, context);
   } catch (err) {
-    replyError(id, err);
+    replyError(key, err);
     return;
   }
   if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
-    result.then((value) => reply(id, value), (err) => replyError(id, err));
+    result.then((value) => reply(key, value), (err) => replyError(key, err));
   } else {
-    reply(id, result);
+    reply(key, result);
   }
 }
 
-function invoke(id, payload) {
+function invoke(key, payload) {
   let requestId = '';
   let event;
   let context;
@@ -338,20 +354,224 @@ function invoke(id, payload) {
     event = kind === 'http' ? parseHttpEvent(text) : header.event ?? null;
     context = makeContext(header, kind, text);
   } catch (err) {
-    sendOutput(id, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`, true));
+    sendOutput(key, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`, true));
     return;
   }
-  inflight.set(id, requestId);
-  invocation.run(id, callHandler, id, event, context);
+  inflight.set(key, requestId);
+  invocation.run(key, callHandler, key, event, context);
 }
+
+// Serving the gateways' connections (LOAD `serve`, PROTOCOL.md): calls come
+// on TCP connections accepted on an inherited listening socket and are
+// answered on the connection they came on.
+
+// How long an `E` frame may take to leave before the shim exits anyway.
+const EXIT_FLUSH_MS = 1000;
+// A connection whose peer leaves this many bytes of frames unread is closed
+// (its frames dropped), so a gateway that stops reading cannot grow the shim
+// without bound. A reading gateway is far below it: answers are at most
+// max_output_bytes each.
+const MAX_UNREAD = 256 * 1024 * 1024;
+
+// The listening socket is close-on-exec like every fd Node inherits (it marks
+// them all at start-up) and accepted connections are too (accept4 with
+// SOCK_CLOEXEC), so a handler's child processes hold none of them.
+class Serving {
+  constructor(spec) {
+    const { fd, hello, timeout_ms: timeoutMs } = spec;
+    const bad = (what) => new LoadError(`bad LOAD: serve.${what}`);
+    if (!Number.isInteger(fd) || fd < 0) throw bad(`fd must be a descriptor, not ${JSON.stringify(fd)}`);
+    if (hello === null || typeof hello !== 'object') throw bad('hello must be an object');
+    if (typeof timeoutMs !== 'number' || !(timeoutMs > 0)) {
+      throw bad(`timeout_ms must be a positive number, not ${JSON.stringify(timeoutMs)}`);
+    }
+    let isSocket;
+    try {
+      isSocket = fs.fstatSync(fd).isSocket();
+    } catch (err) {
+      throw bad(`fd ${fd}: ${err.message}`);
+    }
+    if (!isSocket) throw bad(`fd ${fd} is not a socket`);
+    this.fd = fd;
+    this.hello = encodeFrame(FRAME.HELLO, 0, [Buffer.from(JSON.stringify(hello))]);
+    this.timeoutMs = timeoutMs;
+    this.timeoutReason = `no answer within ${Math.max(1, Math.floor(timeoutMs / 1000))}s; the instance restarts`;
+    // Calls from connections without an answer, in the order they were read
+    // (so the oldest comes first).
+    this.calls = new Set();
+    // Due when the oldest call's time is up (none while no call is in flight).
+    this.timeoutTimer = null;
+    this.lastAnswer = -Infinity;
+    this.quietMs = null; // set by a D frame
+    this.drainFrom = 0;
+    this.drainTimer = null;
+  }
+
+  // Called once READY ok is sent: connections waiting in the backlog are accepted now.
+  start() {
+    const server = net.createServer((connection) => this.accept(connection));
+    server.on('error', (err) => {
+      writeDiagnostic(`sless shim: serving on fd ${this.fd}: ${err.message}\n`);
+      if (!server.listening) process.exit(1);
+    });
+    server.listen({ fd: this.fd });
+  }
+
+  accept(connection) {
+    connection.setNoDelay(true);
+    connection.write(this.hello);
+    const reader = new FrameReader((type, id, payload) => this.onFrame(connection, type, id, payload));
+    connection.on('data', (chunk) => reader.push(chunk));
+    // EOF or an error closes the connection; its calls still running finish
+    // unheard (ConnectionCall.send drops their frames).
+    connection.on('end', () => connection.destroy());
+    connection.on('error', () => connection.destroy());
+  }
+
+  onFrame(connection, type, id, payload) {
+    if (connection.destroyed) return;
+    if (type !== FRAME.INVOKE) {
+      writeDiagnostic(`sless shim: closing a connection that sent a frame of type ${String.fromCharCode(type)}\n`);
+      connection.destroy();
+      return;
+    }
+    const call = new ConnectionCall(this, connection, id);
+    this.calls.add(call);
+    if (this.timeoutTimer === null) this.armTimeout(call);
+    invoke(call, payload);
+  }
+
+  answered(call) {
+    if (!this.calls.delete(call)) return false; // timed out: it had its E
+    this.lastAnswer = performance.now();
+    if (this.quietMs !== null && this.calls.size === 0) this.armDrain();
+    return true;
+  }
+
+  // The timeout check runs when `oldest` is due: at once, not on a polling
+  // tick, and never while no call from a connection is in flight.
+  armTimeout(oldest) {
+    const due = oldest.readAt + this.timeoutMs - performance.now();
+    this.timeoutTimer = setTimeout(() => this.checkTimeouts(), Math.max(1, Math.ceil(due)));
+    this.timeoutTimer.unref();
+  }
+
+  // A stuck handler cannot be taken back: every call past its time gets an
+  // E on its connection, then the shim exits 1 and its pod restarts it.
+  checkTimeouts() {
+    this.timeoutTimer = null;
+    const now = performance.now();
+    const overdue = [];
+    for (const call of this.calls) {
+      if (now - call.readAt < this.timeoutMs) {
+        if (overdue.length === 0) this.armTimeout(call);
+        break;
+      }
+      overdue.push(call);
+    }
+    if (overdue.length > 0) this.timeOut(overdue);
+  }
+
+  timeOut(overdue) {
+    const payload = [Buffer.from(JSON.stringify({ error: 'timeout', reason: this.timeoutReason }))];
+    writeDiagnostic(`sless shim: ${overdue.length} call(s) had no answer within ${this.timeoutMs} ms; exiting\n`);
+    let unsent = overdue.length;
+    const sent = () => {
+      if (--unsent === 0) process.exit(1);
+    };
+    for (const call of overdue) {
+      this.calls.delete(call);
+      call.open = false;
+      if (call.connection.writable) call.connection.write(encodeFrame(FRAME.ERROR, call.id, payload), sent);
+      else sent();
+    }
+    setTimeout(() => process.exit(1), EXIT_FLUSH_MS);
+  }
+
+  // D: go on serving, and exit 0 once no call from a connection has been in
+  // flight for quiet_ms, counted from now or the last answer.
+  drain(payload) {
+    let quietMs;
+    try {
+      quietMs = JSON.parse(payload.toString('utf8')).quiet_ms;
+    } catch {
+      quietMs = undefined;
+    }
+    if (typeof quietMs !== 'number' || !(quietMs >= 0)) {
+      writeDiagnostic(`sless shim: ignoring a D frame without a quiet_ms: ${payload.toString('utf8')}\n`);
+      return;
+    }
+    this.quietMs = quietMs;
+    this.drainFrom = performance.now();
+    this.armDrain();
+  }
+
+  quietLeft() {
+    return Math.max(this.drainFrom, this.lastAnswer) + this.quietMs - performance.now();
+  }
+
+  // Never exits at once: the answer that armed it goes out first.
+  armDrain() {
+    clearTimeout(this.drainTimer);
+    if (this.calls.size > 0) return; // the last answer arms it again
+    this.drainTimer = setTimeout(() => this.drainDue(), Math.max(0, Math.ceil(this.quietLeft())));
+  }
+
+  drainDue() {
+    if (this.calls.size > 0) return;
+    if (this.quietLeft() <= 0) process.exit(0);
+    this.armDrain();
+  }
+}
+
+// A call read from a connection: the key of its invocation.
+class ConnectionCall {
+  constructor(serving, connection, id) {
+    this.serving = serving;
+    this.connection = connection;
+    this.id = id;
+    this.readAt = performance.now();
+    this.open = true; // false once it has timed out
+  }
+
+  // Frames of a call whose connection has closed, or that has timed out, are
+  // dropped. What one turn of the event loop writes to a connection (a call's
+  // G frames and O, the answers to calls read together) leaves in one write.
+  send(type, parts) {
+    const connection = this.connection;
+    if (!this.open || !connection.writable) return;
+    if (connection.writableLength > MAX_UNREAD) {
+      writeDiagnostic(`sless shim: closing a connection that left ${connection.writableLength} bytes unread\n`);
+      connection.destroy();
+      return;
+    }
+    if (connection.writableCorked === 0) {
+      connection.cork();
+      setImmediate(uncork, connection);
+    }
+    connection.write(encodeFrame(type, this.id, parts));
+  }
+
+  answer(head, body) {
+    if (this.serving.answered(this)) this.send(FRAME.OUTPUT, [head, body]);
+  }
+}
+
+function uncork(connection) {
+  connection.uncork();
+}
+
+let serving = null;
 
 function load(payload) {
   if (loaded !== null) {
     sendJson(FRAME.READY, { ok: false, error: 'a function is already loaded' });
     return;
   }
+  let toServe = null;
   try {
     const spec = JSON.parse(payload.toString('utf8'));
+    if (spec.serve != null) toServe = new Serving(spec.serve);
     loaded = loadFunction(spec);
     if (Number.isInteger(spec.max_output_bytes) && spec.max_output_bytes > 0) maxOutput = spec.max_output_bytes;
   } catch (err) {
@@ -360,22 +580,27 @@ function load(payload) {
     return;
   }
   sendJson(FRAME.READY, { ok: true });
+  if (toServe !== null) {
+    serving = toServe;
+    serving.start();
+  }
 }
 
 function onFrame(type, id, payload) {
   if (type === FRAME.INVOKE) invoke(id, payload);
   else if (type === FRAME.LOAD) load(payload);
+  else if (type === FRAME.DRAIN && serving !== null) serving.drain(payload);
   else writeDiagnostic(`sless shim: ignoring frame of type ${String.fromCharCode(type)}\n`);
 }
 
 // An error thrown from a handler's callback or a promise nobody awaited: it
 // fails its invocation if that is still running, else it goes to the log.
 function onUncaught(err) {
-  const id = currentId();
-  if (inflight.has(id)) {
-    replyError(id, err);
+  const key = currentKey();
+  if (inflight.has(key)) {
+    replyError(key, err);
   } else {
-    sendLog(id, STDERR, errorReport(err));
+    sendLog(key, STDERR, errorReport(err));
   }
 }
 
