@@ -363,7 +363,11 @@ class NodeServeTest(ServeContract, unittest.TestCase):
         ),
         "children": (
             'const { execSync } = require("child_process");\n'
-            'exports.handle = async () => ({ listing: execSync("ls -l /proc/$$/fd", { encoding: "utf8" }) });\n'
+            # Node gives a child its stdio as socket pairs: with those closed, a
+            # socket left in the listing is one the child inherited.
+            "exports.handle = async () => ({\n"
+            '  listing: execSync("ls -l /proc/self/fd </dev/null 2>/dev/null | cat", { encoding: "utf8" }),\n'
+            "});\n"
         ),
     }
 
