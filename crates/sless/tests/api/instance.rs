@@ -405,8 +405,13 @@ async fn a_generic_instance_takes_one_specialization_then_serves_that_function()
     let mut instance = start_generic();
     instance.wait_ready();
     assert_eq!(ready_text(instance.ready).await, (200, "generic".to_string()));
+    // The frame port is bound from the start (the shim holds it), but
+    // nothing is served on it before a function is loaded.
+    let mut early = TcpStream::connect(("127.0.0.1", instance.frames)).unwrap();
+    early.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    let mut byte = [0u8; 1];
     assert!(
-        TcpStream::connect(("127.0.0.1", instance.frames)).is_err(),
+        matches!(early.read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut),
         "no frames before a function"
     );
     let (url, digest) = served_artifact().await;
@@ -426,6 +431,11 @@ async fn a_generic_instance_takes_one_specialization_then_serves_that_function()
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o222, 0, "{} is writable: {mode:o}", path.display());
     }
+    // The connection made before is served now, from its HELLO on.
+    early.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut head = [0u8; 9];
+    early.read_exact(&mut head).unwrap();
+    assert_eq!(head[4], b'H', "the early connection's first frame");
     let mut gateway = Gateway::connect(instance.frames).await;
     assert_eq!(gateway.hello["function"], "hello");
     assert_eq!(gateway.hello["version"], 7);
