@@ -12,6 +12,7 @@ import fcntl
 import importlib
 import inspect
 import io
+import itertools
 import json
 import os
 import queue
@@ -24,6 +25,7 @@ import time
 import traceback
 import urllib.parse
 from threading import get_ident
+from time import monotonic
 
 RUNTIME = "python3.11"
 SHIM_VERSION = "1"
@@ -146,9 +148,11 @@ class FrameWriter:
             self._out.flush()
 
     def close(self):
-        """Closes the file; no frame is written after (nor while) it does."""
+        """Closes the file; no frame is written after (nor while) it does:
+        later ones are dropped."""
         with self._lock:
             self._out.close()
+            self._out = Discard()
 
     def send_json(self, kind, value):
         self.send(kind, 0, JSON_ENCODER.encode(value).encode())
@@ -343,6 +347,7 @@ class MainThreadCalls:
         poller = select.poll()
         poller.register(reader.fd, select.POLLIN)
         reader.take_frames()  # the frames read with LOAD
+        wait_and_read = getattr(reader, "wait_and_read", None)  # ServeReader's
         while True:
             if mine:
                 self._run_mine()
@@ -353,8 +358,11 @@ class MainThreadCalls:
                 if not self.inline and time.monotonic() >= self.threaded_until:
                     self.inline = True
                 with self.read_lock:
-                    poller.poll()
-                    reader.on_readable()
+                    if wait_and_read is None:
+                        poller.poll()
+                        reader.on_readable()
+                    else:
+                        wait_and_read()
 
     def _run_mine(self):
         """Runs the calls read so far, their answers held for one write."""
@@ -926,42 +934,59 @@ CONNECTION_SEND_SECONDS = 10.0
 # end of a drain.
 SERVE_WATCH_SECONDS = 0.02
 
-ConnectionCall = collections.namedtuple("ConnectionCall", "connection id read_at")
 
 
-class ConnectionOut:
-    """The file a connection's FrameWriter writes to (always under that
-    writer's lock): a buffer sent with sendall on flush. After a failed
-    send or close() it drops what is written, so no frame ever reaches a
-    descriptor that a closed connection's number was given to again."""
+class ConnectionOut(io.RawIOBase):
+    """The raw file under a connection's buffered writer (written under
+    that FrameWriter's lock): one write() per flush of the buffer. The
+    socket is non-blocking underneath its timeout, so a write is one
+    system call, and sendall's wait for room (within the timeout) comes
+    only when the peer is behind; past it, or on an error, the connection
+    is shut down (its reader sees the end and closes it) and what is
+    written after is dropped."""
 
     def __init__(self, sock):
+        super().__init__()
         self.sock = sock
-        self.pending = bytearray()
-        self.open = True
+        self.fd = sock.fileno()
+        self.failed = False
+
+    def writable(self):
+        return True
 
     def write(self, data):
-        if self.open:
-            self.pending += data
-
-    def flush(self):
-        if not self.pending:
-            return
+        if self.failed:
+            return len(data)
         try:
-            self.sock.sendall(self.pending)
+            try:
+                sent = os.write(self.fd, data)
+            except BlockingIOError:
+                sent = 0
+            if sent < len(data):
+                self.sock.sendall(memoryview(data)[sent:])
         except OSError as exc:
             sys.__stderr__.write(f"sless shim: dropping a connection that takes no frames: {exc}\n")
-            self.open = False
-            try:  # its reader sees the end and closes it
+            self.failed = True
+            try:
                 self.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self.pending.clear()
+        return len(data)
 
     def close(self):
-        self.open = False
-        self.pending.clear()
-        self.sock.close()
+        if not self.closed:
+            self.sock.close()
+        super().close()
+
+
+class Discard:
+    """Where a closed FrameWriter's frames go."""
+
+    def write(self, data):
+        pass
+
+    def flush(self):
+        pass
 
 
 class Connection:
@@ -971,15 +996,17 @@ class Connection:
     def __init__(self, sock, served):
         self.fd = sock.fileno()
         self.served = served
-        self.writer = FrameWriter(ConnectionOut(sock), served.frames.main_thread)
+        self.writer = FrameWriter(io.BufferedWriter(ConnectionOut(sock), 64 * 1024), served.frames.main_thread)
         self.reader = FrameReader(self.fd, self.on_frame, served.batch_start, served.batch_end)
         self.reader.pause = lambda: self.closed
         self.reader.at_end = self.close
         self.closed = False
+        self.invoke = served.shim.invoke
+        self.open_call = served.frames.open_call
 
     def on_frame(self, kind, conn_id, payload):
         if kind == b"I":
-            self.served.shim.invoke(self.served.frames.open_call(self, conn_id), payload)
+            self.invoke(self.open_call(self.writer, conn_id), payload)
         else:
             sys.__stderr__.write(f"sless shim: closing a connection that sent a frame of type {kind!r}\n")
             self.close()
@@ -1018,8 +1045,8 @@ class ServeReader:
     def take_frames(self):
         self.pipe.take_frames()
 
-    def on_readable(self):
-        events = self.epoll.poll(0)
+    def on_readable(self, wait=0):
+        events = self.epoll.poll(wait)
         for fd, _ in events:
             if fd == self.pipe.fd:
                 self.pipe.on_readable()
@@ -1028,6 +1055,11 @@ class ServeReader:
             elif (connection := self.connections.get(fd)) is not None:
                 connection.reader.on_readable()
         return bool(events)
+
+    def wait_and_read(self):
+        """MainThreadCalls' wait for frames and their reading: one system
+        call less than a poll of `fd` followed by on_readable()."""
+        self.on_readable(-1)
 
     def accept(self):
         """Takes every waiting connection (close-on-exec, as accept makes
@@ -1074,9 +1106,13 @@ class RoutedFrames:
         self.held = set()  # connection writers corked with the current batch
         self.batches = 0  # batches corked so far, for the watchdog
         self.seen = -1  # batches at the watchdog's last tick
-        self.calls = {}  # id in the shim -> ConnectionCall, until its OUTPUT, oldest first
-        self.calls_lock = threading.Lock()
-        self.next_id = CONNECTION_IDS
+        # id in the shim -> (connection's writer, connection's id, monotonic
+        # time read), until its OUTPUT, oldest first. No lock: an insert and
+        # a pop are atomic under the GIL, so an OUTPUT and the watch's
+        # timeout never both take one call; the watch retries a look that
+        # an insert disturbed.
+        self.calls = {}
+        self.ids = itertools.count(CONNECTION_IDS + 1)
         self.timeout = timeout_ms / 1000
         reason = f"no answer within {max(1, timeout_ms // 1000)}s; the instance restarts"
         self.timeout_error = JSON_ENCODER.encode({"error": "timeout", "reason": reason}).encode()
@@ -1084,18 +1120,17 @@ class RoutedFrames:
         self.drain_from = None  # monotonic time of D, while draining
         self.drain_quiet = 0.0
 
-    def open_call(self, connection, conn_id):
-        """The id in the shim of a call read from `connection` now."""
-        with self.calls_lock:
-            self.next_id += 1
-            self.calls[self.next_id] = ConnectionCall(connection, conn_id, time.monotonic())
-            return self.next_id
+    def open_call(self, writer, conn_id):
+        """The id in the shim of a call read now from the connection that
+        `writer` writes to."""
+        inv_id = next(self.ids)
+        self.calls[inv_id] = (writer, conn_id, monotonic())
+        return inv_id
 
-    def _writer(self, call):
-        """The call's connection's writer, corked with the pipe's batch
-        when the main thread writes during one."""
-        writer = call.connection.writer
-        if self.pipe.corked and writer not in self.held and get_ident() == self.main_thread:
+    def _writer(self, writer):
+        """`writer`, corked with the pipe's batch when the main thread
+        writes during one."""
+        if self.pipe._corked and get_ident() == self.main_thread and writer not in self.held:
             writer.cork()
             self.held.add(writer)
         return writer
@@ -1104,23 +1139,22 @@ class RoutedFrames:
         if inv_id < CONNECTION_IDS:
             self.pipe.send(kind, inv_id, payload)
         elif (call := self.calls.get(inv_id)) is not None:
-            self._writer(call).send(kind, call.id, payload)
+            self._writer(call[0]).send(kind, call[1], payload)
 
     def send_log(self, inv_id, stream, text):
         if inv_id < CONNECTION_IDS:
             self.pipe.send_log(inv_id, stream, text)
         elif (call := self.calls.get(inv_id)) is not None:
-            self._writer(call).send_log(call.id, stream, text)
+            self._writer(call[0]).send_log(call[1], stream, text)
 
     def send_output(self, inv_id, head, body):
         if inv_id < CONNECTION_IDS:
             self.pipe.send_output(inv_id, head, body)
             return
-        with self.calls_lock:
-            call = self.calls.pop(inv_id, None)
-            self.last_answer = time.monotonic()
+        call = self.calls.pop(inv_id, None)
+        self.last_answer = monotonic()
         if call is not None:  # else timed out already
-            self._writer(call).send_output(call.id, head, body)
+            self._writer(call[0]).send_output(call[1], head, body)
 
     def send_json(self, kind, value):
         self.pipe.send_json(kind, value)
@@ -1150,9 +1184,8 @@ class RoutedFrames:
             self.on_tick()
 
     def drain(self, quiet_ms):
-        with self.calls_lock:
-            self.drain_quiet = quiet_ms / 1000
-            self.drain_from = time.monotonic()
+        self.drain_quiet = quiet_ms / 1000
+        self.drain_from = monotonic()
 
     def start_watch(self):
         threading.Thread(target=self._watch, name="sless-serve-watch", daemon=True).start()
@@ -1164,30 +1197,28 @@ class RoutedFrames:
         has been in flight for the quiet time."""
         while True:
             time.sleep(SERVE_WATCH_SECONDS)
-            now = time.monotonic()
-            with self.calls_lock:
+            now = monotonic()
+            try:
                 late = self._take_late_call(now)
-                drained = (
-                    not self.calls
-                    and self.drain_from is not None
-                    and now - max(self.drain_from, self.last_answer) >= self.drain_quiet
-                )
+            except RuntimeError:  # a call came in while the oldest was looked up
+                continue
             if late is not None:
+                writer, conn_id, _ = late
                 sys.__stderr__.write(f"sless shim: a call got no answer within {self.timeout:g}s; exiting\n")
-                late.connection.writer.send(b"E", late.id, self.timeout_error)
+                writer.send(b"E", conn_id, self.timeout_error)
                 self._exit(1)
-            if drained:
-                self._exit(0)
+            drain_from = self.drain_from
+            if not self.calls and drain_from is not None:
+                if now - max(drain_from, self.last_answer) >= self.drain_quiet:
+                    self._exit(0)
 
     def _take_late_call(self, now):
         """The oldest call, taken out of `calls` (its OUTPUT, should it come
         now, is dropped), when it is past the timeout; else None."""
-        for inv_id, call in self.calls.items():  # oldest first
-            if now - call.read_at < self.timeout:
-                return None
-            del self.calls[inv_id]
-            return call
-        return None
+        oldest = next(iter(self.calls.items()), None)
+        if oldest is None or now - oldest[1][2] < self.timeout:
+            return None
+        return self.calls.pop(oldest[0], None)  # None: answered meanwhile
 
     def _exit(self, code):
         """Lets out every frame written so far, then ends the process."""
