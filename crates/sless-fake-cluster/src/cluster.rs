@@ -29,6 +29,10 @@ pub(crate) struct Cluster {
     /// Deployment, which replaced them), by name, with the labels and
     /// annotations of the claim.
     pub(crate) claimed: Mutex<BTreeMap<String, (Pod, Value)>>,
+    /// How long a function's own pod stays unready after it starts, as a
+    /// real cluster's scheduling and image pull keep it (zero unless a
+    /// test sets it; generic pods are the ones a pool keeps started).
+    pub(crate) function_pod_start: Mutex<Duration>,
 }
 
 impl Cluster {

@@ -22,6 +22,8 @@ pub(crate) struct Pod {
     pub(crate) frames: u16,
     pub(crate) ready_port: u16,
     pub(crate) ready: bool,
+    /// Its readiness probe fails until then, whatever `/ready` says.
+    unready_until: Instant,
     _dir: tempfile::TempDir,
 }
 
@@ -198,11 +200,17 @@ impl Cluster {
             .stderr(Stdio::null())
             .process_group(0);
         std::fs::create_dir_all(dir.path().join("code")).unwrap();
+        let starting = if template.generic {
+            Duration::ZERO
+        } else {
+            *self.function_pod_start.lock().unwrap()
+        };
         Pod {
             child: cmd.spawn().expect("start sless instance"),
             frames,
             ready_port,
             ready: false,
+            unready_until: Instant::now() + starting,
             _dir: dir,
         }
     }
@@ -301,7 +309,7 @@ impl Cluster {
                 .and_then(|w| w.pods.get_mut(index))
             {
                 if pod.ready_port == port {
-                    pod.ready = ready;
+                    pod.ready = ready && Instant::now() >= pod.unready_until;
                 }
             }
         }

@@ -123,6 +123,7 @@ impl FakeCluster {
             secrets: Mutex::new(BTreeMap::new()),
             terminating: Mutex::new(Vec::new()),
             claimed: Mutex::new(BTreeMap::new()),
+            function_pod_start: Mutex::new(Duration::ZERO),
         });
         let kubelet = tokio::spawn({
             let cluster = cluster.clone();
@@ -234,6 +235,15 @@ impl FakeCluster {
     pub fn jobs(&self) -> Vec<(String, u32)> {
         let jobs = self.cluster.jobs.lock().unwrap();
         jobs.iter().map(|(name, pod)| (name.clone(), pod.pid())).collect()
+    }
+
+    /// Keeps every function pod started from now on unready for `start`
+    /// (generic pods are not held): a real cluster takes seconds to
+    /// schedule a pod and pull its image, where this one starts it in
+    /// tens of milliseconds, which would let a function's own pod race the
+    /// warm pod that a cold start takes.
+    pub fn set_function_pod_start(&self, start: Duration) {
+        *self.cluster.function_pod_start.lock().unwrap() = start;
     }
 
     /// The pids of the ready generic pods of every warm pool.
