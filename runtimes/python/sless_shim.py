@@ -262,9 +262,11 @@ class HandlerThreads:
 
     def take_waiting(self):
         """A call that waits for a thread (when no more could be started), or None."""
+        if self._jobs.empty():  # the usual case, asked each time the main thread is idle: no exception
+            return None
         try:
             return self._jobs.get_nowait()
-        except queue.Empty:
+        except queue.Empty:  # a thread took it meanwhile
             return None
 
     def _start_thread(self):
