@@ -16,7 +16,7 @@ const RUNTIME = 'nodejs20';
 const SHIM_VERSION = '1';
 const STDOUT = 1;
 const STDERR = 2;
-const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47, ERROR: 0x45, DRAIN: 0x44 };
+const FRAME = { HELLO: 0x48, LOAD: 0x4c, READY: 0x52, INVOKE: 0x49, OUTPUT: 0x4f, LOG: 0x47, ERROR: 0x45, DRAIN: 0x44, KEEPALIVE: 0x4b };
 
 const JSON_TYPE = 'application/json';
 // Marks an answer the shim made because the handler failed (the gateway
@@ -365,6 +365,10 @@ function invoke(key, payload) {
 // on TCP connections accepted on an inherited listening socket and are
 // answered on the connection they came on.
 
+// How often a serving shim tells `sless instance` (a K frame on the pipe) that
+// its event loop turns: a handler that never yields stops it, and `sless
+// instance` ends a shim silent past its timeout.
+const KEEPALIVE_MS = 1000;
 // How long an `E` frame may take to leave before the shim exits anyway.
 const EXIT_FLUSH_MS = 1000;
 // A connection whose peer leaves this many bytes of frames unread is closed
@@ -415,6 +419,7 @@ class Serving {
       if (!server.listening) process.exit(1);
     });
     server.listen({ fd: this.fd });
+    setInterval(() => sendFrame(FRAME.KEEPALIVE, 0), KEEPALIVE_MS);
   }
 
   accept(connection) {

@@ -935,7 +935,11 @@ CONNECTION_SEND_SECONDS = 10.0
 # How often the serve watch looks for calls past their timeout and for the
 # end of a drain.
 SERVE_WATCH_SECONDS = 0.02
-
+# How often the serve watch tells `sless instance` (a K frame on the pipe)
+# that nothing holds the interpreter: a handler in C code that keeps the GIL
+# stops the watch too, and `sless instance` ends a shim silent past its
+# timeout.
+KEEPALIVE_SECONDS = 1.0
 
 
 class ConnectionOut(io.RawIOBase):
@@ -1196,10 +1200,15 @@ class RoutedFrames:
         """Every SERVE_WATCH_SECONDS: a call unanswered past the timeout is
         answered with E and the shim exits 1 (a stuck handler cannot be taken
         back); while draining, the shim exits 0 once no connection's call
-        has been in flight for the quiet time."""
+        has been in flight for the quiet time. Every KEEPALIVE_SECONDS it
+        says K on the pipe."""
+        said = 0.0
         while True:
             time.sleep(SERVE_WATCH_SECONDS)
             now = monotonic()
+            if now - said >= KEEPALIVE_SECONDS:
+                self.pipe.send(b"K", 0, b"")
+                said = now
             try:
                 late = self._take_late_call(now)
             except RuntimeError:  # a call came in while the oldest was looked up

@@ -90,7 +90,9 @@ class ServeContract:
     once, answers the event after `delay` seconds; Python: a sync handler
     that prints "loading" at import), "sleepy_async" (the same, async) and
     "children" (answers {"listing": the `ls -l /proc/<pid>/fd` of a child
-    shell it starts, letting it inherit what a child can})."""
+    shell it starts, letting it inherit what a child can}) and "holding"
+    (keeps the interpreter for `seconds`: Python in C code holding the GIL,
+    Node in a loop that never yields)."""
 
     make_code_dir = ShimContract.make_code_dir
 
@@ -280,6 +282,25 @@ class ServeContract:
         self.assertEqual(self.wait_exit(client), 0)
         self.assertGreater(time.monotonic() - answered, 0.15, "quiet for quiet_ms after the last answer")
 
+    # Not held
+
+    def test_a_serving_shim_says_k_every_second_but_not_while_a_handler_holds_it(self):
+        client, port = self.serve("holding")
+        deadline = time.monotonic() + 3
+        while len(client.keepalives) < 2:
+            self.assertLess(time.monotonic(), deadline, "K every second")
+            time.sleep(0.05)
+        connection = self.connect(client, port)
+        started = time.monotonic()
+        connection.call(1, {"seconds": 2.5})
+        self.assertEqual(connection.wait_outputs([1], timeout=10)[0].json(), {"held": 2.5})
+        answered = time.monotonic()
+        held = [t for t in client.keepalives if started + 0.3 < t < answered - 0.3]
+        self.assertEqual(held, [], "no K while the handler holds the interpreter")
+        while not any(t > answered for t in client.keepalives):
+            self.assertLess(time.monotonic(), answered + 3, "K again once it is given back")
+            time.sleep(0.05)
+
     # Descriptors
 
     def children_listing(self):
@@ -316,6 +337,13 @@ class PythonServeTest(ServeContract, unittest.TestCase):
             '    print("log", event["tag"])\n'
             '    await asyncio.sleep(event["delay"])\n'
             "    return event\n"
+        ),
+        # PyDLL calls keep the GIL: the serve watch cannot run meanwhile.
+        "holding": (
+            "import ctypes\n\n"
+            "def handle(event, context):\n"
+            '    ctypes.pythonapi.usleep(int(event["seconds"] * 1_000_000))\n'
+            '    return {"held": event["seconds"]}\n'
         ),
         "children": (
             "import os\nimport stat\nimport subprocess\n\n"
@@ -359,6 +387,13 @@ class NodeServeTest(ServeContract, unittest.TestCase):
             '  console.log("log", event.tag);\n'
             "  await new Promise((resolve) => setTimeout(resolve, event.delay * 1000));\n"
             "  return event;\n"
+            "};\n"
+        ),
+        "holding": (
+            "exports.handle = (event) => {\n"
+            "  const end = Date.now() + event.seconds * 1000;\n"
+            "  while (Date.now() < end) {}\n"
+            "  return { held: event.seconds };\n"
             "};\n"
         ),
         "children": (

@@ -82,6 +82,7 @@ class ShimClient:
         self.logs = defaultdict(list)  # invocation id -> [(stream, text)]
         self.outputs = {}  # invocation id -> Output
         self.arrival = []  # invocation ids in the order their OUTPUT came
+        self.keepalives = []  # monotonic times K frames arrived (a serving shim's, PROTOCOL.md)
         self._frames = queue.Queue()
         threading.Thread(target=self._read_frames, args=(self.proc.stdout,), daemon=True).start()
         threading.Thread(target=self._read_stderr, daemon=True).start()
@@ -89,6 +90,9 @@ class ShimClient:
     def _read_frames(self, out):
         while (head := out.read(4)) and len(head) == 4:
             rest = out.read(U32.unpack(head)[0])
+            if rest[:1] == b"K":
+                self.keepalives.append(time.monotonic())
+                continue
             self._frames.put((rest[:1], U32.unpack_from(rest, 1)[0], rest[5:]))
         self._frames.put(None)
 

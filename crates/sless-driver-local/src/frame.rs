@@ -19,6 +19,10 @@ pub mod kind {
     /// Server -> a shim that serves connections itself: exit once no call
     /// has been in flight for `{"quiet_ms": N}`.
     pub const DRAIN: u8 = b'D';
+    /// A shim that serves connections itself -> server, every second: the
+    /// shim is not held (a handler in C code holding Python's lock, a Node
+    /// loop that never yields cannot send it).
+    pub const KEEPALIVE: u8 = b'K';
 }
 
 /// Largest frame accepted from a shim unless [`set_max_frame`] says otherwise.

@@ -153,6 +153,9 @@ pub struct ShimProcess {
     /// Set by its first answer, which wakes [`ShimProcess::answered_once`].
     answered: AtomicBool,
     first_answer: tokio::sync::Notify,
+    /// When it was taken over, and its last KEEPALIVE, in ms after that.
+    taken_over: std::time::Instant,
+    heard_ms: AtomicU64,
     handle: Mutex<Option<Handle>>,
     death: tokio::sync::watch::Sender<Option<String>>,
 }
@@ -228,6 +231,8 @@ impl ShimProcess {
             alive: AtomicBool::new(true),
             answered: AtomicBool::new(false),
             first_answer: tokio::sync::Notify::new(),
+            taken_over: std::time::Instant::now(),
+            heard_ms: AtomicU64::new(0),
             handle: Mutex::new(Some(handle)),
             death,
         });
@@ -314,6 +319,10 @@ impl ShimProcess {
                     let _ = tx.send(result);
                 }
             }
+            kind::KEEPALIVE => {
+                let now = u64::try_from(self.taken_over.elapsed().as_millis()).unwrap_or(u64::MAX);
+                self.heard_ms.store(now, Ordering::Relaxed);
+            }
             other => {
                 tracing::warn!(instance = self.id, kind = %(other as char), "unexpected frame from shim")
             }
@@ -347,6 +356,12 @@ impl ShimProcess {
 
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// How long since its last KEEPALIVE (or since it was taken over).
+    pub fn silent_for(&self) -> Duration {
+        let heard = Duration::from_millis(self.heard_ms.load(Ordering::Relaxed));
+        self.taken_over.elapsed().saturating_sub(heard)
     }
 
     /// Resolves when the process has died, with the reason.

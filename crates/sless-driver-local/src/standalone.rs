@@ -201,6 +201,12 @@ impl Standalone {
         self.process.is_alive()
     }
 
+    /// How long since a shim that serves connections itself last said it
+    /// is not held (KEEPALIVE, every second).
+    pub fn silent_for(&self) -> Duration {
+        self.process.silent_for()
+    }
+
     /// Resolves with the reason once the shim has died.
     pub fn died(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.process.died()

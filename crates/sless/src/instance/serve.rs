@@ -43,6 +43,12 @@ pub const LOAD_FAILED: i32 = 3;
 /// EndpointSlice (a watch, or a listing kept for a second).
 pub const DRAIN_QUIET: Duration = Duration::from_secs(2);
 
+/// A serving shim sends KEEPALIVE every second; one silent for its
+/// timeout plus this is held by a handler that its own timeout cannot stop
+/// (C code holding Python's lock, a Node loop that never yields) and is
+/// ended, so the pod restarts it.
+pub const HELD_SLACK: Duration = Duration::from_secs(2);
+
 /// Answers written to a gateway at once at most.
 const WRITE_BATCH: usize = 64;
 
@@ -116,7 +122,8 @@ fn hello(config: &InstanceConfig, runtime: Runtime) -> serde_json::Value {
 /// turns readiness off and tells the shim to drain, which it does by
 /// exiting once no call has been in flight for [`DRAIN_QUIET`] (the
 /// kubelet's grace period bounds it). A shim that ends otherwise (a
-/// timeout, a crash) ends the process with 1: the pod restarts it.
+/// timeout, a crash), or is held past its timeout ([`HELD_SLACK`]), ends
+/// the process with 1: the pod restarts it.
 pub async fn supervise(
     config: &InstanceConfig,
     instance: Arc<Standalone>,
@@ -124,11 +131,24 @@ pub async fn supervise(
 ) -> anyhow::Result<i32> {
     let mut died = instance.died();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let held_after = Duration::from_secs(config.timeout_sec.max(1).into()) + HELD_SLACK;
+    let mut held_check = tokio::time::interval(Duration::from_secs(1));
     ready.store(true, Ordering::SeqCst);
     tracing::info!(listen = %config.listen, function = %config.function, version = config.version, "instance ready");
     let mut draining = false;
     let code = loop {
         tokio::select! {
+            _ = held_check.tick() => {
+                let silent = instance.silent_for();
+                if silent >= held_after {
+                    tracing::error!(
+                        "the shim has been held for {}s, past the timeout: a handler that does not give the \
+                         interpreter back (C code holding Python's lock, a Node loop that never yields); restarting",
+                        silent.as_secs()
+                    );
+                    break 1;
+                }
+            }
             _ = terminate.recv(), if !draining => {
                 tracing::info!("SIGTERM: draining");
                 draining = true;

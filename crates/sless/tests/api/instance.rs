@@ -239,6 +239,43 @@ async fn a_call_past_the_timeout_is_answered_timeout_and_the_instance_exits() {
     assert_eq!(instance.exit_code(), 1, "a timed-out instance restarts");
 }
 
+/// A handler that keeps the interpreter past its timeout (C code holding
+/// Python's lock, a Node loop that never yields) stops the shim's own
+/// timeout and its keepalive too: `sless instance` ends it (exit 1, the
+/// pod restarts it) and the call's connection closes unanswered.
+#[tokio::test]
+async fn a_handler_holding_the_interpreter_past_the_timeout_ends_the_instance() {
+    let python = "import ctypes\n\
+        def handle(event, context):\n    ctypes.pythonapi.usleep(60_000_000)\n";
+    let node = "exports.handle = () => { for (;;) {} };\n";
+    for (runtime, handler) in [("python3.11", python), ("nodejs20", node)] {
+        let settings = [("SLESS_INSTANCE_TIMEOUT_SEC", "1"), ("SLESS_INSTANCE_RUNTIME", runtime)];
+        let mut instance = start(handler, &settings, false);
+        instance.wait_ready();
+        let mut gateway = Gateway::connect(instance.frames).await;
+        let called = Instant::now();
+        let invocation = super::harness::event_call("req-held", serde_json::json!({}));
+        let mut invoke = sless_driver_local::invocation_frame(&invocation, 0);
+        frame::set_id(&mut invoke, 1);
+        tokio::io::AsyncWriteExt::write_all(&mut gateway.stream, &invoke)
+            .await
+            .unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(20), frame::read(&mut gateway.stream))
+            .await
+            .expect("the connection ends");
+        assert!(
+            matches!(end, Ok(None) | Err(_)),
+            "{runtime}: closed unanswered, not {end:?}"
+        );
+        assert_eq!(instance.exit_code(), 1, "{runtime}: a held instance restarts");
+        assert!(
+            called.elapsed() < Duration::from_secs(15),
+            "{runtime}: ended near its timeout"
+        );
+        assert!(instance.stderr().contains("held"), "{runtime}: says why");
+    }
+}
+
 #[tokio::test]
 async fn a_run_once_instance_exits_after_its_answer() {
     let mut instance = start(HANDLER, &[("SLESS_INSTANCE_ONCE", "true")], false);
