@@ -133,13 +133,16 @@ pub async fn supervise(
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let held_after = Duration::from_secs(config.timeout_sec.max(1).into()) + HELD_SLACK;
     let mut held_check = tokio::time::interval(Duration::from_secs(1));
+    // Silence counts from here: a generic pod's shim says nothing while it
+    // waits in its pool, however long.
+    let watching = Instant::now();
     ready.store(true, Ordering::SeqCst);
     tracing::info!(listen = %config.listen, function = %config.function, version = config.version, "instance ready");
     let mut draining = false;
     let code = loop {
         tokio::select! {
             _ = held_check.tick() => {
-                let silent = instance.silent_for();
+                let silent = instance.silent_for().min(watching.elapsed());
                 if silent >= held_after {
                     tracing::error!(
                         "the shim has been held for {}s, past the timeout: a handler that does not give the \

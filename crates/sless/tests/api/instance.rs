@@ -523,14 +523,22 @@ exports.handler = async (event, context) => {
     let mut request = specialization(&url, &digest, 128);
     request["runtime"] = "nodejs20".into();
     request["entrypoint"] = "handler.handler".into();
+    // A pod waits in its pool far longer than a function's timeout, and
+    // its shim says nothing meanwhile: that is not being held.
+    request["timeout_sec"] = 1.into();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
     let (status, text) = post_specialize(instance.ready, "pool-token", &request).await;
     assert_eq!(status, 200, "{text}");
     let mut gateway = Gateway::connect(instance.frames).await;
     assert_eq!(gateway.hello["runtime"], "nodejs20");
-    let Answer::Output(output) = gateway.invoke(1, serde_json::json!({"n": 5})).await else {
-        panic!("an output")
-    };
-    assert_eq!(output.status, 201);
-    assert_eq!(&output.body[..], b"hi 5");
-    assert_eq!(output.logs[0].text, "hello from hello\n");
+    for n in [5, 6] {
+        let Answer::Output(output) = gateway.invoke(n, serde_json::json!({"n": n})).await else {
+            panic!("an output")
+        };
+        assert_eq!(output.status, 201);
+        assert_eq!(&output.body[..], format!("hi {n}").as_bytes());
+        assert_eq!(output.logs[0].text, "hello from hello\n");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    assert!(instance.child.try_wait().unwrap().is_none(), "still serving");
 }
