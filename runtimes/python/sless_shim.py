@@ -346,10 +346,8 @@ class MainThreadCalls:
     def serve(self):
         reader, mine, pool = self.reader, self.mine, self.pool
         os.set_blocking(reader.fd, False)
-        poller = select.poll()
-        poller.register(reader.fd, select.POLLIN)
         reader.take_frames()  # the frames read with LOAD
-        wait_and_read = getattr(reader, "wait_and_read", None)  # ServeReader's
+        wait_and_read = reader.wait_and_read
         while True:
             if mine:
                 self._run_mine()
@@ -360,11 +358,7 @@ class MainThreadCalls:
                 if not self.inline and time.monotonic() >= self.threaded_until:
                     self.inline = True
                 with self.read_lock:
-                    if wait_and_read is None:
-                        poller.poll()
-                        reader.on_readable()
-                    else:
-                        wait_and_read()
+                    wait_and_read()
 
     def _run_mine(self):
         """Runs the calls read so far, their answers held for one write."""
@@ -851,6 +845,16 @@ class FrameReader:
         self.buffer = bytearray(size)
         self.start = 0  # first unconsumed byte
         self.end = 0  # end of the bytes read
+        self.poller = None  # wait_and_read's, made at its first wait
+
+    def wait_and_read(self):
+        """MainThreadCalls' wait for frames (the fd is non-blocking there)
+        and their reading."""
+        if self.poller is None:
+            self.poller = select.poll()
+            self.poller.register(self.fd, select.POLLIN)
+        self.poller.poll()
+        self.on_readable()
 
     def on_readable(self):
         if self.end == len(self.buffer):
@@ -1063,8 +1067,8 @@ class ServeReader:
         return bool(events)
 
     def wait_and_read(self):
-        """MainThreadCalls' wait for frames and their reading: one system
-        call less than a poll of `fd` followed by on_readable()."""
+        """MainThreadCalls' wait for frames and their reading: the epoll
+        wait is the wait, one system call less than a poll of `fd` first."""
         self.on_readable(-1)
 
     def accept(self):

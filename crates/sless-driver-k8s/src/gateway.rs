@@ -348,14 +348,6 @@ impl Serving {
                     self.forget(pod.addr);
                     answered(&self.target, timeout, cold_start, answer.map_err(|_| ()))
                 }
-                Err(_) => {
-                    // The shim times its calls out itself; past that and
-                    // the slack it is stuck (a handler holding Python's
-                    // lock): no more calls to it until it is listed again.
-                    tracing::warn!(function = %self.target, pod = %pod.addr, "no answer, not even the pod's own timeout");
-                    self.forget(pod.addr);
-                    answered(&self.target, timeout, cold_start, Err(()))
-                }
                 _ => answered(&self.target, timeout, cold_start, answer.map_err(|_| ())),
             };
         }
