@@ -334,7 +334,11 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
                 pool.instances
                     .change(|members| members.add(Instance { process, generation }));
             } else {
+                // Started for settings that changed meanwhile (or a version
+                // that stopped serving): the calls that counted on it ask
+                // again, and start one of the serving generation.
                 process.kill();
+                pool.instances.wake_waiters();
             }
         }
         Err(failure) => {

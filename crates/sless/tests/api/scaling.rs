@@ -354,3 +354,53 @@ async fn a_new_shim_version_rebuilds_and_rolls_every_function() {
     );
     pid(&server, "tools").await;
 }
+
+/// Takes `LOAD_SECS` to load; answers its `MARK`.
+const PY_SLOW_LOAD: &[u8] = br#"
+import os, time
+
+time.sleep(float(os.environ["LOAD_SECS"]))
+
+def handle(event, context):
+    return {"mark": os.environ["MARK"]}
+"#;
+
+/// A call waiting for an instance that new settings make stale while it
+/// starts is served by an instance of the new settings. (The stale one was
+/// stopped without waking the call, which waited out its timeout: a 504.)
+#[tokio::test]
+async fn a_call_waiting_on_a_start_that_new_settings_outdate_gets_the_new_settings() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
+    let spec = json!({"runtime": "python3.11", "timeout_sec": 10,
+        "env": {"LOAD_SECS": "0", "MARK": "old"}});
+    server.deploy("ns", "slow", spec, &[("handler.py", PY_SLOW_LOAD)]).await;
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/slow",
+            Some(json!({"env": {"LOAD_SECS": "2", "MARK": "old"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    server.wait_metric(&instances("slow"), 0.0, 30).await;
+
+    // The call starts an instance that takes two seconds to load; the
+    // settings change within them, and their instance loads at once.
+    let server = Arc::new(server);
+    let call = {
+        let server = server.clone();
+        tokio::spawn(async move { server.invoke(Method::POST, "/fn/ns/slow", "{}").await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/slow",
+            Some(json!({"env": {"LOAD_SECS": "0", "MARK": "new"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, _, text) = call.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["mark"], "new");
+}
