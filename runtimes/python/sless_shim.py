@@ -286,6 +286,55 @@ class HandlerThreads:
             self._idle.release()
 
 
+class SpareThread:
+    """A thread started while the instance idles in the warm pool, parked
+    until a cold start gives it its work. `Thread.start()` waits for the new
+    thread to run (a switch of the interpreter lock each way), and a fork's
+    first thread also makes its C library's arena: about 0.3 ms each on
+    this machine, paid between READY and the first call when a sync
+    handler's instance starts its loop and standby threads. Given work, a
+    spare runs it as a thread started for it would (a context of its own,
+    the name it was started with)."""
+
+    def __init__(self, name):
+        self._work = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def _run(self):
+        target = self._work.get()
+        if target is not None:
+            target()
+
+    def give(self, target):
+        self._work.put(target)
+
+    def release(self):
+        self._work.put(None)
+
+
+# The threads a sync handler's instance starts after READY, by name, made
+# ahead by rehearse(); each is taken once, or released once LOAD is answered.
+LOOP_THREAD = "sless-loop"
+STANDBY_THREAD = "sless-standby-reader"
+spare_threads = {}
+
+
+def start_thread(target, name):
+    """Runs `target` on a daemon thread named `name`: a spare one if
+    rehearse() made one, else a new one."""
+    spare = spare_threads.pop(name, None)
+    if spare is not None:
+        spare.give(target)
+    else:
+        threading.Thread(target=target, name=name, daemon=True).start()
+
+
+def release_spare_threads():
+    """Ends the spare threads nothing took (an async handler, concurrency 1)."""
+    while spare_threads:
+        spare_threads.popitem()[1].release()
+
+
 class MainThreadCalls:
     """Serves a sync handler from the main thread, which imported its module
     (as python3 would, and AWS Lambda's runtime does): the main thread reads
@@ -326,8 +375,7 @@ class MainThreadCalls:
         if self.pool is not None:
             self.epoll = select.epoll()
             self.epoll.register(reader.fd, select.EPOLLONESHOT)  # disarmed
-            thread = threading.Thread(target=self._standby, name="sless-standby-reader", daemon=True)
-            thread.start()
+            start_thread(self._standby, STANDBY_THREAD)
             if frames.can_cork:
                 frames.on_tick = self.tick
             else:  # no watchdog to hand over a slow call's queue: overlapping calls go to the pool at once
@@ -708,6 +756,8 @@ class Shim:
             # Frames after LOAD wait for the main thread's new role.
             self.hand_over = True
             self.loop.stop()
+        else:
+            release_spare_threads()
 
     def try_load(self, payload):
         """The READY answer to LOAD; output of the module's import is sent first."""
@@ -1326,6 +1376,8 @@ def rehearse(loop):
 
     inspect.iscoroutinefunction(handle)
     loop.create_task(handle(*args), context=context)
+    for name in (LOOP_THREAD, STANDBY_THREAD):
+        spare_threads[name] = SpareThread(name)
     global rehearsed
     rehearsed = True
 
@@ -1364,11 +1416,12 @@ def serve_sync_handler(shim, reader, loop):
         asyncio.set_event_loop(loop)
         loop.run_forever()
 
-    threading.Thread(target=run_loop, name="sless-loop", daemon=True).start()
+    start_thread(run_loop, LOOP_THREAD)
     reader.on_batch_start = reader.on_batch_end = no_op  # MainThreadCalls corks as it runs the calls
     if shim.served is not None:  # the connections' frames too
         reader = shim.served
     shim.sync_calls = MainThreadCalls(reader, shim.frames, shim.function.workers)
+    release_spare_threads()
     shim.sync_calls.serve()
 
 

@@ -103,8 +103,9 @@ class ServeContract:
         listener.listen(16)
         port = listener.getsockname()[1]
         fd = listener.fileno()
+        # bash: dash takes no descriptor above 9, and a test runner may hold that many
         move = "" if fd == LISTEN_FD else f"exec {LISTEN_FD}<&{fd} {fd}<&-; "
-        command = ["/bin/sh", "-c", move + 'exec "$@"', "sless-serve-test", *self.command]
+        command = ["/bin/bash", "-c", move + 'exec "$@"', "sless-serve-test", *self.command]
         client = ShimClient(command, pass_fds=(fd,))
         listener.close()  # the shim's now
         self.addCleanup(client.close)

@@ -658,6 +658,48 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         time.sleep(0.1)
         self.assertEqual(taken.invoke(1).json(), {"rehearsed": False, "tasks": 1, "modules": []})
 
+    THREADS = (
+        "import sys, threading\n\n"
+        "def handle(event, context):\n"
+        "    shim = sys.modules['__main__']\n"
+        "    return {'threads': sorted(t.name for t in threading.enumerate()),\n"
+        "            'spares': sorted(shim.spare_threads)}\n"
+    )
+    ASYNC_THREADS = THREADS.replace("def handle", "async def handle")
+
+    def test_a_rehearsed_instance_starts_its_threads_ahead_and_keeps_no_spare(self):
+        # Rehearsed, a sync handler's instance runs its loop and standby
+        # reader on the threads it made while idle: the same threads, by
+        # name, as an instance that made them after READY, and none parked.
+        code_dir = self.make_code_dir({"handler.py": self.THREADS, "aio.py": self.ASYNC_THREADS})
+        after_ready = ["MainThread", "sless-flush", "sless-loop", "sless-standby-reader"]
+        for concurrency, threads in [(8, after_ready), (1, after_ready[:3])]:
+            for wait in (0.2, 0):  # rehearsed, taken at once
+                client = self.spawn()
+                time.sleep(wait)
+                tasks = set(os.listdir(f"/proc/{client.proc.pid}/task"))
+                self.assertEqual(len(tasks), 4 if wait else 2, "main, flush and the spares")
+                self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=concurrency), {"ok": True})
+                got = client.invoke(1).json()
+                # A released spare may still be ending.
+                deadline = time.monotonic() + 5
+                while got["threads"] != threads and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    got = client.invoke(1).json()
+                self.assertEqual(got, {"threads": threads, "spares": []}, (concurrency, wait))
+                if wait:  # no thread was started after READY
+                    self.assertLessEqual(set(os.listdir(f"/proc/{client.proc.pid}/task")), tasks)
+        # An async handler keeps its loop on the main thread: no spare stays.
+        client = self.spawn()
+        time.sleep(0.2)
+        self.assertEqual(client.load(code_dir, "aio.handle", [code_dir]), {"ok": True})
+        got = client.invoke(1).json()
+        deadline = time.monotonic() + 5
+        while got["threads"] != ["MainThread", "sless-flush"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            got = client.invoke(1).json()
+        self.assertEqual(got, {"threads": ["MainThread", "sless-flush"], "spares": []})
+
     def test_a_plain_object_holding_a_value_that_is_not_serializable_is_500(self):
         # Plain objects take the reply's short path; it reports the same error.
         client = self.start("unserializable_in_object")
