@@ -5,7 +5,9 @@
 # namespace, a pid, mount, ipc, uts and cgroup namespace of its own, the
 # mount view the server describes (bubblewrap's, built here with mount(2)),
 # rlimits, SCHED_BATCH, then its own uid with no capabilities and no way to
-# gain any. Only then does it run the shim's main(), which says HELLO.
+# gain any. Only then does it run the shim's main(), which says HELLO; or,
+# when the request names a program ("exec": a Node shim), it becomes that
+# program, confined the same way.
 #
 # Started by the server as root, outside any sandbox, in the data dir (its
 # arguments name no host path: a fork's /proc/self/cmdline is the zygote's),
@@ -224,6 +226,8 @@ def become_instance(control, fds, spec):
         os._exit(1)
     os.write(3, b"ok\n")
     os.close(3)
+    if spec.get("exec"):
+        run_program(spec["exec"], dict(spec["env"]))
     # What a new interpreter running the shim would show.
     sys.argv = [f"{SHIM}/sless_shim.py"]
     sys.modules["sless_zygote"] = sys.modules["__main__"]
@@ -238,6 +242,27 @@ def become_instance(control, fds, spec):
     except BaseException:  # noqa: BLE001 - never back into the zygote's loop
         traceback.print_exc()
     os._exit(1)
+
+
+def run_program(argv, env):
+    """Replaces the confined fork with `argv` (a Node shim): the frame pipes
+    on fds 3 and 4, stdin on /dev/null and stdout on stderr, as PROTOCOL.md
+    has the Node shim take them, and the signals Python ignores (SIGPIPE,
+    SIGXFSZ) back to their defaults, as a new process has them."""
+    try:
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(signum, signal.SIG_DFL)
+        os.dup2(0, 3)
+        os.dup2(1, 4)
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.dup2(2, 1)
+        env.setdefault("PWD", os.getcwd())  # as the shell that starts one elsewhere sets it
+        os.execve(argv[0], argv, env)
+    except BaseException as exc:  # noqa: BLE001 - the reason goes to the server's log
+        os.write(2, f"sless zygote: cannot run {argv[0]}: {exc}\n".encode(errors="replace"))
+    os._exit(127)
 
 
 def close_all_but(low, keep):

@@ -178,16 +178,22 @@ impl Launcher {
             env: vec![],
             share_net: true,
         };
-        let process = match (runtime, &self.zygote) {
-            (Runtime::Python311, Some(zygote)) => {
-                let request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
+        let process = match &self.zygote {
+            Some(zygote) => {
+                let mut request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
+                // A Node shim is a fork that confined itself, then runs node:
+                // no chain of helpers (shell, nsenter, chrt, prlimit,
+                // bubblewrap, shell), which cost about 11 ms of CPU.
+                if runtime == Runtime::Nodejs20 {
+                    request.exec = Some(vec![self.node.clone(), format!("{shim}/sless_shim.js")]);
+                }
                 let request = tokio::task::spawn_blocking(move || request.open_descriptors())
                     .await
                     .map_err(|e| e.to_string())??;
                 let forked = zygote.fork(&request).await?;
                 ShimProcess::start_forked(forked, slot, confinement, runtime.to_string()).await
             }
-            _ => {
+            None => {
                 let child = self
                     .sandbox
                     .command(&spec, &confinement, WARM_LIMITS)

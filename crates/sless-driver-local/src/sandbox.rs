@@ -282,6 +282,7 @@ impl Sandbox {
                 nofile: limits.open_files,
             },
             env: base_env().into_iter().chain(spec.env.iter().cloned()).collect(),
+            exec: None,
         }
     }
 

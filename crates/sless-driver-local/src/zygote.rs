@@ -60,6 +60,10 @@ pub struct ForkRequest {
     pub chdir: String,
     pub limits: ForkLimits,
     pub env: Vec<(String, String)>,
+    /// The program (and its arguments) the fork runs once confined, with
+    /// its frame pipes on fds 3 and 4 as the Node shim takes them
+    /// (PROTOCOL.md); none: the Python shim the zygote imported.
+    pub exec: Option<Vec<String>>,
 }
 
 impl ForkRequest {

@@ -3,8 +3,9 @@
 //! is: their own uid, mount view, pid, network and other namespaces, no
 //! capabilities, the same rlimits, reseeded random numbers, and no
 //! descriptor a new interpreter would not hold; the zygote ends with its
-//! server (SIGKILL included), and its forks with it. The other sandbox tests
-//! (sandbox.rs) run on forks too, since the zygote is the default.
+//! server (SIGKILL included), and its forks with it. A Node shim started
+//! from a fork holds what one behind bubblewrap holds. The other sandbox
+//! tests (sandbox.rs) run on forks too, since the zygote is the default.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -239,5 +240,111 @@ async fn forks_get_their_namespace_and_scratch_by_descriptor_and_the_zygote_hold
             "{net} is not among this server's namespaces {made:?}"
         );
         assert_eq!(out["scratch_writable"], true, "{out}");
+    }
+}
+
+/// What a Node instance is, as SELF_REPORT says it of a Python one.
+const NODE_SELF_REPORT: &[u8] = br#"
+const fs = require("fs");
+const field = (name) => fs.readFileSync("/proc/self/status", "utf8").split("\n")
+  .find((l) => l.startsWith(name + ":")).split(":")[1].trim();
+const limits = () => Object.fromEntries(fs.readFileSync("/proc/self/limits", "utf8").split("\n")
+  .filter((l) => /^Max (data size|processes|cpu time|open files)/.test(l))
+  .map((l) => [l.slice(0, 26).trim(), l.slice(26).trim().split(/\s+/).slice(0, 2)]));
+const kind = (t) => t.startsWith("anon_inode:") ? t : t.split("[")[0];
+exports.handle = async () => {
+  const fds = {};
+  for (const fd of fs.readdirSync("/proc/self/fd")) {
+    try { fds[fd] = fs.readlinkSync(`/proc/self/fd/${fd}`); } catch (e) { /* the directory's own */ }
+  }
+  fs.writeFileSync("/tmp/probe", "x"); fs.rmSync("/tmp/probe");
+  return {
+    uid: process.getuid(), gid: process.getgid(), groups: field("Groups"),
+    pid: process.pid, pids: fs.readdirSync("/proc").filter((p) => /^\d+$/.test(p)).sort(),
+    ns: Object.fromEntries(["net", "mnt", "pid", "ipc", "uts", "cgroup"]
+      .map((n) => [n, fs.readlinkSync(`/proc/self/ns/${n}`)])),
+    cap_eff: field("CapEff"), cap_prm: field("CapPrm"), no_new_privs: field("NoNewPrivs"),
+    limits: limits(),
+    fd_kinds: Object.values(fds).map(kind).sort(),
+    root: fs.readdirSync("/").sort(),
+    code: fs.readdirSync("/code").sort(),
+    sched_policy: fs.readFileSync("/proc/self/sched", "utf8").split("\n")
+      .find((l) => l.startsWith("policy")).split(":")[1].trim(),
+    cmdline: fs.readFileSync("/proc/self/cmdline", "utf8"),
+    env: Object.keys(process.env).sort(),
+    ignored: field("SigIgn"),
+  };
+};
+"#;
+
+/// A Node shim started from the zygote (a fork that confines itself, then
+/// runs node) holds what one started behind bubblewrap holds: the same
+/// limits, view, capabilities, environment and kinds of descriptors, its
+/// own uid and namespaces, alone in its pid namespace, SCHED_BATCH; and it
+/// is not a Python interpreter any more.
+#[tokio::test]
+async fn a_node_shim_from_the_zygote_holds_what_one_behind_bubblewrap_holds() {
+    let forking = Server::start(Backend::Sqlite).await;
+    let starting = Server::start_with(Backend::Sqlite, &[("SLESS_PYTHON_ZYGOTE", "false")]).await;
+    let mut reports = Vec::new();
+    for (server, names) in [(&forking, ["one", "two"]), (&starting, ["one", "two"])] {
+        for name in names {
+            server
+                .deploy(
+                    "ns",
+                    name,
+                    json!({"runtime": "nodejs20"}),
+                    &[("handler.js", NODE_SELF_REPORT), (&format!("{name}.txt"), b"mine")],
+                )
+                .await;
+            reports.push(report(server, name).await);
+        }
+    }
+    let (fork, fork_two, new) = (&reports[0], &reports[1], &reports[2]);
+    for out in [fork, fork_two] {
+        assert_ne!(out["uid"], 0, "{out}");
+        assert_eq!(out["uid"], out["gid"], "{out}");
+        assert_eq!(out["groups"], "", "no supplementary groups: {out}");
+        assert_eq!(out["cap_eff"], "0000000000000000", "no capabilities: {out}");
+        assert_eq!(out["no_new_privs"], "1", "{out}");
+        assert_eq!((&out["pid"], &out["pids"]), (&json!(1), &json!(["1"])), "alone: {out}");
+        assert!(out["cmdline"].as_str().unwrap().starts_with("/usr/bin/node\0"), "{out}");
+    }
+    assert_ne!(fork["uid"], fork_two["uid"]);
+    for ns in ["net", "mnt", "pid", "ipc", "uts", "cgroup"] {
+        assert_ne!(
+            fork["ns"][ns], fork_two["ns"][ns],
+            "{ns} namespace shared: {fork} {fork_two}"
+        );
+    }
+    assert_eq!(fork_two["code"], json!(["handler.js", "two.txt"]), "{fork_two}");
+    for key in [
+        "limits",
+        "root",
+        "code",
+        "cap_eff",
+        "cap_prm",
+        "no_new_privs",
+        "groups",
+        "env",
+        "sched_policy",
+        "ignored",
+    ] {
+        assert_eq!(fork[key], new[key], "{key} differs: zygote {fork} bubblewrap {new}");
+    }
+    // Every descriptor of the fork is of a kind the other holds as many of.
+    let kinds = |out: &Value| {
+        let mut count = std::collections::BTreeMap::<String, usize>::new();
+        for kind in out["fd_kinds"].as_array().unwrap() {
+            *count.entry(kind.as_str().unwrap().to_string()).or_default() += 1;
+        }
+        count
+    };
+    let (fork_kinds, new_kinds) = (kinds(fork), kinds(new));
+    for (kind, n) in &fork_kinds {
+        assert!(
+            new_kinds.get(kind).is_some_and(|m| m >= n),
+            "the fork holds {n} of {kind}, more than behind bubblewrap: {fork_kinds:?} {new_kinds:?}"
+        );
     }
 }
