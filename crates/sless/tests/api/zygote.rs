@@ -137,8 +137,13 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
     for key in ["limits", "root", "code", "cap_eff"] {
         assert_eq!(fork[key], new[key], "{key} differs: fork {fork} new interpreter {new}");
     }
-    // Every descriptor of the fork is of a kind the new interpreter holds
-    // as many of (bubblewrap leaves it a pipe and /dev/null more).
+    // Bubblewrap leaves the new interpreter a pipe and /dev/null more.
+    holds_no_more_descriptors(&fork, &new);
+}
+
+/// Every descriptor of `fork` is of a kind `sandboxed` (started behind
+/// bubblewrap) holds as many of.
+fn holds_no_more_descriptors(fork: &Value, sandboxed: &Value) {
     let kinds = |out: &Value| {
         let mut count = std::collections::BTreeMap::<String, usize>::new();
         for kind in out["fd_kinds"].as_array().unwrap() {
@@ -146,11 +151,11 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
         }
         count
     };
-    let (fork_kinds, new_kinds) = (kinds(&fork), kinds(&new));
+    let (fork_kinds, sandboxed_kinds) = (kinds(fork), kinds(sandboxed));
     for (kind, n) in &fork_kinds {
         assert!(
-            new_kinds.get(kind).is_some_and(|m| m >= n),
-            "the fork holds {n} of {kind}, more than a new interpreter: {fork_kinds:?} {new_kinds:?}"
+            sandboxed_kinds.get(kind).is_some_and(|m| m >= n),
+            "the fork holds {n} of {kind}, more than behind bubblewrap: {fork_kinds:?} {sandboxed_kinds:?}"
         );
     }
 }
@@ -332,19 +337,5 @@ async fn a_node_shim_from_the_zygote_holds_what_one_behind_bubblewrap_holds() {
     ] {
         assert_eq!(fork[key], new[key], "{key} differs: zygote {fork} bubblewrap {new}");
     }
-    // Every descriptor of the fork is of a kind the other holds as many of.
-    let kinds = |out: &Value| {
-        let mut count = std::collections::BTreeMap::<String, usize>::new();
-        for kind in out["fd_kinds"].as_array().unwrap() {
-            *count.entry(kind.as_str().unwrap().to_string()).or_default() += 1;
-        }
-        count
-    };
-    let (fork_kinds, new_kinds) = (kinds(fork), kinds(new));
-    for (kind, n) in &fork_kinds {
-        assert!(
-            new_kinds.get(kind).is_some_and(|m| m >= n),
-            "the fork holds {n} of {kind}, more than behind bubblewrap: {fork_kinds:?} {new_kinds:?}"
-        );
-    }
+    holds_no_more_descriptors(fork, new);
 }
