@@ -124,7 +124,9 @@ impl Launcher {
         })
     }
 
-    /// Whether shims of `runtime` are forks of the zygote.
+    /// Whether shims of `runtime` are forks of the zygote that stay its
+    /// interpreter (Python), so a start costs little CPU; a Node shim from
+    /// the zygote runs a new node, as costly as one behind bubblewrap.
     pub fn forks(&self, runtime: Runtime) -> bool {
         runtime == Runtime::Python311 && self.zygote.is_some()
     }
