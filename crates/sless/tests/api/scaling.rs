@@ -374,14 +374,7 @@ async fn a_call_waiting_on_a_start_that_new_settings_outdate_gets_the_new_settin
     let spec = json!({"runtime": "python3.11", "timeout_sec": 10,
         "env": {"LOAD_SECS": "0", "MARK": "old"}});
     server.deploy("ns", "slow", spec, &[("handler.py", PY_SLOW_LOAD)]).await;
-    let (status, body) = server
-        .call(
-            Method::PATCH,
-            "/v1/namespaces/ns/functions/slow",
-            Some(json!({"env": {"LOAD_SECS": "2", "MARK": "old"}})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    set_env(&server, "slow", json!({"LOAD_SECS": "2", "MARK": "old"})).await;
     server.wait_metric(&instances("slow"), 0.0, 30).await;
 
     // The call starts an instance that takes two seconds to load; the
@@ -392,15 +385,20 @@ async fn a_call_waiting_on_a_start_that_new_settings_outdate_gets_the_new_settin
         tokio::spawn(async move { server.invoke(Method::POST, "/fn/ns/slow", "{}").await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, body) = server
-        .call(
-            Method::PATCH,
-            "/v1/namespaces/ns/functions/slow",
-            Some(json!({"env": {"LOAD_SECS": "0", "MARK": "new"}})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::OK, "{body}");
+    set_env(&server, "slow", json!({"LOAD_SECS": "0", "MARK": "new"})).await;
     let (status, _, text) = call.await.unwrap();
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["mark"], "new");
+}
+
+/// New settings for function `name`: its `env`.
+async fn set_env(server: &Server, name: &str, env: serde_json::Value) {
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            &format!("/v1/namespaces/ns/functions/{name}"),
+            Some(json!({ "env": env })),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }

@@ -74,13 +74,18 @@ async fn report(server: &Server, name: &str) -> Value {
 }
 
 async fn deploy_reporters(server: &Server, names: &[&str]) {
+    deploy_reporters_of(server, names, "python3.11", ("handler.py", SELF_REPORT)).await;
+}
+
+/// Deploys `handler` as each of `names`, with a file of its own name beside it.
+async fn deploy_reporters_of(server: &Server, names: &[&str], runtime: &str, handler: (&str, &[u8])) {
     for name in names {
         server
             .deploy(
                 "ns",
                 name,
-                json!({"runtime": "python3.11"}),
-                &[("handler.py", SELF_REPORT), (&format!("{name}.txt"), b"mine")],
+                json!({"runtime": runtime}),
+                &[handler, (&format!("{name}.txt"), b"mine")],
             )
             .await;
     }
@@ -292,16 +297,9 @@ async fn a_node_shim_from_the_zygote_holds_what_one_behind_bubblewrap_holds() {
     let forking = Server::start(Backend::Sqlite).await;
     let starting = Server::start_with(Backend::Sqlite, &[("SLESS_PYTHON_ZYGOTE", "false")]).await;
     let mut reports = Vec::new();
-    for (server, names) in [(&forking, ["one", "two"]), (&starting, ["one", "two"])] {
-        for name in names {
-            server
-                .deploy(
-                    "ns",
-                    name,
-                    json!({"runtime": "nodejs20"}),
-                    &[("handler.js", NODE_SELF_REPORT), (&format!("{name}.txt"), b"mine")],
-                )
-                .await;
+    for server in [&forking, &starting] {
+        deploy_reporters_of(server, &["one", "two"], "nodejs20", ("handler.js", NODE_SELF_REPORT)).await;
+        for name in ["one", "two"] {
             reports.push(report(server, name).await);
         }
     }
