@@ -79,6 +79,13 @@ impl Deployer {
                 .await
         };
         let error = match tokio::time::timeout(timeout, deploy).await {
+            Ok(Ok(())) if !self.still_stored(key).await => {
+                // Deleted while it deployed: the delete's removal may have
+                // run before this deploy made its instances; nothing of it
+                // may serve. (A delete after this look removes what follows.)
+                self.remove(key).await;
+                return;
+            }
             Ok(Ok(())) => {
                 tracing::info!(function = %key, version, "serving the version the store names");
                 self.promote(key, version).await;
@@ -96,6 +103,15 @@ impl Deployer {
         tracing::warn!(function = %key, version, %error, "cannot serve the new version here; not serving the function until it can");
         self.remove(key).await;
         self.cluster.deployed(key, version, stored_spec, true).await;
+    }
+
+    /// Whether the function is in the store (an error reads as yes: the
+    /// reconciler's next pass removes what a delete left here).
+    async fn still_stored(&self, key: &FunctionKey) -> bool {
+        !matches!(
+            self.store.get(Kind::Function, &key.namespace, &key.name).await,
+            Ok(None)
+        )
     }
 
     /// At start: serve every built version again (on a replica that never
