@@ -107,7 +107,7 @@ impl Deployer {
 
     /// Whether the function is in the store (an error reads as yes: the
     /// reconciler's next pass removes what a delete left here).
-    async fn still_stored(&self, key: &FunctionKey) -> bool {
+    pub(super) async fn still_stored(&self, key: &FunctionKey) -> bool {
         !matches!(
             self.store.get(Kind::Function, &key.namespace, &key.name).await,
             Ok(None)

@@ -490,6 +490,14 @@ impl Deployer {
             }
             Err(e) => Err(DriverError::Unavailable(e)),
         };
+        if deployed.is_ok() && !self.still_stored(key).await {
+            // Deleted while the settings loaded: the delete's removal may
+            // have run before this deploy made its instances, which no
+            // route names and nothing would stop. (A delete after this
+            // look removes what follows.)
+            self.remove(key).await;
+            return Ok(());
+        }
         if deployed.is_ok() {
             // The newest version runs with the function's spec; its record follows.
             self.store

@@ -391,6 +391,63 @@ async fn a_call_waiting_on_a_start_that_new_settings_outdate_gets_the_new_settin
     assert_eq!(serde_json::from_str::<serde_json::Value>(&text).unwrap()["mark"], "new");
 }
 
+crate::both_stores!(a_function_deleted_while_new_settings_load_keeps_nothing);
+
+/// A function deleted while new settings are being applied to it keeps
+/// nothing: no instance (the settings' instance, loading when the delete
+/// stopped the function's instances, is stopped when it is ready) and, on
+/// PostgreSQL, no record that this replica serves it (which the settings
+/// wrote after the delete had forgotten it; a function made later under
+/// the name would have counted this replica as serving its versions).
+async fn a_function_deleted_while_new_settings_load_keeps_nothing(backend: Backend) {
+    let server = Server::start(backend).await;
+    let spec = json!({"runtime": "python3.11", "min_instances": 1,
+        "env": {"LOAD_SECS": "0", "MARK": "old"}});
+    server
+        .deploy("ns", "doomed", spec, &[("handler.py", PY_SLOW_LOAD)])
+        .await;
+    server.wait_metric(&instances("doomed"), 1.0, 30).await;
+
+    // The settings' instance takes two seconds to load; the delete comes within them.
+    let server = Arc::new(server);
+    let patch = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            let body = json!({"env": {"LOAD_SECS": "2", "MARK": "new"}});
+            server
+                .call(Method::PATCH, "/v1/namespaces/ns/functions/doomed", Some(body))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/doomed", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (status, body) = patch.await.unwrap();
+    assert!(
+        status == StatusCode::OK || status == StatusCode::NOT_FOUND,
+        "{status}: {body}"
+    );
+
+    // Nothing of it runs, now or once what was loading is done.
+    for _ in 0..3 {
+        assert_eq!(server.metric(&instances("doomed")).await.unwrap_or(0.0), 0.0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (status, _, _) = server.invoke(Method::POST, "/fn/ns/doomed", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    if let Some(db) = &server.db {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+        let served: i64 = sqlx::query_scalar("SELECT count(*) FROM served_versions WHERE name = 'doomed'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(served, 0, "a replica is still recorded as serving the deleted function");
+    }
+}
+
 /// New settings for function `name`: its `env`.
 async fn set_env(server: &Server, name: &str, env: serde_json::Value) {
     let (status, body) = server
