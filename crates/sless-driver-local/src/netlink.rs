@@ -236,7 +236,12 @@ fn make_netns_here(path: &Path, inside: fn() -> std::io::Result<()>) -> std::io:
     inside()?;
     let rtnl = Rtnl::open()?;
     rtnl.link_up(LOOPBACK)?;
-    std::fs::OpenOptions::new().write(true).create_new(true).open(path)?;
+    // The file may be one a namespace that is gone was bound on.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
     if let Err(e) = rustix::mount::mount_bind("/proc/thread-self/ns/net", path) {
         let _ = std::fs::remove_file(path);
         return Err(e.into());
