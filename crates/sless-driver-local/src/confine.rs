@@ -69,6 +69,11 @@ impl Confiner {
         }
     }
 
+    /// Whether sandboxes get a sized tmpfs of their own (as root).
+    pub fn mounts_tmpfs(&self) -> bool {
+        self.mounts_tmpfs
+    }
+
     pub fn resolv_conf(&self) -> Option<&Path> {
         self.networks.as_ref().map(|n| n.resolv_conf.as_path())
     }

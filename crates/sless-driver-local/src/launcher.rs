@@ -104,6 +104,9 @@ impl Launcher {
         let scratch_dir = slots_dir.join("scratch");
         std::fs::create_dir_all(&scratch_dir)?;
         set_mode(&scratch_dir, 0o711)?;
+        if confiner.mounts_tmpfs() {
+            mount_scratch_root(&scratch_dir)?;
+        }
         let zygote = match (python_zygote, sandbox.as_root()) {
             (true, true) => Some(Zygote::new(python.clone(), &shim_dir, data_dir)?),
             (true, false) => {
@@ -326,6 +329,24 @@ fn reachable_by_others(data_dir: &Path) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Makes `dir`, where sandboxes' scratch tmpfs are mounted, a small tmpfs
+/// of its own: their mount points then take no inode of the data dir's
+/// file system (on ext4 without a journal a `mkdir` there is about 0.1 ms
+/// of CPU, more in a burst of them, against 5 us here) and nothing of
+/// them reaches a disk. Unmounted with the rest at shutdown, or at the
+/// next start after a crash ([`remove_stale_slots`]).
+fn mount_scratch_root(dir: &Path) -> anyhow::Result<()> {
+    use rustix::mount::{mount, MountFlags};
+    mount(
+        "sless-scratch",
+        dir,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        Some(c"mode=0711,size=64k"),
+    )
+    .map_err(|e| anyhow::anyhow!("mounting a tmpfs on {} for the sandboxes' scratch: {e}", dir.display()))
 }
 
 /// Removes slot directories (named by owner tag) of server processes that

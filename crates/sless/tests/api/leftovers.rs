@@ -57,6 +57,16 @@ fn mounts_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The file system type mounted last at `point`, as the kernel lists it.
+fn fs_type_at(point: &str) -> Option<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == Some(point))
+        .filter_map(|l| l.split(" - ").nth(1)?.split(' ').next().map(str::to_string))
+        .next_back()
+}
+
 /// Network namespaces named for server `pid`.
 pub(super) fn namespaces_of(pid: u32) -> Vec<String> {
     let prefix = format!("sless-{pid}-");
@@ -142,9 +152,11 @@ async fn scratch_mounts_go_when_instances_stop_and_when_the_server_shuts_down() 
         .call(Method::DELETE, "/v1/namespaces/ns/functions/hello", None)
         .await;
     assert!(status.is_success(), "{status} {body}");
-    // The scratch directory itself stays a (shared) mount point while the
-    // server runs: the Python zygote sees the mounts made below it.
+    // The scratch directory itself stays a mount point while the server
+    // runs: a tmpfs of its own, so the sandboxes' mount points take no
+    // inode of the data dir's file system.
     let scratch_dir = slots.join("scratch").display().to_string();
+    assert_eq!(fs_type_at(&scratch_dir).as_deref(), Some("tmpfs"), "{scratch_dir}");
     eventually(Duration::from_secs(10), || async {
         match mounts_under(&slots)
             .into_iter()
