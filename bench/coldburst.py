@@ -2,8 +2,11 @@
 zero, each called once by C callers in parallel (distinct functions, so
 every call is a cold start). Prints, per runtime and C, cold starts per
 second, p50 and p99 of the first answer, the machine's load average before
-and after each burst, and the figures' ratio to their targets; then the
-proportional set size (PSS) of idle Python hello instances. One command:
+and after each burst, and the figures' ratio to their targets; as root,
+the CPU one cold start costs (the server's cpuacct group over the burst),
+split into the server's threads, the zygote and the rest (the instances
+themselves); then the proportional set size (PSS) of idle Python hello
+instances. One command:
 
     python3 bench/coldburst.py --sless "$CARGO_TARGET_DIR/release/sless"
 
@@ -97,6 +100,57 @@ def cpu_ns(account):
         return None
     with open(f"{account}/cpuacct.usage") as f:
         return int(f.read())
+
+
+def thread_cpu_ms(pid):
+    """CPU time (ms) of each live thread of process `pid`, keyed by (tid, name)."""
+    threads = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                threads[(tid, name)] = int(f.read().split()[0]) / 1e6
+        except OSError:
+            continue
+    return threads
+
+
+def zygote_of(server_pid):
+    """The server's Python zygote (its child running sless_zygote.py), or None."""
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == server_pid and any(a.endswith(b"sless_zygote.py") for a in cmdline(int(p))):
+            return int(p)
+    return None
+
+
+def cpu_parts(server_pid):
+    """What `split` compares: the server's threads and the zygote's CPU now."""
+    zygote = zygote_of(server_pid)
+    return thread_cpu_ms(server_pid), (zygote, sum(thread_cpu_ms(zygote).values()) if zygote else 0.0)
+
+
+def split(server_pid, before, after, total_ms, calls):
+    """The CPU per cold start of the server's threads (by kind), the zygote,
+    and the rest of the server's control group by difference: the instances
+    themselves, and threads that ended during the burst."""
+    (threads0, (zygote0, z0)), (threads1, (zygote1, z1)) = before, after
+    kinds = {}
+    for (tid, name), ms in threads1.items():
+        kind = "runtime" if tid == str(server_pid) else {"tokio-rt-worker": "blocking"}.get(name, name)
+        kinds[kind] = kinds.get(kind, 0.0) + ms - threads0.get((tid, name), 0.0)
+    server = sum(kinds.values())
+    zygote = z1 - z0 if zygote0 == zygote1 else 0.0
+    shown = ", ".join(f"{k} {v / calls:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v / calls >= 0.01)
+    return (f"server {server / calls:.2f} ms ({shown}), zygote {zygote / calls:.2f} ms, "
+            f"instances and the rest {(total_ms - server - zygote) / calls:.2f} ms")
 
 
 def zip_of(name, text):
@@ -265,9 +319,9 @@ def run_mode(args, label, env):
             for callers in args.callers:
                 wait_for_zero(api, namespace)
                 time.sleep(args.settle)  # the warm pool refills
-                before, cpu_before = load(), cpu_ns(server.account)
+                before, cpu_before, parts_before = load(), cpu_ns(server.account), cpu_parts(server.pid)
                 rate, latencies = burst(address, namespace, names, callers)
-                after, cpu_after = load(), cpu_ns(server.account)
+                after, cpu_after, parts_after = load(), cpu_ns(server.account), cpu_parts(server.pid)
                 row = (label, runtime, callers, rate, pct(latencies, 50), pct(latencies, 99), before, after)
                 rows.append(row)
                 cpu = ""
@@ -275,6 +329,10 @@ def run_mode(args, label, env):
                     cpu = f", CPU {(cpu_after - cpu_before) / 1e6 / len(names):.2f} ms per cold start"
                 print(f"[{label}] {runtime} C={callers:<2}: {rate:6.1f} cold starts/s, p50 {row[4]:6.1f} ms, "
                       f"p99 {row[5]:6.1f} ms{cpu} (load average {before:.2f} -> {after:.2f})", flush=True)
+                if cpu_before is not None:
+                    total = (cpu_after - cpu_before) / 1e6
+                    print(f"[{label}] {runtime} C={callers:<2}:   per cold start: "
+                          f"{split(server.pid, parts_before, parts_after, total, len(names))}", flush=True)
             if args.single > 0:
                 # One cold start at a time, the warm pool refilled in between
                 # (as bench.py measures a cold start): a fork (or a warm
