@@ -298,14 +298,20 @@ async fn instances_sharing_a_tenants_network_do_not_reach_each_other_or_the_hub(
     }
 }
 
-/// Says which network namespace its instance is in, and its address there.
+/// Says which network namespace its instance is in, its address there,
+/// and the links that have an IPv6 address.
 const NETNS_REPORT: &[u8] = br#"
 import os, socket
 
 def handle(event, context):
     probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     probe.connect(("198.51.100.1", 9))  # picks the route, sends nothing
-    return {"net": os.readlink("/proc/self/ns/net"), "address": probe.getsockname()[0]}
+    with open("/proc/net/if_inet6") as f:
+        ipv6 = sorted({line.split()[-1] for line in f if line.strip()})
+    with open("/proc/sys/net/ipv6/conf/eth0/disable_ipv6") as f:
+        eth0_ipv6_off = f.read().strip() == "1"
+    return {"net": os.readlink("/proc/self/ns/net"), "address": probe.getsockname()[0],
+            "ipv6_links": ipv6, "eth0_ipv6_off": eth0_ipv6_off}
 "#;
 
 #[tokio::test]
@@ -341,6 +347,9 @@ async fn namespaces_made_ahead_of_demand_serve_one_instance_each_and_go_at_shutd
         let out: Value = serde_json::from_str(&text).unwrap();
         nets.insert(out["net"].as_str().unwrap().to_string());
         addresses.insert(out["address"].as_str().unwrap().to_string());
+        // Nothing of IPv6 leaves it: its link out has none (loopback may).
+        assert_eq!(out["eth0_ipv6_off"], true, "{out}");
+        assert!(out["ipv6_links"].as_array().unwrap().iter().all(|l| l == "lo"), "{out}");
     }
     assert_eq!(nets.len(), names.len(), "each instance its own namespace: {nets:?}");
     assert_eq!(addresses.len(), names.len(), "each its own address: {addresses:?}");
