@@ -233,6 +233,22 @@ async fn forks_get_their_namespace_and_scratch_by_descriptor_and_the_zygote_hold
         assert_ne!(source, Some("sless-tmp"), "an instance's scratch in the zygote: {line}");
         assert!(!line.contains(" - nsfs "), "a network namespace in the zygote: {line}");
     }
+    // Nor does the tmpfs that holds every sandbox's scratch mount point
+    // reach the zygote or a fork (where the others' scratch would show).
+    let host = std::fs::read_to_string(format!("/proc/{}/mountinfo", server.pid())).unwrap();
+    assert!(host.contains(" sless-scratch "), "the server mounts it: {host}");
+    let forks = zygotes_of(zygotes[0]);
+    assert!(
+        forks.len() >= names.len(),
+        "the instances are the zygote's forks: {forks:?}"
+    );
+    for pid in zygotes.iter().chain(&forks) {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+        assert!(
+            !table.contains(" sless-scratch "),
+            "the server's scratch root is seen by {pid}: {table}"
+        );
+    }
     // Each fork's network namespace is one this server bound under
     // /run/netns (entered by descriptor), a different one each.
     let tag = format!("sless-{}-", server.pid());
