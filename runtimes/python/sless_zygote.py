@@ -28,6 +28,7 @@ import resource
 import signal
 import socket
 import sys
+import time
 import traceback
 
 # The zygote's own view: a small root of its own in which the host's root is
@@ -36,6 +37,7 @@ import traceback
 HOST = "/host"
 SHIM = "/sless/shim"
 NEW_ROOT = "/sless/newroot"
+TEMPLATE = "/sless/template"  # where Templates builds one
 # What of the host is bound at HOST (with what is mounted below): the
 # system files of the view, devices and control groups; and, without what
 # is mounted below it, the data dir (the zygote's working directory:
@@ -58,8 +60,9 @@ MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 1, 4, 38
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}[platform.machine()]
-SYS_MOVE_MOUNT = 429  # the same on every architecture
+SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same on every architecture
 AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = -100, 0x4
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_EMPTY_PATH, AT_RECURSIVE = 1, os.O_CLOEXEC, 0x1000, 0x8000
 
 libc = ctypes.CDLL(None, use_errno=True)
 sless_shim = None  # imported by main(), after the zygote entered its own root
@@ -81,15 +84,30 @@ def unshare(flags):
     check(libc.unshare(flags), "unshare")
 
 
-def attach(fd, inside, read_only):
+def attach(fd, inside, read_only, root, make_point=True):
     """Attaches a detached copy of a mount (the server's open_tree) at inside."""
-    target = NEW_ROOT + inside
-    os.makedirs(target, exist_ok=True)
-    check(libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH),
-          f"attaching {inside}")
+    target = root + inside
+    if make_point:
+        os.makedirs(target, exist_ok=True)
+    move_mount(fd, target, f"attaching {inside}")
     os.close(fd)
     if read_only:
         mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def move_mount(fd, target, what):
+    check(libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, target.encode(), MOVE_MOUNT_F_EMPTY_PATH), what)
+
+
+def copy_tree(fd, path=b""):
+    """A detached copy of the mount tree at `path` (relative to fd), with
+    every mount below it."""
+    flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | (AT_EMPTY_PATH if not path else 0)
+    copy = libc.syscall(SYS_OPEN_TREE, fd, path, flags)
+    if copy < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"copying the mount tree: {os.strerror(errno)}")
+    return copy
 
 
 def pivot_root(new_root):
@@ -115,68 +133,203 @@ def make_mount_point(path, like):
         open(path, "a").close()
 
 
-def bind(host, inside, read_only, root=NEW_ROOT):
+def bind(host, inside, read_only, root, make_point=True):
     source, target = HOST + host, root + inside
-    make_mount_point(target, source)
+    if make_point:
+        make_mount_point(target, source)
     mount(source, target, None, MS_BIND)
     if read_only:
         mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def make_dev(inside):
+def make_dev(inside, root):
     """A /dev like bubblewrap's --dev: a tmpfs with the harmless devices."""
-    dev = NEW_ROOT + inside
+    dev = root + inside
     os.makedirs(dev, exist_ok=True)
     mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
     for node in ("null", "zero", "full", "random", "urandom", "tty"):
-        bind(f"/dev/{node}", f"{inside}/{node}", read_only=False)
+        bind(f"/dev/{node}", f"{inside}/{node}", False, root)
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{dev}/{name}")
     os.mkdir(f"{dev}/shm")
 
 
-def build_view(mounts, detached):
-    """Runs the server's mount operations (the same list bubblewrap is given)
-    on a fresh tmpfs root, then makes it the root. A bind whose host path
-    is in `detached` attaches the descriptor given for it instead."""
-    mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+def remount_ro(inside, root):
+    noexec = MS_NOEXEC if inside == "/dev" else 0
+    mount(None, root + inside, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | noexec)
+
+
+def run_mounts(mounts, detached, root, make_points=True, remounted=()):
+    """Runs the server's mount operations (the same list bubblewrap is
+    given) under `root`. A bind whose host path is in `detached` attaches
+    the descriptor given for it instead. Without `make_points` the mount
+    points are there already (a template's); a remount of a path in
+    `remounted` was done there too."""
     for op in mounts:
         ((kind, args),) = op.items()
         args = args if isinstance(args, list) else [args]
         if kind in ("ro-bind", "bind") and args[0] in detached:
-            attach(detached.pop(args[0]), args[1], read_only=kind == "ro-bind")
+            attach(detached.pop(args[0]), args[1], kind == "ro-bind", root, make_points)
         elif kind == "ro-bind-try":
             if os.path.exists(HOST + args[0]):
-                bind(args[0], args[1], read_only=True)
+                bind(args[0], args[1], True, root, make_points)
         elif kind == "ro-bind":
-            bind(args[0], args[1], read_only=True)
+            bind(args[0], args[1], True, root, make_points)
         elif kind == "bind":
-            bind(args[0], args[1], read_only=False)
+            bind(args[0], args[1], False, root, make_points)
         elif kind == "symlink":
-            os.symlink(args[0], NEW_ROOT + args[1])
+            os.symlink(args[0], root + args[1])
         elif kind == "proc":
-            os.makedirs(NEW_ROOT + args[0], exist_ok=True)
-            mount("proc", NEW_ROOT + args[0], "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            if make_points:
+                os.makedirs(root + args[0], exist_ok=True)
+            mount("proc", root + args[0], "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         elif kind == "dev":
-            make_dev(args[0])
+            make_dev(args[0], root)
         elif kind == "tmpfs":
-            os.makedirs(NEW_ROOT + args[0], exist_ok=True)
-            mount("tmpfs", NEW_ROOT + args[0], "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={args[1]}")
+            if make_points:
+                os.makedirs(root + args[0], exist_ok=True)
+            mount("tmpfs", root + args[0], "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={args[1]}")
         elif kind == "remount-ro":
-            noexec = MS_NOEXEC if args[0] == "/dev" else 0
-            mount(None, NEW_ROOT + args[0], None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | noexec)
+            if args[0] not in remounted:
+                remount_ro(args[0], root)
         else:
             raise ValueError(f"unknown mount operation {kind!r}")
+
+
+def build_view(spec, detached, template):
+    """The fork's view, made its root: its own copy of the template's tree
+    (copied before the fork left the zygote's mount namespace, see
+    Templates) with its own mounts on top; or, without a template, every
+    operation on a fresh tmpfs."""
+    if template is None:
+        mount("tmpfs", NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        run_mounts(spec["mounts"], detached, NEW_ROOT)
+    else:
+        tree, remounted = template
+        move_mount(tree, NEW_ROOT, "attaching the template")
+        os.close(tree)
+        run_mounts(spec["mounts"][spec["shared"]:], detached, NEW_ROOT, make_points=False, remounted=remounted)
     pivot_root(NEW_ROOT)
 
 
-def confine(spec, fds):
+class Templates:
+    """The part of the view every fork has alike (the first `shared`
+    mount operations of a request: the system files, /dev), built once by
+    the zygote instead of by each fork: about thirty mount calls fewer per
+    fork. A template is a detached, read-only mount tree (the zygote holds
+    its descriptor; it is in no mount namespace, so no fork's copy of the
+    zygote's namespace grows with it) holding the mount points of the
+    fork's own mounts. A fork copies it (open_tree) while still in the
+    zygote's mount namespace, which the kernel requires, attaches the copy
+    in its own namespace and mounts its own binds on top: they are in its
+    namespace only. The copies share the template's read-only tmpfs root
+    and /dev, which hold only mount points, symlinks and the device binds.
+
+    A template is built again after MAX_AGE seconds, so a host file bound
+    in it (/etc/hosts, say), replaced on the host, reaches new instances
+    within that time. A fork holds its own descriptor of the template it
+    copies, so dropping one never races a fork. Where the kernel cannot
+    copy a detached tree (before Linux 6.15 or so), every fork builds its
+    whole view, as without templates."""
+
+    MAX_AGE = 10.0
+    MAX_COUNT = 4  # kinds of request: one per server as the server asks
+
+    def __init__(self):
+        self.built = {}  # key -> (descriptor, remounted, monotonic time built)
+        self.work = True
+
+    def for_request(self, spec):
+        """The template for this request (descriptor, remounted paths), or
+        None: the fork builds its whole view."""
+        shared = spec.get("shared") or 0
+        if not self.work or shared <= 0:
+            return None
+        mounts = spec["mounts"]
+        detached = {host for host, _ in spec.get("detached") or []}
+        own = [own_shape(op, detached) for op in mounts[shared:]]
+        if None in own:
+            return None
+        key = json.dumps([mounts[:shared], own])
+        found = self.built.get(key)
+        if found is not None and time.monotonic() - found[2] < self.MAX_AGE:
+            return found[0], found[1]
+        if found is not None:
+            os.close(self.built.pop(key)[0])
+        while len(self.built) >= self.MAX_COUNT:
+            os.close(self.built.pop(next(iter(self.built)))[0])
+        try:
+            made = build_template(mounts[:shared], mounts[shared:], detached)
+        except OSError as exc:
+            sys.stderr.write(f"sless zygote: forks build their whole view, no template: {exc}\n")
+            self.work = False
+            return None
+        self.built[key] = made + (time.monotonic(),)
+        return made
+
+
+def own_shape(op, detached):
+    """What of a fork's own mount operation its template depends on (kind,
+    inside, attached from a descriptor?); None for one a template cannot
+    hold. A bind's mount point is made a directory or a file as its host
+    path is when the template is built: the server binds the same kind of
+    thing at the same place each time."""
+    ((kind, args),) = op.items()
+    args = args if isinstance(args, list) else [args]
+    if kind in ("proc", "tmpfs", "remount-ro"):
+        return [kind, args[0], False]
+    if kind in ("bind", "ro-bind"):
+        return [kind, args[1], args[0] in detached]
+    return None
+
+
+def build_template(shared, own, detached):
+    """Builds the `shared` mounts and the mount points of the fork's `own`
+    at TEMPLATE, makes it read-only, and detaches it: (its descriptor, the
+    paths it remounted read-only). Checks that a copy of it can be made."""
+    mount("tmpfs", TEMPLATE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    try:
+        run_mounts(shared, {}, TEMPLATE)
+        mounted_later, remounts = set(), []
+        for op in own:
+            ((kind, args),) = op.items()
+            args = args if isinstance(args, list) else [args]
+            if kind in ("bind", "ro-bind"):
+                host, inside = args
+                if host in detached:
+                    os.makedirs(TEMPLATE + inside, exist_ok=True)
+                else:
+                    make_mount_point(TEMPLATE + inside, HOST + host)
+            elif kind == "remount-ro":
+                remounts.append(args[0])
+                continue
+            else:
+                inside = args[0]
+                os.makedirs(TEMPLATE + inside, exist_ok=True)
+            mounted_later.add(inside)
+        remounted = frozenset(path for path in remounts if path not in mounted_later)
+        for path in remounted:
+            remount_ro(path, TEMPLATE)
+        tree = copy_tree(AT_FDCWD, TEMPLATE.encode())
+    finally:
+        check(libc.umount2(TEMPLATE.encode(), MNT_DETACH), "detaching the template")
+    try:
+        os.close(copy_tree(tree))  # what each fork does: older kernels refuse it
+    except OSError:
+        os.close(tree)
+        raise
+    return tree, remounted
+
+
+def confine(spec, fds, template):
     """Everything an instance runs in, in the order that keeps it safe: the
     control groups and the network namespace while still root on the host,
     then namespaces of its own and the view, then limits, then the uid.
     `fds` are the request's descriptors (the network namespace and the
-    detached scratch binds at the places the request names)."""
+    detached scratch binds at the places the request names); `template`
+    is the zygote's template for the view (its descriptor and the paths
+    it remounted read-only), or None."""
     for procs in spec.get("cgroups") or []:
         with open(HOST + procs, "w") as f:
             f.write("0")
@@ -184,9 +337,14 @@ def confine(spec, fds):
         netns = fds[spec["netns"]]
         check(libc.setns(netns, CLONE_NEWNET), "entering the network namespace")
         os.close(netns)
+    if template is not None:
+        # Copied while still in the zygote's mount namespace (Templates).
+        copy = copy_tree(template[0])
+        os.close(template[0])
+        template = copy, template[1]
     unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    build_view(spec["mounts"], {host: fds[i] for host, i in spec.get("detached") or []})
+    build_view(spec, {host: fds[i] for host, i in spec.get("detached") or []}, template)
     os.chdir(spec["chdir"])
     limits = spec["limits"]
     for name, value in (("RLIMIT_DATA", limits["data"]), ("RLIMIT_NPROC", limits["nproc"]),
@@ -206,20 +364,20 @@ def confine(spec, fds):
     os.environ.update(dict(spec["env"]))
 
 
-def become_instance(control, fds, spec):
+def become_instance(control, fds, spec, template):
     """In the fork: drop everything of the zygote's, confine, then serve."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     control.detach()
     stdin, stdout, stderr, reply = fds[:4]
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if any(fd < 4 for fd in fds[4:]):
+        if any(fd < 4 for fd in fds[4:] + ([template[0]] if template else [])):
             raise OSError("a request's descriptor landed below 4")
         for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2), (reply, 3)):
             os.dup2(fd, target, inheritable=False)
         os.set_inheritable(0, True), os.set_inheritable(1, True), os.set_inheritable(2, True)
-        close_all_but(4, fds[4:])
-        confine(spec, fds)
+        close_all_but(4, fds[4:] + ([template[0]] if template else []))
+        confine(spec, fds, template)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
     except BaseException as exc:  # noqa: BLE001 - the reason goes back to the server
         os.write(3, f"error: {exc}\n".encode(errors="replace"))
@@ -274,6 +432,7 @@ def close_all_but(low, keep):
 
 
 def serve(control):
+    templates = Templates()
     own_pid_ns = os.open(f"{HOST}/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     while True:
         try:
@@ -290,6 +449,7 @@ def serve(control):
         reply = fds[3]
         try:
             spec = json.loads(message)
+            template = templates.for_request(spec)
             # The next child is pid 1 of a pid namespace of its own.
             unshare(CLONE_NEWPID)
             try:
@@ -298,7 +458,7 @@ def serve(control):
                 if os.getpid() != 1:
                     setns_fd(own_pid_ns, CLONE_NEWPID)
             if pid == 0:
-                become_instance(control, fds, spec)
+                become_instance(control, fds, spec, template)
             os.write(reply, f"pid {pid}\n".encode())
         except Exception as exc:  # noqa: BLE001
             os.write(reply, f"error: {exc}\n".encode(errors="replace"))
@@ -332,6 +492,7 @@ def enter_own_root(shim_dir, base, data_dir):
         os.symlink(f"usr/{link}", f"{base}/{link}")
     os.makedirs(base + SHIM)
     os.makedirs(base + NEW_ROOT)
+    os.makedirs(base + TEMPLATE)
     mount(shim_dir, base + SHIM, None, MS_BIND)
     mount(None, base + SHIM, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
     pivot_root(base)

@@ -182,7 +182,7 @@ impl Sandbox {
                 if spec.share_net || confinement.netns.is_some() {
                     cmd.arg("--share-net");
                 }
-                for mount in self.view(spec, confinement, limits) {
+                for mount in self.view(spec, confinement, limits).mounts {
                     mount.push_args(&mut cmd);
                 }
                 cmd.args(["--chdir", &spec.chdir, "--clearenv"]);
@@ -209,42 +209,45 @@ impl Sandbox {
 
 impl Sandbox {
     /// What a sandbox sees, in the order it is built: bubblewrap's
-    /// options, which the zygote carries out itself for its forks.
-    pub fn view(&self, spec: &Spec<'_>, confinement: &Confinement, limits: Limits) -> Vec<Mount> {
+    /// options, which the zygote carries out itself for its forks. The
+    /// first [`View::shared`] steps are the same for every sandbox of this
+    /// server (the system files, /dev); the rest is the sandbox's own.
+    pub fn view(&self, spec: &Spec<'_>, confinement: &Confinement, limits: Limits) -> View {
         let own_net = confinement.netns.is_some();
-        let mut view = Vec::new();
+        let mut mounts = Vec::new();
         for path in SYSTEM_RO {
             if own_net && *path == "/etc/resolv.conf" {
                 continue;
             }
-            view.push(Mount::RoBindTry(path.into(), path.to_string()));
+            mounts.push(Mount::RoBindTry(path.into(), path.to_string()));
         }
         if let (true, Some(resolv)) = (own_net, &self.resolv_conf) {
-            view.push(Mount::RoBind(resolv.clone(), "/etc/resolv.conf".into()));
+            mounts.push(Mount::RoBind(resolv.clone(), "/etc/resolv.conf".into()));
         }
         for link in ["bin", "lib", "lib64", "sbin"] {
-            view.push(Mount::Symlink(format!("usr/{link}"), format!("/{link}")));
+            mounts.push(Mount::Symlink(format!("usr/{link}"), format!("/{link}")));
         }
-        view.push(Mount::Proc("/proc".into()));
-        view.push(Mount::Dev("/dev".into()));
+        mounts.push(Mount::Dev("/dev".into()));
+        mounts.push(Mount::RoBind("/dev/null".into(), "/dev/tty".into()));
+        let shared = mounts.len();
+        mounts.push(Mount::Proc("/proc".into()));
         match &confinement.scratch {
             Some(scratch) => {
-                view.push(Mount::Bind(scratch.path.join("tmp"), "/tmp".into()));
-                view.push(Mount::Bind(scratch.path.join("shm"), "/dev/shm".into()));
+                mounts.push(Mount::Bind(scratch.path.join("tmp"), "/tmp".into()));
+                mounts.push(Mount::Bind(scratch.path.join("shm"), "/dev/shm".into()));
             }
-            None => view.push(Mount::Tmpfs("/tmp".into(), limits.tmp_bytes)),
+            None => mounts.push(Mount::Tmpfs("/tmp".into(), limits.tmp_bytes)),
         }
-        view.push(Mount::RoBind("/dev/null".into(), "/dev/tty".into()));
         for (host, inside) in &spec.ro {
-            view.push(Mount::RoBind(host.clone(), inside.clone()));
+            mounts.push(Mount::RoBind(host.clone(), inside.clone()));
         }
         for (host, inside) in &spec.rw {
-            view.push(Mount::Bind(host.clone(), inside.clone()));
+            mounts.push(Mount::Bind(host.clone(), inside.clone()));
         }
         // Nothing else writable: the root and /dev (not their binds).
-        view.push(Mount::RemountRo("/dev".into()));
-        view.push(Mount::RemountRo("/".into()));
-        view
+        mounts.push(Mount::RemountRo("/dev".into()));
+        mounts.push(Mount::RemountRo("/".into()));
+        View { mounts, shared }
     }
 
     /// What the zygote needs to make a fork of it into this sandbox.
@@ -254,7 +257,7 @@ impl Sandbox {
         // The descriptors after the fork's stdio: its namespace, then the
         // detached copies of its scratch binds, in this order.
         let netns = netns_path.as_ref().map(|_| FORK_STDIO);
-        let mounts = self.view(spec, confinement, limits);
+        let View { mounts, shared } = self.view(spec, confinement, limits);
         let mut detached = Vec::new();
         if let Some(scratch) = &confinement.scratch {
             for mount in &mounts {
@@ -272,6 +275,7 @@ impl Sandbox {
             netns,
             netns_path,
             mounts,
+            shared,
             detached,
             descriptors: Vec::new(),
             chdir: spec.chdir.clone(),
@@ -295,6 +299,14 @@ impl Sandbox {
 /// The descriptors every fork request carries first: the fork's stdin,
 /// stdout, stderr and reply pipe.
 const FORK_STDIO: usize = 4;
+
+/// A sandbox's mount view, in the order it is built.
+pub struct View {
+    pub mounts: Vec<Mount>,
+    /// How many of the first `mounts` every sandbox of this server has
+    /// alike (no path of an instance or a tenant in them).
+    pub shared: usize,
+}
 
 /// One step of building a sandbox's mount view: `(host, inside)` paths.
 #[derive(Debug, Clone, serde::Serialize)]

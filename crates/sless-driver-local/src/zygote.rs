@@ -48,6 +48,9 @@ pub struct ForkRequest {
     /// the host's network); counted after the four of its stdio and reply.
     pub netns: Option<usize>,
     pub mounts: Vec<Mount>,
+    /// How many of the first `mounts` are the same for every sandbox: the
+    /// zygote builds them once, as a template each fork copies.
+    pub shared: usize,
     /// Host paths of binds in `mounts` made from a detached copy of that
     /// mount (`open_tree`), with the copy's index in `descriptors`.
     pub detached: Vec<(PathBuf, usize)>,
