@@ -3,7 +3,8 @@
 # instance instead of starting a new interpreter. Each fork confines itself
 # before it runs anything else: the instance's control groups, network
 # namespace, a pid, mount, ipc, uts and cgroup namespace of its own, the
-# mount view the server describes (bubblewrap's, built here with mount(2)),
+# mount view the server describes (bubblewrap's, built here with mount(2):
+# its shared part copied from a template the zygote built, see Templates),
 # rlimits, SCHED_BATCH, then its own uid with no capabilities and no way to
 # gain any. Only then does it run the shim's main(), which says HELLO; or,
 # when the request names a program ("exec": a Node shim), it becomes that
@@ -237,7 +238,8 @@ class Templates:
     MAX_COUNT = 4  # kinds of request: one per server as the server asks
 
     def __init__(self):
-        self.built = {}  # key -> (descriptor, remounted, monotonic time built)
+        # [shared mounts, own shapes, descriptor, remounted, monotonic time built]
+        self.built = []
         self.work = True
 
     def for_request(self, spec):
@@ -251,22 +253,27 @@ class Templates:
         own = [own_shape(op, detached) for op in mounts[shared:]]
         if None in own:
             return None
-        key = json.dumps([mounts[:shared], own])
-        found = self.built.get(key)
-        if found is not None and time.monotonic() - found[2] < self.MAX_AGE:
-            return found[0], found[1]
-        if found is not None:
-            os.close(self.built.pop(key)[0])
+        now = time.monotonic()
+        for entry in self.built:
+            if entry[1] == own and entry[0] == mounts[:shared]:
+                if now - entry[4] < self.MAX_AGE:
+                    return entry[2], entry[3]
+                self.drop(entry)
+                break
         while len(self.built) >= self.MAX_COUNT:
-            os.close(self.built.pop(next(iter(self.built)))[0])
+            self.drop(self.built[0])
         try:
-            made = build_template(mounts[:shared], mounts[shared:], detached)
+            tree, remounted = build_template(mounts[:shared], mounts[shared:], detached)
         except OSError as exc:
             sys.stderr.write(f"sless zygote: forks build their whole view, no template: {exc}\n")
-            self.work = False
+            self.work = True
             return None
-        self.built[key] = made + (time.monotonic(),)
-        return made
+        self.built.append([mounts[:shared], own, tree, remounted, now])
+        return tree, remounted
+
+    def drop(self, entry):
+        self.built.remove(entry)
+        os.close(entry[2])
 
 
 def own_shape(op, detached):

@@ -12,7 +12,9 @@
 //! bubblewrap is given ([`Mount`]), the rlimits and the environment, with
 //! the fork's stdin, stdout and stderr and a reply pipe. The fork joins the
 //! control groups and the network namespace, makes its pid, mount, ipc, uts
-//! and cgroup namespaces, builds the view and pivots into it, sets the
+//! and cgroup namespaces, builds the view (a copy of the zygote's template
+//! of its shared part, see [`ForkRequest::shared`], with its own mounts on
+//! top) and pivots into it, sets the
 //! rlimits and SCHED_BATCH, closes every descriptor but its stdio, and
 //! drops to the instance's uid with no capabilities and `no_new_privs`; it
 //! says "ok" on the reply pipe only then, and only then runs the shim.

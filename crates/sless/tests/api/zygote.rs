@@ -37,6 +37,15 @@ def scratch_writable():
         os.remove(path)
     return True
 
+def mount_table():
+    """[mount point, ro or rw, file system type, device] of each mount."""
+    table = []
+    for line in open("/proc/self/mountinfo"):
+        fields = line.split()
+        rest = fields[fields.index("-") + 1:]
+        table.append([fields[4], fields[5].split(",")[0], rest[0], fields[2]])
+    return sorted(table)
+
 def handle(event, context):
     fds = {}
     for fd in os.listdir("/proc/self/fd"):
@@ -64,6 +73,7 @@ def handle(event, context):
         "sched_batch": os.sched_getscheduler(0) == os.SCHED_BATCH,
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
         "scratch_writable": scratch_writable(),
+        "mounts": mount_table(),
     }
 "#;
 
@@ -118,12 +128,63 @@ async fn forked_instances_are_each_confined_alone() {
     for ns in ["net", "mnt", "pid", "ipc", "uts", "cgroup"] {
         assert_ne!(one["ns"][ns], two["ns"][ns], "{ns} namespace shared: {one} {two}");
     }
+    // Their root and /dev are copies of the zygote's one read-only
+    // template; what is on them (/proc, /tmp, /code) is each one's own.
+    let device = |out: &Value, point: &str| {
+        let row = mount_at(out, point);
+        assert_eq!(
+            row[1],
+            if ["/", "/dev"].contains(&point) { "ro" } else { "rw" },
+            "{row}"
+        );
+        row[3].clone()
+    };
+    for shared in ["/", "/dev"] {
+        assert_eq!(device(&one, shared), device(&two, shared), "{shared}: {one} {two}");
+    }
+    for own in ["/proc", "/tmp"] {
+        assert_ne!(device(&one, own), device(&two, own), "{own}: {one} {two}");
+    }
     assert_eq!(one["code"], json!(["handler.py", "one.txt"]), "{one}");
     assert_eq!(two["code"], json!(["handler.py", "two.txt"]), "{two}");
     // Random numbers are drawn anew in each fork (CPython reseeds at fork).
     assert_ne!(one["random"], two["random"]);
     let again = report(&server, "one").await;
     assert_ne!(one["random"], again["random"]);
+}
+
+/// The row of `report`'s mount table for the mount at `point`.
+fn mount_at(report: &Value, point: &str) -> Value {
+    let rows = report["mounts"].as_array().unwrap();
+    let row = rows.iter().find(|row| row[0] == point);
+    row.unwrap_or_else(|| panic!("no mount at {point}: {report}")).clone()
+}
+
+/// The zygote builds its template again once it is ten seconds old, so
+/// that a host file bound in it (/etc/hosts, say), replaced on the host,
+/// reaches the instances forked after.
+#[tokio::test]
+async fn the_zygote_builds_its_template_again_once_it_is_ten_seconds_old() {
+    let server = Server::start(Backend::Sqlite).await;
+    let root = |out: &Value| mount_at(out, "/")[3].clone();
+    deploy_reporters(&server, &["one", "two"]).await;
+    let mut before = Vec::new();
+    for name in ["one", "two"] {
+        before.push(root(&report(&server, name).await));
+    }
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    // A deploy starts an instance (the warm pool's, forked before), and the
+    // pool forks its replacement now.
+    let names = ["three", "four", "five", "six"];
+    deploy_reporters(&server, &names).await;
+    let mut after = Vec::new();
+    for name in names {
+        after.push(root(&report(&server, name).await));
+    }
+    assert!(
+        after.iter().any(|dev| !before.contains(dev)),
+        "no fork after ten seconds has a root of a new template: before {before:?} after {after:?}"
+    );
 }
 
 /// A fork holds the same limits, view and kinds of descriptors as a new
@@ -144,6 +205,20 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
     }
     // Bubblewrap leaves the new interpreter a pipe and /dev/null more.
     holds_no_more_descriptors(&fork, &new);
+    // The same mounts, each as read-only and of the same kind, though the
+    // fork's root and /dev are copies of the zygote's template; bubblewrap's
+    // /dev holds a devpts more.
+    let table = |out: &Value, skip: &str| -> Vec<Value> {
+        let rows = out["mounts"].as_array().unwrap().iter();
+        rows.filter(|row| row[0] != skip)
+            .map(|row| json!([row[0], row[1], row[2]]))
+            .collect()
+    };
+    assert_eq!(
+        table(&fork, ""),
+        table(&new, "/dev/pts"),
+        "fork {fork} new interpreter {new}"
+    );
 }
 
 /// Every descriptor of `fork` is of a kind `sandboxed` (started behind
