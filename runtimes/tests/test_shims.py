@@ -684,24 +684,45 @@ class PythonShimTest(ShimContract, unittest.TestCase):
                     return got
                 time.sleep(0.05)
 
-        after_ready = ["MainThread", "sless-flush", "sless-loop", "sless-standby-reader"]
-        for concurrency, threads in [(8, after_ready), (1, after_ready[:3])]:
-            for wait in (0.2, 0):  # rehearsed, taken at once
-                client = self.spawn()
-                time.sleep(wait)
-                tasks = set(os.listdir(f"/proc/{client.proc.pid}/task"))
-                self.assertEqual(len(tasks), 4 if wait else 2, "main, flush and the spares")
-                self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=concurrency), {"ok": True})
-                got = settled(client, threads)
-                self.assertEqual(got, {"threads": threads, "spares": []}, (concurrency, wait))
-                if wait:  # no thread was started after READY
-                    self.assertLessEqual(set(os.listdir(f"/proc/{client.proc.pid}/task")), tasks)
+        rehearsed = ["MainThread", "sless-flush", "sless-loop", "sless-standby-reader"]
+        # Taken at once, the loop gets a thread only when a handler returns a
+        # coroutine (test_a_sync_handlers_loop_gets_its_thread_with_the_first_coroutine).
+        taken = ["MainThread", "sless-flush", "sless-standby-reader"]
+        for concurrency, wait, threads in [(8, 0.2, rehearsed), (8, 0, taken),
+                                           (1, 0.2, rehearsed[:3]), (1, 0, taken[:2])]:
+            client = self.spawn()
+            time.sleep(wait)
+            tasks = set(os.listdir(f"/proc/{client.proc.pid}/task"))
+            self.assertEqual(len(tasks), 4 if wait else 2, "main, flush and the spares")
+            self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=concurrency), {"ok": True})
+            got = settled(client, threads)
+            self.assertEqual(got, {"threads": threads, "spares": []}, (concurrency, wait))
+            if wait:  # no thread was started after READY
+                self.assertLessEqual(set(os.listdir(f"/proc/{client.proc.pid}/task")), tasks)
         # An async handler keeps its loop on the main thread: no spare stays.
         client = self.spawn()
         time.sleep(0.2)
         self.assertEqual(client.load(code_dir, "aio.handle", [code_dir]), {"ok": True})
         threads = ["MainThread", "sless-flush"]
         self.assertEqual(settled(client, threads), {"threads": threads, "spares": []})
+
+    def test_a_sync_handlers_loop_gets_its_thread_with_the_first_coroutine(self):
+        code_dir = self.make_code_dir({"handler.py": (
+            "import threading\n\n"
+            "def names():\n"
+            "    return sorted(t.name for t in threading.enumerate())\n\n"
+            "async def later():\n"
+            "    return names()\n\n"
+            "def handle(event, context):\n"
+            "    return later() if event == 'coroutine' else names()\n"
+        )})
+        client = self.spawn()  # taken at once: no spare threads
+        self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=1), {"ok": True})
+        self.assertEqual(client.invoke(1, b'"plain"').json(), ["MainThread", "sless-flush"])
+        with_loop = ["MainThread", "sless-flush", "sless-loop"]
+        self.assertEqual(client.invoke(2, b'"coroutine"').json(), with_loop)
+        self.assertEqual(client.invoke(3, b'"coroutine"').json(), with_loop)
+        self.assertEqual(client.invoke(4, b'"plain"').json(), with_loop)
 
     def test_a_plain_object_holding_a_value_that_is_not_serializable_is_500(self):
         # Plain objects take the reply's short path; it reports the same error.
