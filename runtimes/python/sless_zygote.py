@@ -338,8 +338,12 @@ def confine(spec, fds, template):
     is the zygote's template for the view (its descriptor and the paths
     it remounted read-only), or None."""
     for procs in spec.get("cgroups") or []:
-        with open(HOST + procs, "w") as f:
-            f.write("0")
+        # Not open(): a text file's layers cost a fork more than the write.
+        fd = os.open(HOST + procs, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
     if spec.get("netns") is not None:
         netns = fds[spec["netns"]]
         check(libc.setns(netns, CLONE_NEWNET), "entering the network namespace")
