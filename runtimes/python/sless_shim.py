@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import traceback
+import types
 import urllib.parse
 from threading import get_ident
 from time import monotonic
@@ -534,6 +535,12 @@ class Function:
 
 def positional_arity(handler):
     """How many of (event, context) the handler takes: 0, 1 or 2."""
+    if (type(handler) is types.FunctionType and "__wrapped__" not in handler.__dict__
+            and "__signature__" not in handler.__dict__):
+        # What inspect.signature says of a plain function, from its code
+        # (it would build a Signature: about 0.1 ms of a cold start).
+        code = handler.__code__
+        return 2 if code.co_flags & inspect.CO_VARARGS else min(2, code.co_argcount)
     try:
         params = inspect.signature(handler).parameters.values()
     except (TypeError, ValueError):

@@ -487,6 +487,56 @@ class ShimContract:
         self.assertEqual(client.proc.wait(timeout=5), 0)
 
 
+class PositionalArityTest(unittest.TestCase):
+    """The shim's short cut for plain functions counts (event, context) as
+    inspect.signature does, which it still asks of everything else."""
+
+    def test_every_kind_of_handler_counts_as_inspect_counts_it(self):
+        import functools
+        import importlib.util
+        import inspect
+
+        spec = importlib.util.spec_from_file_location("shim_under_test", RUNTIMES_DIR / "python" / "sless_shim.py")
+        shim = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(shim)
+
+        def reference(handler):
+            params = inspect.signature(handler).parameters.values()
+            if any(p.kind is p.VAR_POSITIONAL for p in params):
+                return 2
+            positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+            return min(2, sum(p.kind in positional for p in params))
+
+        def decorated(function):
+            @functools.wraps(function)
+            def wrapper(*args):
+                return function(*args)
+            return wrapper
+
+        def with_signature():
+            pass
+        with_signature.__signature__ = inspect.signature(lambda event: None)
+
+        async def coroutine_function(event):
+            pass
+
+        class Callable:
+            def __call__(self, event):
+                pass
+
+            def method(self, event, context):
+                pass
+
+        handlers = [
+            lambda: 0, lambda event: 0, lambda event, context: 0, lambda event, context, extra=1: 0,
+            lambda *args: 0, lambda event, *rest: 0, lambda event, *, key=1: 0, lambda event, /, context: 0,
+            lambda **kwargs: 0, decorated(lambda event: 0), with_signature, coroutine_function,
+            functools.partial(lambda a, b, c: 0, 1), Callable(), Callable().method,
+        ]
+        self.assertEqual([shim.positional_arity(h) for h in handlers], [reference(h) for h in handlers])
+        self.assertEqual([reference(h) for h in handlers], [0, 1, 2, 2, 2, 2, 1, 2, 0, 1, 1, 1, 2, 1, 2])
+
+
 class PythonShimTest(ShimContract, unittest.TestCase):
     command = PYTHON_COMMAND
     runtime = "python3.11"
