@@ -709,10 +709,14 @@ def error_response(request_id, message, failed=False):
 class Shim:
     """Handles the frames from the server: one LOAD, then INVOKEs."""
 
-    def __init__(self, frames, streams, loop):
+    def __init__(self, frames, streams):
         self.frames = frames
         self.streams = streams
-        self.loop = loop
+        # The asyncio loop, made at its first use (main_thread_loop): a
+        # rehearsal, an async handler's LOAD, a sync handler's first
+        # coroutine. A cold start of a sync handler makes none: a loop is
+        # about 0.4 ms of its CPU, and it would only read LOAD.
+        self.loop = None
         # Whether the loop runs on a thread of its own (a sync handler's,
         # from its first coroutine on: run_loop).
         self.loop_thread = False
@@ -727,7 +731,6 @@ class Shim:
         # thread over to it (main() reads this when the loop stops).
         self.hand_over = False
         self.sync_calls = None  # MainThreadCalls, from then on
-        self.rehearsal = None  # rehearse() while no LOAD came (main() sets it)
         self.pipe_reader = None  # the FrameReader of the pipe (main() sets it)
         self.serve = None  # ServeSettings, when LOAD has `serve`
         self.served = None  # the ServeReader once the shim serves connections
@@ -758,16 +761,15 @@ class Shim:
             sys.__stderr__.write(f"sless shim: ignoring frame of type {kind!r}\n")
 
     def load(self, payload):
-        if self.rehearsal is not None:
-            self.rehearsal.cancel()
         answer = self.try_load(payload)
+        if answer["ok"] and self.function.is_async:
+            self.loop = main_thread_loop()  # calls run on it from now on
         self.frames.send_json(b"R", answer)
         if answer["ok"] and self.serve is not None:
             self.start_serving()
         if answer["ok"] and not self.function.is_async:
             # Frames after LOAD wait for the main thread's new role.
             self.hand_over = True
-            self.loop.stop()
         else:
             release_spare_threads()
 
@@ -867,6 +869,8 @@ class Shim:
             if self.loop_thread:
                 return
             self.loop_thread = True
+            if self.loop is None:
+                self.loop = asyncio.new_event_loop()
 
         def run():
             asyncio.set_event_loop(self.loop)
@@ -932,14 +936,17 @@ class FrameReader:
         self.end = 0  # end of the bytes read
         self.poller = None  # wait_and_read's, made at its first wait
 
-    def wait_and_read(self):
-        """MainThreadCalls' wait for frames (the fd is non-blocking there)
-        and their reading."""
+    def wait_and_read(self, timeout_ms=None):
+        """Waits for frames (the fd is non-blocking) and reads them: the
+        wait for LOAD and MainThreadCalls'. False if none came within
+        `timeout_ms`."""
         if self.poller is None:
             self.poller = select.poll()
             self.poller.register(self.fd, select.POLLIN)
-        self.poller.poll()
+        if not self.poller.poll(timeout_ms):
+            return False
         self.on_readable()
+        return True
 
     def on_readable(self):
         if self.end == len(self.buffer):
@@ -1382,7 +1389,7 @@ REHEARSAL_DELAY = 0.005
 rehearsed = False
 
 
-def rehearse(loop):
+def rehearse(shim):
     """What a LOAD and a first call run (the module finders, compiling and
     inspecting a handler, building its arguments, encoding its answer, an
     async call on the loop), run once on a handler of its own while the
@@ -1392,8 +1399,9 @@ def rehearse(loop):
     cold start's LOAD and first call find those pages already copied.
     Measured in a fork: LOAD of a hello module 1.4-2.0 ms -> 0.6 ms, its
     first call 90-130 -> 20 us. It writes no frame and leaves no module,
-    path entry or task behind. An instance taken at once (a burst) never
-    runs it: its LOAD cancels it, so a burst pays no extra CPU."""
+    path entry or task behind, and makes the shim's loop, as a cold start
+    of an async handler would. An instance taken at once (a burst) never
+    runs it (its LOAD comes first), so a burst pays no extra CPU."""
     for finder in sys.meta_path:
         if hasattr(finder, "find_spec"):
             finder.find_spec("sless_shim", None)
@@ -1410,7 +1418,8 @@ def rehearse(loop):
         return to_response(function.handler(event, context))
 
     inspect.iscoroutinefunction(handle)
-    loop.create_task(handle(*args), context=context)
+    shim.loop = loop = main_thread_loop()
+    loop.run_until_complete(loop.create_task(handle(*args), context=context))
     for name in (LOOP_THREAD, STANDBY_THREAD):
         spare_threads[name] = SpareThread(name)
     global rehearsed
@@ -1422,22 +1431,51 @@ def main():
     frames = FrameWriter(open(frames_out, "wb", buffering=64 * 1024))
     sys.stdout = CaptureStream(frames, STDOUT, 1)
     sys.stderr = CaptureStream(frames, STDERR, 2)
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    shim = Shim(frames, (sys.stdout, sys.stderr), loop)
+    shim = Shim(frames, (sys.stdout, sys.stderr))
     os.set_blocking(frames_in, False)
     frames.start_watchdog()
     reader = FrameReader(frames_in, shim.on_frame, shim.begin_batch, shim.end_batch)
     reader.pause = lambda: shim.hand_over
     shim.pipe_reader = reader
-    loop.add_reader(frames_in, reader.on_readable)
-    shim.rehearsal = loop.call_later(REHEARSAL_DELAY, rehearse, loop)
     frames.send_json(b"H", {"runtime": RUNTIME, "shim_version": SHIM_VERSION, "pid": os.getpid()})
-    loop.run_forever()  # until a sync handler is loaded: async ones run on this loop for good
-    serve_sync_handler(shim, reader, loop)
+    wait_for_load(shim, reader)
+    if shim.hand_over:
+        serve_sync_handler(shim, reader)
+    else:  # an async handler: its calls run on the loop, for good
+        if shim.served is None:
+            shim.loop.add_reader(reader.fd, reader.on_readable)
+        shim.loop.run_forever()
 
 
-def serve_sync_handler(shim, reader, loop):
+def wait_for_load(shim, reader):
+    """Reads frames (with no event loop) until a function is loaded; if
+    none came for REHEARSAL_DELAY, rehearses first."""
+    timeout_ms = REHEARSAL_DELAY * 1000
+    while shim.function is None:
+        if not reader.wait_and_read(timeout_ms):
+            if timeout_ms is not None:
+                rehearse(shim)
+            timeout_ms = None
+
+
+def main_thread_loop():
+    """The main thread's asyncio loop: the one the handler's import made
+    (asyncio.get_event_loop() makes one there), else a new one, set as the
+    main thread's."""
+    loop = loop_made_so_far()
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+    return loop
+
+
+def loop_made_so_far():
+    """The loop asyncio's policy holds for the main thread, without making
+    one (3.11's policy keeps it in `_local._loop`)."""
+    return getattr(getattr(asyncio.get_event_loop_policy(), "_local", None), "_loop", None)
+
+
+def serve_sync_handler(shim, reader):
     """The main thread, which imported the handler's module, reads the
     frames and runs the calls from now on (MainThreadCalls); the loop moves
     to a thread of its own, where it awaits what a handler returns as a
@@ -1445,7 +1483,8 @@ def serve_sync_handler(shim, reader, loop):
     made its thread). The main thread has no event loop of its own, as under
     python3, so a handler may call asyncio.run()."""
     reader.pause = lambda: False
-    loop.remove_reader(reader.fd)
+    if shim.loop is None:  # the one the handler's import made, if it made one
+        shim.loop = loop_made_so_far()
     asyncio.set_event_loop_policy(None)
     if LOOP_THREAD in spare_threads:  # made while idle: free to take now
         shim.run_loop()

@@ -756,23 +756,55 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         threads = ["MainThread", "sless-flush"]
         self.assertEqual(settled(client, threads), {"threads": threads, "spares": []})
 
-    def test_a_sync_handlers_loop_gets_its_thread_with_the_first_coroutine(self):
+    def test_a_sync_handlers_loop_is_made_with_the_first_coroutine(self):
+        # Taken at once, a sync handler's instance reads its LOAD with no
+        # event loop and makes one (its epoll, its thread) only when a
+        # handler returns a coroutine.
         code_dir = self.make_code_dir({"handler.py": (
-            "import threading\n\n"
+            "import os, threading\n\n"
+            "def epolls():\n"
+            "    links = []\n"
+            "    for fd in os.listdir('/proc/self/fd'):\n"
+            "        try:\n"
+            "            links.append(os.readlink(f'/proc/self/fd/{fd}'))\n"
+            "        except OSError:\n"
+            "            pass  # the listing's own descriptor\n"
+            "    return links.count('anon_inode:[eventpoll]')\n\n"
             "def names():\n"
-            "    return sorted(t.name for t in threading.enumerate())\n\n"
+            "    return {'threads': sorted(t.name for t in threading.enumerate()), 'epolls': epolls()}\n\n"
             "async def later():\n"
             "    return names()\n\n"
             "def handle(event, context):\n"
             "    return later() if event == 'coroutine' else names()\n"
         )})
-        client = self.spawn()  # taken at once: no spare threads
+        client = self.spawn()  # taken at once: no rehearsal, no spare threads
         self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=1), {"ok": True})
-        self.assertEqual(client.invoke(1, b'"plain"').json(), ["MainThread", "sless-flush"])
-        with_loop = ["MainThread", "sless-flush", "sless-loop"]
+        self.assertEqual(client.invoke(1, b'"plain"').json(), {"threads": ["MainThread", "sless-flush"], "epolls": 0})
+        with_loop = {"threads": ["MainThread", "sless-flush", "sless-loop"], "epolls": 1}
         self.assertEqual(client.invoke(2, b'"coroutine"').json(), with_loop)
         self.assertEqual(client.invoke(3, b'"coroutine"').json(), with_loop)
         self.assertEqual(client.invoke(4, b'"plain"').json(), with_loop)
+
+    def test_the_loop_a_handlers_import_gets_is_the_one_its_calls_run_on(self):
+        # asyncio.get_event_loop() at import (a module making futures, a
+        # client bound to the loop) gets the loop its coroutines run on,
+        # async or returned by a sync handler, rehearsed or not.
+        code_dir = self.make_code_dir({
+            "aio.py": ("import asyncio\nLOOP = asyncio.get_event_loop()\n\n"
+                       "async def handle(event, context):\n"
+                       "    return {'same': asyncio.get_running_loop() is LOOP}\n"),
+            "sync.py": ("import asyncio\nLOOP = asyncio.get_event_loop()\n\n"
+                        "async def check():\n"
+                        "    return {'same': asyncio.get_running_loop() is LOOP}\n\n"
+                        "def handle(event, context):\n"
+                        "    return check()\n"),
+        })
+        for entrypoint in ("aio.handle", "sync.handle"):
+            for wait in (0.2, 0):  # rehearsed, taken at once
+                client = self.spawn()
+                time.sleep(wait)
+                self.assertEqual(client.load(code_dir, entrypoint, [code_dir]), {"ok": True})
+                self.assertEqual(client.invoke(1).json(), {"same": True}, (entrypoint, wait))
 
     def test_a_plain_object_holding_a_value_that_is_not_serializable_is_500(self):
         # Plain objects take the reply's short path; it reports the same error.
