@@ -736,7 +736,7 @@ class PythonShimTest(ShimContract, unittest.TestCase):
 
         rehearsed = ["MainThread", "sless-flush", "sless-loop", "sless-standby-reader"]
         # Taken at once, the loop gets a thread only when a handler returns a
-        # coroutine (test_a_sync_handlers_loop_gets_its_thread_with_the_first_coroutine).
+        # coroutine (test_a_sync_handlers_loop_is_made_with_the_first_coroutine).
         taken = ["MainThread", "sless-flush", "sless-standby-reader"]
         for concurrency, wait, threads in [(8, 0.2, rehearsed), (8, 0, taken),
                                            (1, 0.2, rehearsed[:3]), (1, 0, taken[:2])]:
