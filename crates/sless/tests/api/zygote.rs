@@ -46,6 +46,16 @@ def mount_table():
         table.append([fields[4], fields[5].split(",")[0], rest[0], fields[2]])
     return sorted(table)
 
+def try_write(path):
+    """"ok", or the error a write of a new file at path got."""
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        os.remove(path)
+        return "ok"
+    except OSError as exc:
+        return type(exc).__name__
+
 def handle(event, context):
     fds = {}
     for fd in os.listdir("/proc/self/fd"):
@@ -74,6 +84,7 @@ def handle(event, context):
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
         "scratch_writable": scratch_writable(),
         "mounts": mount_table(),
+        "writes": {p: try_write(p) for p in ("/probe", "/dev/probe", "/code/probe", "/etc/probe")},
     }
 "#;
 
@@ -141,6 +152,12 @@ async fn forked_instances_are_each_confined_alone() {
     };
     for shared in ["/", "/dev"] {
         assert_eq!(device(&one, shared), device(&two, shared), "{shared}: {one} {two}");
+    }
+    // What they share, nor their code, takes a write from either.
+    for out in [&one, &two] {
+        for (path, got) in out["writes"].as_object().unwrap() {
+            assert_ne!(got, "ok", "{path} took a write: {out}");
+        }
     }
     for own in ["/proc", "/tmp"] {
         assert_ne!(device(&one, own), device(&two, own), "{own}: {one} {two}");
