@@ -379,7 +379,11 @@ def report(rows, pss_by_mode):
             parts = []
             if 16 in mine:
                 parts.append(f"C=16 rate {mine[16][3]:.1f}/{rate_t:.0f} = {mine[16][3] / rate_t:.2f}x")
-                parts.append(f"C=16 p50 {mine[16][4]:.1f}/{p50_t:.0f} ms = {mine[16][4] / p50_t:.2f}x")
+                # 16 callers that always wait: their mean wait is 16 / rate
+                # (Little's law), so a p50 target is a rate target too.
+                parts.append(f"C=16 p50 {mine[16][4]:.1f}/{p50_t:.0f} ms = {mine[16][4] / p50_t:.2f}x "
+                             f"(16 / rate = {16000 / mine[16][3]:.1f} ms; {p50_t:.0f} ms asks about "
+                             f"{16000 / p50_t:.0f}/s)")
             if 1 in mine:
                 parts.append(f"C=1 p50 {mine[1][4]:.1f}/{single_t:.0f} ms = {mine[1][4] / single_t:.2f}x")
             if "1*" in mine:
