@@ -710,51 +710,56 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         self.assertEqual(taken.invoke(1).json(), {"rehearsed": False, "tasks": 1, "modules": []})
 
     THREADS = (
-        "import sys, threading\n\n"
+        "import os, sys, threading\n\n"
         "def handle(event, context):\n"
         "    shim = sys.modules['__main__']\n"
         "    return {'threads': sorted(t.name for t in threading.enumerate()),\n"
+        "            'tasks': len(os.listdir('/proc/self/task')),\n"
         "            'spares': sorted(shim.spare_threads)}\n"
     )
     ASYNC_THREADS = THREADS.replace("def handle", "async def handle")
 
     def test_a_rehearsed_instance_starts_its_threads_ahead_and_keeps_no_spare(self):
         # Rehearsed, a sync handler's instance runs its loop and standby
-        # reader on the threads it made while idle: the same threads, by
-        # name, as an instance that made them after READY, and none parked.
+        # reader on the threads it made while idle: the same threads as an
+        # instance that made them after READY, and none parked. A handler
+        # sees, by name, its main thread and the loop (which runs its
+        # coroutines); the shim's own threads (the flush watchdog, the
+        # standby reader) are threads of the process `threading` does not
+        # list (start_own_thread), counted here from /proc.
         code_dir = self.make_code_dir({"handler.py": self.THREADS, "aio.py": self.ASYNC_THREADS})
 
-        def settled(client, threads):
-            """The first answer listing `threads` (a released spare may
+        def settled(client, expected):
+            """The first answer that is `expected` (a released spare may
             still be ending), else the last within 5 s."""
             deadline = time.monotonic() + 5
             for inv_id in itertools.count(1):
                 got = client.invoke(inv_id).json()
-                if got["threads"] == threads or time.monotonic() > deadline:
+                if got == expected or time.monotonic() > deadline:
                     return got
                 time.sleep(0.05)
 
-        rehearsed = ["MainThread", "sless-flush", "sless-loop", "sless-standby-reader"]
-        # Taken at once, the loop gets a thread only when a handler returns a
-        # coroutine (test_a_sync_handlers_loop_is_made_with_the_first_coroutine).
-        taken = ["MainThread", "sless-flush", "sless-standby-reader"]
-        for concurrency, wait, threads in [(8, 0.2, rehearsed), (8, 0, taken),
-                                           (1, 0.2, rehearsed[:3]), (1, 0, taken[:2])]:
+        # Rehearsed: main, flush, loop and standby. Taken at once, the loop
+        # gets a thread only when a handler returns a coroutine
+        # (test_a_sync_handlers_loop_is_made_with_the_first_coroutine); with
+        # concurrency 1 there is no standby.
+        for concurrency, wait, names, count in [(8, 0.2, ["MainThread", "sless-loop"], 4), (8, 0, ["MainThread"], 3),
+                                                (1, 0.2, ["MainThread", "sless-loop"], 3), (1, 0, ["MainThread"], 2)]:
             client = self.spawn()
             time.sleep(wait)
             tasks = set(os.listdir(f"/proc/{client.proc.pid}/task"))
             self.assertEqual(len(tasks), 4 if wait else 2, "main, flush and the spares")
             self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=concurrency), {"ok": True})
-            got = settled(client, threads)
-            self.assertEqual(got, {"threads": threads, "spares": []}, (concurrency, wait))
+            expected = {"threads": names, "tasks": count, "spares": []}
+            self.assertEqual(settled(client, expected), expected, (concurrency, wait))
             if wait:  # no thread was started after READY
                 self.assertLessEqual(set(os.listdir(f"/proc/{client.proc.pid}/task")), tasks)
         # An async handler keeps its loop on the main thread: no spare stays.
         client = self.spawn()
         time.sleep(0.2)
         self.assertEqual(client.load(code_dir, "aio.handle", [code_dir]), {"ok": True})
-        threads = ["MainThread", "sless-flush"]
-        self.assertEqual(settled(client, threads), {"threads": threads, "spares": []})
+        expected = {"threads": ["MainThread"], "tasks": 2, "spares": []}
+        self.assertEqual(settled(client, expected), expected)
 
     def test_a_sync_handlers_loop_is_made_with_the_first_coroutine(self):
         # Taken at once, a sync handler's instance reads its LOAD with no
@@ -771,7 +776,8 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             "            pass  # the listing's own descriptor\n"
             "    return links.count('anon_inode:[eventpoll]')\n\n"
             "def names():\n"
-            "    return {'threads': sorted(t.name for t in threading.enumerate()), 'epolls': epolls()}\n\n"
+            "    return {'threads': sorted(t.name for t in threading.enumerate()),\n"
+            "            'tasks': len(os.listdir('/proc/self/task')), 'epolls': epolls()}\n\n"
             "async def later():\n"
             "    return names()\n\n"
             "def handle(event, context):\n"
@@ -779,8 +785,9 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         )})
         client = self.spawn()  # taken at once: no rehearsal, no spare threads
         self.assertEqual(client.load(code_dir, "handler.handle", [code_dir], concurrency=1), {"ok": True})
-        self.assertEqual(client.invoke(1, b'"plain"').json(), {"threads": ["MainThread", "sless-flush"], "epolls": 0})
-        with_loop = {"threads": ["MainThread", "sless-flush", "sless-loop"], "epolls": 1}
+        # Main and the flush watchdog (the shim's own, unlisted), then the loop.
+        self.assertEqual(client.invoke(1, b'"plain"').json(), {"threads": ["MainThread"], "tasks": 2, "epolls": 0})
+        with_loop = {"threads": ["MainThread", "sless-loop"], "tasks": 3, "epolls": 1}
         self.assertEqual(client.invoke(2, b'"coroutine"').json(), with_loop)
         self.assertEqual(client.invoke(3, b'"coroutine"').json(), with_loop)
         self.assertEqual(client.invoke(4, b'"plain"').json(), with_loop)
