@@ -1415,6 +1415,14 @@ REHEARSAL_HEADER = '{"request_id":"","kind":"http","method":"GET","path":"","que
 # How long after HELLO an instance no LOAD came for rehearses: a cold
 # start waiting for it sends LOAD at once, so it is idle in the warm pool.
 REHEARSAL_DELAY = 0.005
+# The same for a fork the server started while cold starts waited (the
+# zygote sets it): its LOAD comes once the server has linked its code and
+# fitted its limits, which in a burst (16 cold starts at once on two CPUs)
+# often takes more than 5 ms, and a rehearsal then only delays the LOAD
+# (it copies the same pages, then also compiles, runs and starts threads
+# of its own). Should no cold start take it after all, it rehearses in
+# the warm pool a little later.
+REHEARSAL_DELAY_AWAITED = 0.25
 # Whether this instance has rehearsed (for the shim's tests).
 rehearsed = False
 

@@ -401,6 +401,8 @@ def become_instance(control, fds, spec, template):
     sys.argv = [f"{SHIM}/sless_shim.py"]
     sys.modules["sless_zygote"] = sys.modules["__main__"]
     sys.modules["__main__"] = sless_shim
+    if spec.get("awaited"):  # a cold start waits for this fork: its LOAD comes next
+        sless_shim.REHEARSAL_DELAY = sless_shim.REHEARSAL_DELAY_AWAITED
     # The zygote's objects stay frozen: a collection that walked them would
     # write to every page they share with the zygote and its other forks.
     gc.enable()

@@ -134,8 +134,9 @@ impl Launcher {
         runtime == Runtime::Python311 && self.zygote.is_some()
     }
 
-    /// Starts a generic shim that waits for LOAD.
-    pub async fn spawn_generic(&self, runtime: Runtime) -> Result<Arc<ShimProcess>, String> {
+    /// Starts a generic shim that waits for LOAD; `awaited`: a cold start
+    /// waits for it (see [`ForkRequest::awaited`]).
+    pub async fn spawn_generic(&self, runtime: Runtime, awaited: bool) -> Result<Arc<ShimProcess>, String> {
         let uid = self.sandbox.allocate_uid();
         let slot = self.slots_dir.join(format!("{:016x}", rand::random::<u64>()));
         make_owned_dir(&slot, uid).map_err(|e| format!("creating instance slot: {e}"))?;
@@ -186,6 +187,7 @@ impl Launcher {
         let process = match &self.zygote {
             Some(zygote) => {
                 let mut request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
+                request.awaited = awaited;
                 // A Node shim is a fork that confined itself, then runs node:
                 // no chain of helpers (shell, nsenter, chrt, prlimit,
                 // bubblewrap, shell), which cost about 11 ms of CPU.

@@ -111,14 +111,17 @@ impl WarmPool {
         st.waiters.retain(|w| !w.is_closed());
         let wanted = (self.target + st.waiters.len()).saturating_sub(st.ready.len() + st.starting);
         let room = self.parallel.saturating_sub(st.starting);
+        // Started while cold starts wait, a shim is most likely taken the
+        // moment it says HELLO: it need not rehearse (ForkRequest::awaited).
+        let awaited = !st.waiters.is_empty();
         for _ in 0..wanted.min(room) {
             st.starting += 1;
-            tokio::spawn(self.clone().start_one());
+            tokio::spawn(self.clone().start_one(awaited));
         }
     }
 
-    async fn start_one(self: Arc<Self>) {
-        let result = self.launcher.spawn_generic(self.runtime).await;
+    async fn start_one(self: Arc<Self>, awaited: bool) {
+        let result = self.launcher.spawn_generic(self.runtime, awaited).await;
         let backoff = {
             let mut st = self.state.lock().unwrap();
             match result {

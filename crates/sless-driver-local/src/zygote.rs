@@ -69,6 +69,11 @@ pub struct ForkRequest {
     /// its frame pipes on fds 3 and 4 as the Node shim takes them
     /// (PROTOCOL.md); none: the Python shim the zygote imported.
     pub exec: Option<Vec<String>>,
+    /// A cold start waits for this shim (it was started while one did): its
+    /// LOAD comes as soon as the server has linked and fitted it, so the
+    /// Python shim does not rehearse after the usual few milliseconds
+    /// (`REHEARSAL_DELAY_AWAITED` in the shim).
+    pub awaited: bool,
 }
 
 impl ForkRequest {

@@ -204,6 +204,36 @@ async fn the_zygote_builds_its_template_again_once_it_is_ten_seconds_old() {
     );
 }
 
+/// Reports whether the instance rehearsed, and after how long it would have.
+const REHEARSAL_REPORT: &[u8] = br#"
+import sys
+
+def handle(event, context):
+    shim = sys.modules["__main__"]
+    return {"forked": "sless_zygote" in sys.modules, "rehearsed": shim.rehearsed, "delay": shim.REHEARSAL_DELAY}
+"#;
+
+/// A fork started while a cold start waited is taken at its HELLO and
+/// loaded as soon as the server has linked and fitted it: it does not
+/// rehearse 5 ms after HELLO, as one idle in the warm pool does, since in
+/// a burst that LOAD often comes later than 5 ms and a rehearsal would only
+/// delay it.
+#[tokio::test]
+async fn a_fork_a_cold_start_waits_for_does_not_rehearse_and_an_idle_one_does() {
+    // No warm pool: every start is for a cold start waiting.
+    let waited = Server::start_with(Backend::Sqlite, &[("SLESS_WARM_INSTANCES", "0")]).await;
+    deploy_reporters_of(&waited, &["one"], "python3.11", ("handler.py", REHEARSAL_REPORT)).await;
+    let got = report(&waited, "one").await;
+    assert_eq!(got, json!({"forked": true, "rehearsed": false, "delay": 0.25}));
+    drop(waited);
+    // The default pool forks ahead of demand; its forks rehearse once idle.
+    let pooled = Server::start(Backend::Sqlite).await;
+    deploy_reporters_of(&pooled, &["one", "two"], "python3.11", ("handler.py", REHEARSAL_REPORT)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await; // the pool refilled and its forks idled
+    let got = report(&pooled, "two").await;
+    assert_eq!(got, json!({"forked": true, "rehearsed": true, "delay": 0.005}));
+}
+
 /// A fork holds the same limits, view and kinds of descriptors as a new
 /// interpreter in a bubblewrap sandbox: nothing of the zygote's is left
 /// open (its socket to the server, the other forks' pipes).
