@@ -5,8 +5,9 @@ second, p50 and p99 of the first answer, the machine's load average before
 and after each burst, and the figures' ratio to their targets; as root,
 the CPU one cold start costs (the server's cpuacct group over the burst),
 split into the server's threads, the zygote and the rest (the instances
-themselves); then the proportional set size (PSS) of idle Python hello
-instances. One command:
+themselves), and each Python fork's own CPU, page faults and threads
+(medians over the burst's instances, read from /proc after it); then the
+proportional set size (PSS) of idle Python hello instances. One command:
 
     python3 bench/coldburst.py --sless "$CARGO_TARGET_DIR/release/sless"
 
@@ -19,6 +20,7 @@ one's instances are gone. Needs root for the PSS figures (it reads the
 server's control groups)."""
 
 import argparse
+import collections
 import concurrent.futures
 import glob
 import http.client
@@ -151,6 +153,41 @@ def split(server_pid, before, after, total_ms, calls):
     shown = ", ".join(f"{k} {v / calls:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v / calls >= 0.01)
     return (f"server {server / calls:.2f} ms ({shown}), zygote {zygote / calls:.2f} ms, "
             f"instances and the rest {(total_ms - server - zygote) / calls:.2f} ms")
+
+
+def fork_costs(server_pid):
+    """Each live fork of the zygote (after a burst: the burst's instances):
+    its own CPU (ms, all its threads, from their schedstat), its page
+    faults, and how many threads it runs. Steadier than the rates: other
+    load on the machine does not add to a process's own CPU."""
+    zygote = zygote_of(server_pid)
+    costs = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[1]) != zygote:
+                continue
+            tasks = os.listdir(f"/proc/{p}/task")
+            cpu = 0
+            for t in tasks:
+                with open(f"/proc/{p}/task/{t}/schedstat") as f:
+                    cpu += int(f.read().split()[0])
+            costs.append((cpu / 1e6, int(fields[7]), len(tasks)))
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+    return costs
+
+
+def fork_line(costs):
+    if not costs:
+        return None
+    threads = collections.Counter(c[2] for c in costs)
+    return (f"{len(costs)} forks: own CPU median {statistics.median(c[0] for c in costs):.2f} ms, "
+            f"page faults median {statistics.median(c[1] for c in costs):.0f}, threads "
+            + ", ".join(f"{n}: {k}" for n, k in sorted(threads.items())))
 
 
 def zip_of(name, text):
@@ -322,6 +359,7 @@ def run_mode(args, label, env):
                 before, cpu_before, parts_before = load(), cpu_ns(server.account), cpu_parts(server.pid)
                 rate, latencies = burst(address, namespace, names, callers)
                 after, cpu_after, parts_after = load(), cpu_ns(server.account), cpu_parts(server.pid)
+                forks = fork_line(fork_costs(server.pid)) if runtime == "python" else None
                 row = (label, runtime, callers, rate, pct(latencies, 50), pct(latencies, 99), before, after)
                 rows.append(row)
                 cpu = ""
@@ -333,6 +371,8 @@ def run_mode(args, label, env):
                     total = (cpu_after - cpu_before) / 1e6
                     print(f"[{label}] {runtime} C={callers:<2}:   per cold start: "
                           f"{split(server.pid, parts_before, parts_after, total, len(names))}", flush=True)
+                if forks:
+                    print(f"[{label}] {runtime} C={callers:<2}:   {forks}", flush=True)
             if args.single > 0:
                 # One cold start at a time, the warm pool refilled in between
                 # (as bench.py measures a cold start): a fork (or a warm
