@@ -157,7 +157,7 @@ def split(server_pid, before, after, total_ms, calls):
 
 def fork_costs(server_pid):
     """Each live fork of the zygote (after a burst: the burst's instances):
-    its own CPU (ms, all its threads, from their schedstat), its page
+    its own CPU (ms, all its threads: thread_cpu_ms), its page
     faults, and how many threads it runs. Steadier than the rates: other
     load on the machine does not add to a process's own CPU."""
     zygote = zygote_of(server_pid)
@@ -170,12 +170,8 @@ def fork_costs(server_pid):
                 fields = f.read().rsplit(")", 1)[1].split()
             if int(fields[1]) != zygote:
                 continue
-            tasks = os.listdir(f"/proc/{p}/task")
-            cpu = 0
-            for t in tasks:
-                with open(f"/proc/{p}/task/{t}/schedstat") as f:
-                    cpu += int(f.read().split()[0])
-            costs.append((cpu / 1e6, int(fields[7]), len(tasks)))
+            threads = thread_cpu_ms(p)
+            costs.append((sum(threads.values()), int(fields[7]), len(threads)))
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile
     return costs
