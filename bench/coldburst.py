@@ -107,7 +107,11 @@ def cpu_ns(account):
 def thread_cpu_ms(pid):
     """CPU time (ms) of each live thread of process `pid`, keyed by (tid, name)."""
     threads = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return threads  # gone
+    for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/comm") as f:
                 name = f.read().strip()
@@ -118,18 +122,28 @@ def thread_cpu_ms(pid):
     return threads
 
 
-def zygote_of(server_pid):
-    """The server's Python zygote (its child running sless_zygote.py), or None."""
+def processes():
+    """(pid, the fields of /proc/PID/stat after the command) of each live process."""
     for p in os.listdir("/proc"):
         if not p.isdigit():
             continue
         try:
             with open(f"/proc/{p}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == server_pid and any(a.endswith(b"sless_zygote.py") for a in cmdline(int(p))):
-            return int(p)
+                yield int(p), f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+
+
+def children(pid):
+    """The pids of the live children of `pid`."""
+    return [p for p, fields in processes() if fields[1] == str(pid)]
+
+
+def zygote_of(server_pid):
+    """The server's Python zygote (its child running sless_zygote.py), or None."""
+    for p in children(server_pid):
+        if any(a.endswith(b"sless_zygote.py") for a in cmdline(p)):
+            return p
     return None
 
 
@@ -160,20 +174,13 @@ def fork_costs(server_pid):
     its own CPU (ms, all its threads: thread_cpu_ms), its page
     faults, and how many threads it runs. Steadier than the rates: other
     load on the machine does not add to a process's own CPU."""
-    zygote = zygote_of(server_pid)
+    zygote = str(zygote_of(server_pid))
     costs = []
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) != zygote:
-                continue
+    for p, fields in processes():
+        if fields[1] == zygote:
             threads = thread_cpu_ms(p)
-            costs.append((sum(threads.values()), int(fields[7]), len(threads)))
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile
+            if threads:  # not gone meanwhile
+                costs.append((sum(threads.values()), int(fields[7]), len(threads)))
     return costs
 
 
