@@ -395,18 +395,25 @@ def run_mode(args, label, env):
         if "python" in args.runtimes and args.pss_instances > 0 and os.geteuid() == 0:
             pss = idle_pss(address, server.pid, args.pss_instances)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        shutil.rmtree(work, ignore_errors=True)
-        if server.account:
-            try:
-                os.rmdir(server.account)
-            except OSError:
-                pass  # a straggler still in it; the group is empty and harmless
+        stop_server(server, work)
     return rows, pss
+
+
+def stop_server(server, work):
+    """Stops the server as a user would (it unmounts and removes what it
+    made: a killed one leaves its instances' scratch mounts on the host),
+    then removes its directory and control group."""
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+    shutil.rmtree(work, ignore_errors=True)
+    if server.account:
+        try:
+            os.rmdir(server.account)
+        except OSError:
+            pass  # a straggler still in it; the group is empty and harmless
 
 
 def report(rows, pss_by_mode):

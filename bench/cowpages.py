@@ -175,7 +175,7 @@ def main():
         for (name, reason), c in stats["reason"].most_common(args.top):
             print(f"  {c / n:7.1f}  {name:32.32} {reason}")
     finally:
-        server.kill()
+        coldburst.stop_server(server, work)
 
 
 if __name__ == "__main__":
