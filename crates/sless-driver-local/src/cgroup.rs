@@ -186,6 +186,29 @@ impl Group {
         }
     }
 
+    /// Whether the kernel has killed a process of the group for going over
+    /// its memory limit, and that limit in bytes (None: no such kill, or
+    /// the kernel does not count them).
+    pub fn out_of_memory(&self) -> Option<u64> {
+        let (events, limit) = if self.v2 {
+            ("memory.events", "memory.max")
+        } else {
+            ("memory.oom_control", "memory.limit_in_bytes")
+        };
+        let dir = self.dir("memory");
+        let events = std::fs::read_to_string(dir.join(events)).ok()?;
+        let kills: u64 = events
+            .lines()
+            .find_map(|line| line.strip_prefix("oom_kill "))?
+            .trim()
+            .parse()
+            .ok()?;
+        if kills == 0 {
+            return None;
+        }
+        std::fs::read_to_string(dir.join(limit)).ok()?.trim().parse().ok()
+    }
+
     fn dir(&self, controller: &str) -> &Path {
         match (self.v2, controller) {
             (true, _) | (false, "memory") => &self.dirs[0],

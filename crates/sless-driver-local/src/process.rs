@@ -255,6 +255,16 @@ impl ShimProcess {
         Ok(process)
     }
 
+    /// Its memory limit in bytes if the kernel killed it (or a process of
+    /// its sandbox) for going over it; only asked of an instance that ended
+    /// on its own.
+    fn out_of_memory(&self) -> Option<u64> {
+        if !self.is_alive() {
+            return None; // stopped by the server
+        }
+        self.confinement.cgroup.as_ref()?.out_of_memory()
+    }
+
     fn exit_reason(&self, what: &str) -> String {
         let status = match self.handle.lock().unwrap().as_mut() {
             Some(Handle::Child(child)) => child.try_wait().ok().flatten(),
@@ -276,7 +286,13 @@ impl ShimProcess {
         };
         // Give the exit status a moment to be known for the message.
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let reason = self.exit_reason(&reason);
+        let reason = match self.out_of_memory() {
+            Some(limit) => format!(
+                "instance ran out of memory: the kernel killed it at its limit of {} MB (the function's memory_mb)",
+                limit >> 20
+            ),
+            None => self.exit_reason(&reason),
+        };
         self.mark_dead(reason);
     }
 

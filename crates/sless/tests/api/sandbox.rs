@@ -4,10 +4,12 @@
 //! beyond the limit, and a uid shared with another server's sandboxes.
 //! (The network's blocks are in `network.rs`.)
 
+use std::time::Duration;
+
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 const SECRET_CODE: &[u8] =
     b"SECRET = 'the-other-functions-secret-7f3a'\n\ndef handle(event, context):\n    return 'private'\n";
@@ -199,6 +201,44 @@ async fn a_memory_balloon_is_refused() {
     assert!(refused, "600 MB allocated under memory_mb 64: {status} {text}");
     let (status, _, text) = server.invoke(Method::POST, "/fn/ns/balloon", r#"{"mb": 16}"#).await;
     assert_eq!(status, StatusCode::OK, "{text}");
+}
+
+/// An instance the kernel kills at its memory limit is not a bare "crash":
+/// its invocation record says it ran out of memory and names the limit,
+/// so the owner knows to raise `memory_mb` (or use less). Both runtimes;
+/// touched memory, so no allocator refuses it first.
+#[tokio::test]
+async fn an_instance_killed_at_its_memory_limit_says_so_in_its_record() {
+    let server = Server::start(Backend::Sqlite).await;
+    let python = "def handle(event, context):\n    return len(bytearray(600 << 20))\n";
+    let node = "exports.handle = async () => { const a = []; for (let i = 0; i < 3e7; i++) a.push({ i }); return a.length; };\n";
+    for (name, runtime, file, code) in [
+        ("py", "python3.11", "handler.py", python),
+        ("js", "nodejs20", "handler.js", node),
+    ] {
+        server
+            .deploy(
+                "ns",
+                name,
+                json!({"runtime": runtime, "memory_mb": 128}),
+                &[(file, code.as_bytes())],
+            )
+            .await;
+        let (status, _, text) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), "{}").await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY, "{name}: {text}");
+        let record = eventually(Duration::from_secs(10), || async {
+            match server.records("ns", name).await.first() {
+                Some(record) => Ok(record.clone()),
+                None => Err("no invocation record yet".to_string()),
+            }
+        })
+        .await;
+        let error = record["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("ran out of memory") && error.contains("128 MB"),
+            "{name}: {record}"
+        );
+    }
 }
 
 /// Fills memory, /tmp, /dev/shm, shared memory and a child's memory, and
