@@ -3,12 +3,10 @@
 //! with the user's own traceback (and a hint where the mistake is a common
 //! one), and the version before keeps serving.
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{eventually, Backend, Server};
+use super::harness::{Backend, Server};
 
 const GOOD_V1: &[u8] = b"def handle(event, context):\n    return 'v1'\n";
 const SYNTAX_ERROR: &[u8] = b"def handle(event, context)\n    return 'v2'\n";
@@ -217,7 +215,7 @@ async fn the_checked_instance_serves_the_first_call() {
     let second = call(&server, "stamped").await;
     assert_eq!((&second["instance"], &second["calls"]), (&first["instance"], &json!(2)));
     assert_eq!(server.metric(instances).await, Some(1.0), "no second instance");
-    let records = records_of(&server, "stamped", 2).await;
+    let records = server.records_until("ns", "stamped", |r| r.len() == 2).await;
     assert_eq!(
         records[1]["cold_start"], false,
         "the first call found the instance up: {}",
@@ -237,7 +235,7 @@ async fn the_checked_instance_serves_the_first_call() {
     server.wait_metric(instances, 0.0, 30).await;
     let after = call(&server, "stamped").await;
     assert_ne!(after["instance"], first["instance"]);
-    let records = records_of(&server, "stamped", 3).await;
+    let records = server.records_until("ns", "stamped", |r| r.len() == 3).await;
     assert_eq!(records[0]["cold_start"], true, "{}", records[0]);
 }
 
@@ -276,19 +274,6 @@ fn unix_now() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64()
-}
-
-/// The invocation records of `name` once there are `count`.
-async fn records_of(server: &Server, name: &str, count: usize) -> Vec<Value> {
-    eventually(Duration::from_secs(10), || async {
-        let records = server.records("ns", name).await;
-        if records.len() == count {
-            Ok(records)
-        } else {
-            Err(format!("{} of {count} records", records.len()))
-        }
-    })
-    .await
 }
 
 /// A build that runs a while (here npm's preinstall script of the code's

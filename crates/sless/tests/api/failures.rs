@@ -4,8 +4,6 @@
 //! nothing says why (503 on `/fn`, `status.not_serving` on the API); a body
 //! over a limit and a bad cron schedule name what to change.
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -31,21 +29,6 @@ def handle(event, context):
     return {{"ok": True}}
 "#
     )
-}
-
-/// Polls the function's records until `done` holds for them.
-async fn records_until(server: &Server, name: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-    for _ in 0..300 {
-        let records = server.records("ns", name).await;
-        if done(&records) {
-            return records;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!(
-        "the records of {name} never got there: {:?}",
-        server.records("ns", name).await
-    );
 }
 
 async fn start_failure_is_recorded_logged_and_counted_but_not_shown_to_the_caller(backend: Backend) {
@@ -107,10 +90,11 @@ async fn start_failure_is_recorded_logged_and_counted_but_not_shown_to_the_calle
     }
 
     // The owner: a record with the error and the traceback as its log.
-    let records = records_until(&server, "fragile", |r| {
-        r.iter().any(|r| r["request_id"] == "start-failure-1")
-    })
-    .await;
+    let records = server
+        .records_until("ns", "fragile", |r| {
+            r.iter().any(|r| r["request_id"] == "start-failure-1")
+        })
+        .await;
     let record = records.iter().find(|r| r["request_id"] == "start-failure-1").unwrap();
     assert_eq!(record["status"], "502", "{record}");
     assert_eq!(record["trigger"], "http", "{record}");
@@ -165,15 +149,16 @@ async fn start_failure_is_recorded_logged_and_counted_but_not_shown_to_the_calle
         job["status"]["error"].as_str().unwrap().contains("could not start"),
         "{job}"
     );
-    records_until(&server, "fragile", |r| {
-        r.iter().any(|r| {
-            r["trigger"] == "job"
-                && r["logs"][0]["text"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("RuntimeError: boom while importing"))
+    server
+        .records_until("ns", "fragile", |r| {
+            r.iter().any(|r| {
+                r["trigger"] == "job"
+                    && r["logs"][0]["text"]
+                        .as_str()
+                        .is_some_and(|t| t.contains("RuntimeError: boom while importing"))
+            })
         })
-    })
-    .await;
+        .await;
 }
 
 #[tokio::test]

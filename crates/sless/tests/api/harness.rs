@@ -587,6 +587,21 @@ impl Server {
         assert_eq!(status, StatusCode::OK, "{page}");
         page["items"].as_array().unwrap().clone()
     }
+
+    /// The invocation records of a function once `done` holds for them
+    /// (records are written in batches, so they come a moment after the call).
+    pub async fn records_until(&self, ns: &str, name: &str, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let done = &done;
+        eventually(Duration::from_secs(15), || async move {
+            let records = self.records(ns, name).await;
+            if done(&records) {
+                Ok(records)
+            } else {
+                Err(format!("the records of {ns}/{name} never got there: {records:?}"))
+            }
+        })
+        .await
+    }
 }
 
 /// A TCP proxy owned by a test, to cut a connection to a shared service

@@ -4,12 +4,10 @@
 //! beyond the limit, and a uid shared with another server's sandboxes.
 //! (The network's blocks are in `network.rs`.)
 
-use std::time::Duration;
-
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{eventually, Backend, Server};
+use super::harness::{Backend, Server};
 
 const SECRET_CODE: &[u8] =
     b"SECRET = 'the-other-functions-secret-7f3a'\n\ndef handle(event, context):\n    return 'private'\n";
@@ -226,13 +224,8 @@ async fn an_instance_killed_at_its_memory_limit_says_so_in_its_record() {
             .await;
         let (status, _, text) = server.invoke(Method::POST, &format!("/fn/ns/{name}"), "{}").await;
         assert_eq!(status, StatusCode::BAD_GATEWAY, "{name}: {text}");
-        let record = eventually(Duration::from_secs(10), || async {
-            match server.records("ns", name).await.first() {
-                Some(record) => Ok(record.clone()),
-                None => Err("no invocation record yet".to_string()),
-            }
-        })
-        .await;
+        let records = server.records_until("ns", name, |r| !r.is_empty()).await;
+        let record = &records[0];
         let error = record["error"].as_str().unwrap_or_default();
         assert!(
             error.contains("ran out of memory") && error.contains("128 MB"),
