@@ -177,10 +177,19 @@ impl Group {
             }
             Ok(())
         } else {
-            self.write_limit("memory", "memory.limit_in_bytes", &bytes.to_string())?;
-            let memsw = self.dirs[0].join("memory.memsw.limit_in_bytes");
-            if memsw.exists() {
-                self.write_limit("memory", "memory.memsw.limit_in_bytes", &bytes.to_string())?;
+            // The kernel keeps memory+swap at least memory: a raise sets
+            // memory+swap first (else EINVAL: a function of more than the
+            // warm group's 1 GiB could not start), a cut sets it last.
+            const MEMORY: &str = "memory.limit_in_bytes";
+            const MEMSW: &str = "memory.memsw.limit_in_bytes";
+            let mut files = vec![MEMORY];
+            if self.dirs[0].join(MEMSW).exists() {
+                let current = std::fs::read_to_string(self.dirs[0].join(MEMORY)).unwrap_or_default();
+                let raising = current.trim().parse::<u64>().is_ok_and(|current| bytes > current);
+                files.insert(usize::from(!raising), MEMSW);
+            }
+            for file in files {
+                self.write_limit("memory", file, &bytes.to_string())?;
             }
             Ok(())
         }
