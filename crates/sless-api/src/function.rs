@@ -134,7 +134,8 @@ impl Default for SpecLimits {
 fn default_entrypoint() -> String {
     "handler.handle".to_string()
 }
-fn default_memory_mb() -> u32 {
+/// The `memory_mb` of a function that names none.
+pub fn default_memory_mb() -> u32 {
     256
 }
 fn default_timeout_sec() -> u32 {

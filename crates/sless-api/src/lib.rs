@@ -19,7 +19,8 @@ pub use async_invocation::{
 };
 pub use error::ErrorBody;
 pub use function::{
-    Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime, SpecLimits,
+    default_memory_mb, Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime,
+    SpecLimits,
 };
 pub use invocation::{InvocationPage, InvocationRecord, LogLine};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};

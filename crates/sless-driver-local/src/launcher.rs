@@ -50,6 +50,38 @@ const WARM_GROUP: GroupLimits = GroupLimits {
     cpus: 1.0,
 };
 
+/// The memory class of a Node function: its `memory_mb` rounded down to a
+/// power of two (16 at least). V8 sizes its heap once, when node starts,
+/// before a warm shim knows its function: so Node shims are started per
+/// class, each with the heap of its class ([`node_heap_mb`]).
+pub fn node_memory_class(memory_mb: u32) -> u32 {
+    1 << (u32::BITS - 1 - memory_mb.max(16).leading_zeros())
+}
+
+/// The heap (MB, [`node_heap_flag`]) of a Node shim of memory class
+/// `class`: three quarters of it. Left to itself V8 takes at least 256 MB,
+/// or half the memory of the control group node starts in (the warm
+/// shims' 1 GiB), whatever the function's `memory_mb`: a function of 128
+/// or 256 MB holding a few tens of MB then lets garbage grow past its limit
+/// and is killed by the kernel, and one of 4096 MB cannot hold 600 MB.
+/// The flag costs node the code cache of its own modules (any V8 flag
+/// does; about 9 ms of CPU per start), paid by the warm pool's starts.
+pub fn node_heap_mb(class: u32) -> u32 {
+    class / 4 * 3
+}
+
+/// node's option for a heap of `mb` MB in all, its young generation and
+/// the rest (`--max-old-space-size` alone leaves the young generation as
+/// large as for the warm group's 1 GiB: 144 MB of heap under 128 MB).
+pub fn node_heap_flag(mb: u32) -> String {
+    format!("--max-heap-size={mb}")
+}
+
+/// The heap of a Node shim of a function of `memory_mb`.
+pub fn node_heap_for(memory_mb: u32) -> u32 {
+    node_heap_mb(node_memory_class(memory_mb))
+}
+
 /// Knows where runtimes, shims and slots are, and how to start a shim.
 pub struct Launcher {
     pub sandbox: Sandbox,
@@ -135,14 +167,23 @@ impl Launcher {
     }
 
     /// Starts a generic shim that waits for LOAD; `awaited`: a cold start
-    /// waits for it (see [`ForkRequest::awaited`]).
-    pub async fn spawn_generic(&self, runtime: Runtime, awaited: bool) -> Result<Arc<ShimProcess>, String> {
+    /// waits for it (see [`ForkRequest::awaited`]); `node_heap_mb`: the
+    /// heap of a Node shim ([`node_heap_mb`]).
+    pub async fn spawn_generic(
+        &self,
+        runtime: Runtime,
+        awaited: bool,
+        node_heap_mb: Option<u32>,
+    ) -> Result<Arc<ShimProcess>, String> {
         let uid = self.sandbox.allocate_uid();
         let slot = self.slots_dir.join(format!("{:016x}", rand::random::<u64>()));
         make_owned_dir(&slot, uid).map_err(|e| format!("creating instance slot: {e}"))?;
         set_mode(&slot, 0o700).map_err(|e| format!("creating instance slot: {e}"))?;
         let shim = self.sandbox.seen_path(&self.shim_dir, "/sless/shim");
         let code = self.sandbox.seen_path(&slot, "/code");
+        let mut node = vec![self.node.clone()];
+        node.extend(node_heap_mb.map(node_heap_flag));
+        node.push(format!("{shim}/sless_shim.js"));
         let (program, args) = match runtime {
             Runtime::Python311 => (
                 self.python.as_str(),
@@ -152,13 +193,11 @@ impl Launcher {
             // frame pipes on fds 3 and 4 and stdout on stderr (PROTOCOL.md).
             Runtime::Nodejs20 => (
                 "/bin/sh",
-                vec![
-                    "-c".to_string(),
-                    NODE_FDS.to_string(),
-                    "sless-shim".to_string(),
-                    self.node.clone(),
-                    format!("{shim}/sless_shim.js"),
-                ],
+                ["-c", NODE_FDS, "sless-shim"]
+                    .map(str::to_string)
+                    .into_iter()
+                    .chain(node.iter().cloned())
+                    .collect(),
             ),
         };
         let started = std::time::Instant::now();
@@ -192,7 +231,7 @@ impl Launcher {
                 // no chain of helpers (shell, nsenter, chrt, prlimit,
                 // bubblewrap, shell), which cost about 11 ms of CPU.
                 if runtime == Runtime::Nodejs20 {
-                    request.exec = Some(vec![self.node.clone(), format!("{shim}/sless_shim.js")]);
+                    request.exec = Some(node);
                 }
                 let request = tokio::task::spawn_blocking(move || request.open_descriptors())
                     .await
@@ -209,6 +248,9 @@ impl Launcher {
                 ShimProcess::start(child, slot, confinement, runtime.to_string()).await
             }
         };
+        if let (Ok(process), Some(mb)) = (&process, node_heap_mb) {
+            process.set_js_heap_mb(mb);
+        }
         tracing::debug!(
             %runtime,
             confine_ms = confined.as_secs_f64() * 1e3,
@@ -414,4 +456,17 @@ pub fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_shim_s_heap_is_three_quarters_of_its_memory_class() {
+        let classes = [10, 16, 100, 128, 200, 256, 1000, 1024, 4096, 16384].map(node_memory_class);
+        assert_eq!(classes, [16, 16, 64, 128, 128, 256, 512, 1024, 4096, 16384]);
+        assert_eq!([128, 256, 4096].map(node_heap_mb), [96, 192, 3072]);
+        assert_eq!(node_heap_for(300), 192);
+    }
 }

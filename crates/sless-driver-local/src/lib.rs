@@ -37,7 +37,7 @@ use sless_driver::{
 };
 
 pub use confine::IsolationSettings;
-pub use launcher::shim_version;
+pub use launcher::{node_heap_for, shim_version};
 pub use network::PrivateEgress;
 pub use pool::{PoolSettings, StartFailure};
 pub use process::Output;
@@ -47,7 +47,7 @@ use self::builder::Builder;
 use self::launcher::Launcher;
 use self::pool::{FunctionPool, Generation};
 use self::process::ShimProcess;
-use self::warm::WarmPool;
+use self::warm::WarmPools;
 
 /// Removes what servers that are gone left on this machine and in
 /// `data_dir`: their sandboxes' scratch mounts and slots, their network
@@ -77,7 +77,7 @@ pub struct LocalSettings {
 pub struct LocalDriver {
     launcher: Arc<Launcher>,
     builder: Builder,
-    warm: HashMap<Runtime, Arc<WarmPool>>,
+    warm: WarmPools,
     /// One pool per deployed version.
     pools: RwLock<HashMap<VersionRef, Arc<FunctionPool>>>,
     /// Functions turned off before (or after) they were deployed.
@@ -112,10 +112,7 @@ impl LocalDriver {
             settings.npm.clone(),
             settings.build_env.clone(),
         )?;
-        let warm = [Runtime::Python311, Runtime::Nodejs20]
-            .into_iter()
-            .map(|rt| (rt, WarmPool::start(rt, settings.warm_per_runtime, launcher.clone())))
-            .collect();
+        let warm = WarmPools::start(settings.warm_per_runtime, launcher.clone());
         tracing::info!(
             sandbox = if launcher.sandbox.isolated() { "bubblewrap" } else { "rlimits only" },
             shim_version = %shim_version(),
@@ -147,7 +144,8 @@ impl LocalDriver {
                 let pool = FunctionPool::new(
                     deployment.version_ref(),
                     self.launcher.clone(),
-                    self.warm[&deployment.spec.runtime].clone(),
+                    self.warm
+                        .for_function(deployment.spec.runtime, deployment.spec.memory_mb),
                     self.settings.pool.clone(),
                 );
                 if self.disabled.read().unwrap().contains(&deployment.key) {
@@ -330,9 +328,7 @@ impl Driver for LocalDriver {
     }
 
     async fn shutdown(&self) {
-        for warm in self.warm.values() {
-            warm.stop();
-        }
+        self.warm.stop();
         let pools: Vec<_> = self.pools.write().unwrap().drain().map(|(_, p)| p).collect();
         for pool in pools {
             pool.remove();

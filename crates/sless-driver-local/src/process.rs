@@ -158,7 +158,16 @@ pub struct ShimProcess {
     heard_ms: AtomicU64,
     handle: Mutex<Option<Handle>>,
     death: tokio::sync::watch::Sender<Option<String>>,
+    /// The heap node was started with (MB; 0: not a Node shim).
+    js_heap_mb: AtomicU32,
+    /// Set when its stderr says V8 ran out of heap ([`JS_HEAP_EXHAUSTED`]).
+    heap_exhausted: Arc<AtomicBool>,
 }
+
+/// What node writes to stderr when V8 cannot grow its heap further, just
+/// before it aborts ("FATAL ERROR: Reached heap limit Allocation failed -
+/// JavaScript heap out of memory").
+const JS_HEAP_EXHAUSTED: &str = "JavaScript heap out of memory";
 
 impl ShimProcess {
     /// Takes over a spawned child and waits for its HELLO frame.
@@ -235,10 +244,12 @@ impl ShimProcess {
             heard_ms: AtomicU64::new(0),
             handle: Mutex::new(Some(handle)),
             death,
+            js_heap_mb: AtomicU32::new(0),
+            heap_exhausted: Arc::new(AtomicBool::new(false)),
         });
         let instance = process.id;
         tokio::spawn(frame::write_queued(stdin, frames));
-        tokio::spawn(copy_stderr(stderr, instance, label));
+        tokio::spawn(copy_stderr(stderr, instance, label, process.heap_exhausted.clone()));
         let hello = match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
             Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
             Ok(Ok(Some(f))) => return Err(format!("shim sent frame {:?} before hello", f.kind as char)),
@@ -263,6 +274,12 @@ impl ShimProcess {
             return None; // stopped by the server
         }
         self.confinement.cgroup.as_ref()?.out_of_memory()
+    }
+
+    /// Records the heap a Node shim was started with, for the message of
+    /// its death if V8 runs out of it.
+    pub fn set_js_heap_mb(&self, mb: u32) {
+        self.js_heap_mb.store(mb, Ordering::Relaxed);
     }
 
     fn exit_reason(&self, what: &str) -> String {
@@ -290,6 +307,11 @@ impl ShimProcess {
             Some(limit) => format!(
                 "instance ran out of memory: the kernel killed it at its limit of {} MB (the function's memory_mb)",
                 limit >> 20
+            ),
+            None if self.heap_exhausted.load(Ordering::Relaxed) => format!(
+                "instance ran out of memory: its JavaScript heap reached its limit of {} MB \
+                 (three quarters of the function's memory_mb, rounded down to a power of two)",
+                self.js_heap_mb.load(Ordering::Relaxed)
             ),
             None => self.exit_reason(&reason),
         };
@@ -507,10 +529,20 @@ struct Stdio<W, R, E> {
 /// memory per instance.
 pub const STDERR_LINE_CAP: usize = 16 * 1024;
 
-/// Copies an instance's stderr to the server's log line by line.
-async fn copy_stderr<E: AsyncRead + Unpin>(mut stderr: E, instance: u64, label: String) {
-    let emit =
-        |line: &str| tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line));
+/// Copies an instance's stderr to the server's log line by line, and
+/// notes V8's last words when it runs out of heap.
+async fn copy_stderr<E: AsyncRead + Unpin>(
+    mut stderr: E,
+    instance: u64,
+    label: String,
+    heap_exhausted: Arc<AtomicBool>,
+) {
+    let emit = |line: &str| {
+        if line.contains(JS_HEAP_EXHAUSTED) {
+            heap_exhausted.store(true, Ordering::Relaxed);
+        }
+        tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line))
+    };
     let mut lines = LineCutter::default();
     let mut chunk = vec![0; 16 * 1024];
     loop {

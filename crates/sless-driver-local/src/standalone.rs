@@ -35,6 +35,9 @@ pub struct StandaloneSpec {
     pub concurrency: u32,
     pub max_output_bytes: usize,
     pub load_timeout: Duration,
+    /// The heap of a Node shim, MB ([`crate::launcher::node_heap_mb`]);
+    /// None leaves V8 to size it from the pod's memory.
+    pub node_heap_mb: Option<u32>,
     /// The shim serves the gateways' connections itself (a serving pod);
     /// `None`: the caller relays calls over the pipes.
     pub serve: Option<ServeSpec>,
@@ -93,7 +96,9 @@ impl GenericShim {
             // As the launcher starts it: the frame pipes on fds 3 and 4.
             Runtime::Nodejs20 => {
                 let mut command = tokio::process::Command::new("/bin/sh");
-                command.args(["-c", NODE_FDS, "sless-shim", &spec.program]).arg(&shim);
+                command.args(["-c", NODE_FDS, "sless-shim", &spec.program]);
+                command.args(spec.node_heap_mb.map(crate::launcher::node_heap_flag));
+                command.arg(&shim);
                 command
             }
         };
@@ -437,6 +442,7 @@ mod tests {
             concurrency: 1,
             max_output_bytes: 1 << 20,
             load_timeout: Duration::from_secs(30),
+            node_heap_mb: None,
             serve: None,
         };
         let instance = Standalone::start(&spec).await.unwrap_or_else(|e| panic!("{e}"));

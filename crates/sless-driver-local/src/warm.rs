@@ -1,5 +1,7 @@
-//! Pre-started generic interpreters, one pool per runtime: a cold start
-//! takes one of these and only loads the handler into it.
+//! Pre-started generic interpreters: a cold start takes one of these and
+//! only loads the handler into it. One pool for Python; for Node one per
+//! memory class in use, as V8 sizes its heap when node starts
+//! ([`super::launcher::node_heap_mb`]).
 //!
 //! Shims are started by the pool's own tasks, never by a request: enough
 //! to keep `target` ready, plus one for each cold start that found none.
@@ -15,7 +17,7 @@
 //! first ready shim come last; forks of the Python zygote cost little CPU,
 //! and more of them run at once.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,14 +25,69 @@ use std::time::Duration;
 use sless_api::Runtime;
 use tokio::sync::oneshot;
 
-use super::launcher::Launcher;
+use super::launcher::{node_heap_mb, node_memory_class, Launcher};
 use super::process::ShimProcess;
 
 type Handoff = oneshot::Sender<Result<Arc<ShimProcess>, String>>;
 
-/// Warm shims of one runtime, refilled in the background.
+/// The warm pools of a server: Python's, and Node's by memory class.
+pub struct WarmPools {
+    target: usize,
+    launcher: Arc<Launcher>,
+    python: Arc<WarmPool>,
+    node: Mutex<HashMap<u32, Arc<WarmPool>>>,
+}
+
+impl WarmPools {
+    /// Starts Python's pool and Node's for the default `memory_mb`; other
+    /// Node classes start with the first function of theirs.
+    pub fn start(target: usize, launcher: Arc<Launcher>) -> WarmPools {
+        let pools = WarmPools {
+            target,
+            python: WarmPool::start(Runtime::Python311, target, launcher.clone(), None),
+            launcher,
+            node: Mutex::new(HashMap::new()),
+        };
+        pools.for_function(Runtime::Nodejs20, sless_api::default_memory_mb());
+        pools
+    }
+
+    /// The pool a function of `runtime` and `memory_mb` takes its shims
+    /// from. Node classes no function holds any more (and not the default)
+    /// are stopped here, so their shims do not wait for nothing.
+    pub fn for_function(&self, runtime: Runtime, memory_mb: u32) -> Arc<WarmPool> {
+        if runtime == Runtime::Python311 {
+            return self.python.clone();
+        }
+        let class = node_memory_class(memory_mb);
+        let default = node_memory_class(sless_api::default_memory_mb());
+        let mut node = self.node.lock().unwrap();
+        node.retain(|&other, pool| {
+            let held = other == default || other == class || Arc::strong_count(pool) > 1;
+            if !held {
+                pool.stop();
+            }
+            held
+        });
+        node.entry(class)
+            .or_insert_with(|| WarmPool::start(runtime, self.target, self.launcher.clone(), Some(node_heap_mb(class))))
+            .clone()
+    }
+
+    pub fn stop(&self) {
+        self.python.stop();
+        for pool in self.node.lock().unwrap().values() {
+            pool.stop();
+        }
+    }
+}
+
+/// Warm shims of one runtime (and one Node memory class), refilled in the
+/// background.
 pub struct WarmPool {
     runtime: Runtime,
+    /// The heap its Node shims start with.
+    node_heap_mb: Option<u32>,
     target: usize,
     parallel: usize,
     launcher: Arc<Launcher>,
@@ -50,7 +107,7 @@ struct WarmState {
 }
 
 impl WarmPool {
-    pub fn start(runtime: Runtime, target: usize, launcher: Arc<Launcher>) -> Arc<WarmPool> {
+    pub fn start(runtime: Runtime, target: usize, launcher: Arc<Launcher>, node_heap_mb: Option<u32>) -> Arc<WarmPool> {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         // A fork of the zygote costs little CPU but waits, mostly for the
         // kernel (its move into its control groups waits for an RCU grace
@@ -58,6 +115,7 @@ impl WarmPool {
         let per_cpu = if launcher.forks(runtime) { 8 } else { 2 };
         let pool = Arc::new(WarmPool {
             runtime,
+            node_heap_mb,
             target,
             parallel: (per_cpu * cpus).max(2),
             launcher,
@@ -121,7 +179,10 @@ impl WarmPool {
     }
 
     async fn start_one(self: Arc<Self>, awaited: bool) {
-        let result = self.launcher.spawn_generic(self.runtime, awaited).await;
+        let result = self
+            .launcher
+            .spawn_generic(self.runtime, awaited, self.node_heap_mb)
+            .await;
         let backoff = {
             let mut st = self.state.lock().unwrap();
             match result {

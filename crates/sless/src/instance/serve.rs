@@ -195,6 +195,8 @@ pub fn standalone_spec(config: &InstanceConfig, runtime: Runtime, env: BTreeMap<
         concurrency: config.concurrency,
         max_output_bytes: config.max_response_bytes,
         load_timeout: Duration::from_secs(30),
+        // V8 sizes its heap from the pod's memory, but takes 256 MB at least.
+        node_heap_mb: config.memory_mb.map(sless_driver_local::node_heap_for),
         serve: None,
     }
 }

@@ -201,18 +201,32 @@ async fn a_memory_balloon_is_refused() {
     assert_eq!(status, StatusCode::OK, "{text}");
 }
 
-/// An instance the kernel kills at its memory limit is not a bare "crash":
-/// its invocation record says it ran out of memory and names the limit,
-/// so the owner knows to raise `memory_mb` (or use less). Both runtimes;
-/// touched memory, so no allocator refuses it first.
+/// An instance that runs out of memory is not a bare "crash": its
+/// invocation record says it ran out of memory and names the limit, so the
+/// owner knows to raise `memory_mb` (or use less). Python is killed by the
+/// kernel at `memory_mb` (touched memory, so no allocator refuses it
+/// first); Node by V8 at the heap it was given for that `memory_mb`.
 #[tokio::test]
 async fn an_instance_killed_at_its_memory_limit_says_so_in_its_record() {
     let server = Server::start(Backend::Sqlite).await;
     let python = "def handle(event, context):\n    return len(bytearray(600 << 20))\n";
     let node = "exports.handle = async () => { const a = []; for (let i = 0; i < 3e7; i++) a.push({ i }); return a.length; };\n";
-    for (name, runtime, file, code) in [
-        ("py", "python3.11", "handler.py", python),
-        ("js", "nodejs20", "handler.js", node),
+    // Node's heap is sized below memory_mb: V8 stops first, and says so.
+    for (name, runtime, file, code, says) in [
+        (
+            "py",
+            "python3.11",
+            "handler.py",
+            python,
+            "the kernel killed it at its limit of 128 MB",
+        ),
+        (
+            "js",
+            "nodejs20",
+            "handler.js",
+            node,
+            "its JavaScript heap reached its limit of 96 MB",
+        ),
     ] {
         server
             .deploy(
@@ -228,10 +242,58 @@ async fn an_instance_killed_at_its_memory_limit_says_so_in_its_record() {
         let record = &records[0];
         let error = record["error"].as_str().unwrap_or_default();
         assert!(
-            error.contains("ran out of memory") && error.contains("128 MB"),
+            error.contains("instance ran out of memory") && error.contains(says),
             "{name}: {record}"
         );
     }
+}
+
+/// V8 sizes a Node instance's heap from its function's memory_mb: a small
+/// function holding some data while it makes garbage is not killed by the
+/// kernel (left to itself V8 took 256 MB or more whatever the limit), and a
+/// large one may hold more than the 512 MB V8 gave every shim.
+#[tokio::test]
+async fn a_node_instance_s_heap_fits_its_memory_mb() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code = r#"const v8 = require('v8');
+exports.handle = async (event) => {
+  const keep = [];
+  for (let i = 0; i < event.live_mb; i++) keep.push(new Array(128 * 1024).fill(i + 0.5));
+  let sum = 0;
+  for (let i = 0; i < event.garbage_mb; i++) sum += new Array(128 * 1024).fill(i + 0.25)[7];
+  return { kept: keep.length, sum, heap_limit_mb: v8.getHeapStatistics().heap_size_limit / 1048576 };
+};
+"#;
+    for (name, memory_mb) in [("small", 128), ("large", 2048)] {
+        server
+            .deploy(
+                "ns",
+                name,
+                json!({"runtime": "nodejs20", "memory_mb": memory_mb}),
+                &[("handler.js", code.as_bytes())],
+            )
+            .await;
+    }
+    // 40 MB kept and 1 GB of garbage: killed at 128 MB before.
+    let (status, _, text) = server
+        .invoke(Method::POST, "/fn/ns/small", r#"{"live_mb": 40, "garbage_mb": 1000}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["kept"], 40, "{answer}");
+    let limit = answer["heap_limit_mb"].as_f64().unwrap();
+    assert!(
+        (90.0..=96.0).contains(&limit),
+        "heap limit {limit} MB under memory_mb 128"
+    );
+
+    let (status, _, text) = server
+        .invoke(Method::POST, "/fn/ns/large", r#"{"live_mb": 0, "garbage_mb": 0}"#)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    let limit = answer["heap_limit_mb"].as_f64().unwrap();
+    assert!(limit >= 1536.0, "heap limit {limit} MB under memory_mb 2048");
 }
 
 /// Fills memory, /tmp, /dev/shm, shared memory and a child's memory, and
