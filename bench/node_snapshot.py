@@ -1,16 +1,21 @@
-"""Would a user-land startup snapshot (`node --snapshot-blob`, Node 20) make a
-Node shim start cheaper? Starts each variant many times in turn, frames on
-fds 3 and 4 as the launcher gives them, and prints the CPU time (user +
-system, children) and wall time until the first 9 bytes (HELLO's head):
+"""What a Node shim's start costs, and what the heap flag and the startup
+snapshot change (`node --max-heap-size`, `--snapshot-blob`, Node 20).
+Starts each variant many times in turn, frames on fds 3 and 4 as the
+launcher gives them, and prints the CPU time (user + system of the child,
+from getrusage) and the wall time until the first 9 bytes (HELLO's head):
 
-- node running the shim (what the warm pool starts today);
-- node requiring the shim's built-in modules, then writing 9 bytes;
-- node started from a snapshot made after those same requires.
+- node running the shim with no flag (before heaps were sized);
+- node running the shim with a heap flag: any V8 flag changes V8's flag
+  hash, so node rejects the code cache of its own modules;
+- node started from a snapshot of the shim taken with that flag (what the
+  warm pools start, `Launcher::node_snapshot`).
 
-    python3 bench/node_snapshot.py
+    python3 bench/node_snapshot.py [--starts 40] [--heap-mb 192]
 """
 
+import argparse
 import os
+import resource
 import statistics
 import subprocess
 import tempfile
@@ -24,61 +29,57 @@ FDS = 'exec 3<&0 4>&1 </dev/null 1>&2; exec "$@"'
 # variables; NODE_EXTRA_CA_CERTS in particular (set on some machines for
 # npm) makes every node start read a CA bundle, about 35 ms of CPU.
 ENV = {"PATH": "/usr/bin:/bin"}
-REQUIRES = """const fs = require('fs');
-const net = require('net');
-const path = require('path');
-const util = require('util');
-const Module = require('module');
-const { AsyncLocalStorage } = require('async_hooks');
-"""
-HELLO = "fs.writeSync(4, Buffer.alloc(9));\n"
 
 
 def start(args):
-    """Wall ms until 9 bytes come out on fd 4."""
+    """(CPU ms, wall ms) until 9 bytes come out on fd 4."""
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(["/bin/sh", "-c", FDS, "shim", *args], stdin=r_in, stdout=w_out, env=ENV,
                             stderr=subprocess.DEVNULL)
     os.close(r_in)
     os.close(w_out)
-    os.read(r_out, 9)
-    took = (time.perf_counter() - started) * 1000
+    head = os.read(r_out, 9)
+    wall = (time.perf_counter() - started) * 1000
     os.close(w_in)
     proc.wait()
     os.close(r_out)
-    return took
+    assert len(head) == 9, f"{args}: no HELLO"
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000, wall
 
 
 def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--starts", type=int, default=40)
+    parser.add_argument("--heap-mb", type=int, default=192)
+    args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="sless-node-snapshot-")
-    with open(f"{work}/bare.js", "w") as f:
-        f.write(REQUIRES + HELLO)
-    with open(f"{work}/entry.js", "w") as f:
-        f.write(REQUIRES + "require('v8').startupSnapshot.setDeserializeMainFunction(() => {\n" + HELLO + "});\n")
-    subprocess.run([NODE, "--snapshot-blob", f"{work}/snap.blob", "--build-snapshot", f"{work}/entry.js"],
-                   check=True, cwd=work, stderr=subprocess.DEVNULL)
+    flag = f"--max-heap-size={args.heap_mb}"
+    blob = f"{work}/shim.blob"
+    subprocess.run([NODE, flag, "--snapshot-blob", blob, "--build-snapshot", SHIM],
+                   check=True, cwd=work, env=ENV, stdout=subprocess.DEVNULL)
     variants = {
-        "shim (today)": [NODE, SHIM],
-        "its requires, no snapshot": [NODE, f"{work}/bare.js"],
-        "its requires, from a snapshot": [NODE, "--snapshot-blob", f"{work}/snap.blob"],
+        "shim, no flag": [NODE, SHIM],
+        "shim, heap flag": [NODE, flag, SHIM],
+        "snapshot, heap flag": [NODE, flag, "--snapshot-blob", blob],
     }
-    walls = {k: [] for k in variants}
     cpus = {k: [] for k in variants}
-    for _ in range(30):
-        for label, args in variants.items():
-            before = os.times()
-            walls[label].append(start(args))
-            after = os.times()
-            cpus[label].append((after.children_user + after.children_system
-                                - before.children_user - before.children_system) * 1000)
-    print(f"load average {os.getloadavg()[0]:.2f}; 30 starts each, in turn")
+    walls = {k: [] for k in variants}
+    for _ in range(args.starts):
+        for label, command in variants.items():
+            cpu, wall = start(command)
+            cpus[label].append(cpu)
+            walls[label].append(wall)
+    print(f"load average {os.getloadavg()[0]:.2f}; {args.starts} starts each, in turn; heap {args.heap_mb} MB")
     for label in variants:
-        print(f"{label:32} CPU mean {statistics.mean(cpus[label]):5.1f} ms, "
-              f"wall p50 {statistics.median(walls[label]):6.1f} ms")
-    ratio = statistics.mean(cpus["its requires, from a snapshot"]) / statistics.mean(cpus["its requires, no snapshot"])
-    print(f"snapshot / no snapshot CPU = {ratio:.2f}x")
+        print(f"{label:22} CPU median {statistics.median(cpus[label]):5.1f} ms, "
+              f"wall p50 {statistics.median(walls[label]):5.1f} ms")
+    base = statistics.median(cpus["shim, no flag"])
+    for label in ("shim, heap flag", "snapshot, heap flag"):
+        print(f"{label} / shim, no flag CPU = {statistics.median(cpus[label]) / base:.2f}x")
 
 
 if __name__ == "__main__":

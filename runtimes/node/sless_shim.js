@@ -9,8 +9,10 @@ const fs = require('fs');
 const net = require('net');
 const path = require('path');
 const util = require('util');
-const Module = require('module');
-const { AsyncLocalStorage } = require('async_hooks');
+// Required in main(), not here: the server starts this shim from a startup
+// snapshot taken after this file's top level (node --build-snapshot), and
+// Node does not vouch for these two modules' state in a snapshot.
+let Module = null;
 
 const RUNTIME = 'nodejs20';
 const SHIM_VERSION = '1';
@@ -29,8 +31,9 @@ const NOT_SERIALIZABLE = 'handler returned a value that is not JSON-serializable
 // An invocation's key: its id (a number) when it came on the frame pipe, its
 // ConnectionCall when it came on a connection (LOAD `serve`), since the ids
 // of different connections may be equal. The key of the invocation that
-// output written in the current async context belongs to:
-const invocation = new AsyncLocalStorage();
+// output written in the current async context belongs to (an
+// AsyncLocalStorage, made in main()):
+let invocation = null;
 // Invocations without an OUTPUT yet: key -> request_id.
 const inflight = new Map();
 // The frame pipes: the driver starts the shim with them on fds 3 (in) and 4
@@ -39,7 +42,8 @@ const inflight = new Map();
 // marks inherited fds above 2 close-on-exec: child processes do not get them.
 const FRAMES_IN = 3;
 const FRAMES_OUT = 4;
-const writeDiagnostic = process.stderr.write.bind(process.stderr);
+// process.stderr's own write (main() replaces it), for the shim's own words.
+let writeDiagnostic = null;
 
 // A whole frame, written synchronously (as Node writes stdout to a pipe).
 function writeFrameBytes(bytes) {
@@ -177,7 +181,9 @@ function loadFunction(spec) {
   const exportName = entrypoint.slice(dot + 1);
   let mod;
   try {
-    mod = require(path.join(spec.code_dir, file));
+    // A require of the handler's directory: a shim started from a snapshot
+    // has a require for built-in modules only.
+    mod = Module.createRequire(path.join(spec.code_dir, '[sless]'))(path.join(spec.code_dir, file));
   } catch (err) {
     throw new LoadError(`cannot load module '${file}':\n${isError(err) ? userStack(err) : util.inspect(err)}`);
   }
@@ -609,7 +615,27 @@ function onUncaught(err) {
   }
 }
 
-function main() {
+// A shim started from the snapshot has not run Node's module loader: its
+// first LOAD would compile the loader's functions as it goes (about 1.5 ms
+// more from LOAD to READY). Waiting in the pool, it runs them once on a
+// module of its own instead.
+function warmLoader() {
+  if (loaded !== null) return;
+  const warm = new Module(path.join(process.cwd(), '[sless warm-up].js'), null);
+  warm.filename = warm.id;
+  warm.paths = Module._nodeModulePaths(process.cwd());
+  try {
+    warm.require('./[sless warm-up]');
+  } catch {
+    // Not found, as meant: the search is what is warmed.
+  }
+  warm._compile('module.exports = 0;', warm.filename);
+}
+
+function main(fromSnapshot) {
+  Module = require('module');
+  invocation = new (require('async_hooks').AsyncLocalStorage)();
+  writeDiagnostic = process.stderr.write.bind(process.stderr);
   captureWrites(process.stdout, STDOUT);
   captureWrites(process.stderr, STDERR);
   process.on('uncaughtException', onUncaught);
@@ -627,6 +653,10 @@ function main() {
   frames.on('end', () => process.exit(0));
   frames.on('error', () => process.exit(0));
   sendJson(FRAME.HELLO, { runtime: RUNTIME, shim_version: SHIM_VERSION, pid: process.pid });
+  if (fromSnapshot === true) setTimeout(warmLoader, 5).unref();
 }
 
-main();
+// Building a startup snapshot (launcher.rs) stops before main(): a shim
+// started from it runs main() first.
+if (process.execArgv.includes('--build-snapshot')) require('v8').startupSnapshot.setDeserializeMainFunction(() => main(true));
+else main();

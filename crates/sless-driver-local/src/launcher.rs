@@ -77,6 +77,16 @@ pub fn node_heap_flag(mb: u32) -> String {
     format!("--max-heap-size={mb}")
 }
 
+/// How a Node shim of one memory class starts: with its heap, and from a
+/// startup snapshot of the shim taken with that heap when there is one
+/// ([`Launcher::node_snapshot`]).
+#[derive(Clone, Debug)]
+pub struct NodeStart {
+    pub heap_mb: u32,
+    /// The snapshot's file in the shim directory.
+    pub snapshot: Option<PathBuf>,
+}
+
 /// The heap of a Node shim of a function of `memory_mb`.
 pub fn node_heap_for(memory_mb: u32) -> u32 {
     node_heap_mb(node_memory_class(memory_mb))
@@ -167,23 +177,28 @@ impl Launcher {
     }
 
     /// Starts a generic shim that waits for LOAD; `awaited`: a cold start
-    /// waits for it (see [`ForkRequest::awaited`]); `node_heap_mb`: the
-    /// heap of a Node shim ([`node_heap_mb`]).
+    /// waits for it (see [`ForkRequest::awaited`]); `node`: how a Node
+    /// shim starts (its heap and snapshot).
     pub async fn spawn_generic(
         &self,
         runtime: Runtime,
         awaited: bool,
-        node_heap_mb: Option<u32>,
+        node: Option<&NodeStart>,
     ) -> Result<Arc<ShimProcess>, String> {
+        let node_heap_mb = node.map(|start| start.heap_mb);
         let uid = self.sandbox.allocate_uid();
         let slot = self.slots_dir.join(format!("{:016x}", rand::random::<u64>()));
         make_owned_dir(&slot, uid).map_err(|e| format!("creating instance slot: {e}"))?;
         set_mode(&slot, 0o700).map_err(|e| format!("creating instance slot: {e}"))?;
         let shim = self.sandbox.seen_path(&self.shim_dir, "/sless/shim");
         let code = self.sandbox.seen_path(&slot, "/code");
+        let snapshot = node.and_then(|start| start.snapshot.as_ref()?.file_name()?.to_str());
         let mut node = vec![self.node.clone()];
         node.extend(node_heap_mb.map(node_heap_flag));
-        node.push(format!("{shim}/sless_shim.js"));
+        match snapshot {
+            Some(blob) => node.extend(["--snapshot-blob".to_string(), format!("{shim}/{blob}")]),
+            None => node.push(format!("{shim}/sless_shim.js")),
+        }
         let (program, args) = match runtime {
             Runtime::Python311 => (
                 self.python.as_str(),
@@ -258,6 +273,55 @@ impl Launcher {
             "generic shim started"
         );
         process
+    }
+
+    /// Takes a startup snapshot of the Node shim whose heap is `heap_mb`
+    /// (`node --build-snapshot`: the shim's top level, its modules loaded,
+    /// stopped before `main`) into the shim directory, which sandboxes see
+    /// at /sless/shim. Node started with a V8 flag (the heap's) rejects the
+    /// code cache of its own modules and compiles them, about 9 ms of CPU
+    /// per start; from the snapshot it finds them compiled. Made anew by
+    /// each server (node may have changed), written under a new name and
+    /// renamed, so a shim starting meanwhile reads a whole file. Runs our
+    /// shim only, no function's code.
+    pub async fn node_snapshot(&self, heap_mb: u32) -> Result<PathBuf, String> {
+        let blob = self.shim_dir.join(format!("node-heap-{heap_mb}.blob"));
+        let partial = blob.with_extension(format!("{:016x}", rand::random::<u64>()));
+        let mut command = tokio::process::Command::new(&self.node);
+        command
+            .arg(node_heap_flag(heap_mb))
+            .arg("--snapshot-blob")
+            .arg(&partial)
+            .arg("--build-snapshot")
+            .arg(self.shim_dir.join("sless_shim.js"))
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .current_dir(&self.shim_dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let built = tokio::time::timeout(std::time::Duration::from_secs(60), command.output()).await;
+        let failure = match built {
+            Ok(Ok(output)) if output.status.success() => None,
+            Ok(Ok(output)) => Some(format!(
+                "{} {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr[output.stderr.len().saturating_sub(1024)..]).trim()
+            )),
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(_) => Some("it took more than 60 s".into()),
+        };
+        let renamed = match failure {
+            None => set_mode(&partial, 0o644)
+                .and_then(|()| std::fs::rename(&partial, &blob))
+                .map_err(|e| e.to_string()),
+            Some(failure) => Err(failure),
+        };
+        renamed.map(|()| blob).map_err(|e| {
+            let _ = std::fs::remove_file(&partial);
+            format!("node --build-snapshot of the shim (heap {heap_mb} MB): {e}")
+        })
     }
 
     /// A confinement for a sandbox that is not a shim (a build); its
