@@ -88,8 +88,11 @@ pub struct WarmPool {
     runtime: Runtime,
     /// The heap its Node shims start with.
     node_heap_mb: Option<u32>,
-    /// How its Node shims start, once their snapshot is made (or failed).
-    node_start: tokio::sync::OnceCell<NodeStart>,
+    /// How its Node shims start, once their snapshot is made (or failed);
+    /// forgotten when a start from it fails, so the next one makes it again
+    /// (node may have been upgraded under a running server, and a snapshot
+    /// of another node is refused).
+    node_start: tokio::sync::Mutex<Option<NodeStart>>,
     target: usize,
     parallel: usize,
     launcher: Arc<Launcher>,
@@ -118,7 +121,7 @@ impl WarmPool {
         let pool = Arc::new(WarmPool {
             runtime,
             node_heap_mb,
-            node_start: tokio::sync::OnceCell::new(),
+            node_start: tokio::sync::Mutex::new(None),
             target,
             parallel: (per_cpu * cpus).max(2),
             launcher,
@@ -183,10 +186,13 @@ impl WarmPool {
 
     async fn start_one(self: Arc<Self>, awaited: bool) {
         let node = match self.node_heap_mb {
-            Some(heap_mb) => Some(self.node_start.get_or_init(|| self.make_node_start(heap_mb)).await),
+            Some(heap_mb) => Some(self.node_start(heap_mb).await),
             None => None,
         };
-        let result = self.launcher.spawn_generic(self.runtime, awaited, node).await;
+        let result = self.launcher.spawn_generic(self.runtime, awaited, node.as_ref()).await;
+        if result.is_err() && node.is_some_and(|start| start.snapshot.is_some()) {
+            *self.node_start.lock().await = None;
+        }
         let backoff = {
             let mut st = self.state.lock().unwrap();
             match result {
@@ -223,7 +229,16 @@ impl WarmPool {
 
     /// Its Node shims' start: from a snapshot of their heap, else (it
     /// could not be made) from the shim's file, each start paying for
-    /// compiling node's own modules.
+    /// compiling node's own modules. Made by the first start that needs it
+    /// while the others wait.
+    async fn node_start(&self, heap_mb: u32) -> NodeStart {
+        let mut start = self.node_start.lock().await;
+        if start.is_none() {
+            *start = Some(self.make_node_start(heap_mb).await);
+        }
+        start.clone().expect("made above")
+    }
+
     async fn make_node_start(&self, heap_mb: u32) -> NodeStart {
         let snapshot = self
             .launcher

@@ -7,7 +7,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{zip_of, Backend, Server};
 
 const SECRET_CODE: &[u8] =
     b"SECRET = 'the-other-functions-secret-7f3a'\n\ndef handle(event, context):\n    return 'private'\n";
@@ -294,6 +294,48 @@ exports.handle = async (event) => {
     let answer: Value = serde_json::from_str(&text).unwrap();
     let limit = answer["heap_limit_mb"].as_f64().unwrap();
     assert!(limit >= 1536.0, "heap limit {limit} MB under memory_mb 2048");
+}
+
+/// A Node snapshot that node refuses (here: overwritten; in life: node
+/// upgraded under a running server) is made again after a failed start,
+/// and Node functions keep starting.
+#[tokio::test]
+async fn a_node_snapshot_node_refuses_is_made_again() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code: &[(&str, &[u8])] = &[("handler.js", b"exports.handle = async () => process.execArgv;\n")];
+    server.deploy("ns", "first", json!({"runtime": "nodejs20"}), code).await;
+    let shims = server.data_dir.path().join("shims");
+    let blob = std::fs::read_dir(&shims)
+        .unwrap()
+        .map(|dir| dir.unwrap().path().join("node-heap-192.blob"))
+        .find(|blob| blob.exists())
+        .expect("the default class's snapshot");
+    std::fs::write(&blob, b"not a snapshot").unwrap();
+    // Each deploy loads a warm shim; the refills start from the blob, and
+    // the deploys that wait for a failed start may fail themselves.
+    let mut remade = false;
+    for i in 0..40 {
+        let name = format!("after-{i}");
+        let body = json!({"name": name, "runtime": "nodejs20"});
+        let (status, _) = server
+            .call(Method::POST, "/v1/namespaces/ns/functions", Some(body))
+            .await;
+        assert_eq!(status, StatusCode::CREATED);
+        let (status, uploaded) = server.upload("ns", &name, zip_of(code)).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+        let hash = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
+        server.wait_build_end("ns", &name, &hash).await;
+        if std::fs::metadata(&blob).is_ok_and(|meta| meta.len() > 1 << 20) {
+            remade = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(remade, "{blob:?} was not made again");
+    server.deploy("ns", "last", json!({"runtime": "nodejs20"}), code).await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/last", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert!(text.contains("--snapshot-blob"), "{text}");
 }
 
 /// Fills memory, /tmp, /dev/shm, shared memory and a child's memory, and
