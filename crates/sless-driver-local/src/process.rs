@@ -670,6 +670,20 @@ mod tests {
         assert_eq!(cut(&[&under, b"\n"]), [String::from_utf8(under).unwrap()]);
     }
 
+    /// V8's last words mark the instance (its record then says its heap ran
+    /// out); any other stderr does not.
+    #[tokio::test]
+    async fn v8_running_out_of_heap_marks_the_instance() {
+        let said = |stderr: &'static [u8]| async move {
+            let exhausted = Arc::new(AtomicBool::new(false));
+            copy_stderr(stderr, 1, "ns/f".into(), exhausted.clone()).await;
+            exhausted.load(Ordering::Relaxed)
+        };
+        let fatal = b"<--- Last few GCs --->\n\nFATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n";
+        assert!(said(fatal).await);
+        assert!(!said(b"RangeError: Invalid array length\nexited\n").await);
+    }
+
     #[test]
     fn handler_output_is_one_log_line() {
         assert_eq!(one_line("plain"), "plain");
