@@ -656,7 +656,7 @@ function main(fromSnapshot) {
   if (fromSnapshot === true) setTimeout(warmLoader, 5).unref();
 }
 
-// Building a startup snapshot (launcher.rs) stops before main(): a shim
-// started from it runs main() first.
-if (process.execArgv.includes('--build-snapshot')) require('v8').startupSnapshot.setDeserializeMainFunction(() => main(true));
+// Building a startup snapshot (launcher.rs, --build-snapshot-config) stops
+// before main(): a shim started from it runs main() first.
+if (process.execArgv.some((arg) => arg.startsWith('--build-snapshot'))) require('v8').startupSnapshot.setDeserializeMainFunction(() => main(true));
 else main();
