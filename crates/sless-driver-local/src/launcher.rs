@@ -17,6 +17,10 @@ use super::zygote::Zygote;
 pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
 pub(crate) const PYTHON_ZYGOTE: &str = include_str!("../../../runtimes/python/sless_zygote.py");
 pub(crate) const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
+/// The module a Node shim started from a snapshot loads while it waits in
+/// the pool, so that a handler's load finds the module loader compiled
+/// (`warmUp` in the shim, which finds it beside the snapshot).
+const NODE_WARM_MODULE: &str = "module.exports = 0;\n";
 /// How the Node shim is started: frames on fds 3 (in) and 4 (out), stdin
 /// on /dev/null and stdout on stderr, so no write to fd 1 can pass for a frame.
 pub(crate) const NODE_FDS: &str = r#"exec 3<&0 4>&1 </dev/null 1>&2; exec "$@""#;
@@ -131,6 +135,7 @@ impl Launcher {
         std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
         std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
         std::fs::write(shim_dir.join("sless_zygote.py"), PYTHON_ZYGOTE)?;
+        std::fs::write(shim_dir.join("sless_warm.js"), NODE_WARM_MODULE)?;
 
         // Slots of this process only: several servers may share a data dir.
         let all_slots = data_dir.join("slots");

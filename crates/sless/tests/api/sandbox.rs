@@ -317,6 +317,42 @@ exports.handle = async (event) => {
     assert!(limit >= 1536.0, "heap limit {limit} MB under memory_mb 2048");
 }
 
+/// A Node shim started from a snapshot rehearses, while it waits in the
+/// pool, a handler's load and a call of its own (so that the first real
+/// ones find their code compiled): a handler sees nothing of either.
+#[tokio::test]
+async fn a_node_shim_s_rehearsal_leaves_no_trace() {
+    let server = Server::start(Backend::Sqlite).await;
+    // The pool's shims say HELLO and rehearse 5 ms later, long before this.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let code = r#"let calls = 0;
+exports.handle = async (event, context) => {
+  calls += 1;
+  return { calls, event, request_id: context.request_id, function: context.function,
+           modules: Object.keys(require.cache) };
+};
+"#;
+    server
+        .deploy(
+            "ns",
+            "first",
+            json!({"runtime": "nodejs20"}),
+            &[("handler.js", code.as_bytes())],
+        )
+        .await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/first", r#"{"n": 1}"#).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["calls"], 1, "{answer}");
+    assert_eq!(answer["event"], json!({"n": 1}), "{answer}");
+    assert_eq!(answer["function"], "first", "{answer}");
+    assert!(
+        answer["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+        "{answer}"
+    );
+    assert_eq!(answer["modules"], json!(["/code/handler.js"]), "{answer}");
+}
+
 /// A Node snapshot that node refuses (here: overwritten; in life: node
 /// upgraded under a running server) is made again after a failed start,
 /// and Node functions keep starting.
