@@ -667,7 +667,11 @@ function main(fromSnapshot) {
   frames.on('end', () => process.exit(0));
   frames.on('error', () => process.exit(0));
   sendJson(FRAME.HELLO, { runtime: RUNTIME, shim_version: SHIM_VERSION, pid: process.pid });
-  if (fromSnapshot === true) setTimeout(warmUp, 5).unref();
+  // 250 ms for a shim a cold start waits for (launcher.rs), which a LOAD
+  // takes at once; 5 ms for one that waits in the pool.
+  const warmUpMs = Number(process.env.SLESS_WARM_UP_MS) || 5;
+  delete process.env.SLESS_WARM_UP_MS;
+  if (fromSnapshot === true) setTimeout(warmUp, warmUpMs).unref();
 }
 
 // Building a startup snapshot (launcher.rs, --build-snapshot-config) stops

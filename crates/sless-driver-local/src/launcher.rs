@@ -25,6 +25,19 @@ const NODE_WARM_MODULE: &str = "module.exports = 0;\n";
 /// on /dev/null and stdout on stderr, so no write to fd 1 can pass for a frame.
 pub(crate) const NODE_FDS: &str = r#"exec 3<&0 4>&1 </dev/null 1>&2; exec "$@""#;
 
+/// A Node shim started while a cold start waits for it is taken at its
+/// HELLO and loaded at once: it rehearses (`warmUp` in the shim) only if
+/// still idle after 250 ms, as a Python fork does (`REHEARSAL_DELAY_AWAITED`),
+/// not after the usual 5 ms, when in a burst the rehearsal would run on
+/// two CPUs beside the cold starts. The shim removes the variable from its
+/// environment before it loads a handler.
+fn node_warm_up_env(runtime: Runtime, awaited: bool) -> Vec<(String, String)> {
+    match (runtime, awaited) {
+        (Runtime::Nodejs20, true) => vec![("SLESS_WARM_UP_MS".into(), "250".into())],
+        _ => vec![],
+    }
+}
+
 /// Version of the embedded shims: a digest of their text, so any change
 /// rebuilds and rolls every function.
 pub fn shim_version() -> String {
@@ -240,7 +253,7 @@ impl Launcher {
             ],
             rw: vec![],
             chdir: code,
-            env: vec![],
+            env: node_warm_up_env(runtime, awaited),
             share_net: true,
         };
         let process = match &self.zygote {

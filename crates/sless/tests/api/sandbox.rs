@@ -329,9 +329,21 @@ async fn a_node_shim_s_rehearsal_leaves_no_trace() {
 exports.handle = async (event, context) => {
   calls += 1;
   return { calls, event, request_id: context.request_id, function: context.function,
-           modules: Object.keys(require.cache) };
+           modules: Object.keys(require.cache),
+           warm_up_ms: process.env.SLESS_WARM_UP_MS ?? null };
 };
 "#;
+    let first_call = |answer: Value| {
+        assert_eq!(answer["calls"], 1, "{answer}");
+        assert_eq!(answer["event"], json!({"n": 1}), "{answer}");
+        assert_eq!(answer["function"], "first", "{answer}");
+        assert!(
+            answer["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+            "{answer}"
+        );
+        assert_eq!(answer["modules"], json!(["/code/handler.js"]), "{answer}");
+        assert_eq!(answer["warm_up_ms"], Value::Null, "{answer}");
+    };
     server
         .deploy(
             "ns",
@@ -342,15 +354,22 @@ exports.handle = async (event, context) => {
         .await;
     let (status, _, text) = server.invoke(Method::POST, "/fn/ns/first", r#"{"n": 1}"#).await;
     assert_eq!(status, StatusCode::OK, "{text}");
-    let answer: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(answer["calls"], 1, "{answer}");
-    assert_eq!(answer["event"], json!({"n": 1}), "{answer}");
-    assert_eq!(answer["function"], "first", "{answer}");
-    assert!(
-        answer["request_id"].as_str().is_some_and(|id| !id.is_empty()),
-        "{answer}"
-    );
-    assert_eq!(answer["modules"], json!(["/code/handler.js"]), "{answer}");
+    first_call(serde_json::from_str(&text).unwrap());
+
+    // No warm shims: each starts for a cold start that waits for it, and is
+    // told so by a variable it removes before the handler loads.
+    let awaited = Server::start_with(Backend::Sqlite, &[("SLESS_WARM_INSTANCES", "0")]).await;
+    awaited
+        .deploy(
+            "ns",
+            "first",
+            json!({"runtime": "nodejs20"}),
+            &[("handler.js", code.as_bytes())],
+        )
+        .await;
+    let (status, _, text) = awaited.invoke(Method::POST, "/fn/ns/first", r#"{"n": 1}"#).await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    first_call(serde_json::from_str(&text).unwrap());
 }
 
 /// A Node snapshot that node refuses (here: overwritten; in life: node
