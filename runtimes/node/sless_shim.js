@@ -622,10 +622,10 @@ function onUncaught(err) {
 // a module of its own (sless_warm.js, beside the snapshot, which the
 // server writes there) as a handler's is loaded, and makes a call to a
 // handler of its own whose answer goes nowhere. Neither is kept.
-function warmUp() {
+// The Node zygote (sless_zygote.js) runs it once before it forks, so its
+// forks share that compiled code; `dir` holds sless_warm.js.
+function warmUp(dir) {
   if (loaded !== null) return;
-  const blob = process.execArgv[process.execArgv.indexOf('--snapshot-blob') + 1];
-  const dir = path.dirname(String(blob));
   try {
     const warmRequire = Module.createRequire(path.join(dir, '[sless]'));
     const file = path.join(dir, 'sless_warm');
@@ -646,9 +646,15 @@ function warmUp() {
   }
 }
 
-function main(fromSnapshot) {
+// What main() needs that no process holds of its own: the zygote makes it
+// once for all its forks.
+function prepare() {
   Module = require('module');
   invocation = new (require('async_hooks').AsyncLocalStorage)();
+}
+
+function main(fromSnapshot) {
+  if (Module === null) prepare();
   writeDiagnostic = process.stderr.write.bind(process.stderr);
   captureWrites(process.stdout, STDOUT);
   captureWrites(process.stderr, STDERR);
@@ -671,10 +677,15 @@ function main(fromSnapshot) {
   // takes at once; 5 ms for one that waits in the pool.
   const warmUpMs = Number(process.env.SLESS_WARM_UP_MS) || 5;
   delete process.env.SLESS_WARM_UP_MS;
-  if (fromSnapshot === true) setTimeout(warmUp, warmUpMs).unref();
+  if (fromSnapshot === true) {
+    const blob = process.execArgv[process.execArgv.indexOf('--snapshot-blob') + 1];
+    setTimeout(() => warmUp(path.dirname(String(blob))), warmUpMs).unref();
+  }
 }
 
 // Building a startup snapshot (launcher.rs, --build-snapshot-config) stops
 // before main(): a shim started from it runs main() first.
+// Required by the Node zygote instead, it exports what its forks run.
 if (process.execArgv.some((arg) => arg.startsWith('--build-snapshot'))) require('v8').startupSnapshot.setDeserializeMainFunction(() => main(true));
-else main();
+else if (require.main === module) main();
+else module.exports = { prepare, warmUp, main };

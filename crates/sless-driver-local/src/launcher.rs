@@ -1,8 +1,9 @@
 //! Starts shim processes in the sandbox and links a function's artifact into
 //! an instance's slot (the directory it sees as /code).
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sless_api::Runtime;
 
@@ -17,6 +18,9 @@ use super::zygote::Zygote;
 pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
 pub(crate) const PYTHON_ZYGOTE: &str = include_str!("../../../runtimes/python/sless_zygote.py");
 pub(crate) const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_shim.js");
+pub(crate) const NODE_ZYGOTE: &str = include_str!("../../../runtimes/node/sless_zygote.js");
+/// The Node zygote's native module (`runtimes/node/sless_fork.c`, built by build.rs).
+pub(crate) const NODE_FORK: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sless_fork.node"));
 /// The module a Node shim started from a snapshot loads while it waits in
 /// the pool, so that a handler's load finds the module loader compiled
 /// (`warmUp` in the shim, which finds it beside the snapshot).
@@ -121,6 +125,10 @@ pub struct Launcher {
     scratch_dir: PathBuf,
     /// Forks Python shims instead of starting interpreters, when on.
     zygote: Option<Zygote>,
+    /// Fork Node shims, when on (with `zygote`): a zygote per heap size,
+    /// made on the first start of a shim of that heap; none for a heap
+    /// whose zygote's first fork failed (its shims start as new nodes).
+    node_zygotes: Option<Mutex<HashMap<u32, Option<Arc<Zygote>>>>>,
 }
 
 impl Launcher {
@@ -130,6 +138,7 @@ impl Launcher {
         node: String,
         isolation: &IsolationSettings,
         python_zygote: bool,
+        node_zygote: bool,
     ) -> anyhow::Result<Launcher> {
         // Canonical: every path a sandbox is given lies below it as named
         // (the zygote binds only the data dir itself of the host's tree).
@@ -149,6 +158,8 @@ impl Launcher {
         std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
         std::fs::write(shim_dir.join("sless_zygote.py"), PYTHON_ZYGOTE)?;
         std::fs::write(shim_dir.join("sless_warm.js"), NODE_WARM_MODULE)?;
+        std::fs::write(shim_dir.join("sless_zygote.js"), NODE_ZYGOTE)?;
+        std::fs::write(shim_dir.join("sless_fork.node"), NODE_FORK)?;
 
         // Slots of this process only: several servers may share a data dir.
         let all_slots = data_dir.join("slots");
@@ -168,13 +179,14 @@ impl Launcher {
             mount_scratch_root(&scratch_dir)?;
         }
         let zygote = match (python_zygote, sandbox.as_root()) {
-            (true, true) => Some(Zygote::new(python.clone(), &shim_dir, data_dir)?),
+            (true, true) => Some(Zygote::python(python.clone(), &shim_dir, data_dir)?),
             (true, false) => {
                 tracing::warn!("SLESS_PYTHON_ZYGOTE needs a server running as root (it confines its forks itself): Python instances start as new interpreters");
                 None
             }
             (false, _) => None,
         };
+        let node_zygotes = (zygote.is_some() && node_zygote).then(Mutex::default);
         Ok(Launcher {
             sandbox,
             confiner,
@@ -184,14 +196,47 @@ impl Launcher {
             node,
             scratch_dir,
             zygote,
+            node_zygotes,
         })
     }
 
-    /// Whether shims of `runtime` are forks of the zygote that stay its
-    /// interpreter (Python), so a start costs little CPU; a Node shim from
-    /// the zygote runs a new node, as costly as one behind bubblewrap.
+    /// Whether shims of `runtime` are forks of a zygote that stay its
+    /// interpreter, so a start costs little CPU. Without the Node zygote, a
+    /// Node shim from the Python zygote runs a new node, as costly as one
+    /// behind bubblewrap.
     pub fn forks(&self, runtime: Runtime) -> bool {
-        runtime == Runtime::Python311 && self.zygote.is_some()
+        match runtime {
+            Runtime::Python311 => self.zygote.is_some(),
+            Runtime::Nodejs20 => self.node_zygotes.is_some(),
+        }
+    }
+
+    /// The Node zygote of shims whose heap is `heap_mb`, made on first use;
+    /// none when Node shims are not forks, or that heap's zygote failed.
+    fn node_zygote(&self, heap_mb: u32) -> Option<Arc<Zygote>> {
+        let mut zygotes = self.node_zygotes.as_ref()?.lock().unwrap();
+        zygotes
+            .entry(heap_mb)
+            .or_insert_with(|| {
+                Zygote::node(&self.node, heap_mb, &self.shim_dir, self.shim_dir.parent()?.parent()?)
+                    .inspect_err(|error| tracing::warn!(%error, "Node shims start as new nodes"))
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone()
+    }
+
+    /// After `zygote`'s fork failed: a zygote none of whose forks ever
+    /// confined itself will not (node lacks what it needs, or the kernel
+    /// refuses it), so its heap's shims start as new nodes from now on.
+    fn node_zygote_failed(&self, heap_mb: u32, zygote: &Zygote, error: &str) {
+        if zygote.has_forked() {
+            return;
+        }
+        tracing::warn!(%error, heap_mb, "the Node zygote cannot fork: Node shims start as new nodes");
+        if let Some(zygotes) = &self.node_zygotes {
+            zygotes.lock().unwrap().insert(heap_mb, None);
+        }
     }
 
     /// Starts a generic shim that waits for LOAD; `awaited`: a cold start
@@ -260,16 +305,28 @@ impl Launcher {
             Some(zygote) => {
                 let mut request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
                 request.awaited = awaited;
-                // A Node shim is a fork that confined itself, then runs node:
-                // no chain of helpers (shell, nsenter, chrt, prlimit,
-                // bubblewrap, shell), which cost about 11 ms of CPU.
-                if runtime == Runtime::Nodejs20 {
-                    request.exec = Some(node);
-                }
-                let request = tokio::task::spawn_blocking(move || request.open_descriptors())
+                let mut request = tokio::task::spawn_blocking(move || request.open_descriptors())
                     .await
                     .map_err(|e| e.to_string())??;
-                let forked = zygote.fork(&request).await?;
+                let node_zygote = node_heap_mb.and_then(|mb| Some((mb, self.node_zygote(mb)?)));
+                let forked = match node_zygote {
+                    Some((heap_mb, node_zygote)) => match node_zygote.fork(&request).await {
+                        Ok(forked) => Ok(forked),
+                        Err(error) => {
+                            self.node_zygote_failed(heap_mb, &node_zygote, &error);
+                            Err(error)
+                        }
+                    },
+                    // A Node shim without its zygote is a fork that confined
+                    // itself, then runs node: no chain of helpers (shell,
+                    // nsenter, chrt, prlimit, bubblewrap, shell), which
+                    // cost about 11 ms of CPU.
+                    None if runtime == Runtime::Nodejs20 => {
+                        request.exec = Some(node);
+                        zygote.fork(&request).await
+                    }
+                    None => zygote.fork(&request).await,
+                }?;
                 ShimProcess::start_forked(forked, slot, confinement, runtime.to_string()).await
             }
             None => {

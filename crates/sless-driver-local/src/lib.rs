@@ -70,6 +70,8 @@ pub struct LocalSettings {
     pub warm_per_runtime: usize,
     /// Fork Python instances from a zygote (see `zygote`).
     pub python_zygote: bool,
+    /// Fork Node instances from a zygote per heap size (needs the Python one).
+    pub node_zygote: bool,
     pub pool: PoolSettings,
     pub isolation: IsolationSettings,
 }
@@ -104,6 +106,7 @@ impl LocalDriver {
             settings.node.clone(),
             &settings.isolation,
             settings.python_zygote,
+            settings.node_zygote,
         )?);
         let builder = Builder::new(
             data_dir.join("artifacts"),

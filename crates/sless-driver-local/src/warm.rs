@@ -229,8 +229,8 @@ impl WarmPool {
 
     /// Its Node shims' start: from a snapshot of their heap, else (it
     /// could not be made) from the shim's file, each start paying for
-    /// compiling node's own modules. Made by the first start that needs it
-    /// while the others wait.
+    /// compiling node's own modules; forks of the Node zygote need none.
+    /// Made by the first start that needs it while the others wait.
     async fn node_start(&self, heap_mb: u32) -> NodeStart {
         let mut start = self.node_start.lock().await;
         if start.is_none() {
@@ -240,6 +240,12 @@ impl WarmPool {
     }
 
     async fn make_node_start(&self, heap_mb: u32) -> NodeStart {
+        if self.launcher.forks(Runtime::Nodejs20) {
+            return NodeStart {
+                heap_mb,
+                snapshot: None,
+            };
+        }
         let snapshot = self
             .launcher
             .node_snapshot(heap_mb)

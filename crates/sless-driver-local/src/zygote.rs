@@ -21,6 +21,10 @@
 //!
 //! **Invariant:** a fork serves only after it said "ok"; any step that
 //! fails is the instance's failed start, as for a bubblewrap sandbox.
+//!
+//! The Node zygote (`runtimes/node/sless_zygote.js`, one per heap size) is
+//! the same for Node shims: a node that loaded the shim, forking; it takes
+//! the same requests (with no `exec`) and answers alike.
 
 use std::io::IoSlice;
 use std::os::fd::{AsFd, OwnedFd};
@@ -124,17 +128,20 @@ pub struct Forked {
     pub stderr: pipe::Receiver,
 }
 
-/// The zygote of this server, started on the first fork and again when it
+/// A zygote of this server, started on the first fork and again when it
 /// is found dead.
 pub struct Zygote {
-    python: String,
+    /// What it is, for messages ("the Python zygote").
+    name: String,
+    /// Its program and arguments, which name its file relative to the data dir.
+    command: Vec<String>,
     /// The data dir: the zygote starts there and names everything relative
     /// to it (`zygote/`, an empty directory it mounts its own root on in a
     /// mount namespace of its own, so several servers may share it).
     data_dir: PathBuf,
-    /// The zygote's file, relative to the data dir.
-    script: PathBuf,
     running: Mutex<Option<Running>>,
+    /// A fork of it said "ok" once.
+    forked: std::sync::atomic::AtomicBool,
 }
 
 struct Running {
@@ -152,18 +159,45 @@ impl Zygote {
     /// The zygote's mount namespace is private: nothing the server mounts
     /// later (scratch tmpfs, network namespaces) appears in it, and forks
     /// are handed theirs as descriptors ([`ForkRequest`]).
-    pub fn new(python: String, shim_dir: &Path, data_dir: &Path) -> std::io::Result<Zygote> {
+    pub fn python(python: String, shim_dir: &Path, data_dir: &Path) -> std::io::Result<Zygote> {
+        let script = zygote_file(shim_dir, data_dir, "sless_zygote.py")?;
+        let command = vec![python, "-u".into(), "-B".into(), script];
+        Zygote::new("the Python zygote".into(), command, data_dir)
+    }
+
+    /// The Node zygote of Node shims whose heap is `heap_mb`: a shell holds
+    /// fds 3 and 4 on /dev/null, so node's own descriptors land above the
+    /// ones each fork's frames take, then becomes node.
+    pub fn node(node: &str, heap_mb: u32, shim_dir: &Path, data_dir: &Path) -> std::io::Result<Zygote> {
+        let script = zygote_file(shim_dir, data_dir, "sless_zygote.js")?;
+        let command = [
+            "/bin/sh",
+            "-c",
+            "exec 3</dev/null 4</dev/null; exec \"$@\"",
+            "sless-node-zygote",
+            node,
+            &super::launcher::node_heap_flag(heap_mb),
+            "--single-threaded",
+            &script,
+        ];
+        let name = format!("the Node zygote (heap {heap_mb} MB)");
+        Zygote::new(name, command.map(str::to_string).to_vec(), data_dir)
+    }
+
+    fn new(name: String, command: Vec<String>, data_dir: &Path) -> std::io::Result<Zygote> {
         std::fs::create_dir_all(data_dir.join("zygote"))?;
-        let script = shim_dir
-            .strip_prefix(data_dir)
-            .map_err(|_| std::io::Error::other("the shims are not in the data dir"))?
-            .join("sless_zygote.py");
         Ok(Zygote {
-            python,
+            name,
+            command,
             data_dir: data_dir.to_path_buf(),
-            script,
             running: Mutex::new(None),
+            forked: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Whether a fork of it ever confined itself (said "ok").
+    pub fn has_forked(&self) -> bool {
+        self.forked.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Forks a generic shim confined as `request` says.
@@ -198,6 +232,7 @@ impl Zygote {
             })?
             .map_err(|e| format!("reading the zygote's reply: {e}"))?;
         let answer = parse_reply(&text)?;
+        self.forked.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(Forked {
             pid: answer,
             stdin: pipe::Sender::from_owned_fd(stdin).map_err(|e| e.to_string())?,
@@ -226,13 +261,13 @@ impl Zygote {
             match rustix::net::sendmsg(&zygote.control, &[IoSlice::new(message)], &mut ancillary, flags) {
                 Ok(_) => return Ok(()),
                 Err(rustix::io::Errno::AGAIN) => {
-                    return Err("the Python zygote is not keeping up with fork requests".to_string())
+                    return Err(format!("{} is not keeping up with fork requests", self.name))
                 }
                 Err(e) if !started => {
-                    tracing::warn!(error = %e, "the Python zygote is gone; starting it again");
+                    tracing::warn!(error = %e, "{} is gone; starting it again", self.name);
                     *running = None;
                 }
-                Err(e) => return Err(format!("sending a fork request to the Python zygote: {e}")),
+                Err(e) => return Err(format!("sending a fork request to {}: {e}", self.name)),
             }
         }
     }
@@ -241,10 +276,8 @@ impl Zygote {
         use rustix::net::{socketpair, AddressFamily, SocketFlags, SocketType};
         let (control, theirs) = socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::CLOEXEC, None)
             .map_err(|e| format!("making the zygote's socket: {e}"))?;
-        let process = tokio::process::Command::new(&self.python)
-            .arg("-u")
-            .arg("-B")
-            .arg(&self.script)
+        let process = tokio::process::Command::new(&self.command[0])
+            .args(&self.command[1..])
             .current_dir(&self.data_dir)
             .env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -254,8 +287,8 @@ impl Zygote {
             .stderr(std::process::Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("starting the Python zygote ({}): {e}", self.python))?;
-        tracing::debug!(pid = process.id(), "Python zygote started");
+            .map_err(|e| format!("starting {} ({}): {e}", self.name, self.command[0]))?;
+        tracing::debug!(pid = process.id(), "{} started", self.name);
         Ok(Running {
             control,
             _process: process,
@@ -278,6 +311,19 @@ pub(crate) fn shared_mount_point(dir: &Path) -> rustix::io::Result<()> {
         mount_bind(&dir, &dir)?;
     }
     mount_change(&dir, MountPropagationFlags::SHARED)
+}
+
+/// A zygote's file in the shim dir, relative to the data dir (where the
+/// zygote starts).
+fn zygote_file(shim_dir: &Path, data_dir: &Path, name: &str) -> std::io::Result<String> {
+    let relative = shim_dir
+        .strip_prefix(data_dir)
+        .map_err(|_| std::io::Error::other("the shims are not in the data dir"))?
+        .join(name);
+    relative
+        .into_os_string()
+        .into_string()
+        .map_err(|_| std::io::Error::other("the shim dir's path is not UTF-8"))
 }
 
 /// A pipe as (read end, write end), both close-on-exec.

@@ -158,6 +158,7 @@ async fn local_driver(dir: &std::path::Path, version: &Deployment) -> Arc<dyn Dr
             build_env: Vec::new(),
             warm_per_runtime: 1,
             python_zygote: false,
+            node_zygote: false,
             pool: sless_driver_local::PoolSettings {
                 idle_timeout: Duration::from_secs(300),
                 max_queue: 10_000,

@@ -259,6 +259,13 @@ pub struct Config {
     #[arg(long, env = "SLESS_PYTHON_ZYGOTE", default_value_t = true, action = clap::ArgAction::Set)]
     pub python_zygote: bool,
 
+    /// Node instances are forks of a node that loaded the shim (a zygote per
+    /// heap size), each confined as a sandbox of its own, instead of a new
+    /// node per instance (needs the Python zygote on; off: a new node, from
+    /// a startup snapshot, per instance).
+    #[arg(long, env = "SLESS_NODE_ZYGOTE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub node_zygote: bool,
+
     /// Python 3.11 interpreter that runs handlers and pip (must live under /usr for the sandbox).
     #[arg(long, env = "SLESS_PYTHON", default_value = "/usr/bin/python3.11")]
     pub python: String,

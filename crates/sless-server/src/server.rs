@@ -279,6 +279,7 @@ fn local_driver(
             build_env: config.build_env(),
             warm_per_runtime: config.warm_instances,
             python_zygote: config.python_zygote,
+            node_zygote: config.node_zygote,
             pool: sless_driver_local::PoolSettings {
                 idle_timeout: Duration::from_secs(config.idle_timeout_sec),
                 max_queue: config.max_queue,

@@ -267,72 +267,81 @@ exports.handle = async (event) => {
   let sum = 0;
   for (let i = 0; i < event.garbage_mb; i++) sum += new Array(128 * 1024).fill(i + 0.25)[7];
   const heap_limit_mb = v8.getHeapStatistics().heap_size_limit / 1048576;
-  // The snapshot every instance of the class starts from is not theirs to change.
+  // The snapshot every instance of the class starts from (or the shim a
+  // fork runs) is not theirs to change.
   let blob_write = 'written';
   try {
-    require('fs').writeFileSync(process.execArgv[2], 'not a snapshot');
+    require('fs').writeFileSync(process.execArgv[2] ?? '/sless/shim/sless_shim.js', 'not a snapshot');
   } catch (err) {
     blob_write = err.code;
   }
   return { kept: keep.length, sum, heap_limit_mb, exec_argv: process.execArgv, blob_write };
 };
 "#;
-    for (name, memory_mb) in [("small", 128), ("large", 2048)] {
-        server
-            .deploy(
-                "ns",
-                name,
-                json!({"runtime": "nodejs20", "memory_mb": memory_mb}),
-                &[("handler.js", code.as_bytes())],
-            )
+    // Forks of the Node zygote of that heap; without it, new nodes from the
+    // startup snapshot made with that heap (node's own modules compiled in
+    // it, which the heap's flag would make node compile anew).
+    let starting = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
+    let forked = json!(["--max-heap-size=96", "--single-threaded"]);
+    let started = json!(["--max-heap-size=96", "--snapshot-blob", "/sless/shim/node-heap-96.blob"]);
+    for (server, exec_argv) in [(&server, forked), (&starting, started)] {
+        for (name, memory_mb) in [("small", 128), ("large", 2048)] {
+            server
+                .deploy(
+                    "ns",
+                    name,
+                    json!({"runtime": "nodejs20", "memory_mb": memory_mb}),
+                    &[("handler.js", code.as_bytes())],
+                )
+                .await;
+        }
+        // 40 MB kept and 1 GB of garbage: killed at 128 MB before.
+        let (status, _, text) = server
+            .invoke(Method::POST, "/fn/ns/small", r#"{"live_mb": 40, "garbage_mb": 1000}"#)
             .await;
-    }
-    // 40 MB kept and 1 GB of garbage: killed at 128 MB before.
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/small", r#"{"live_mb": 40, "garbage_mb": 1000}"#)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let answer: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(answer["kept"], 40, "{answer}");
-    let limit = answer["heap_limit_mb"].as_f64().unwrap();
-    assert!(
-        (90.0..=96.0).contains(&limit),
-        "heap limit {limit} MB under memory_mb 128"
-    );
-    // From the startup snapshot made with that heap (node's own modules
-    // compiled in it, which the heap's flag would make node compile anew).
-    assert_eq!(
-        answer["exec_argv"],
-        json!(["--max-heap-size=96", "--snapshot-blob", "/sless/shim/node-heap-96.blob"]),
-        "{answer}"
-    );
-    assert_eq!(answer["blob_write"], "EROFS", "{answer}");
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(answer["kept"], 40, "{answer}");
+        let limit = answer["heap_limit_mb"].as_f64().unwrap();
+        assert!(
+            (90.0..=96.0).contains(&limit),
+            "heap limit {limit} MB under memory_mb 128"
+        );
+        assert_eq!(answer["exec_argv"], exec_argv, "{answer}");
+        assert_eq!(answer["blob_write"], "EROFS", "{answer}");
 
-    let (status, _, text) = server
-        .invoke(Method::POST, "/fn/ns/large", r#"{"live_mb": 0, "garbage_mb": 0}"#)
-        .await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let answer: Value = serde_json::from_str(&text).unwrap();
-    let limit = answer["heap_limit_mb"].as_f64().unwrap();
-    assert!(limit >= 1536.0, "heap limit {limit} MB under memory_mb 2048");
+        let (status, _, text) = server
+            .invoke(Method::POST, "/fn/ns/large", r#"{"live_mb": 0, "garbage_mb": 0}"#)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        let limit = answer["heap_limit_mb"].as_f64().unwrap();
+        assert!(limit >= 1536.0, "heap limit {limit} MB under memory_mb 2048");
+    }
 }
 
-/// A Node shim started from a snapshot rehearses, while it waits in the
-/// pool, a handler's load and a call of its own (so that the first real
-/// ones find their code compiled): a handler sees nothing of either.
+/// A Node shim started from a snapshot (no Node zygote) rehearses, while it
+/// waits in the pool, a handler's load and a call of its own (so that the
+/// first real ones find their code compiled); the Node zygote does so once
+/// before it forks: a handler sees nothing of either.
 #[tokio::test]
 async fn a_node_shim_s_rehearsal_leaves_no_trace() {
-    let pooled = Server::start(Backend::Sqlite).await;
+    let forking = Server::start(Backend::Sqlite).await;
+    let pooled = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
     // No warm shims: each starts for a cold start that waits for it, and is
     // told so by a variable it removes before the handler loads.
-    let awaited = Server::start_with(Backend::Sqlite, &[("SLESS_WARM_INSTANCES", "0")]).await;
+    let awaited = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_WARM_INSTANCES", "0"), ("SLESS_NODE_ZYGOTE", "false")],
+    )
+    .await;
     // The pool's shims say HELLO and rehearse 5 ms later, long before this.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let code = r#"let calls = 0;
 exports.handle = async (event, context) => {
   calls += 1;
   return { calls, event, request_id: context.request_id, function: context.function,
-           modules: Object.keys(require.cache),
+           modules: Object.keys(require.cache), main: require.main?.filename ?? null,
            warm_up_ms: process.env.SLESS_WARM_UP_MS ?? null, warm_write: overwrite() };
 };
 // What every shim of the server loads while it waits is not a handler's to change.
@@ -345,7 +354,7 @@ const overwrite = () => {
   }
 };
 "#;
-    for server in [&pooled, &awaited] {
+    for server in [&forking, &pooled, &awaited] {
         let files: &[(&str, &[u8])] = &[("handler.js", code.as_bytes())];
         server
             .deploy("ns", "first", json!({"runtime": "nodejs20"}), files)
@@ -359,6 +368,7 @@ const overwrite = () => {
         let request_id = answer["request_id"].as_str().unwrap_or_default();
         assert!(!request_id.is_empty(), "{answer}");
         assert_eq!(answer["modules"], json!(["/code/handler.js"]), "{answer}");
+        assert_eq!(answer["main"], Value::Null, "{answer}");
         assert_eq!(answer["warm_up_ms"], Value::Null, "{answer}");
         assert_eq!(answer["warm_write"], "EROFS", "{answer}");
     }
@@ -368,7 +378,7 @@ const overwrite = () => {
 /// modules the shim never loads: node reads the whole file at every start.
 #[tokio::test]
 async fn a_node_snapshot_carries_no_code_cache() {
-    let server = Server::start(Backend::Sqlite).await;
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
     let code: &[(&str, &[u8])] = &[("handler.js", b"exports.handle = async () => 1;\n")];
     server.deploy("ns", "one", json!({"runtime": "nodejs20"}), code).await;
     let shim_dir = std::fs::read_dir(server.data_dir.path().join("shims"))
@@ -404,7 +414,7 @@ async fn a_node_snapshot_carries_no_code_cache() {
 /// and Node functions keep starting.
 #[tokio::test]
 async fn a_node_snapshot_node_refuses_is_made_again() {
-    let server = Server::start(Backend::Sqlite).await;
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
     let code: &[(&str, &[u8])] = &[("handler.js", b"exports.handle = async () => process.execArgv;\n")];
     server.deploy("ns", "first", json!({"runtime": "nodejs20"}), code).await;
     let shims = server.data_dir.path().join("shims");

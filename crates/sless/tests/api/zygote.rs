@@ -3,9 +3,11 @@
 //! is: their own uid, mount view, pid, network and other namespaces, no
 //! capabilities, the same rlimits, reseeded random numbers, and no
 //! descriptor a new interpreter would not hold; the zygote ends with its
-//! server (SIGKILL included), and its forks with it. A Node shim started
-//! from a fork holds what one behind bubblewrap holds. The other sandbox
-//! tests (sandbox.rs) run on forks too, since the zygote is the default.
+//! server (SIGKILL included), and its forks with it. A Node shim forked
+//! from the Node zygote (SLESS_NODE_ZYGOTE), or started from a Python fork
+//! without it, holds what one behind bubblewrap holds, and a Node fork is
+//! a node of its own (pid, random numbers, modules). The other sandbox
+//! tests (sandbox.rs) run on forks too, since the zygotes are the default.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -294,8 +296,8 @@ fn holds_no_more_descriptors(fork: &Value, sandboxed: &Value) {
     }
 }
 
-/// Live processes that are children of `parent` and run the zygote.
-fn zygotes_of(parent: u32) -> Vec<u32> {
+/// Live processes that are children of `parent` and run a zygote's `file`.
+fn zygotes_of(parent: u32, file: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
@@ -311,9 +313,7 @@ fn zygotes_of(parent: u32) -> Vec<u32> {
             let state = rest.next().unwrap_or("Z");
             let ppid = rest.next().and_then(|p| p.parse::<u32>().ok());
             let cmdline = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-            !state.starts_with(['Z', 'X'])
-                && ppid == Some(parent)
-                && String::from_utf8_lossy(&cmdline).contains("sless_zygote.py")
+            !state.starts_with(['Z', 'X']) && ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(file)
         })
         .collect()
 }
@@ -323,20 +323,32 @@ async fn the_zygote_ends_with_a_killed_server_and_its_forks_with_it() {
     let mut server = Server::start(Backend::Sqlite).await;
     deploy_reporters(&server, &["one"]).await;
     report(&server, "one").await;
-    let zygotes = zygotes_of(server.pid());
+    deploy_reporters_of(&server, &["two"], "nodejs20", ("handler.js", NODE_SELF_REPORT)).await;
+    report(&server, "two").await;
+    let zygotes = zygotes_of(server.pid(), "sless_zygote.py");
     assert_eq!(zygotes.len(), 1, "one zygote per server: {zygotes:?}");
-    let zygote = zygotes[0];
+    let node_zygotes = zygotes_of(server.pid(), "sless_zygote.js");
+    assert_eq!(
+        node_zygotes.len(),
+        1,
+        "one Node zygote of the default heap: {node_zygotes:?}"
+    );
+    // The Node zygote's forks show its command line.
+    let node_forks = zygotes_of(node_zygotes[0], "sless_zygote.js");
+    assert!(!node_forks.is_empty(), "no Node fork");
     server.kill9();
-    eventually(Duration::from_secs(5), || async {
-        let stat = std::fs::read_to_string(format!("/proc/{zygote}/stat")).unwrap_or_default();
-        let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start()).unwrap_or("X");
-        if state.starts_with(['Z', 'X']) {
-            Ok(())
-        } else {
-            Err(format!("zygote {zygote} outlived its server ({state:.1})"))
-        }
-    })
-    .await;
+    for pid in zygotes.into_iter().chain(node_zygotes).chain(node_forks) {
+        eventually(Duration::from_secs(5), || async {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start()).unwrap_or("X");
+            if state.starts_with(['Z', 'X']) {
+                Ok(())
+            } else {
+                Err(format!("{pid} outlived its server ({state:.1})"))
+            }
+        })
+        .await;
+    }
 }
 
 /// The zygote's mount table does not grow with the instances: a fork is
@@ -353,7 +365,7 @@ async fn forks_get_their_namespace_and_scratch_by_descriptor_and_the_zygote_hold
     for name in names {
         reports.push(report(&server, name).await);
     }
-    let zygotes = zygotes_of(server.pid());
+    let zygotes = zygotes_of(server.pid(), "sless_zygote.py");
     assert_eq!(zygotes.len(), 1, "one zygote per server: {zygotes:?}");
     let table = std::fs::read_to_string(format!("/proc/{}/mountinfo", zygotes[0])).unwrap();
     for line in table.lines() {
@@ -366,7 +378,7 @@ async fn forks_get_their_namespace_and_scratch_by_descriptor_and_the_zygote_hold
     // reach the zygote or a fork (where the others' scratch would show).
     let host = std::fs::read_to_string(format!("/proc/{}/mountinfo", server.pid())).unwrap();
     assert!(host.contains(" sless-scratch "), "the server mounts it: {host}");
-    let forks = zygotes_of(zygotes[0]);
+    let forks = zygotes_of(zygotes[0], "sless_zygote.py");
     assert!(
         forks.len() >= names.len(),
         "the instances are the zygote's forks: {forks:?}"
@@ -432,23 +444,31 @@ exports.handle = async () => {
 };
 "#;
 
-/// A Node shim started from the zygote (a fork that confines itself, then
-/// runs node) holds what one started behind bubblewrap holds: the same
-/// limits, view, capabilities, environment and kinds of descriptors, its
-/// own uid and namespaces, alone in its pid namespace, SCHED_BATCH; and it
-/// is not a Python interpreter any more.
+/// A Node shim forked from the Node zygote, and one started from a Python
+/// fork (which confines itself, then runs node), hold what one started
+/// behind bubblewrap holds: the same limits, view, capabilities,
+/// environment and kinds of descriptors, their own uid and namespaces,
+/// alone in their pid namespace, SCHED_BATCH; and the second is not a
+/// Python interpreter any more.
 #[tokio::test]
 async fn a_node_shim_from_the_zygote_holds_what_one_behind_bubblewrap_holds() {
     let forking = Server::start(Backend::Sqlite).await;
+    let executing = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
     let starting = Server::start_with(Backend::Sqlite, &[("SLESS_PYTHON_ZYGOTE", "false")]).await;
     let mut reports = Vec::new();
-    for server in [&forking, &starting] {
+    for server in [&starting, &forking, &executing] {
         deploy_reporters_of(server, &["one", "two"], "nodejs20", ("handler.js", NODE_SELF_REPORT)).await;
         for name in ["one", "two"] {
             reports.push(report(server, name).await);
         }
     }
-    let (fork, fork_two, new) = (&reports[0], &reports[1], &reports[2]);
+    let new = &reports[0];
+    for pair in reports[2..].chunks(2) {
+        holds_what_bubblewrap_holds(&pair[0], &pair[1], new);
+    }
+}
+
+fn holds_what_bubblewrap_holds(fork: &Value, fork_two: &Value, new: &Value) {
     for out in [fork, fork_two] {
         assert_ne!(out["uid"], 0, "{out}");
         assert_eq!(out["uid"], out["gid"], "{out}");
@@ -481,4 +501,56 @@ async fn a_node_shim_from_the_zygote_holds_what_one_behind_bubblewrap_holds() {
         assert_eq!(fork[key], new[key], "{key} differs: zygote {fork} bubblewrap {new}");
     }
     holds_no_more_descriptors(fork, new);
+}
+
+/// A Node fork is a node of its own, not a copy of the zygote's: its pid,
+/// random numbers drawn anew (Math.random, a new context's, crypto), no
+/// module of the zygote's; and what needs threads V8 may hand work to
+/// (WebAssembly's compiler, workers), child processes and the garbage
+/// collector work in it.
+#[tokio::test]
+async fn a_node_fork_is_a_node_of_its_own() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code = br#"
+const crypto = require("crypto");
+// (module (func (export "add") (param i32 i32) (result i32) local.get 0 local.get 1 i32.add))
+const ADD = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 7, 1, 96, 2, 127, 127, 1, 127, 3, 2, 1, 0,
+  7, 7, 1, 3, 97, 100, 100, 0, 0, 10, 9, 1, 7, 0, 32, 0, 32, 1, 106, 11]);
+exports.handle = async () => {
+  const { instance } = await WebAssembly.instantiate(ADD);
+  const worker = await new Promise((resolve, reject) => {
+    const w = new (require("worker_threads").Worker)(
+      'require("worker_threads").parentPort.postMessage(6 * 7)', { eval: true });
+    w.once("message", resolve);
+    w.once("error", reject);
+  });
+  let garbage = 0;
+  for (let i = 0; i < 300; i++) garbage += new Array(100000).fill(i)[7];
+  return {
+    pid: process.pid, exec_argv: process.execArgv, main: require.main?.filename ?? null,
+    random: Math.random(), vm_random: require("vm").runInNewContext("Math.random()"),
+    uuid: crypto.randomUUID(), bytes: crypto.randomBytes(16).toString("hex"),
+    wasm: instance.exports.add(2, 3), worker, garbage,
+    child: require("child_process").execFileSync("/bin/echo", ["hi"]).toString(),
+  };
+};
+"#;
+    deploy_reporters_of(&server, &["one", "two"], "nodejs20", ("handler.js", code)).await;
+    let (one, two) = (report(&server, "one").await, report(&server, "two").await);
+    for out in [&one, &two] {
+        assert_eq!(
+            out["exec_argv"],
+            json!(["--max-heap-size=192", "--single-threaded"]),
+            "a fork: {out}"
+        );
+        assert_eq!(out["pid"], 1, "{out}");
+        assert_eq!(out["main"], Value::Null, "{out}");
+        assert_eq!(out["wasm"], 5, "{out}");
+        assert_eq!(out["worker"], 42, "{out}");
+        assert_eq!(out["garbage"], 299 * 300 / 2, "{out}");
+        assert_eq!(out["child"], "hi\n", "{out}");
+    }
+    for key in ["random", "vm_random", "uuid", "bytes"] {
+        assert_ne!(one[key], two[key], "{key} drawn alike: {one} {two}");
+    }
 }

@@ -1,0 +1,354 @@
+// sless Node zygote's native part (sless_zygote.js): the system calls a
+// fork needs to confine itself, which node has no binding for, and the
+// fork itself. Loaded by node (process.dlopen) as a Node-API module; it
+// uses node's own exports only (Node-API, libuv, and two V8 functions to
+// seed a fork's random numbers anew), declared here so that building it
+// needs no node headers. Each function throws a JS Error naming the call
+// and errno on failure.
+//
+// Why a fork of node works at all (V8 does not support fork): the zygote
+// runs with --single-threaded, so V8 posts no work to its platform's
+// threads, which a fork does not have; fork() below first clears V8's
+// MADV_DONTFORK on its heap, then the fork re-creates libuv's loop
+// (uv_loop_fork) and seeds V8's random numbers anew, as CPython does at
+// fork. The fork ends with _exit (exit_now): node's exit path joins the
+// threads it does not have.
+
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+// Node-API, as node exports it (js_native_api.h, node_api.h).
+typedef struct napi_env__ *napi_env;
+typedef struct napi_value__ *napi_value;
+typedef struct napi_callback_info__ *napi_callback_info;
+typedef int napi_status;
+typedef napi_value (*napi_callback)(napi_env, napi_callback_info);
+#define NAPI_OK 0
+#define NAPI_AUTO_LENGTH SIZE_MAX
+enum { NAPI_UNDEFINED = 0, NAPI_NULL = 1, NAPI_NUMBER = 3, NAPI_STRING = 4 };
+extern napi_status napi_get_cb_info(napi_env, napi_callback_info, size_t *, napi_value *, napi_value *, void **);
+extern napi_status napi_typeof(napi_env, napi_value, int *);
+extern napi_status napi_get_value_double(napi_env, napi_value, double *);
+extern napi_status napi_get_value_string_utf8(napi_env, napi_value, char *, size_t, size_t *);
+extern napi_status napi_get_array_length(napi_env, napi_value, uint32_t *);
+extern napi_status napi_get_element(napi_env, napi_value, uint32_t, napi_value *);
+extern napi_status napi_create_double(napi_env, double, napi_value *);
+extern napi_status napi_create_string_utf8(napi_env, const char *, size_t, napi_value *);
+extern napi_status napi_create_array_with_length(napi_env, size_t, napi_value *);
+extern napi_status napi_set_element(napi_env, napi_value, uint32_t, napi_value);
+extern napi_status napi_get_null(napi_env, napi_value *);
+extern napi_status napi_create_function(napi_env, const char *, size_t, napi_callback, void *, napi_value *);
+extern napi_status napi_set_named_property(napi_env, napi_value, const char *, napi_value);
+extern napi_status napi_throw_error(napi_env, const char *, const char *);
+
+// libuv, as node exports it.
+typedef struct uv_loop_s uv_loop_t;
+extern uv_loop_t *uv_default_loop(void);
+extern int uv_loop_fork(uv_loop_t *);
+
+// V8's random number generator of the isolate, which seeds Math.random of
+// every context; weak, so a node without them fails the fork, not the load.
+extern void *_ZN2v87Isolate10GetCurrentEv(void) __attribute__((weak));
+extern void *_ZN2v88internal7Isolate23random_number_generatorEv(void *) __attribute__((weak));
+extern void _ZN2v84base21RandomNumberGenerator7SetSeedEl(void *, int64_t) __attribute__((weak));
+
+#define MAX_ARGS 5
+#define MAX_PATH 4096
+#define MAX_MESSAGE (1 << 16)
+#define MAX_FDS 16
+
+static napi_value fail(napi_env env, const char *what) {
+  char text[MAX_PATH + 128];
+  snprintf(text, sizeof text, "%s: %s", what, strerror(errno));
+  napi_throw_error(env, NULL, text);
+  return NULL;
+}
+
+static napi_value number(napi_env env, double value) {
+  napi_value result;
+  napi_create_double(env, value, &result);
+  return result;
+}
+
+static size_t args(napi_env env, napi_callback_info info, napi_value *argv) {
+  size_t argc = MAX_ARGS;
+  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
+  return argc;
+}
+
+// Argument i as a double (0 when missing or not a number).
+static double arg_number(napi_env env, napi_value *argv, size_t argc, size_t i) {
+  double value = 0;
+  if (i < argc) napi_get_value_double(env, argv[i], &value);
+  return value;
+}
+
+// Argument i as a string into buf (NULL for null or undefined).
+static const char *arg_string(napi_env env, napi_value *argv, size_t argc, size_t i, char *buf) {
+  int type = NAPI_UNDEFINED;
+  if (i < argc) napi_typeof(env, argv[i], &type);
+  if (type != NAPI_STRING) return NULL;
+  size_t length = 0;
+  napi_get_value_string_utf8(env, argv[i], buf, MAX_PATH, &length);
+  return buf;
+}
+
+#define ARGS napi_value argv[MAX_ARGS]; size_t argc = args(env, info, argv)
+#define INT(i) ((int)arg_number(env, argv, argc, (i)))
+
+// Clears V8's MADV_DONTFORK on every mapping (V8 sets it on its heap, so a
+// fork would run without one), then forks. In the fork: libuv's loop made
+// anew (its epoll and wake-up descriptors are the zygote's otherwise) and
+// V8's random numbers seeded from the kernel. Returns the pid (0 in the fork).
+static napi_value Fork(napi_env env, napi_callback_info info) {
+  if (!_ZN2v87Isolate10GetCurrentEv || !_ZN2v88internal7Isolate23random_number_generatorEv ||
+      !_ZN2v84base21RandomNumberGenerator7SetSeedEl) {
+    errno = ENOSYS;
+    return fail(env, "this node exports no way to seed a fork's Math.random");
+  }
+  FILE *maps = fopen("/proc/self/maps", "re");
+  if (!maps) return fail(env, "reading /proc/self/maps");
+  char line[512];
+  while (fgets(line, sizeof line, maps)) {
+    unsigned long start, end;
+    if (sscanf(line, "%lx-%lx", &start, &end) == 2) madvise((void *)start, end - start, MADV_DOFORK);
+  }
+  fclose(maps);
+  pid_t pid = fork();
+  if (pid < 0) return fail(env, "fork");
+  if (pid == 0) {
+    int64_t seed;
+    if (uv_loop_fork(uv_default_loop()) != 0 || getrandom(&seed, sizeof seed, 0) != sizeof seed) _exit(70);
+    void *rng = _ZN2v88internal7Isolate23random_number_generatorEv(_ZN2v87Isolate10GetCurrentEv());
+    _ZN2v84base21RandomNumberGenerator7SetSeedEl(rng, seed);
+  }
+  return number(env, pid);
+}
+
+// One request from the control socket: [JSON text, [descriptors]], or null
+// when the server closed it.
+static napi_value RecvRequest(napi_env env, napi_callback_info info) {
+  ARGS;
+  static char message[MAX_MESSAGE + 1];
+  char control[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+  struct iovec iov = {message, MAX_MESSAGE};
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+  ssize_t n;
+  do n = recvmsg(INT(0), &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) return fail(env, "reading a fork request");
+  napi_value fds, result, text;
+  napi_create_array_with_length(env, 0, &fds);
+  uint32_t count = 0;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < k; i++) {
+      int fd;
+      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      napi_set_element(env, fds, count++, number(env, fd));
+    }
+  }
+  if (n == 0 && count == 0) {
+    napi_get_null(env, &result);
+    return result;
+  }
+  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) message[0] = 0;  // refused as not JSON
+  napi_create_string_utf8(env, message, (size_t)n, &text);
+  napi_create_array_with_length(env, 2, &result);
+  napi_set_element(env, result, 0, text);
+  napi_set_element(env, result, 1, fds);
+  return result;
+}
+
+static napi_value Unshare(napi_env env, napi_callback_info info) {
+  ARGS;
+  if (unshare(INT(0)) != 0) return fail(env, "unshare");
+  return NULL;
+}
+
+static napi_value Setns(napi_env env, napi_callback_info info) {
+  ARGS;
+  if (setns(INT(0), INT(1)) != 0) return fail(env, "setns");
+  return NULL;
+}
+
+// mount(source, target, fstype, flags, data); source, fstype, data may be null.
+static napi_value Mount(napi_env env, napi_callback_info info) {
+  ARGS;
+  char source[MAX_PATH], target[MAX_PATH], fstype[MAX_PATH], data[MAX_PATH], what[MAX_PATH + 32];
+  const char *t = arg_string(env, argv, argc, 1, target);
+  if (!t) {
+    errno = EINVAL;
+    return fail(env, "mount with no target");
+  }
+  unsigned long flags = (unsigned long)arg_number(env, argv, argc, 3);
+  if (mount(arg_string(env, argv, argc, 0, source), t, arg_string(env, argv, argc, 2, fstype), flags,
+            arg_string(env, argv, argc, 4, data)) != 0) {
+    int saved = errno;
+    snprintf(what, sizeof what, "mount on %s", t);
+    errno = saved;
+    return fail(env, what);
+  }
+  return NULL;
+}
+
+static napi_value Umount2(napi_env env, napi_callback_info info) {
+  ARGS;
+  char target[MAX_PATH];
+  const char *t = arg_string(env, argv, argc, 0, target);
+  if (!t || umount2(t, INT(1)) != 0) return fail(env, "umount2");
+  return NULL;
+}
+
+// open_tree(dirfd, path, flags): a descriptor of a (detached copy of a) mount.
+static napi_value OpenTree(napi_env env, napi_callback_info info) {
+  ARGS;
+  char path[MAX_PATH];
+  const char *p = arg_string(env, argv, argc, 1, path);
+  long fd = syscall(SYS_open_tree, INT(0), p ? p : "", (unsigned)arg_number(env, argv, argc, 2));
+  if (fd < 0) return fail(env, "copying a mount tree");
+  return number(env, (double)fd);
+}
+
+// move_mount(fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH).
+static napi_value MoveMount(napi_env env, napi_callback_info info) {
+  ARGS;
+  char target[MAX_PATH], what[MAX_PATH + 32];
+  const char *t = arg_string(env, argv, argc, 1, target);
+  if (!t || syscall(SYS_move_mount, INT(0), "", AT_FDCWD, t, 0x4 /* MOVE_MOUNT_F_EMPTY_PATH */) != 0) {
+    int saved = errno;
+    snprintf(what, sizeof what, "attaching a mount at %s", t ? t : "?");
+    errno = saved;
+    return fail(env, what);
+  }
+  return NULL;
+}
+
+// pivot_root(".", ".") in the working directory, then the old root detached.
+static napi_value PivotHere(napi_env env, napi_callback_info info) {
+  if (syscall(SYS_pivot_root, ".", ".") != 0) return fail(env, "pivot_root");
+  if (umount2(".", MNT_DETACH) != 0) return fail(env, "detaching the old root");
+  return NULL;
+}
+
+static napi_value Prctl(napi_env env, napi_callback_info info) {
+  ARGS;
+  if (prctl(INT(0), (unsigned long)arg_number(env, argv, argc, 1), 0, 0, 0) != 0) return fail(env, "prctl");
+  return NULL;
+}
+
+// setrlimit(resource, value) for soft and hard alike; 2^64 - 1 and up: none.
+static napi_value Setrlimit(napi_env env, napi_callback_info info) {
+  ARGS;
+  double value = arg_number(env, argv, argc, 1);
+  rlim_t limit = value >= 18446744073709551615.0 ? RLIM_INFINITY : (rlim_t)value;
+  struct rlimit both = {limit, limit};
+  if (setrlimit(INT(0), &both) != 0) return fail(env, "setrlimit");
+  return NULL;
+}
+
+static napi_value SchedBatch(napi_env env, napi_callback_info info) {
+  struct sched_param param = {0};
+  if (sched_setscheduler(0, SCHED_BATCH, &param) != 0) return fail(env, "sched_setscheduler");
+  return NULL;
+}
+
+// The uid (and the same gid) with no supplementary groups: every capability
+// goes with uid 0.
+static napi_value DropTo(napi_env env, napi_callback_info info) {
+  ARGS;
+  uid_t uid = (uid_t)arg_number(env, argv, argc, 0);
+  if (syscall(SYS_setgroups, 0, NULL) != 0) return fail(env, "setgroups");
+  if (syscall(SYS_setresgid, uid, uid, uid) != 0) return fail(env, "setresgid");
+  if (syscall(SYS_setresuid, uid, uid, uid) != 0) return fail(env, "setresuid");
+  return NULL;
+}
+
+static napi_value Dup2(napi_env env, napi_callback_info info) {
+  ARGS;
+  if (dup2(INT(0), INT(1)) < 0) return fail(env, "dup2");
+  return NULL;
+}
+
+static napi_value Close(napi_env env, napi_callback_info info) {
+  ARGS;
+  close(INT(0));
+  return NULL;
+}
+
+// The whole text to a descriptor (a reply pipe).
+static napi_value WriteAll(napi_env env, napi_callback_info info) {
+  ARGS;
+  char text[MAX_PATH];
+  const char *t = arg_string(env, argv, argc, 1, text);
+  for (size_t done = 0, length = t ? strlen(t) : 0; done < length;) {
+    ssize_t n = write(INT(0), t + done, length - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(env, "writing a reply");
+    done += (size_t)n;
+  }
+  return NULL;
+}
+
+static napi_value Getpid(napi_env env, napi_callback_info info) { return number(env, getpid()); }
+
+// SIGCHLD ignored (the zygote's forks are reaped by the kernel) or default.
+static napi_value IgnoreChildren(napi_env env, napi_callback_info info) {
+  ARGS;
+  signal(SIGCHLD, INT(0) ? SIG_IGN : SIG_DFL);
+  return NULL;
+}
+
+static napi_value ExitNow(napi_env env, napi_callback_info info) {
+  ARGS;
+  _exit(INT(0));
+}
+
+static void define(napi_env env, napi_value exports, const char *name, napi_callback cb) {
+  napi_value fn;
+  napi_create_function(env, name, NAPI_AUTO_LENGTH, cb, NULL, &fn);
+  napi_set_named_property(env, exports, name, fn);
+}
+
+napi_value napi_register_module_v1(napi_env env, napi_value exports) {
+  define(env, exports, "fork", Fork);
+  define(env, exports, "recvRequest", RecvRequest);
+  define(env, exports, "unshare", Unshare);
+  define(env, exports, "setns", Setns);
+  define(env, exports, "mount", Mount);
+  define(env, exports, "umount2", Umount2);
+  define(env, exports, "openTree", OpenTree);
+  define(env, exports, "moveMount", MoveMount);
+  define(env, exports, "pivotHere", PivotHere);
+  define(env, exports, "prctl", Prctl);
+  define(env, exports, "setrlimit", Setrlimit);
+  define(env, exports, "schedBatch", SchedBatch);
+  define(env, exports, "dropTo", DropTo);
+  define(env, exports, "dup2", Dup2);
+  define(env, exports, "close", Close);
+  define(env, exports, "writeAll", WriteAll);
+  define(env, exports, "getpid", Getpid);
+  define(env, exports, "ignoreChildren", IgnoreChildren);
+  define(env, exports, "exitNow", ExitNow);
+  return exports;
+}
+
+int32_t node_api_module_get_api_version_v1(void) { return 8; }

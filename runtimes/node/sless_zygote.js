@@ -1,0 +1,288 @@
+'use strict';
+// sless Node zygote: a node that has loaded the shim (and node's modules
+// it uses) and run a handler's load and a call once, and forks a generic
+// Node shim per instance instead of starting a new node (about 30 ms of
+// CPU). The Python zygote's twin (sless_zygote.py, whose requests and
+// replies it takes and gives alike): each fork confines itself before it
+// runs anything else (control groups, network namespace, a pid, mount,
+// ipc, uts and cgroup namespace of its own, the mount view the server
+// describes, rlimits, SCHED_BATCH, then its own uid with no capabilities
+// and no way to gain any), writes "ok" on its reply pipe, and only then
+// runs the shim's main() with its frames on fds 3 and 4, stdin on
+// /dev/null and stdout on stderr, as PROTOCOL.md has a Node shim take them.
+//
+// One per heap size (node --max-heap-size), started by the server as root,
+// outside any sandbox, in the data dir (relative arguments: a fork's
+// /proc/self/cmdline names no host path), with --single-threaded (V8 then
+// gives its platform's threads no work: a fork has none of them), the
+// control socket (SOCK_SEQPACKET) on fd 0 and fds 3 and 4 held on
+// /dev/null, so node's own descriptors land above them. The system calls
+// node has no binding for are in sless_fork.node (sless_fork.c).
+//
+// What a fork of node keeps of the zygote, unlike a new node: V8's hash
+// seed (one per zygote, as the Python zygote's), its address layout, and
+// process.execArgv (the zygote's flags). Its Math.random is seeded anew.
+
+const fs = require('fs');
+const path = require('path');
+
+// The zygote's own view (as the Python zygote's): the host's root at HOST,
+// the shim at SHIM.
+const HOST = '/host';
+const SHIM = '/sless/shim';
+const NEW_ROOT = '/sless/newroot';
+const HOST_PATHS = ['/usr', '/etc', '/dev', '/proc', '/sys/fs/cgroup'];
+const CONTROL = 0;
+const FRAMES_IN = 3;
+const FRAMES_OUT = 4;
+// The fork's stdin, stdout, stderr and reply pipe, then the rest (PROTOCOL).
+const FORK_STDIO = 4;
+
+const CLONE_NEWNS = 0x00020000;
+const CLONE_NEWCGROUP = 0x02000000;
+const CLONE_NEWUTS = 0x04000000;
+const CLONE_NEWIPC = 0x08000000;
+const CLONE_NEWPID = 0x20000000;
+const CLONE_NEWNET = 0x40000000;
+const MS_RDONLY = 1;
+const MS_NOSUID = 2;
+const MS_NODEV = 4;
+const MS_NOEXEC = 8;
+const MS_REMOUNT = 32;
+const MS_BIND = 4096;
+const MS_REC = 16384;
+const MS_PRIVATE = 1 << 18;
+const MNT_DETACH = 2;
+const PR_SET_PDEATHSIG = 1;
+const PR_SET_DUMPABLE = 4;
+const PR_SET_NO_NEW_PRIVS = 38;
+const SIGKILL = 9;
+const RLIMIT = { cpu: 0, data: 2, nproc: 6, nofile: 7 };
+
+const native = require(path.join(__dirname, 'sless_fork.node'));
+
+function makeMountPoint(target, like) {
+  if (fs.existsSync(target)) return;
+  let isDir = true;
+  try {
+    isDir = fs.statSync(like).isDirectory();
+  } catch {
+    // A missing host path: a directory, as the Python zygote makes one.
+  }
+  if (isDir) {
+    fs.mkdirSync(target, { recursive: true });
+  } else {
+    fs.mkdirSync(path.dirname(target), { recursive: true });
+    fs.closeSync(fs.openSync(target, 'a'));
+  }
+}
+
+function bind(host, inside, readOnly, root) {
+  const source = HOST + host;
+  const target = root + inside;
+  makeMountPoint(target, source);
+  native.mount(source, target, null, MS_BIND, null);
+  if (readOnly) native.mount(null, target, null, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, null);
+}
+
+// A detached copy of a mount (the server's open_tree) attached at inside.
+function attach(fd, inside, readOnly, root) {
+  const target = root + inside;
+  fs.mkdirSync(target, { recursive: true });
+  native.moveMount(fd, target);
+  native.close(fd);
+  if (readOnly) native.mount(null, target, null, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, null);
+}
+
+// A /dev like bubblewrap's --dev: a tmpfs with the harmless devices.
+function makeDev(inside, root) {
+  const dev = root + inside;
+  fs.mkdirSync(dev, { recursive: true });
+  native.mount('tmpfs', dev, 'tmpfs', MS_NOSUID | MS_NOEXEC, 'mode=0755,size=64k');
+  for (const node of ['null', 'zero', 'full', 'random', 'urandom', 'tty']) bind(`/dev/${node}`, `${inside}/${node}`, false, root);
+  for (const [name, target] of [['fd', '/proc/self/fd'], ['stdin', '/proc/self/fd/0'],
+    ['stdout', '/proc/self/fd/1'], ['stderr', '/proc/self/fd/2']]) {
+    fs.symlinkSync(target, `${dev}/${name}`);
+  }
+  fs.mkdirSync(`${dev}/shm`);
+}
+
+// The server's mount operations (the list bubblewrap is given) under root;
+// a bind whose host path is in `detached` attaches the descriptor given.
+function runMounts(mounts, detached, root) {
+  for (const op of mounts) {
+    const [[kind, value]] = Object.entries(op);
+    const args = Array.isArray(value) ? value : [value];
+    if ((kind === 'ro-bind' || kind === 'bind') && detached.has(args[0])) {
+      attach(detached.get(args[0]), args[1], kind === 'ro-bind', root);
+      detached.delete(args[0]);
+    } else if (kind === 'ro-bind-try') {
+      if (fs.existsSync(HOST + args[0])) bind(args[0], args[1], true, root);
+    } else if (kind === 'ro-bind' || kind === 'bind') {
+      bind(args[0], args[1], kind === 'ro-bind', root);
+    } else if (kind === 'symlink') {
+      fs.symlinkSync(args[0], root + args[1]);
+    } else if (kind === 'proc') {
+      fs.mkdirSync(root + args[0], { recursive: true });
+      native.mount('proc', root + args[0], 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, null);
+    } else if (kind === 'dev') {
+      makeDev(args[0], root);
+    } else if (kind === 'tmpfs') {
+      fs.mkdirSync(root + args[0], { recursive: true });
+      native.mount('tmpfs', root + args[0], 'tmpfs', MS_NOSUID | MS_NODEV, `mode=1777,size=${Number(args[1])}`);
+    } else if (kind === 'remount-ro') {
+      const noexec = args[0] === '/dev' ? MS_NOEXEC : 0;
+      native.mount(null, root + args[0], null, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | noexec, null);
+    } else {
+      throw new Error(`unknown mount operation ${JSON.stringify(kind)}`);
+    }
+  }
+}
+
+// Everything an instance runs in, in the order that keeps it safe (as the
+// Python zygote's confine): control groups and network namespace while
+// still root on the host, then namespaces of its own and the view, then
+// limits, then the uid.
+function confine(spec, fds) {
+  for (const procs of spec.cgroups || []) {
+    const fd = fs.openSync(HOST + procs, 'w');
+    try {
+      fs.writeSync(fd, '0');
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+  if (spec.netns !== null && spec.netns !== undefined) {
+    native.setns(fds[spec.netns], CLONE_NEWNET);
+    native.close(fds[spec.netns]);
+  }
+  native.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP);
+  native.mount(null, '/', null, MS_REC | MS_PRIVATE, null);
+  native.mount('tmpfs', NEW_ROOT, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0755,size=1m');
+  const detached = new Map((spec.detached || []).map(([host, i]) => [host, fds[i]]));
+  runMounts(spec.mounts, detached, NEW_ROOT);
+  process.chdir(NEW_ROOT);
+  native.pivotHere();
+  process.chdir(spec.chdir);
+  for (const [name, resource] of Object.entries(RLIMIT)) native.setrlimit(resource, spec.limits[name]);
+  native.schedBatch();
+  if (spec.uid !== null && spec.uid !== undefined) native.dropTo(spec.uid);
+  native.prctl(PR_SET_NO_NEW_PRIVS, 1);
+  // Leaving root made the process undumpable, which makes its /proc
+  // entries root's; it holds nothing of root's, so it may read its own.
+  native.prctl(PR_SET_DUMPABLE, 1);
+  for (const name of Object.keys(process.env)) delete process.env[name];
+  for (const [name, value] of spec.env) process.env[name] = value;
+  process.env.PWD ??= process.cwd(); // as the shell that starts node elsewhere sets it
+}
+
+// In the fork: drop everything of the zygote's, confine, then serve.
+function becomeInstance(control, fds, spec, shim) {
+  const [stdin, stdout, stderr, reply] = fds;
+  try {
+    native.ignoreChildren(0);
+    native.prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (fds.some((fd) => fd <= FRAMES_OUT)) throw new Error("a request's descriptor landed below 5");
+    native.close(control);
+    native.dup2(stdin, FRAMES_IN);
+    native.dup2(stdout, FRAMES_OUT);
+    native.dup2(stderr, 2);
+    native.dup2(stderr, 1);
+    for (const fd of [stdin, stdout, stderr]) native.close(fd);
+    confine(spec, fds);
+    // What is left of the request (a namespace or mount it did not use).
+    for (const fd of fds.slice(FORK_STDIO)) native.close(fd);
+  } catch (err) {
+    native.writeAll(reply, `error: ${err.message}\n`);
+    native.exitNow(1);
+  }
+  native.writeAll(reply, 'ok\n');
+  native.close(reply);
+  // What a new node running the shim would show: its own pid, no main
+  // module (as one started from a snapshot), no module loaded but node's.
+  process.reallyExit = (code) => native.exitNow(code);
+  Object.defineProperty(process, 'pid', { value: native.getpid(), enumerable: true });
+  process.argv = [process.execPath, `${SHIM}/sless_shim.js`];
+  process.mainModule = undefined;
+  const Module = require('module');
+  for (const file of Object.keys(Module._cache)) delete Module._cache[file];
+  shim.main(false);
+}
+
+function serve(control, shim) {
+  const ownPidNs = fs.openSync(`${HOST}/proc/self/ns/pid`, 'r');
+  for (;;) {
+    const request = native.recvRequest(control);
+    if (request === null) native.exitNow(0); // the server is gone
+    const [message, fds] = request;
+    if (fds.length < FORK_STDIO) {
+      for (const fd of fds) native.close(fd);
+      fs.writeSync(2, `sless node zygote: a request came with ${fds.length} descriptors, not 4 or more\n`);
+      continue;
+    }
+    const reply = fds[FORK_STDIO - 1];
+    try {
+      const spec = JSON.parse(message);
+      // The next child is pid 1 of a pid namespace of its own.
+      native.unshare(CLONE_NEWPID);
+      let pid;
+      try {
+        pid = native.fork();
+      } finally {
+        if (native.getpid() !== 1) native.setns(ownPidNs, CLONE_NEWPID);
+      }
+      if (pid === 0) {
+        native.close(ownPidNs);
+        becomeInstance(control, fds, spec, shim);
+        return; // into node's event loop, as the shim
+      }
+      native.writeAll(reply, `pid ${pid}\n`);
+    } catch (err) {
+      native.writeAll(reply, `error: ${err.message}\n`);
+    }
+    for (const fd of fds) native.close(fd);
+  }
+}
+
+// A mount namespace whose root holds /usr, the shim at SHIM and HOST_PATHS
+// and the data dir under HOST (enter_own_root of the Python zygote).
+function enterOwnRoot(shimDir, base, dataDir) {
+  native.unshare(CLONE_NEWNS);
+  native.mount(null, '/', null, MS_REC | MS_PRIVATE, null);
+  native.mount('tmpfs', base, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0755,size=1m');
+  for (const host of [...HOST_PATHS, dataDir]) {
+    if (!fs.existsSync(host)) continue;
+    makeMountPoint(base + HOST + host, host);
+    native.mount(host, base + HOST + host, null, MS_BIND | (host === dataDir ? 0 : MS_REC), null);
+  }
+  for (const link of ['usr', 'etc', 'dev', 'proc', 'sys']) fs.symlinkSync(`${HOST.slice(1)}/${link}`, `${base}/${link}`);
+  for (const link of ['bin', 'lib', 'lib64', 'sbin']) fs.symlinkSync(`usr/${link}`, `${base}/${link}`);
+  fs.mkdirSync(base + SHIM, { recursive: true });
+  fs.mkdirSync(base + NEW_ROOT, { recursive: true });
+  native.mount(shimDir, base + SHIM, null, MS_BIND, null);
+  native.mount(null, base + SHIM, null, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, null);
+  process.chdir(base);
+  native.pivotHere();
+  process.chdir('/');
+}
+
+function main() {
+  const shimDir = __dirname;
+  const dataDir = process.cwd();
+  // fd 0 is the control socket; it moves up, fd 0 holds /dev/null.
+  const control = fs.openSync('/dev/null', 'r');
+  native.dup2(CONTROL, control);
+  native.dup2(FRAMES_IN, CONTROL);
+  native.dup2(FRAMES_IN, 1);
+  enterOwnRoot(shimDir, path.join(dataDir, 'zygote'), dataDir);
+  const shim = require(`${SHIM}/sless_shim.js`);
+  // Once here what every fork runs first, so its compiled code is shared.
+  shim.prepare();
+  shim.warmUp(SHIM);
+  native.ignoreChildren(1);
+  // From the event loop, once the warm-up's promises have settled: a fork
+  // returns there, to serve.
+  setTimeout(() => serve(control, shim), 0);
+}
+
+main();
