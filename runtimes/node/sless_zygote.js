@@ -31,6 +31,7 @@ const path = require('path');
 const HOST = '/host';
 const SHIM = '/sless/shim';
 const NEW_ROOT = '/sless/newroot';
+const TEMPLATE = '/sless/template'; // where Templates builds one
 const HOST_PATHS = ['/usr', '/etc', '/dev', '/proc', '/sys/fs/cgroup'];
 const CONTROL = 0;
 const FRAMES_IN = 3;
@@ -57,6 +58,11 @@ const PR_SET_PDEATHSIG = 1;
 const PR_SET_DUMPABLE = 4;
 const PR_SET_NO_NEW_PRIVS = 38;
 const SIGKILL = 9;
+const AT_FDCWD = -100;
+const OPEN_TREE_CLONE = 1;
+const OPEN_TREE_CLOEXEC = 0o2000000;
+const AT_EMPTY_PATH = 0x1000;
+const AT_RECURSIVE = 0x8000;
 const RLIMIT = { cpu: 0, data: 2, nproc: 6, nofile: 7 };
 
 const native = require(path.join(__dirname, 'sless_fork.node'));
@@ -77,18 +83,18 @@ function makeMountPoint(target, like) {
   }
 }
 
-function bind(host, inside, readOnly, root) {
+function bind(host, inside, readOnly, root, makePoint = true) {
   const source = HOST + host;
   const target = root + inside;
-  makeMountPoint(target, source);
+  if (makePoint) makeMountPoint(target, source);
   native.mount(source, target, null, MS_BIND, null);
   if (readOnly) native.mount(null, target, null, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, null);
 }
 
 // A detached copy of a mount (the server's open_tree) attached at inside.
-function attach(fd, inside, readOnly, root) {
+function attach(fd, inside, readOnly, root, makePoint = true) {
   const target = root + inside;
-  fs.mkdirSync(target, { recursive: true });
+  if (makePoint) fs.mkdirSync(target, { recursive: true });
   native.moveMount(fd, target);
   native.close(fd);
   if (readOnly) native.mount(null, target, null, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, null);
@@ -107,43 +113,159 @@ function makeDev(inside, root) {
   fs.mkdirSync(`${dev}/shm`);
 }
 
+function remountReadOnly(inside, root) {
+  const noexec = inside === '/dev' ? MS_NOEXEC : 0;
+  native.mount(null, root + inside, null, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | noexec, null);
+}
+
+// An operation as [kind, its arguments].
+function operation(op) {
+  const [[kind, value]] = Object.entries(op);
+  return [kind, Array.isArray(value) ? value : [value]];
+}
+
 // The server's mount operations (the list bubblewrap is given) under root;
 // a bind whose host path is in `detached` attaches the descriptor given.
-function runMounts(mounts, detached, root) {
+// Without `makePoints` the mount points are there already (a template's);
+// a remount of a path in `remounted` was done there too.
+function runMounts(mounts, detached, root, makePoints = true, remounted = new Set()) {
   for (const op of mounts) {
-    const [[kind, value]] = Object.entries(op);
-    const args = Array.isArray(value) ? value : [value];
+    const [kind, args] = operation(op);
     if ((kind === 'ro-bind' || kind === 'bind') && detached.has(args[0])) {
-      attach(detached.get(args[0]), args[1], kind === 'ro-bind', root);
+      attach(detached.get(args[0]), args[1], kind === 'ro-bind', root, makePoints);
       detached.delete(args[0]);
     } else if (kind === 'ro-bind-try') {
-      if (fs.existsSync(HOST + args[0])) bind(args[0], args[1], true, root);
+      if (fs.existsSync(HOST + args[0])) bind(args[0], args[1], true, root, makePoints);
     } else if (kind === 'ro-bind' || kind === 'bind') {
-      bind(args[0], args[1], kind === 'ro-bind', root);
+      bind(args[0], args[1], kind === 'ro-bind', root, makePoints);
     } else if (kind === 'symlink') {
       fs.symlinkSync(args[0], root + args[1]);
     } else if (kind === 'proc') {
-      fs.mkdirSync(root + args[0], { recursive: true });
+      if (makePoints) fs.mkdirSync(root + args[0], { recursive: true });
       native.mount('proc', root + args[0], 'proc', MS_NOSUID | MS_NODEV | MS_NOEXEC, null);
     } else if (kind === 'dev') {
       makeDev(args[0], root);
     } else if (kind === 'tmpfs') {
-      fs.mkdirSync(root + args[0], { recursive: true });
+      if (makePoints) fs.mkdirSync(root + args[0], { recursive: true });
       native.mount('tmpfs', root + args[0], 'tmpfs', MS_NOSUID | MS_NODEV, `mode=1777,size=${Number(args[1])}`);
     } else if (kind === 'remount-ro') {
-      const noexec = args[0] === '/dev' ? MS_NOEXEC : 0;
-      native.mount(null, root + args[0], null, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | noexec, null);
+      if (!remounted.has(args[0])) remountReadOnly(args[0], root);
     } else {
       throw new Error(`unknown mount operation ${JSON.stringify(kind)}`);
     }
   }
 }
 
+// A detached copy of the mount tree at `where` (relative to fd), with every
+// mount below it.
+function copyTree(fd, where = '') {
+  return native.openTree(fd, where, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | (where ? 0 : AT_EMPTY_PATH));
+}
+
+// The part of the view every fork has alike (the first `shared` mount
+// operations), built once as a detached, read-only tree holding the mount
+// points of the fork's own mounts, which each fork copies: the Python
+// zygote's Templates, whose comment says why and how.
+class Templates {
+  static MAX_AGE_MS = 10000;
+  static MAX_COUNT = 4;
+
+  constructor() {
+    // { shared, own, tree, remounted, built }, as JSON for the first two.
+    this.built = [];
+    this.work = true;
+  }
+
+  // [descriptor, remounted paths] for this request, or null: the fork
+  // builds its whole view.
+  forRequest(spec) {
+    const shared = spec.shared || 0;
+    if (!this.work || shared <= 0) return null;
+    const detached = new Set((spec.detached || []).map(([host]) => host));
+    const ownOps = spec.mounts.slice(shared);
+    const own = ownOps.map((op) => ownShape(op, detached));
+    if (own.includes(null)) return null;
+    const key = JSON.stringify([spec.mounts.slice(0, shared), own]);
+    const now = Date.now();
+    const entry = this.built.find((e) => e.key === key);
+    if (entry !== undefined) {
+      if (now - entry.built < Templates.MAX_AGE_MS) return [entry.tree, entry.remounted];
+      this.drop(entry);
+    }
+    while (this.built.length >= Templates.MAX_COUNT) this.drop(this.built[0]);
+    let made;
+    try {
+      made = buildTemplate(spec.mounts.slice(0, shared), ownOps, detached);
+    } catch (err) {
+      fs.writeSync(2, `sless node zygote: forks build their whole view, no template: ${err.message}\n`);
+      return null;
+    }
+    this.built.push({ key, tree: made[0], remounted: made[1], built: now });
+    return made;
+  }
+
+  drop(entry) {
+    this.built.splice(this.built.indexOf(entry), 1);
+    native.close(entry.tree);
+  }
+}
+
+// What of a fork's own mount operation its template depends on; null for
+// one a template cannot hold (own_shape of the Python zygote).
+function ownShape(op, detached) {
+  const [kind, args] = operation(op);
+  if (kind === 'proc' || kind === 'tmpfs' || kind === 'remount-ro') return [kind, args[0], false];
+  if (kind === 'bind' || kind === 'ro-bind') return [kind, args[1], detached.has(args[0])];
+  return null;
+}
+
+// Builds the shared mounts and the mount points of the fork's own at
+// TEMPLATE, read-only, and detaches it: [its descriptor, the paths it
+// remounted read-only]. Checks that a copy of it can be made.
+function buildTemplate(shared, own, detached) {
+  native.mount('tmpfs', TEMPLATE, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0755,size=1m');
+  let tree;
+  let remounted;
+  try {
+    runMounts(shared, new Map(), TEMPLATE);
+    const mountedLater = new Set();
+    const remounts = [];
+    for (const op of own) {
+      const [kind, args] = operation(op);
+      let inside;
+      if (kind === 'bind' || kind === 'ro-bind') {
+        inside = args[1];
+        if (detached.has(args[0])) fs.mkdirSync(TEMPLATE + inside, { recursive: true });
+        else makeMountPoint(TEMPLATE + inside, HOST + args[0]);
+      } else if (kind === 'remount-ro') {
+        remounts.push(args[0]);
+        continue;
+      } else {
+        inside = args[0];
+        fs.mkdirSync(TEMPLATE + inside, { recursive: true });
+      }
+      mountedLater.add(inside);
+    }
+    remounted = new Set(remounts.filter((p) => !mountedLater.has(p)));
+    for (const p of remounted) remountReadOnly(p, TEMPLATE);
+    tree = copyTree(AT_FDCWD, TEMPLATE);
+  } finally {
+    native.umount2(TEMPLATE, MNT_DETACH);
+  }
+  try {
+    native.close(copyTree(tree)); // what each fork does: older kernels refuse it
+  } catch (err) {
+    native.close(tree);
+    throw err;
+  }
+  return [tree, remounted];
+}
+
 // Everything an instance runs in, in the order that keeps it safe (as the
 // Python zygote's confine): control groups and network namespace while
 // still root on the host, then namespaces of its own and the view, then
 // limits, then the uid.
-function confine(spec, fds) {
+function confine(spec, fds, template) {
   for (const procs of spec.cgroups || []) {
     const fd = fs.openSync(HOST + procs, 'w');
     try {
@@ -156,11 +278,20 @@ function confine(spec, fds) {
     native.setns(fds[spec.netns], CLONE_NEWNET);
     native.close(fds[spec.netns]);
   }
+  // Copied while still in the zygote's mount namespace (Templates).
+  const tree = template === null ? null : copyTree(template[0]);
+  if (template !== null) native.close(template[0]);
   native.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP);
   native.mount(null, '/', null, MS_REC | MS_PRIVATE, null);
-  native.mount('tmpfs', NEW_ROOT, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0755,size=1m');
   const detached = new Map((spec.detached || []).map(([host, i]) => [host, fds[i]]));
-  runMounts(spec.mounts, detached, NEW_ROOT);
+  if (tree === null) {
+    native.mount('tmpfs', NEW_ROOT, 'tmpfs', MS_NOSUID | MS_NODEV, 'mode=0755,size=1m');
+    runMounts(spec.mounts, detached, NEW_ROOT);
+  } else {
+    native.moveMount(tree, NEW_ROOT);
+    native.close(tree);
+    runMounts(spec.mounts.slice(spec.shared), detached, NEW_ROOT, false, template[1]);
+  }
   process.chdir(NEW_ROOT);
   native.pivotHere();
   process.chdir(spec.chdir);
@@ -177,7 +308,7 @@ function confine(spec, fds) {
 }
 
 // In the fork: drop everything of the zygote's, confine, then serve.
-function becomeInstance(control, fds, spec, shim) {
+function becomeInstance(control, fds, spec, shim, templates, template) {
   const [stdin, stdout, stderr, reply] = fds;
   try {
     native.ignoreChildren(0);
@@ -189,7 +320,10 @@ function becomeInstance(control, fds, spec, shim) {
     native.dup2(stderr, 2);
     native.dup2(stderr, 1);
     for (const fd of [stdin, stdout, stderr]) native.close(fd);
-    confine(spec, fds);
+    for (const entry of templates.built) {
+      if (template === null || entry.tree !== template[0]) native.close(entry.tree);
+    }
+    confine(spec, fds, template);
     // What is left of the request (a namespace or mount it did not use).
     for (const fd of fds.slice(FORK_STDIO)) native.close(fd);
   } catch (err) {
@@ -210,6 +344,7 @@ function becomeInstance(control, fds, spec, shim) {
 }
 
 function serve(control, shim) {
+  const templates = new Templates();
   const ownPidNs = fs.openSync(`${HOST}/proc/self/ns/pid`, 'r');
   for (;;) {
     const request = native.recvRequest(control);
@@ -223,6 +358,7 @@ function serve(control, shim) {
     const reply = fds[FORK_STDIO - 1];
     try {
       const spec = JSON.parse(message);
+      const template = templates.forRequest(spec);
       // The next child is pid 1 of a pid namespace of its own.
       native.unshare(CLONE_NEWPID);
       let pid;
@@ -233,7 +369,7 @@ function serve(control, shim) {
       }
       if (pid === 0) {
         native.close(ownPidNs);
-        becomeInstance(control, fds, spec, shim);
+        becomeInstance(control, fds, spec, shim, templates, template);
         return; // into node's event loop, as the shim
       }
       native.writeAll(reply, `pid ${pid}\n`);
@@ -259,6 +395,7 @@ function enterOwnRoot(shimDir, base, dataDir) {
   for (const link of ['bin', 'lib', 'lib64', 'sbin']) fs.symlinkSync(`usr/${link}`, `${base}/${link}`);
   fs.mkdirSync(base + SHIM, { recursive: true });
   fs.mkdirSync(base + NEW_ROOT, { recursive: true });
+  fs.mkdirSync(base + TEMPLATE, { recursive: true });
   native.mount(shimDir, base + SHIM, null, MS_BIND, null);
   native.mount(null, base + SHIM, null, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, null);
   process.chdir(base);

@@ -440,6 +440,14 @@ exports.handle = async () => {
     cmdline: fs.readFileSync("/proc/self/cmdline", "utf8"),
     env: Object.keys(process.env).sort(),
     ignored: field("SigIgn"),
+    mounts: fs.readFileSync("/proc/self/mountinfo", "utf8").trim().split("\n").map((line) => {
+      const fields = line.split(" ");
+      const rest = fields.slice(fields.indexOf("-") + 1);
+      return [fields[4], fields[5].split(",")[0], rest[0], fields[2]];
+    }),
+    writes: Object.fromEntries(["/probe", "/dev/probe", "/code/probe", "/etc/probe"].map((p) => {
+      try { fs.writeFileSync(p, "x"); fs.rmSync(p); return [p, "ok"]; } catch (e) { return [p, e.code]; }
+    })),
   };
 };
 "#;
@@ -469,7 +477,20 @@ async fn a_node_shim_from_the_zygote_holds_what_one_behind_bubblewrap_holds() {
 }
 
 fn holds_what_bubblewrap_holds(fork: &Value, fork_two: &Value, new: &Value) {
+    // Their root and /dev are copies of their zygote's one read-only template.
+    for shared in ["/", "/dev"] {
+        let (one, two) = (mount_at(fork, shared), mount_at(fork_two, shared));
+        assert_eq!(
+            (&one[1], &two[1]),
+            (&json!("ro"), &json!("ro")),
+            "{shared}: {one} {two}"
+        );
+        assert_eq!(one[3], two[3], "{shared}: {fork} {fork_two}");
+    }
     for out in [fork, fork_two] {
+        for (path, got) in out["writes"].as_object().unwrap() {
+            assert_ne!(got, "ok", "{path} took a write: {out}");
+        }
         assert_ne!(out["uid"], 0, "{out}");
         assert_eq!(out["uid"], out["gid"], "{out}");
         assert_eq!(out["groups"], "", "no supplementary groups: {out}");
@@ -497,6 +518,7 @@ fn holds_what_bubblewrap_holds(fork: &Value, fork_two: &Value, new: &Value) {
         "env",
         "sched_policy",
         "ignored",
+        "writes",
     ] {
         assert_eq!(fork[key], new[key], "{key} differs: zygote {fork} bubblewrap {new}");
     }
