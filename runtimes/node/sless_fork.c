@@ -308,6 +308,18 @@ static napi_value WriteAll(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+// A pipe, both ends close-on-exec: [read end, write end].
+static napi_value Pipe(napi_env env, napi_callback_info info) {
+  (void)info;
+  int ends[2];
+  if (pipe2(ends, O_CLOEXEC) != 0) return fail(env, "pipe2");
+  napi_value result;
+  napi_create_array_with_length(env, 2, &result);
+  napi_set_element(env, result, 0, number(env, ends[0]));
+  napi_set_element(env, result, 1, number(env, ends[1]));
+  return result;
+}
+
 static napi_value Getpid(napi_env env, napi_callback_info info) { return number(env, getpid()); }
 
 // SIGCHLD ignored (the zygote's forks are reaped by the kernel) or default.
@@ -346,6 +358,7 @@ napi_value napi_register_module_v1(napi_env env, napi_value exports) {
   define(env, exports, "close", Close);
   define(env, exports, "writeAll", WriteAll);
   define(env, exports, "getpid", Getpid);
+  define(env, exports, "pipe", Pipe);
   define(env, exports, "ignoreChildren", IgnoreChildren);
   define(env, exports, "exitNow", ExitNow);
   return exports;

@@ -618,10 +618,11 @@ function onUncaught(err) {
 // A shim started from the snapshot has compiled none of its functions nor
 // Node's (node keeps no compiled code in a snapshot): its first LOAD and
 // call would compile the module loader's and the call's as they go, about
-// 1.5 and 0.8 ms. Waiting in the pool, it runs them once instead: it loads
-// a module of its own (sless_warm.js, beside the snapshot, which the
-// server writes there) as a handler's is loaded, and makes a call to a
-// handler of its own whose answer goes nowhere. Neither is kept.
+// 1.5 and 0.8 ms. Waiting in the pool, it runs them once instead: it cuts
+// a frame from bytes as the server's are, loads a module of its own
+// (sless_warm.js, beside the snapshot, which the server writes there) as a
+// handler's is loaded, and makes a call to a handler of its own whose
+// answer goes nowhere. None of it is kept.
 // The Node zygote (sless_zygote.js) runs it once before it forks, so its
 // forks share that compiled code; `dir` holds sless_warm.js.
 function warmUp(dir) {
@@ -637,6 +638,7 @@ function warmUp(dir) {
   const header = Buffer.from(JSON.stringify({ kind: 'http', request_id: '', method: 'GET', headers: {} }));
   const length = Buffer.allocUnsafe(4);
   length.writeUInt32BE(header.length, 0);
+  new FrameReader(() => {}).push(encodeFrame(FRAME.KEEPALIVE, 0, [Buffer.from('{}')]));
   const nowhere = { answer() {} };
   loaded = { handler: async (event, context) => ({ event, context }), name: '', namespace: '', version: 0 };
   try {
