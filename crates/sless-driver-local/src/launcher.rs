@@ -226,9 +226,10 @@ impl Launcher {
             .clone()
     }
 
-    /// After `zygote`'s fork failed: a zygote none of whose forks ever
-    /// confined itself will not (node lacks what it needs, or the kernel
-    /// refuses it), so its heap's shims start as new nodes from now on.
+    /// After `zygote`'s fork failed: a zygote process none of whose forks
+    /// confined itself will not (its node lacks what a fork needs, say a
+    /// node upgraded under the server, or the kernel refuses it), so its
+    /// heap's shims start as new nodes from now on.
     fn node_zygote_failed(&self, heap_mb: u32, zygote: &Zygote, error: &str) {
         if zygote.has_forked() {
             return;

@@ -140,7 +140,7 @@ pub struct Zygote {
     /// mount namespace of its own, so several servers may share it).
     data_dir: PathBuf,
     running: Mutex<Option<Running>>,
-    /// A fork of it said "ok" once.
+    /// A fork of its running process said "ok".
     forked: std::sync::atomic::AtomicBool,
 }
 
@@ -195,7 +195,7 @@ impl Zygote {
         })
     }
 
-    /// Whether a fork of it ever confined itself (said "ok").
+    /// Whether a fork of its running process confined itself (said "ok").
     pub fn has_forked(&self) -> bool {
         self.forked.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -250,6 +250,9 @@ impl Zygote {
             if running.is_none() {
                 *running = Some(self.start()?);
                 started = true;
+                // A new process (node or python may have changed under the
+                // server): whether it can fork is to be seen again.
+                self.forked.store(false, std::sync::atomic::Ordering::Relaxed);
             }
             let Some(zygote) = running.as_ref() else { continue };
             let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_DESCRIPTORS))];
