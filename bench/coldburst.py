@@ -7,7 +7,7 @@ the CPU one cold start costs (the server's cpuacct group over the burst),
 split into the server's threads, the zygote and the rest (the instances
 themselves), and each Python fork's own CPU, page faults and threads
 (medians over the burst's instances, read from /proc after it); then the
-proportional set size (PSS) of idle Python hello instances. One command:
+proportional set size (PSS) of idle hello instances of each runtime. One command:
 
     python3 bench/coldburst.py --sless "$CARGO_TARGET_DIR/release/sless"
 
@@ -314,14 +314,16 @@ def instance_groups(server_pid):
     return []
 
 
-def idle_pss(address, server_pid, count):
-    """PSS (kB) of idle loaded Python hello instances: the shim process
-    alone, and every process of its sandbox; and of each one's pasta."""
+def idle_pss(address, server_pid, count, runtime):
+    """PSS (kB) of idle loaded hello instances of `runtime`: the shim
+    process alone, and every process of its sandbox; and of each one's
+    pasta."""
     api = Api(address)
+    namespace = f"burst-pss-{runtime}"
     names = [f"pss-{i}" for i in range(count)]
-    deploy_all(address, "burst-pss", "python", names, {"min_instances": 1})
+    deploy_all(address, namespace, runtime, names, {"min_instances": 1})
     for name in names:
-        status, _ = api.call("GET", f"/fn/burst-pss/{name}")
+        status, _ = api.call("GET", f"/fn/{namespace}/{name}")
         assert status == 200
     time.sleep(2)  # let them settle (and be the only ones: the bursts' are gone)
     shims, sandboxes = [], []
@@ -331,8 +333,8 @@ def idle_pss(address, server_pid, count):
                 pids = [int(p) for p in f.read().split()]
         except OSError:
             continue
-        # The interpreter (a new one, or a fork of the zygote), not bubblewrap.
-        shim = [p for p in pids if os.path.basename((cmdline(p) or [b""])[0]).startswith(b"python")]
+        # The interpreter (a new one, or a fork of a zygote), not bubblewrap.
+        shim = [p for p in pids if os.path.basename((cmdline(p) or [b""])[0]).startswith(runtime.encode())]
         if shim:
             shims.append(sum(pss_kb(p) for p in shim))
             sandboxes.append(sum(pss_kb(p) for p in pids))
@@ -391,9 +393,10 @@ def run_mode(args, label, env):
                 rows.append(row)
                 print(f"[{label}] {runtime} one at a time, pool refilled: p50 {row[4]:6.1f} ms, p99 {row[5]:6.1f} ms "
                       f"({len(latencies)} samples; load average {before:.2f} -> {row[7]:.2f})", flush=True)
-        pss = None
-        if "python" in args.runtimes and args.pss_instances > 0 and os.geteuid() == 0:
-            pss = idle_pss(address, server.pid, args.pss_instances)
+        pss = {}
+        if args.pss_instances > 0 and os.geteuid() == 0:
+            for runtime in args.runtimes:
+                pss[runtime] = idle_pss(address, server.pid, args.pss_instances, runtime)
     finally:
         stop_server(server, work)
     return rows, pss
@@ -440,19 +443,19 @@ def report(rows, pss_by_mode):
                 parts.append(f"single cold start p50 {mine['1*'][4]:.1f}/{single_t:.0f} ms = {mine['1*'][4] / single_t:.2f}x")
             if parts:
                 print(f"  {label} {runtime}: " + "; ".join(parts))
-    for label, pss in pss_by_mode.items():
-        if pss is None:
-            continue
-        shims, sandboxes, pastas = pss
-        if not shims:
-            print(f"  {label}: no idle Python instance found for PSS")
-            continue
-        line = (f"  {label} idle Python hello PSS ({len(shims)} instances): shim process median "
-                f"{statistics.median(shims) / 1024:.1f} MB ({statistics.median(shims) / 1024 / PSS_TARGET_MB:.2f}x "
-                f"of {PSS_TARGET_MB:.0f} MB), whole sandbox {statistics.median(sandboxes) / 1024:.1f} MB")
-        if pastas:
-            line += f", its pasta (network) {statistics.median(pastas) / 1024:.1f} MB"
-        print(line)
+    for label, by_runtime in pss_by_mode.items():
+        for runtime, (shims, sandboxes, pastas) in by_runtime.items():
+            if not shims:
+                print(f"  {label}: no idle {runtime} instance found for PSS")
+                continue
+            line = (f"  {label} idle {runtime} hello PSS ({len(shims)} instances): shim process median "
+                    f"{statistics.median(shims) / 1024:.1f} MB")
+            if runtime == "python":  # the issue's target is Python's
+                line += f" ({statistics.median(shims) / 1024 / PSS_TARGET_MB:.2f}x of {PSS_TARGET_MB:.0f} MB)"
+            line += f", whole sandbox {statistics.median(sandboxes) / 1024:.1f} MB"
+            if pastas:
+                line += f", its pasta (network) {statistics.median(pastas) / 1024:.1f} MB"
+            print(line)
 
 
 def main():
