@@ -4,7 +4,7 @@ every call is a cold start). Prints, per runtime and C, cold starts per
 second, p50 and p99 of the first answer, the machine's load average before
 and after each burst, and the figures' ratio to their targets; as root,
 the CPU one cold start costs (the server's cpuacct group over the burst),
-split into the server's threads, the zygote and the rest (the instances
+split into the server's threads, the zygotes and the rest (the instances
 themselves), and each Python fork's own CPU, page faults and threads
 (medians over the burst's instances, read from /proc after it); then the
 proportional set size (PSS) of idle hello instances of each runtime. One command:
@@ -147,25 +147,31 @@ def zygote_of(server_pid):
     return None
 
 
+def zygotes_of(server_pid):
+    """The server's zygotes: Python's and Node's (one per heap size)."""
+    return tuple(p for p in children(server_pid)
+                 if any(a.endswith((b"sless_zygote.py", b"sless_zygote.js")) for a in cmdline(p)))
+
+
 def cpu_parts(server_pid):
-    """What `split` compares: the server's threads and the zygote's CPU now."""
-    zygote = zygote_of(server_pid)
-    return thread_cpu_ms(server_pid), (zygote, sum(thread_cpu_ms(zygote).values()) if zygote else 0.0)
+    """What `split` compares: the server's threads and its zygotes' CPU now."""
+    zygotes = zygotes_of(server_pid)
+    return thread_cpu_ms(server_pid), (zygotes, sum(sum(thread_cpu_ms(z).values()) for z in zygotes))
 
 
 def split(server_pid, before, after, total_ms, calls):
-    """The CPU per cold start of the server's threads (by kind), the zygote,
-    and the rest of the server's control group by difference: the instances
-    themselves, and threads that ended during the burst."""
+    """The CPU per cold start of the server's threads (by kind), the
+    zygotes, and the rest of the server's control group by difference: the
+    instances themselves, and threads that ended during the burst."""
     (threads0, (zygote0, z0)), (threads1, (zygote1, z1)) = before, after
     kinds = {}
     for (tid, name), ms in threads1.items():
         kind = "runtime" if tid == str(server_pid) else {"tokio-rt-worker": "blocking"}.get(name, name)
         kinds[kind] = kinds.get(kind, 0.0) + ms - threads0.get((tid, name), 0.0)
     server = sum(kinds.values())
-    zygote = z1 - z0 if zygote0 == zygote1 else 0.0
+    zygote = z1 - z0 if zygote0 == zygote1 else 0.0  # none started or ended
     shown = ", ".join(f"{k} {v / calls:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1]) if v / calls >= 0.01)
-    return (f"server {server / calls:.2f} ms ({shown}), zygote {zygote / calls:.2f} ms, "
+    return (f"server {server / calls:.2f} ms ({shown}), zygotes {zygote / calls:.2f} ms, "
             f"instances and the rest {(total_ms - server - zygote) / calls:.2f} ms")
 
 
