@@ -351,6 +351,8 @@ function becomeInstance(control, fds, spec, shim, templates, template, nulls) {
   shim.main(false);
 }
 
+// A reply the server may have stopped waiting for (its end closed) must
+// not end the zygote.
 function writeQuietly(fd, text) {
   try {
     fs.writeSync(fd, text);
@@ -409,9 +411,9 @@ function serve(control, shim) {
         }
         return; // into node's event loop, as the shim
       }
-      native.writeAll(reply, `pid ${pid}\n`);
+      writeQuietly(reply, `pid ${pid}\n`);
     } catch (err) {
-      native.writeAll(reply, `error: ${err.message}\n`);
+      writeQuietly(reply, `error: ${err.message}\n`);
     }
     for (const fd of fds) native.close(fd);
   }
