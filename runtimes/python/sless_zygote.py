@@ -472,12 +472,21 @@ def serve(control):
                     setns_fd(own_pid_ns, CLONE_NEWPID)
             if pid == 0:
                 become_instance(control, fds, spec, template)
-            os.write(reply, f"pid {pid}\n".encode())
+            write_quietly(reply, f"pid {pid}\n".encode())
         except Exception as exc:  # noqa: BLE001
-            os.write(reply, f"error: {exc}\n".encode(errors="replace"))
+            write_quietly(reply, f"error: {exc}\n".encode(errors="replace"))
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+def write_quietly(fd, data):
+    """A reply the server may have stopped waiting for (its end closed)
+    must not end the zygote."""
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
 
 
 def setns_fd(fd, nstype):
