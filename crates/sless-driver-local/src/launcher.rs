@@ -12,7 +12,7 @@ use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings
 use super::network::HubOf;
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
-use super::zygote::Zygote;
+use super::zygote::{ForkRequest, Zygote};
 
 /// The shims, embedded in the binary and written out at start.
 pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
@@ -226,18 +226,36 @@ impl Launcher {
             .clone()
     }
 
+    /// A zygote's fork request for `spec`, its descriptors opened; `exec`:
+    /// the program the fork becomes (see [`ForkRequest::exec`]).
+    async fn fork_request(
+        &self,
+        spec: &Spec<'_>,
+        confinement: &Confinement,
+        awaited: bool,
+        exec: Option<Vec<String>>,
+    ) -> Result<ForkRequest, String> {
+        let mut request = self.sandbox.fork_request(spec, confinement, WARM_LIMITS);
+        request.awaited = awaited;
+        request.exec = exec;
+        tokio::task::spawn_blocking(move || request.open_descriptors())
+            .await
+            .map_err(|e| e.to_string())?
+    }
+
     /// After `zygote`'s fork failed: a zygote process none of whose forks
     /// confined itself will not (its node lacks what a fork needs, say a
     /// node upgraded under the server, or the kernel refuses it), so its
-    /// heap's shims start as new nodes from now on.
-    fn node_zygote_failed(&self, heap_mb: u32, zygote: &Zygote, error: &str) {
+    /// heap's shims start as new nodes from now on, this one too (true).
+    fn node_zygote_failed(&self, heap_mb: u32, zygote: &Zygote, error: &str) -> bool {
         if zygote.has_forked() {
-            return;
+            return false;
         }
         tracing::warn!(%error, heap_mb, "the Node zygote cannot fork: Node shims start as new nodes");
         if let Some(zygotes) = &self.node_zygotes {
             zygotes.lock().unwrap().insert(heap_mb, None);
         }
+        true
     }
 
     /// Starts a generic shim that waits for LOAD; `awaited`: a cold start
@@ -304,30 +322,32 @@ impl Launcher {
         };
         let process = match &self.zygote {
             Some(zygote) => {
-                let mut request = self.sandbox.fork_request(&spec, &confinement, WARM_LIMITS);
-                request.awaited = awaited;
-                let mut request = tokio::task::spawn_blocking(move || request.open_descriptors())
-                    .await
-                    .map_err(|e| e.to_string())??;
+                // A Node shim without its zygote is a fork of the Python
+                // zygote that confined itself, then runs node: no chain of
+                // helpers (shell, nsenter, chrt, prlimit, bubblewrap,
+                // shell), which cost about 11 ms of CPU.
+                let exec = (runtime == Runtime::Nodejs20).then_some(node);
                 let node_zygote = node_heap_mb.and_then(|mb| Some((mb, self.node_zygote(mb)?)));
                 let forked = match node_zygote {
-                    Some((heap_mb, node_zygote)) => match node_zygote.fork(&request).await {
-                        Ok(forked) => Ok(forked),
-                        Err(error) => {
-                            self.node_zygote_failed(heap_mb, &node_zygote, &error);
-                            Err(error)
+                    Some((heap_mb, node_zygote)) => {
+                        let request = self.fork_request(&spec, &confinement, awaited, None).await?;
+                        match node_zygote.fork(&request).await {
+                            Ok(forked) => forked,
+                            // This start goes as the next ones of its heap
+                            // will, with a request of its own (the failed
+                            // fork may have attached its mounts).
+                            Err(error) if self.node_zygote_failed(heap_mb, &node_zygote, &error) => {
+                                let request = self.fork_request(&spec, &confinement, awaited, exec).await?;
+                                zygote.fork(&request).await?
+                            }
+                            Err(error) => return Err(error),
                         }
-                    },
-                    // A Node shim without its zygote is a fork that confined
-                    // itself, then runs node: no chain of helpers (shell,
-                    // nsenter, chrt, prlimit, bubblewrap, shell), which
-                    // cost about 11 ms of CPU.
-                    None if runtime == Runtime::Nodejs20 => {
-                        request.exec = Some(node);
-                        zygote.fork(&request).await
                     }
-                    None => zygote.fork(&request).await,
-                }?;
+                    None => {
+                        let request = self.fork_request(&spec, &confinement, awaited, exec).await?;
+                        zygote.fork(&request).await?
+                    }
+                };
                 ShimProcess::start_forked(forked, slot, confinement, runtime.to_string()).await
             }
             None => {

@@ -296,6 +296,36 @@ fn holds_no_more_descriptors(fork: &Value, sandboxed: &Value) {
     }
 }
 
+/// A Node zygote none of whose forks can confine itself (here: its native
+/// module is not one; in life: a node without what a fork needs) leaves
+/// the shims of its heap starting as new nodes, and Node functions working.
+#[tokio::test]
+async fn node_functions_start_as_new_nodes_when_their_zygote_cannot_fork() {
+    let server = Server::start(Backend::Sqlite).await;
+    let module = std::fs::read_dir(server.data_dir.path().join("shims"))
+        .unwrap()
+        .map(|dir| dir.unwrap().path().join("sless_fork.node"))
+        .find(|file| file.exists())
+        .expect("the Node zygote's module");
+    // A new file (the default heap's zygote holds the old one mapped).
+    let broken = module.with_extension("broken");
+    std::fs::write(&broken, b"not a shared object").unwrap();
+    std::fs::rename(&broken, &module).unwrap();
+    // A heap no zygote was started for yet (the warm pools' is 192 MB).
+    let code: &[(&str, &[u8])] = &[("handler.js", b"exports.handle = async () => process.execArgv;\n")];
+    server
+        .deploy("ns", "large", json!({"runtime": "nodejs20", "memory_mb": 2048}), code)
+        .await;
+    eventually(Duration::from_secs(20), || async {
+        let (status, _, text) = server.invoke(Method::GET, "/fn/ns/large", "").await;
+        match (status, serde_json::from_str::<Value>(&text)) {
+            (StatusCode::OK, Ok(argv)) if argv == json!(["--max-heap-size=1536"]) => Ok(()),
+            other => Err(format!("not yet a new node: {other:?}")),
+        }
+    })
+    .await;
+}
+
 /// Live processes that are children of `parent` and run a zygote's `file`.
 fn zygotes_of(parent: u32, file: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
