@@ -559,7 +559,8 @@ fn holds_what_bubblewrap_holds(fork: &Value, fork_two: &Value, new: &Value) {
 /// random numbers drawn anew (Math.random, a new context's, crypto), no
 /// module of the zygote's; and what needs threads V8 may hand work to
 /// (WebAssembly's compiler, workers), child processes and the garbage
-/// collector work in it.
+/// collector work in it. The zygote's native module, which a handler can
+/// load from /sless/shim, gives it nothing it could not do itself.
 #[tokio::test]
 async fn a_node_fork_is_a_node_of_its_own() {
     let server = Server::start(Backend::Sqlite).await;
@@ -578,11 +579,18 @@ exports.handle = async () => {
   });
   let garbage = 0;
   for (let i = 0; i < 300; i++) garbage += new Array(100000).fill(i)[7];
+  const native = require("/sless/shim/sless_fork.node");
+  const attempt = (call) => { try { call(); return "done"; } catch (err) { return err.message; } };
+  const privileged = [
+    attempt(() => native.unshare(0x00020000)),
+    attempt(() => native.dropTo(0)),
+    attempt(() => native.mount(null, "/", null, 4096 | 32, null)),
+  ];
   return {
     pid: process.pid, exec_argv: process.execArgv, main: require.main?.filename ?? null,
     random: Math.random(), vm_random: require("vm").runInNewContext("Math.random()"),
     uuid: crypto.randomUUID(), bytes: crypto.randomBytes(16).toString("hex"),
-    wasm: instance.exports.add(2, 3), worker, garbage,
+    wasm: instance.exports.add(2, 3), worker, garbage, privileged,
     child: require("child_process").execFileSync("/bin/echo", ["hi"]).toString(),
   };
 };
@@ -601,6 +609,12 @@ exports.handle = async () => {
         assert_eq!(out["worker"], 42, "{out}");
         assert_eq!(out["garbage"], 299 * 300 / 2, "{out}");
         assert_eq!(out["child"], "hi\n", "{out}");
+        for refused in out["privileged"].as_array().unwrap() {
+            assert!(
+                refused.as_str().unwrap().contains("Operation not permitted"),
+                "the zygote's module did something for a handler: {out}"
+            );
+        }
     }
     for key in ["random", "vm_random", "uuid", "bytes"] {
         assert_ne!(one[key], two[key], "{key} drawn alike: {one} {two}");
