@@ -14,9 +14,10 @@
 // One per heap size (node --max-heap-size), started by the server as root,
 // outside any sandbox, in the data dir (relative arguments: a fork's
 // /proc/self/cmdline names no host path), with --single-threaded (V8 then
-// gives its platform's threads no work: a fork has none of them), the
-// control socket (SOCK_SEQPACKET) on fd 0 and fds 3 and 4 held on
-// /dev/null, so node's own descriptors land above them. The system calls
+// gives its platform's threads no work: a fork has none of them), with
+// --no-lazy and --no-flush-bytecode (what a fork runs is compiled once,
+// here, and kept), the control socket (SOCK_SEQPACKET) on fd 0 and fds 3
+// and 4 held on /dev/null, so node's own descriptors land above them. The system calls
 // node has no binding for are in sless_fork.node (sless_fork.c).
 //
 // What a fork of node keeps of the zygote, unlike a new node: V8's hash
@@ -26,6 +27,7 @@
 const fs = require('fs');
 const net = require('net');
 const path = require('path');
+const v8 = require('v8');
 
 // The zygote's own view (as the Python zygote's): the host's root at HOST,
 // the shim at SHIM.
@@ -343,6 +345,9 @@ function becomeInstance(control, fds, spec, shim, templates, template, nulls) {
   // What a new node running the shim would show: its own pid, no main
   // module (as one started from a snapshot), no module loaded but node's.
   process.reallyExit = (code) => native.exitNow(code);
+  // Compiling is lazy again (serve()); bytecode stays unflushed, so what
+  // the zygote compiled stays shared.
+  process.execArgv = process.execArgv.filter((arg) => arg !== '--no-lazy');
   Object.defineProperty(process, 'pid', { value: native.getpid(), enumerable: true });
   process.argv = [process.execPath, `${SHIM}/sless_shim.js`];
   process.mainModule = undefined;
@@ -375,6 +380,9 @@ function devNulls() {
 }
 
 function serve(control, shim) {
+  // Started with --no-lazy (zygote.rs): what it has loaded is compiled;
+  // a handler's module, loaded in a fork, compiles as usual.
+  v8.setFlagsFromString('--lazy');
   const templates = new Templates();
   const nulls = devNulls();
   const ownPidNs = fs.openSync(`${HOST}/proc/self/ns/pid`, 'r');
@@ -450,6 +458,7 @@ function main() {
   native.dup2(CONTROL, control);
   native.dup2(FRAMES_IN, CONTROL);
   native.dup2(FRAMES_IN, 1);
+  makeStdio();
   enterOwnRoot(shimDir, path.join(dataDir, 'zygote'), dataDir);
   const shim = require(`${SHIM}/sless_shim.js`);
   // Once here what every fork runs first, so its compiled code is shared.
@@ -459,6 +468,23 @@ function main() {
   // From the event loop, once the warm-up's streams have closed: a fork
   // returns there, to serve.
   warmStreams(() => serve(control, shim));
+}
+
+// process.stdout and process.stderr made once here, as sockets on a pipe,
+// as a new node's are (the server gives it pipes): a fork has its own pipe
+// on fds 1 and 2 and uses them as they are (making process.stdout took a
+// fork about 0.4 ms of CPU). The zygote's own fds 1 and 2 are put back.
+function makeStdio() {
+  const [readEnd, writeEnd] = native.pipe();
+  const stderr = fs.openSync('/dev/null', 'r');
+  native.dup2(2, stderr);
+  native.dup2(writeEnd, 1);
+  native.dup2(writeEnd, 2);
+  void process.stdout;
+  void process.stderr;
+  native.dup2(stderr, 2);
+  native.dup2(FRAMES_IN, 1);
+  for (const fd of [stderr, readEnd, writeEnd]) native.close(fd);
 }
 
 // What a fork's main() makes first is sockets on pipes: its stdout and

@@ -271,7 +271,8 @@ exports.handle = async (event) => {
   // fork runs) is not theirs to change.
   let blob_write = 'written';
   try {
-    require('fs').writeFileSync(process.execArgv[2] ?? '/sless/shim/sless_shim.js', 'not a snapshot');
+    const blob = process.execArgv.indexOf('--snapshot-blob');
+    require('fs').writeFileSync(blob < 0 ? '/sless/shim/sless_shim.js' : process.execArgv[blob + 1], 'not a snapshot');
   } catch (err) {
     blob_write = err.code;
   }
@@ -282,7 +283,12 @@ exports.handle = async (event) => {
     // startup snapshot made with that heap (node's own modules compiled in
     // it, which the heap's flag would make node compile anew).
     let starting = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
-    let forked = json!(["--max-heap-size=96", "--single-threaded"]);
+    let forked = json!([
+        "--max-heap-size=96",
+        "--single-threaded",
+        "--no-flush-bytecode",
+        "--use-largepages=silent"
+    ]);
     let started = json!(["--max-heap-size=96", "--snapshot-blob", "/sless/shim/node-heap-96.blob"]);
     for (server, exec_argv) in [(&server, forked), (&starting, started)] {
         for (name, memory_mb) in [("small", 128), ("large", 2048)] {

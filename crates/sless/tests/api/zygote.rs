@@ -470,6 +470,7 @@ exports.handle = async () => {
     cmdline: fs.readFileSync("/proc/self/cmdline", "utf8"),
     env: Object.keys(process.env).sort(),
     ignored: field("SigIgn"),
+    stdio: [process.stdout, process.stderr].map((s) => [s.constructor.name, s._type, s.fd]),
     mounts: fs.readFileSync("/proc/self/mountinfo", "utf8").trim().split("\n").map((line) => {
       const fields = line.split(" ");
       const rest = fields.slice(fields.indexOf("-") + 1);
@@ -548,6 +549,7 @@ fn holds_what_bubblewrap_holds(fork: &Value, fork_two: &Value, new: &Value) {
         "env",
         "sched_policy",
         "ignored",
+        "stdio",
         "writes",
     ] {
         assert_eq!(fork[key], new[key], "{key} differs: zygote {fork} bubblewrap {new}");
@@ -600,7 +602,12 @@ exports.handle = async () => {
     for out in [&one, &two] {
         assert_eq!(
             out["exec_argv"],
-            json!(["--max-heap-size=192", "--single-threaded"]),
+            json!([
+                "--max-heap-size=192",
+                "--single-threaded",
+                "--no-flush-bytecode",
+                "--use-largepages=silent"
+            ]),
             "a fork: {out}"
         );
         assert_eq!(out["pid"], 1, "{out}");
