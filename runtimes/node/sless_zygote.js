@@ -16,9 +16,11 @@
 // /proc/self/cmdline names no host path), with --single-threaded (V8 then
 // gives its platform's threads no work: a fork has none of them), with
 // --no-lazy and --no-flush-bytecode (what a fork runs is compiled once,
-// here, and kept), the control socket (SOCK_SEQPACKET) on fd 0 and fds 3
-// and 4 held on /dev/null, so node's own descriptors land above them. The system calls
-// node has no binding for are in sless_fork.node (sless_fork.c).
+// here, and kept) and --use-largepages (node's code reaches a fork as a
+// few page-table entries; zygote.rs says why each), the control socket
+// (SOCK_SEQPACKET) on fd 0 and fds 3 and 4 held on /dev/null, so node's
+// own descriptors land above them. The system calls node has no binding
+// for are in sless_fork.node (sless_fork.c).
 //
 // What a fork of node keeps of the zygote, unlike a new node: V8's hash
 // seed (one per zygote, as the Python zygote's), its address layout, and
