@@ -332,10 +332,7 @@ mod tests {
 
     #[tokio::test]
     async fn records_are_encoded_on_a_thread_below_the_serving_ones() {
-        let dir = std::env::temp_dir().join(format!("sless-log-{:016x}", rand::random::<u64>()));
-        let store = crate::store::open(&format!("sqlite://{}/t.db", dir.display()))
-            .await
-            .unwrap();
+        let (store, dir) = crate::store::open_in_temp("log").await;
         let (_leader, leading) = tokio::sync::watch::channel(true);
         let settings = LogSettings {
             buffer: 100,

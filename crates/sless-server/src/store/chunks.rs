@@ -676,10 +676,7 @@ mod tests {
     #[tokio::test]
     async fn thousands_of_chunks_are_written_in_one_batch() {
         // 6000 chunks bind 36 000 parameters, more than one SQLite statement takes.
-        let dir = std::env::temp_dir().join(format!("sless-chunks-{:016x}", rand::random::<u64>()));
-        let store = crate::store::open(&format!("sqlite://{}/t.db", dir.display()))
-            .await
-            .unwrap();
+        let (store, dir) = crate::store::open_in_temp("chunks").await;
         let batch: Vec<_> = (0..6000).map(|i| record(&format!("f{i}"), i)).collect();
         let chunks = chunks_of(&batch);
         assert_eq!(chunks.len(), 6000);

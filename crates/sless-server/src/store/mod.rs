@@ -155,6 +155,15 @@ pub async fn open_events(url: &str) -> anyhow::Result<Arc<dyn events::EventStore
     }
 }
 
+/// A SQLite store in a directory of its own under the temp dir, for
+/// tests: the store and the directory, to remove once done.
+#[cfg(test)]
+pub async fn open_in_temp(tag: &str) -> (Arc<dyn Store>, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("sless-{tag}-{:016x}", rand::random::<u64>()));
+    let store = open(&format!("sqlite://{}/t.db", dir.display())).await.unwrap();
+    (store, dir)
+}
+
 /// Opens (creating where needed) and migrates the store named by `url`.
 pub async fn open(url: &str) -> anyhow::Result<Arc<dyn Store>> {
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
