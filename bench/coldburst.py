@@ -2,12 +2,16 @@
 zero, each called once by C callers in parallel (distinct functions, so
 every call is a cold start). Prints, per runtime and C, cold starts per
 second, p50 and p99 of the first answer, the machine's load average before
-and after each burst, and the figures' ratio to their targets; as root,
+and after each burst and its CPU (user, system, idle) over it, and the
+figures' ratio to their targets; as root,
 the CPU one cold start costs (the server's cpuacct group over the burst),
 split into the server's threads, the zygotes and the rest (the instances
 themselves), and each Python fork's own CPU, page faults and threads
 (medians over the burst's instances, read from /proc after it); then the
-proportional set size (PSS) of idle hello instances of each runtime. One command:
+proportional set size (PSS) of idle hello instances of each runtime.
+`--code-lines N` gives each Python function a module of about N lines of
+its own that its handler imports (compiled at import, or read back as the
+bytecode its build made). One command:
 
     python3 bench/coldburst.py --sless "$CARGO_TARGET_DIR/release/sless"
 
@@ -199,17 +203,46 @@ def fork_line(costs):
             + ", ".join(f"{n}: {k}" for n, k in sorted(threads.items())))
 
 
-def zip_of(name, text):
+def zip_of(files):
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        z.writestr(name, text)
+        for name, text in files.items():
+            z.writestr(name, text)
     return buf.getvalue()
 
 
-def deploy_all(address, namespace, runtime, names, extra=None, parallel=8):
+def library(lines):
+    """A Python module of about `lines` lines of plain functions, as a
+    handler's own code beside it would be."""
+    body = []
+    for i in range(max(1, lines // 10)):
+        body.append(f"""def f{i}(x, y=1):
+    \"\"\"Adds up {i} a few ways.\"\"\"
+    total = 0
+    for k in range(y):
+        total += x * k + {i}
+    if total > {i}:
+        return {{"total": total, "parts": [x, y, {i}], "name": "f{i}"}}
+    return total
+
+""")
+    return "".join(body)
+
+
+def code_of(runtime, code_lines):
+    """The functions' files: hello, and with `code_lines` a module of that
+    many lines (Python) that the handler imports."""
+    _, filename, code = HELLO[runtime]
+    if runtime != "python" or code_lines <= 0:
+        return {filename: code}
+    return {filename: "import lib\n\n" + code.replace("'world'}", "'world', 'lib': lib.f0(1)}"),
+            "lib.py": library(code_lines)}
+
+
+def deploy_all(address, namespace, runtime, names, extra=None, parallel=8, code_lines=0):
     """Creates and builds every function (one archive, so one artifact)."""
-    rt, filename, code = HELLO[runtime]
-    archive = zip_of(filename, code)
+    rt = HELLO[runtime][0]
+    archive = zip_of(code_of(runtime, code_lines))
 
     def one(name):
         api = Api(address)
@@ -291,6 +324,21 @@ def load():
     return os.getloadavg()[0]
 
 
+def machine_ticks():
+    """The whole machine's CPU time so far, from /proc/stat: (user, system, idle) in ticks."""
+    with open("/proc/stat") as f:
+        user, nice, system, idle, iowait, irq, softirq = map(int, f.readline().split()[1:8])
+    return user + nice, system + irq + softirq, idle + iowait
+
+
+def machine_share(before, after):
+    """The machine's CPU over an interval, as shares of all its CPUs' time."""
+    spent = [a - b for a, b in zip(after, before)]
+    total = sum(spent) or 1
+    user, system, idle = (100 * part / total for part in spent)
+    return f"machine: user {user:.0f}%, system {system:.0f}%, idle {idle:.0f}%"
+
+
 def pss_kb(pid):
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
@@ -362,13 +410,15 @@ def run_mode(args, label, env):
             namespace = f"burst-{runtime}"
             names = [f"f-{i}" for i in range(args.functions)]
             started = time.time()
-            deploy_all(address, namespace, runtime, names)
+            deploy_all(address, namespace, runtime, names, code_lines=args.code_lines)
             print(f"[{label}] {runtime}: {len(names)} functions deployed in {time.time() - started:.0f} s", flush=True)
             for callers in args.callers:
                 wait_for_zero(api, namespace)
                 time.sleep(args.settle)  # the warm pool refills
                 before, cpu_before, parts_before = load(), cpu_ns(server.account), cpu_parts(server.pid)
+                ticks_before = machine_ticks()
                 rate, latencies = burst(address, namespace, names, callers)
+                ticks_after = machine_ticks()
                 after, cpu_after, parts_after = load(), cpu_ns(server.account), cpu_parts(server.pid)
                 forks = fork_line(fork_costs(server.pid)) if runtime == "python" else None
                 row = (label, runtime, callers, rate, pct(latencies, 50), pct(latencies, 99), before, after)
@@ -384,6 +434,7 @@ def run_mode(args, label, env):
                           f"{split(server.pid, parts_before, parts_after, total, len(names))}", flush=True)
                 if forks:
                     print(f"[{label}] {runtime} C={callers:<2}:   {forks}", flush=True)
+                print(f"[{label}] {runtime} C={callers:<2}:   {machine_share(ticks_before, ticks_after)}", flush=True)
             if args.single > 0:
                 # One cold start at a time, the warm pool refilled in between
                 # (as bench.py measures a cold start): a fork (or a warm
@@ -474,6 +525,8 @@ def main():
     ap.add_argument("--pss-instances", type=int, default=10)
     ap.add_argument("--single", type=int, default=30,
                     help="cold starts one at a time, the warm pool refilled in between (0: none)")
+    ap.add_argument("--code-lines", type=int, default=0,
+                    help="Python functions import a module of about this many lines of their own")
     ap.add_argument("--server-log", help="append the servers' log here (its level through --mode, "
                     "e.g. --mode debug:SLESS_LOG=sless_driver_local=debug)")
     ap.add_argument("--mode", action="append", default=[],
