@@ -11,6 +11,7 @@ use sless_api::Runtime;
 use tokio::io::AsyncReadExt;
 
 use super::cgroup::GroupLimits;
+use super::confine::Confinement;
 use super::launcher::Launcher;
 use super::sandbox::{make_owned_dir, Limits, Spec};
 use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
@@ -121,23 +122,14 @@ impl Builder {
                 log_tail: format!("unpacking the archive: {e}"),
             })?;
         let mut log = format!("unpacked {files} files\n");
-        let step = install_step(job.runtime, work, &self.python, &self.npm);
-        let Some((program, args)) = step else {
+        let install = install_step(job.runtime, work, &self.python, &self.npm);
+        if install.is_none() {
             log.push_str("no dependencies to install\n");
+        }
+        let compile = compile_step(job.runtime, &self.python);
+        if install.is_none() && compile.is_none() {
             return Ok(log);
-        };
-        let seen = self.launcher.sandbox.seen_path(work, "/build");
-        let spec = Spec {
-            program,
-            args: args.into_iter().map(String::from).collect(),
-            ro: vec![],
-            rw: vec![(work.to_path_buf(), "/build".into())],
-            chdir: seen,
-            env: std::iter::once(("npm_config_cache".to_string(), "/tmp/.npm".to_string()))
-                .chain(self.env.iter().cloned())
-                .collect(),
-            share_net: true,
-        };
+        }
         // A network namespace like an instance's: the package registries
         // are on the internet, the host and private ranges are not.
         let confinement = self
@@ -145,10 +137,52 @@ impl Builder {
             .confine(uid, BUILD_GROUP, BUILD_LIMITS.tmp_bytes)
             .await
             .map_err(|e| BuildError::Internal(format!("confining the build: {e}")))?;
+        let at = Steps {
+            work,
+            confinement: &confinement,
+            deadline: tokio::time::Instant::now() + job.timeout,
+            timeout: job.timeout,
+        };
+        if let Some((program, args)) = install {
+            let status = self.run_step(program, args, &at, &mut log).await?;
+            if !status.success() {
+                return Err(BuildError::Failed {
+                    log_tail: format!("{program} {}: {}", exit_text(status), tail(&log)),
+                });
+            }
+        }
+        if let Some((program, args)) = compile {
+            let status = self.run_step(program, args, &at, &mut log).await?;
+            compiled(status, &mut log);
+        }
+        Ok(log)
+    }
+
+    /// Runs one step of a build in the sandbox, in the code's directory,
+    /// its output added to `log`; past the deadline the build has timed out.
+    async fn run_step(
+        &self,
+        program: &str,
+        args: Vec<&str>,
+        at: &Steps<'_>,
+        log: &mut String,
+    ) -> Result<std::process::ExitStatus, BuildError> {
+        let work = at.work;
+        let spec = Spec {
+            program,
+            args: args.into_iter().map(String::from).collect(),
+            ro: vec![],
+            rw: vec![(work.to_path_buf(), "/build".into())],
+            chdir: self.launcher.sandbox.seen_path(work, "/build"),
+            env: std::iter::once(("npm_config_cache".to_string(), "/tmp/.npm".to_string()))
+                .chain(self.env.iter().cloned())
+                .collect(),
+            share_net: true,
+        };
         let mut child = self
             .launcher
             .sandbox
-            .command(&spec, &confinement, BUILD_LIMITS)
+            .command(&spec, at.confinement, BUILD_LIMITS)
             .stdin(std::process::Stdio::null())
             .spawn()
             .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;
@@ -160,23 +194,78 @@ impl Builder {
             let status = child.wait().await;
             (out, err, status)
         };
-        match tokio::time::timeout(job.timeout, collect).await {
+        match tokio::time::timeout_at(at.deadline, collect).await {
             Ok((out, err, status)) => {
                 log.push_str(&String::from_utf8_lossy(&out));
                 log.push_str(&String::from_utf8_lossy(&err));
-                match status {
-                    Ok(s) if s.success() => Ok(log),
-                    Ok(s) => Err(BuildError::Failed {
-                        log_tail: format!("{program} {}: {}", exit_text(s), tail(&log)),
-                    }),
-                    Err(e) => Err(BuildError::Internal(format!("waiting for {program}: {e}"))),
-                }
+                status.map_err(|e| BuildError::Internal(format!("waiting for {program}: {e}")))
             }
             Err(_) => Err(BuildError::TimedOut {
-                after: job.timeout,
-                log_tail: tail(&log),
+                after: at.timeout,
+                log_tail: tail(log),
             }),
         }
+    }
+}
+
+/// Where a build's steps run, and until when.
+struct Steps<'a> {
+    work: &'a Path,
+    confinement: &'a Confinement,
+    deadline: tokio::time::Instant,
+    /// The build's timeout, which the deadline ends.
+    timeout: std::time::Duration,
+}
+
+/// Compiles the code's own Python modules to bytecode beside them
+/// (`__pycache__`), so that an instance's import reads the bytecode instead
+/// of compiling the source at every cold start: about 8 ms of CPU for a
+/// module of 1 500 lines, against 0.2 ms to read it back. Not `.deps`, which
+/// pip compiled as it installed. Unchecked hash-based files: the code of an
+/// artifact never changes, and they stay valid whatever times a copy of the
+/// artifact gives its files. A module that does not compile stays source
+/// only and is named in the log (at most ten, each line cut at 300
+/// characters; the last line, which the function's status shows, names the
+/// first three): importing it fails as it would have, and a file that is
+/// never imported (a script, Python 2 code) does not fail the build. Run
+/// isolated (`-I`), so the code's own modules cannot stand in for the
+/// standard library's.
+pub(crate) const PYTHON_COMPILE: &str = r#"import os, py_compile
+mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+compiled, failed = 0, []
+for root, dirs, files in os.walk("."):
+    dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not (root == "." and d == ".deps"))
+    for name in sorted(files):
+        if name.endswith(".py"):
+            path = os.path.join(root, name)[2:]
+            try:
+                py_compile.compile(path, doraise=True, invalidation_mode=mode)
+                compiled += 1
+            except Exception as exc:
+                failed.append((path, " ".join(str(exc).split())))
+for path, why in failed[:10]:
+    print(f"not compiled: {path}: {why}"[:300])
+summary = f"compiled {compiled} Python modules to bytecode"
+if failed:
+    names = ", ".join(path for path, _ in failed[:3]) + (", ..." if len(failed) > 3 else "")
+    summary += f"; not compiled (importing fails): {names}"[:200]
+print(summary)
+"#;
+
+/// The step after the install, for Python: its modules compiled
+/// (`PYTHON_COMPILE`). The same for the local builder and `sless instance build`.
+pub(crate) fn compile_step(runtime: Runtime, python: &str) -> Option<(&str, Vec<&'static str>)> {
+    (runtime == Runtime::Python311).then(|| (python, vec!["-I", "-c", PYTHON_COMPILE]))
+}
+
+/// Notes in the log how the compile step ended. It never fails a build: a
+/// module it did not compile is compiled when imported, as before.
+pub(crate) fn compiled(status: std::process::ExitStatus, log: &mut String) {
+    if !status.success() {
+        log.push_str(&format!(
+            "compiling to bytecode stopped ({}); the modules it did not compile are compiled when imported\n",
+            exit_text(status)
+        ));
     }
 }
 

@@ -42,14 +42,16 @@ fn node_warm_up_env(runtime: Runtime, awaited: bool) -> Vec<(String, String)> {
     }
 }
 
-/// Version of the embedded shims: a digest of their text, so any change
-/// rebuilds and rolls every function.
+/// Version of the embedded shims: a digest of their text and of what a
+/// build runs after the install (it makes part of the artifact), so any
+/// change rebuilds and rolls every function.
 pub fn shim_version() -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new()
         .chain_update(PYTHON_SHIM)
         .chain_update(PYTHON_ZYGOTE)
         .chain_update(NODE_SHIM)
+        .chain_update(super::builder::PYTHON_COMPILE)
         .finalize();
     hex::encode(&digest[..6])
 }

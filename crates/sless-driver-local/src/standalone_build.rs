@@ -6,14 +6,14 @@
 //! the caller uploads (the pod holds no object-store credentials, only a
 //! presigned URL for this one upload).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use sless_api::Runtime;
 use sless_driver::{BuildError, Fingerprint};
 use tokio::io::AsyncReadExt;
 
-use crate::builder::{exit_text, install_step, tail, unpack};
+use crate::builder::{compile_step, compiled, exit_text, install_step, tail, unpack};
 use sha2::{Digest, Sha256};
 
 /// Where pip and npm install from, passed on from the build's environment.
@@ -50,39 +50,11 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
             log_tail: format!("unpacking the archive: {e}"),
         })?;
     let mut log = format!("unpacked {files} files\n");
-    match install_step(spec.runtime, &dir, &spec.python, &spec.npm) {
+    let install = install_step(spec.runtime, &dir, &spec.python, &spec.npm);
+    match install {
         None => log.push_str("no dependencies to install\n"),
         Some((program, args)) => {
-            let mut child = tokio::process::Command::new(program)
-                .args(&args)
-                .current_dir(&dir)
-                .env_clear()
-                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-                .env("HOME", &spec.work_dir)
-                .env("LANG", "C.UTF-8")
-                .env("npm_config_cache", spec.work_dir.join(".npm"))
-                // The index and registry the server gave the build, if any.
-                .envs(
-                    INDEX_VARIABLES
-                        .iter()
-                        .filter_map(|name| Some((*name, std::env::var_os(name)?))),
-                )
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;
-            let mut stdout = child.stdout.take().expect("piped");
-            let mut stderr = child.stderr.take().expect("piped");
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            let _ = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
-            let status = child
-                .wait()
-                .await
-                .map_err(|e| BuildError::Internal(format!("waiting for {program}: {e}")))?;
-            log.push_str(&String::from_utf8_lossy(&out));
-            log.push_str(&String::from_utf8_lossy(&err));
+            let status = run_step(spec, &dir, program, &args, &mut log).await?;
             if !status.success() {
                 return Err(BuildError::Failed {
                     log_tail: format!("{program} {}: {}", exit_text(status), tail(&log)),
@@ -90,10 +62,55 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
             }
         }
     }
+    if let Some((program, args)) = compile_step(spec.runtime, &spec.python) {
+        let status = run_step(spec, &dir, program, &args, &mut log).await?;
+        compiled(status, &mut log);
+    }
     let tarball = tokio::task::spawn_blocking(move || crate::artifacts::pack(&dir))
         .await
         .map_err(|e| BuildError::Internal(e.to_string()))?
         .map_err(|e| BuildError::Internal(format!("packing the artifact: {e}")))?;
     let digest = hex::encode(Sha256::digest(&tarball));
     Ok(Packed { tarball, digest, log })
+}
+
+/// Runs one step of the build in `dir`, its output added to `log`.
+async fn run_step(
+    spec: &BuildSpec,
+    dir: &Path,
+    program: &str,
+    args: &[&str],
+    log: &mut String,
+) -> Result<std::process::ExitStatus, BuildError> {
+    let mut child = tokio::process::Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", &spec.work_dir)
+        .env("LANG", "C.UTF-8")
+        .env("npm_config_cache", spec.work_dir.join(".npm"))
+        // The index and registry the server gave the build, if any.
+        .envs(
+            INDEX_VARIABLES
+                .iter()
+                .filter_map(|name| Some((*name, std::env::var_os(name)?))),
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let _ = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| BuildError::Internal(format!("waiting for {program}: {e}")))?;
+    log.push_str(&String::from_utf8_lossy(&out));
+    log.push_str(&String::from_utf8_lossy(&err));
+    Ok(status)
 }

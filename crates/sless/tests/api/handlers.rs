@@ -341,6 +341,57 @@ async fn dependencies_are_installed_at_build_time() {
     assert_eq!((status, text.as_str()), (StatusCode::OK, r#""hello py""#));
 }
 
+/// A Python build compiles the code's own modules: an instance runs the
+/// bytecode the build made (the artifact's source changed afterwards does
+/// not change what a new instance runs), and a module that does not compile
+/// is named, without failing the build.
+#[tokio::test]
+async fn python_code_runs_as_the_bytecode_its_build_compiled() {
+    let server = Server::start(Backend::Sqlite).await;
+    let handler = br#"
+from pkg import helper
+
+def handle(event, context):
+    with open(helper.__cached__, "rb") as f:
+        flags = int.from_bytes(f.read(8)[4:8], "little")
+    return {"answer": helper.answer(), "pyc_flags": flags}
+"#;
+    let files: &[(&str, &[u8])] = &[
+        ("handler.py", handler),
+        ("pkg/__init__.py", b""),
+        ("pkg/helper.py", b"def answer():\n    return 'compiled'\n"),
+        ("tools/py2.py", b"print 'a script no handler imports'\n"),
+    ];
+    let function = server
+        .deploy("ns", "compiled", json!({"runtime": "python3.11"}), files)
+        .await;
+    let message = function["status"]["message"].as_str().unwrap();
+    assert!(
+        message.ends_with("compiled 3 Python modules to bytecode; not compiled (importing fails): tools/py2.py"),
+        "{message}"
+    );
+    let answer = |text: String| serde_json::from_str::<Value>(&text).unwrap_or_else(|_| panic!("{text}"));
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/compiled", "").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    // Flags 1: hash-based, and not checked against the source.
+    assert_eq!(answer(text), json!({"answer": "compiled", "pyc_flags": 1}));
+
+    let artifacts = server.data_path().join("artifacts");
+    let helper = std::fs::read_dir(&artifacts)
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("pkg/helper.py"))
+        .find(|path| path.is_file())
+        .expect("the artifact's pkg/helper.py");
+    std::fs::write(&helper, "def answer():\n    return 'source'\n").unwrap();
+    // The same code for a second function: the same artifact, a new instance.
+    server
+        .deploy("ns", "same-code", json!({"runtime": "python3.11"}), files)
+        .await;
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/same-code", "").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    assert_eq!(answer(text), json!({"answer": "compiled", "pyc_flags": 1}));
+}
+
 #[tokio::test]
 async fn build_timeout_is_enforced() {
     let server = Server::start(Backend::Sqlite).await;

@@ -128,7 +128,22 @@ async fn a_build_with_only_its_grant_uploads_the_artifact_and_reports_its_digest
         .await
         .expect("the tarball at the staging key");
     assert_eq!(hex::encode(Sha256::digest(&tarball)), digest);
-    assert!(String::from_utf8_lossy(&run.out.stdout).contains("no dependencies to install"));
+    let stdout = String::from_utf8_lossy(&run.out.stdout);
+    assert!(stdout.contains("no dependencies to install"), "{stdout}");
+    assert!(stdout.contains("compiled 1 Python modules to bytecode"), "{stdout}");
+    // The handler's bytecode, compiled by the build, is in the artifact.
+    let mut files = tar::Archive::new(flate2::read::GzDecoder::new(&tarball[..]));
+    let names: Vec<String> = files
+        .entries()
+        .unwrap()
+        .map(|entry| entry.unwrap().path().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .any(|name| name.ends_with("__pycache__/handler.cpython-311.pyc")),
+        "{names:?}"
+    );
     // The build wrote its staging key and nothing else: the server makes artifacts.
     assert!(bucket.s3.keys("sless/artifacts").is_empty());
 }
