@@ -245,7 +245,7 @@ for root, dirs, files in os.walk("."):
                 failed.append((path, " ".join(str(exc).split())))
 for path, why in failed[:10]:
     print(f"not compiled: {path}: {why}"[:300])
-summary = f"compiled {compiled} Python modules to bytecode"
+summary = f"compiled {compiled} Python module{'' if compiled == 1 else 's'} to bytecode"
 if failed:
     names = ", ".join(path for path, _ in failed[:3]) + (", ..." if len(failed) > 3 else "")
     summary += f"; not compiled (importing fails): {names}"[:200]

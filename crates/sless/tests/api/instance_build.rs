@@ -130,7 +130,7 @@ async fn a_build_with_only_its_grant_uploads_the_artifact_and_reports_its_digest
     assert_eq!(hex::encode(Sha256::digest(&tarball)), digest);
     let stdout = String::from_utf8_lossy(&run.out.stdout);
     assert!(stdout.contains("no dependencies to install"), "{stdout}");
-    assert!(stdout.contains("compiled 1 Python modules to bytecode"), "{stdout}");
+    assert!(stdout.contains("compiled 1 Python module to bytecode"), "{stdout}");
     // The handler's bytecode, compiled by the build, is in the artifact.
     let mut files = tar::Archive::new(flate2::read::GzDecoder::new(&tarball[..]));
     let names: Vec<String> = files
