@@ -390,6 +390,31 @@ def handle(event, context):
     let (status, _, text) = server.invoke(Method::GET, "/fn/ns/same-code", "").await;
     assert_eq!(status, StatusCode::OK, "{text}");
     assert_eq!(answer(text), json!({"answer": "compiled", "pyc_flags": 1}));
+
+    // Many modules that do not compile, with long lines: the status names
+    // the first three, within its bound, and the build still goes live.
+    let broken: Vec<(String, Vec<u8>)> = (0..12)
+        .map(|i| {
+            (
+                format!("bad{i}.py"),
+                format!("x = 'never closed {}\n", "y".repeat(5000)).into_bytes(),
+            )
+        })
+        .collect();
+    let mut files: Vec<(&str, &[u8])> = vec![("handler.py", b"def handle(event, context):\n    return 'ok'\n")];
+    files.extend(broken.iter().map(|(name, text)| (name.as_str(), text.as_slice())));
+    let function = server
+        .deploy("ns", "many-broken", json!({"runtime": "python3.11"}), &files)
+        .await;
+    let message = function["status"]["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(
+            "compiled 1 Python module to bytecode; not compiled (importing fails): bad0.py, bad1.py, bad10.py, ..."
+        ),
+        "{message}"
+    );
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/many-broken", "").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#""ok""#));
 }
 
 #[tokio::test]
