@@ -161,7 +161,7 @@ impl Launcher {
         std::fs::write(shim_dir.join("sless_zygote.py"), PYTHON_ZYGOTE)?;
         std::fs::write(shim_dir.join("sless_warm.js"), NODE_WARM_MODULE)?;
         std::fs::write(shim_dir.join("sless_zygote.js"), NODE_ZYGOTE)?;
-        std::fs::write(shim_dir.join("sless_fork.node"), NODE_FORK)?;
+        write_replacing(&shim_dir.join("sless_fork.node"), NODE_FORK)?;
 
         // Slots of this process only: several servers may share a data dir.
         let all_slots = data_dir.join("slots");
@@ -586,14 +586,21 @@ pub(crate) fn remove_stale_slots(all_slots: &Path) {
     }
 }
 
+/// Writes a shared library as a new file in place of `path`: a zygote of
+/// another server on the same data dir may have the old one mapped, and
+/// rewriting that file in place would pull its code from under it.
+fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut new = path.as_os_str().to_owned();
+    new.push(format!(".new-{}", std::process::id()));
+    std::fs::write(&new, bytes)?;
+    std::fs::rename(&new, path)
+}
+
 fn set_mode(path: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
 }
 
-/// Mirrors `from` into `to` with hard links (directories made, symlinks
-/// copied): fast, and the instance cannot change the artifact through it
-/// because its slot is bound read-only.
 /// Links `from` into `to` as [`link_tree`] does when it holds at most
 /// [`SMALL_TREE_FILES`] files and no folders (a handler without
 /// dependencies), cheaply enough to do on an async task; false, having
@@ -616,6 +623,9 @@ pub fn link_small_tree(from: &Path, to: &Path) -> std::io::Result<bool> {
 /// Files that [`link_small_tree`] links at most.
 const SMALL_TREE_FILES: usize = 16;
 
+/// Mirrors `from` into `to` with hard links (directories made, symlinks
+/// copied): fast, and the instance cannot change the artifact through it
+/// because its slot is bound read-only.
 pub fn link_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -643,5 +653,22 @@ mod tests {
         assert_eq!(classes, [16, 16, 64, 128, 128, 256, 512, 1024, 4096, 16384]);
         assert_eq!([128, 256, 4096].map(node_heap_mb), [96, 192, 3072]);
         assert_eq!(node_heap_for(300), 192);
+    }
+
+    #[test]
+    fn a_library_written_again_leaves_whoever_holds_the_old_one_its_bytes() {
+        use std::io::Read;
+        let dir = std::env::temp_dir().join(format!("sless-write-replacing-{:016x}", rand::random::<u64>()));
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("sless_fork.node");
+        write_replacing(&path, b"old library").unwrap();
+        let mut held = std::fs::File::open(&path).unwrap();
+        write_replacing(&path, b"new").unwrap();
+        let mut text = String::new();
+        held.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "old library");
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "no temporary file is left");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
