@@ -11,7 +11,10 @@ themselves), and each Python fork's own CPU, page faults and threads
 proportional set size (PSS) of idle hello instances of each runtime.
 `--code-lines N` gives each Python function a module of about N lines of
 its own that its handler imports (compiled at import, or read back as the
-bytecode its build made). One command:
+bytecode its build made). `--code-files N` gives each function (either
+runtime) N small modules in folders beside its handler, which it does not
+import: the cost of a code tree's files alone, as dependencies a call
+does not use. One command:
 
     python3 bench/coldburst.py --sless "$CARGO_TARGET_DIR/release/sless"
 
@@ -229,20 +232,25 @@ def library(lines):
     return "".join(body)
 
 
-def code_of(runtime, code_lines):
-    """The functions' files: hello, and with `code_lines` a module of that
-    many lines (Python) that the handler imports."""
+def code_of(runtime, code_lines, code_files=0):
+    """The functions' files: hello, with `code_lines` a module of that many
+    lines (Python) that the handler imports, and `code_files` modules of a
+    line each in folders of 50 that nothing imports."""
     _, filename, code = HELLO[runtime]
-    if runtime != "python" or code_lines <= 0:
-        return {filename: code}
-    return {filename: "import lib\n\n" + code.replace("'world'}", "'world', 'lib': lib.f0(1)}"),
-            "lib.py": library(code_lines)}
+    files = {filename: code}
+    if runtime == "python" and code_lines > 0:
+        files = {filename: "import lib\n\n" + code.replace("'world'}", "'world', 'lib': lib.f0(1)}"),
+                 "lib.py": library(code_lines)}
+    extension = filename.rsplit(".", 1)[1]
+    for i in range(code_files):
+        files[f"vendor/pkg{i // 50}/m{i}.{extension}"] = f"X = {i}\n" if extension == "py" else f"exports.x = {i};\n"
+    return files
 
 
-def deploy_all(address, namespace, runtime, names, extra=None, parallel=8, code_lines=0):
+def deploy_all(address, namespace, runtime, names, extra=None, parallel=8, code_lines=0, code_files=0):
     """Creates and builds every function (one archive, so one artifact)."""
     rt = HELLO[runtime][0]
-    archive = zip_of(code_of(runtime, code_lines))
+    archive = zip_of(code_of(runtime, code_lines, code_files))
 
     def one(name):
         api = Api(address)
@@ -410,7 +418,7 @@ def run_mode(args, label, env):
             namespace = f"burst-{runtime}"
             names = [f"f-{i}" for i in range(args.functions)]
             started = time.time()
-            deploy_all(address, namespace, runtime, names, code_lines=args.code_lines)
+            deploy_all(address, namespace, runtime, names, code_lines=args.code_lines, code_files=args.code_files)
             print(f"[{label}] {runtime}: {len(names)} functions deployed in {time.time() - started:.0f} s", flush=True)
             for callers in args.callers:
                 wait_for_zero(api, namespace)
@@ -527,6 +535,8 @@ def main():
                     help="cold starts one at a time, the warm pool refilled in between (0: none)")
     ap.add_argument("--code-lines", type=int, default=0,
                     help="Python functions import a module of about this many lines of their own")
+    ap.add_argument("--code-files", type=int, default=0,
+                    help="each function's code holds this many more modules, in folders, that it does not import")
     ap.add_argument("--server-log", help="append the servers' log here (its level through --mode, "
                     "e.g. --mode debug:SLESS_LOG=sless_driver_local=debug)")
     ap.add_argument("--mode", action="append", default=[],
