@@ -35,6 +35,9 @@ const BUILD_GROUP: GroupLimits = GroupLimits {
     cpus: 1.0,
 };
 
+/// The start of the name of a server's [`Builder::retired_dir`], before its owner tag.
+const RETIRED: &str = ".retired-";
+
 pub struct Builder {
     pub artifacts_dir: PathBuf,
     launcher: Arc<Launcher>,
@@ -57,7 +60,10 @@ impl Builder {
         for entry in std::fs::read_dir(&artifacts_dir)?.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.starts_with(".build-") || name.starts_with(".fetch-") {
+            let retired_by_gone = name
+                .strip_prefix(RETIRED)
+                .is_some_and(|owner| super::owner::is_gone(owner) != Some(false));
+            if name.starts_with(".build-") || name.starts_with(".fetch-") || retired_by_gone {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
@@ -72,6 +78,13 @@ impl Builder {
 
     pub fn artifact_dir(&self, artifact: &Fingerprint) -> PathBuf {
         self.artifacts_dir.join(artifact.as_str())
+    }
+
+    /// Where this server puts removed artifacts that running instances
+    /// still use (code_mount.rs); what a server that is gone left there is
+    /// removed at start.
+    pub fn retired_dir(&self) -> PathBuf {
+        self.artifacts_dir.join(format!("{RETIRED}{}", super::owner::own_tag()))
     }
 
     pub async fn build(&self, job: BuildJob, artifact: Fingerprint) -> Result<Built, BuildError> {

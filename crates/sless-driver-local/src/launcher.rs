@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use sless_api::Runtime;
 
 use super::cgroup::GroupLimits;
+use super::code_mount::{ArtifactHolds, CodeMounter};
 use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings};
 use super::network::HubOf;
 use super::process::ShimProcess;
@@ -131,6 +132,12 @@ pub struct Launcher {
     /// made on the first start of a shim of that heap; none for a heap
     /// whose zygote's first fork failed (its shims start as new nodes).
     node_zygotes: Option<Mutex<HashMap<u32, Option<Arc<Zygote>>>>>,
+    /// Mounts a fork's code into its view (with `zygote`; see code_mount.rs).
+    code_mounter: Option<CodeMounter>,
+    /// Whether a failed mount was logged (it falls back to links).
+    mount_failed: std::sync::atomic::AtomicBool,
+    /// The artifacts instances have mounted.
+    pub holds: ArtifactHolds,
 }
 
 impl Launcher {
@@ -189,6 +196,14 @@ impl Launcher {
             (false, _) => None,
         };
         let node_zygotes = (zygote.is_some() && node_zygote).then(Mutex::default);
+        let code_mounter = match zygote.as_ref().map(|_| CodeMounter::start()) {
+            Some(Ok(mounter)) => Some(mounter),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "instances get their code linked file by file: the code mounter did not start");
+                None
+            }
+            None => None,
+        };
         Ok(Launcher {
             sandbox,
             confiner,
@@ -199,7 +214,38 @@ impl Launcher {
             scratch_dir,
             zygote,
             node_zygotes,
+            code_mounter,
+            mount_failed: Default::default(),
+            holds: ArtifactHolds::default(),
         })
+    }
+
+    /// Puts `artifact` at the instance's `/code`: mounted into a fork's
+    /// view (a few system calls), else linked into its slot file by file.
+    pub async fn place_code(&self, process: &ShimProcess, artifact: &Path) -> std::io::Result<()> {
+        if let (Some(mounter), Some(pidfd)) = (&self.code_mounter, process.pidfd()) {
+            let hold = self.holds.hold(artifact);
+            match mounter.mount(artifact, pidfd).await {
+                Ok(()) => {
+                    process.hold_artifact(hold);
+                    return Ok(());
+                }
+                Err(e) if !self.mount_failed.swap(true, std::sync::atomic::Ordering::Relaxed) => {
+                    tracing::warn!(error = %e, "mounting code into an instance failed; linking it (logged once)");
+                }
+                Err(_) => {}
+            }
+        }
+        // A few files are linked here: a trip to the blocking threads costs
+        // more than their links (a deploy waits for it).
+        if !link_small_tree(artifact, &process.slot)? {
+            let from = artifact.to_path_buf();
+            let slot = process.slot.clone();
+            tokio::task::spawn_blocking(move || link_tree(&from, &slot))
+                .await
+                .map_err(std::io::Error::other)??;
+        }
+        Ok(())
     }
 
     /// Whether shims of `runtime` are forks of a zygote that stay its

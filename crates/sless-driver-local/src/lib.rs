@@ -7,6 +7,7 @@
 mod artifacts;
 mod builder;
 mod cgroup;
+mod code_mount;
 mod confine;
 pub mod frame;
 #[cfg(test)]
@@ -192,15 +193,18 @@ impl Driver for LocalDriver {
     }
 
     async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
-        // Running instances hold hard links of their own to the files.
         let dir = self.builder.artifact_dir(artifact);
         // The digest beside it goes too (a later build stores its own
         // tarball); tarballs in the object store stay for other replicas.
         let _ = tokio::fs::remove_file(format!("{}.sha256", dir.display())).await;
-        match tokio::fs::remove_dir_all(&dir).await {
-            Ok(()) => Ok(()),
+        // Instances that mounted it keep it until they end (code_mount.rs);
+        // those it was linked into hold hard links of their own.
+        let failed = |e: std::io::Error| DriverError::Internal(format!("removing artifact {artifact}: {e}"));
+        match self.launcher.holds.retire(&dir, &self.builder.retired_dir()) {
+            Ok(Some(aside)) => tokio::fs::remove_dir_all(&aside).await.map_err(failed),
+            Ok(None) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(DriverError::Internal(format!("removing artifact {artifact}: {e}"))),
+            Err(e) => Err(failed(e)),
         }
     }
 

@@ -14,7 +14,7 @@ use serde_json::json;
 use sless_api::FunctionSpec;
 use sless_driver::pool::{Demand, InstancePool, Member, Refusal, Supply};
 
-use super::launcher::{link_small_tree, link_tree, Launcher};
+use super::launcher::Launcher;
 use super::process::{Output, ShimProcess};
 use super::warm::WarmPool;
 use sless_driver::{FunctionKey, FunctionLoad, InvokeError, VersionRef};
@@ -380,17 +380,10 @@ async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<A
     // answered the call that waits for it (below), or on a failure here.
     let (process, refill) = pool.warm.take().await.map_err(StartFailure::Start)?;
     let taken = started.elapsed();
-    let linking = |e: std::io::Error| StartFailure::Start(format!("linking code into the instance: {e}"));
-    // A few files are linked here: a trip to the blocking threads costs
-    // more than their links (a deploy waits for it).
-    if !link_small_tree(&generation.artifact_dir, &process.slot).map_err(linking)? {
-        let from = generation.artifact_dir.clone();
-        let slot = process.slot.clone();
-        tokio::task::spawn_blocking(move || link_tree(&from, &slot))
-            .await
-            .map_err(|e| StartFailure::Start(e.to_string()))?
-            .map_err(linking)?;
-    }
+    pool.launcher
+        .place_code(&process, &generation.artifact_dir)
+        .await
+        .map_err(|e| StartFailure::Start(format!("putting the code into the instance: {e}")))?;
     if !generation.secrets.files.is_empty() {
         let files = generation.secrets.files.clone();
         let dir = super::launcher::secrets_dir(&process);

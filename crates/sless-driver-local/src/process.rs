@@ -162,6 +162,9 @@ pub struct ShimProcess {
     js_heap_mb: AtomicU32,
     /// Set when its stderr says V8 ran out of heap ([`JS_HEAP_EXHAUSTED`]).
     heap_exhausted: Arc<AtomicBool>,
+    /// The artifact mounted at its `/code`, kept while it runs (dropped
+    /// after the process is killed: the fields go after `drop`).
+    artifact: Mutex<Option<super::code_mount::ArtifactHold>>,
 }
 
 /// What node writes to stderr when V8 cannot grow its heap further, just
@@ -246,6 +249,7 @@ impl ShimProcess {
             death,
             js_heap_mb: AtomicU32::new(0),
             heap_exhausted: Arc::new(AtomicBool::new(false)),
+            artifact: Mutex::new(None),
         });
         let instance = process.id;
         tokio::spawn(frame::write_queued(stdin, frames));
@@ -480,6 +484,22 @@ impl ShimProcess {
             handle.kill();
         }
         self.mark_dead("instance stopped".into());
+    }
+}
+
+impl ShimProcess {
+    /// A pidfd of a fork of the zygote (none for a sandbox of its own, or
+    /// once killed): the way into its namespaces.
+    pub fn pidfd(&self) -> Option<OwnedFd> {
+        match self.handle.lock().unwrap().as_ref() {
+            Some(Handle::Forked(pidfd)) => pidfd.try_clone().ok(),
+            _ => None,
+        }
+    }
+
+    /// Keeps the artifact mounted at its `/code` for as long as it runs.
+    pub fn hold_artifact(&self, hold: super::code_mount::ArtifactHold) {
+        *self.artifact.lock().unwrap() = Some(hold);
     }
 }
 

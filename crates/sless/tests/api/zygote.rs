@@ -81,6 +81,7 @@ def handle(event, context):
         "fd_kinds": sorted(kind(t) for t in fds.values()),
         "root": sorted(os.listdir("/")),
         "code": sorted(os.listdir("/code")),
+        "code_links": os.stat("/code/handler.py").st_nlink,
         "random": random.getrandbits(64),
         "sched_batch": os.sched_getscheduler(0) == os.SCHED_BATCH,
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
@@ -164,13 +165,102 @@ async fn forked_instances_are_each_confined_alone() {
     for own in ["/proc", "/tmp"] {
         assert_ne!(device(&one, own), device(&two, own), "{own}: {one} {two}");
     }
-    // Its own code only, with the bytecode its build compiled.
+    // Its own code only, with the bytecode its build compiled, mounted
+    // read-only from the artifact: not a tree of links, one per file.
     assert_eq!(one["code"], json!(["__pycache__", "handler.py", "one.txt"]), "{one}");
     assert_eq!(two["code"], json!(["__pycache__", "handler.py", "two.txt"]), "{two}");
+    for out in [&one, &two] {
+        assert_eq!(out["code_links"], 1, "the artifact's file has no other link: {out}");
+        assert_eq!(mount_at(out, "/code")[1], "ro", "{out}");
+    }
     // Random numbers are drawn anew in each fork (CPython reseeds at fork).
     assert_ne!(one["random"], two["random"]);
     let again = report(&server, "one").await;
     assert_ne!(one["random"], again["random"]);
+}
+
+/// Waits until its code's artifact was renamed aside (the mount's root, in
+/// /proc/self/mountinfo, follows it), then reads its code.
+const READS_CODE_ONCE_RETIRED: &[u8] = br#"
+import time
+
+def handle(event, context):
+    open("/tmp/keeper-started", "w").close()  # its scratch, which the host sees
+    retired = False
+    for _ in range(600):
+        for line in open("/proc/self/mountinfo"):
+            fields = line.split()
+            if fields[4] == "/code" and ".retired-" in fields[3]:
+                retired = True
+        if retired:
+            break
+        time.sleep(0.1)
+    import late
+    return {"retired": retired, "data": open("/code/data.txt").read(), "late": late.VALUE}
+"#;
+
+#[tokio::test]
+async fn an_instance_keeps_its_code_while_its_old_version_is_pruned() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_KEEP_VERSIONS", "1")]).await;
+    let version = |data: &'static [u8], late: &'static [u8]| {
+        [
+            ("handler.py", READS_CODE_ONCE_RETIRED),
+            ("data.txt", data),
+            ("late.py", late),
+        ]
+    };
+    server
+        .deploy(
+            "ns",
+            "keeper",
+            json!({"runtime": "python3.11"}),
+            &version(b"A", b"VALUE = 'A'\n"),
+        )
+        .await;
+    let call = {
+        let url = format!("{}/fn/ns/keeper", server.url);
+        tokio::spawn(async move { reqwest::get(url).await.unwrap().text().await.unwrap() })
+    };
+    // The call waits in the instance of the first version, as the second
+    // goes live and the first is pruned (one version kept): its artifact
+    // is removed while the call still reads from it.
+    let slots = server.data_path().join("slots");
+    eventually(Duration::from_secs(30), || async {
+        found_below(&slots, "keeper-started", 4)
+            .then_some(())
+            .ok_or("the call has not reached the instance".to_string())
+    })
+    .await;
+    server
+        .deploy(
+            "ns",
+            "keeper",
+            json!({"runtime": "python3.11"}),
+            &version(b"B", b"VALUE = 'B'\n"),
+        )
+        .await;
+    let answer: Value = serde_json::from_str(&call.await.unwrap()).unwrap();
+    assert_eq!(answer, json!({"retired": true, "data": "A", "late": "A"}));
+    // Once that instance has ended, the artifact it held is gone.
+    let artifacts = server.data_path().join("artifacts");
+    eventually(Duration::from_secs(30), || async {
+        let left: Vec<_> = std::fs::read_dir(&artifacts)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(".retired-"))
+            .flat_map(|e| std::fs::read_dir(e.path()).unwrap().flatten())
+            .map(|e| e.file_name())
+            .collect();
+        left.is_empty().then_some(()).ok_or(format!("{left:?}"))
+    })
+    .await;
+}
+
+/// Whether a file named `name` is in `dir` or below it, `depth` levels at most.
+fn found_below(dir: &std::path::Path, name: &str, depth: usize) -> bool {
+    std::fs::read_dir(dir).into_iter().flatten().flatten().any(|entry| {
+        entry.file_name() == name || (depth > 0 && entry.path().is_dir() && found_below(&entry.path(), name, depth - 1))
+    })
 }
 
 /// The row of `report`'s mount table for the mount at `point`.
@@ -264,13 +354,30 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
     holds_no_more_descriptors(&fork, &new);
     // The same mounts, each as read-only and of the same kind, though the
     // fork's root and /dev are copies of the zygote's template; bubblewrap's
-    // /dev holds a devpts more.
+    // /dev holds a devpts more, and the fork's code is mounted on top of
+    // its (empty) slot where bubblewrap's is linked into it.
     let table = |out: &Value, skip: &str| -> Vec<Value> {
         let rows = out["mounts"].as_array().unwrap().iter();
-        rows.filter(|row| row[0] != skip)
+        let mut rows: Vec<Value> = rows
+            .filter(|row| row[0] != skip)
             .map(|row| json!([row[0], row[1], row[2]]))
-            .collect()
+            .collect();
+        rows.dedup();
+        rows
     };
+    let code_mounts = |out: &Value| {
+        out["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|row| row[0] == "/code")
+            .count()
+    };
+    assert_eq!(
+        (code_mounts(&fork), code_mounts(&new)),
+        (2, 1),
+        "fork {fork} new interpreter {new}"
+    );
     assert_eq!(
         table(&fork, ""),
         table(&new, "/dev/pts"),
