@@ -11,7 +11,8 @@ themselves), and each Python fork's own CPU, page faults and threads
 proportional set size (PSS) of idle hello instances of each runtime.
 `--code-lines N` gives each Python function a module of about N lines of
 its own that its handler imports (compiled at import, or read back as the
-bytecode its build made). `--code-files N` gives each function (either
+bytecode its build made). `--after-idle K` adds K cold starts each made once none of the
+tenant's instances runs any more (as after a quiet spell). `--code-files N` gives each function (either
 runtime) N small modules in folders beside its handler, which it does not
 import: the cost of a code tree's files alone, as dependencies a call
 does not use. One command:
@@ -458,6 +459,17 @@ def run_mode(args, label, env):
                 rows.append(row)
                 print(f"[{label}] {runtime} one at a time, pool refilled: p50 {row[4]:6.1f} ms, p99 {row[5]:6.1f} ms "
                       f"({len(latencies)} samples; load average {before:.2f} -> {row[7]:.2f})", flush=True)
+            if args.after_idle > 0:
+                # A cold start in a tenant none of whose instances runs
+                # any more (as after a quiet spell): its network hub went
+                # with its last instance.
+                latencies = []
+                for name in names[:args.after_idle]:
+                    wait_for_zero(api, namespace)
+                    time.sleep(args.settle)
+                    latencies += burst(address, namespace, [name], 1)[1]
+                print(f"[{label}] {runtime} after the tenant's instances all ended: p50 {pct(latencies, 50):6.1f} ms, "
+                      f"max {max(latencies):6.1f} ms ({len(latencies)} samples)", flush=True)
         pss = {}
         if args.pss_instances > 0 and os.geteuid() == 0:
             for runtime in args.runtimes:
@@ -533,6 +545,8 @@ def main():
     ap.add_argument("--pss-instances", type=int, default=10)
     ap.add_argument("--single", type=int, default=30,
                     help="cold starts one at a time, the warm pool refilled in between (0: none)")
+    ap.add_argument("--after-idle", type=int, default=0,
+                    help="cold starts each once none of the tenant's instances runs any more (0: none)")
     ap.add_argument("--code-lines", type=int, default=0,
                     help="Python functions import a module of about this many lines of their own")
     ap.add_argument("--code-files", type=int, default=0,

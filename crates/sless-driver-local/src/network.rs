@@ -26,6 +26,13 @@
 //! tenant's hub when it is loaded (`network: none`: never). A hub is made
 //! by the first member that needs it and goes with its last.
 //!
+//! Once a first hub was made, one more is kept ready, with the rules every
+//! hub has and pasta connected, in no tenant's use: a tenant whose hub
+//! went (its instances idled out) takes it at its next cold start instead
+//! of waiting some 25 ms for a hub of its own, and a new spare is made
+//! off the request path. A tenant granted private destinations makes its
+//! own hub as before (its rules differ). The spare costs an idle pasta.
+//!
 //! Namespaces are made ahead of demand: one thread of their own keeps
 //! [`SPARE_NAMESPACES`] fresh ones (loopback only, in no hub), and a sandbox
 //! takes one (or makes one when none is left). Making one costs the kernel
@@ -159,6 +166,9 @@ pub struct Networks {
     spares: Arc<Spares>,
     private: Vec<PrivateEgress>,
     hubs: Mutex<HashMap<HubOf, Weak<HubCell>>>,
+    /// A hub made ahead of demand, with no private destination (see the
+    /// module doc), and whether one is being made.
+    spare_hub: Arc<SpareHub>,
     /// A resolv.conf naming [`DNS_ADDRESS`], bound over the sandbox's.
     pub resolv_conf: PathBuf,
 }
@@ -210,6 +220,7 @@ impl Networks {
             spares,
             private,
             hubs: Mutex::new(HashMap::new()),
+            spare_hub: Arc::default(),
             resolv_conf,
         })
     }
@@ -267,29 +278,23 @@ impl Networks {
         Ok(())
     }
 
-    /// A hub: its namespace forwards, its rules hold, then pasta joins it.
+    /// The hub of `hub`: the spare when it opens no private destination,
+    /// else a new one; either way a spare is made for the next.
     async fn make_hub(&self, hub: &HubOf) -> Result<Hub, String> {
-        let names = self.names.clone();
-        let (path, rtnl) = tokio::task::spawn_blocking(move || {
-            let (path, _) = names.next();
-            netlink::new_netns(&path, hub_sysctls).map(|rtnl| (path, rtnl))
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r.map_err(|e| e.to_string()))
-        .map_err(|e| format!("making a network hub: {e}"))?;
-        let mut made = Hub {
-            path,
-            rtnl: Mutex::new(rtnl),
-            pasta: None,
-        };
         let private: Vec<&PrivateEgress> = match hub {
             HubOf::Tenant(namespace) => self.private.iter().filter(|p| &p.namespace == namespace).collect(),
             HubOf::Builds => Vec::new(),
         };
-        // Rules first: nothing is connected before they hold.
-        nft(&made.path, &hub_rules(&self.blocked, &private)).await?;
-        made.pasta = Some(Pasta::connect(&made.path, DNS_ADDRESS).await?);
+        let spare = if private.is_empty() {
+            self.spare_hub.take()
+        } else {
+            None
+        };
+        let made = match spare {
+            Some(made) => made,
+            None => make_hub(self.names.clone(), hub_rules(&self.blocked, &private)).await?,
+        };
+        self.spare_hub.refill(self.names.clone(), hub_rules(&self.blocked, &[]));
         Ok(made)
     }
 
@@ -298,11 +303,81 @@ impl Networks {
     /// and is killed when the server exits).
     pub fn release(&self) {
         self.spares.stop();
+        self.spare_hub.stop();
         for entry in std::fs::read_dir(NETNS_DIR).into_iter().flatten().flatten() {
             if entry.file_name().to_string_lossy().starts_with(&self.names.prefix) {
                 remove_netns(&entry.path());
             }
         }
+    }
+}
+
+/// A hub: its namespace forwards, its `rules` hold, then pasta joins it.
+async fn make_hub(names: Arc<Names>, rules: String) -> Result<Hub, String> {
+    let (path, rtnl) = tokio::task::spawn_blocking(move || {
+        let (path, _) = names.next();
+        netlink::new_netns(&path, hub_sysctls).map(|rtnl| (path, rtnl))
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r.map_err(|e| e.to_string()))
+    .map_err(|e| format!("making a network hub: {e}"))?;
+    let mut made = Hub {
+        path,
+        rtnl: Mutex::new(rtnl),
+        pasta: None,
+    };
+    // Rules first: nothing is connected before they hold.
+    nft(&made.path, &rules).await?;
+    made.pasta = Some(Pasta::connect(&made.path, DNS_ADDRESS).await?);
+    Ok(made)
+}
+
+/// The hub kept ready (see the module doc).
+#[derive(Default)]
+struct SpareHub {
+    /// The spare, and whether the server has stopped making namespaces.
+    ready: Mutex<(Option<Hub>, bool)>,
+    making: std::sync::atomic::AtomicBool,
+}
+
+impl SpareHub {
+    fn take(&self) -> Option<Hub> {
+        self.ready.lock().unwrap().0.take()
+    }
+
+    /// Makes a spare in the background unless one is ready or being made.
+    fn refill(self: &Arc<Self>, names: Arc<Names>, rules: String) {
+        let ready = self.ready.lock().unwrap();
+        if ready.0.is_some() || ready.1 || self.making.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        drop(ready);
+        let spare = self.clone();
+        tokio::spawn(async move {
+            match make_hub(names, rules).await {
+                Ok(hub) => {
+                    let mut ready = spare.ready.lock().unwrap();
+                    if !ready.1 {
+                        ready.0 = Some(hub);
+                    } // else dropped here: its namespace and pasta go
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "making a spare network hub failed; the next new hub is made on demand")
+                }
+            }
+            spare.making.store(false, Ordering::Release);
+        });
+    }
+
+    /// Drops the spare and makes no more (at shutdown).
+    fn stop(&self) {
+        let spare = {
+            let mut ready = self.ready.lock().unwrap();
+            ready.1 = true;
+            ready.0.take()
+        };
+        drop(spare);
     }
 }
 

@@ -37,7 +37,7 @@ fn live_processes_with(file: &str, needle: &str) -> Vec<u32> {
 
 /// Live pasta processes serving a namespace of server `pid`
 /// (`/run/netns/sless-{pid}-…`), whoever their parent is now.
-fn pastas_of(pid: u32) -> Vec<u32> {
+pub(super) fn pastas_of(pid: u32) -> Vec<u32> {
     live_processes_with("cmdline", &format!("/run/netns/sless-{pid}-"))
 }
 

@@ -5,8 +5,10 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
-use super::leftovers::namespaces_of;
+use std::time::Duration;
+
+use super::harness::{eventually, Backend, Server};
+use super::leftovers::{namespaces_of, pastas_of};
 
 /// Python: `connect(host, port)` says "CONNECTED" or "BLOCKED:{error}".
 macro_rules! connect_py {
@@ -359,4 +361,72 @@ async fn namespaces_made_ahead_of_demand_serve_one_instance_each_and_go_at_shutd
         Vec::<String>::new(),
         "spares and instances' namespaces removed at shutdown"
     );
+}
+
+/// A tenant whose hub went (its instances idled out) takes the hub kept
+/// ready, pasta connected, at its next cold start instead of waiting for a
+/// new one; another spare is made after.
+#[tokio::test]
+async fn a_tenant_whose_hub_went_takes_the_spare_one_at_its_next_cold_start() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "1")]).await;
+    let pid = server.pid();
+    let sleeper = b"import time\n\ndef handle(event, context):\n    time.sleep(3)\n    return 'slept'\n";
+    server
+        .deploy(
+            "ns",
+            "sleeper",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", sleeper)],
+        )
+        .await;
+    // Its build and its deploy's check made hubs; once their members are
+    // gone, only the spare's pasta is left.
+    let spare = eventually(Duration::from_secs(60), || async {
+        match pastas_of(pid)[..] {
+            [spare] => Ok(spare),
+            ref other => Err(format!("pasta processes {other:?}, not the spare's alone")),
+        }
+    })
+    .await;
+    let cmdline = std::fs::read(format!("/proc/{spare}/cmdline")).unwrap();
+    let hub = String::from_utf8_lossy(&cmdline)
+        .split('\0')
+        .find(|arg| arg.starts_with("/run/netns/"))
+        .expect("pasta names its namespace")
+        .to_string();
+    assert!(links_in(&hub).iter().all(|l| !l.starts_with("sl")), "no member yet");
+    let url = format!("{}/fn/ns/sleeper", server.url);
+    let call = tokio::spawn(async move { reqwest::get(url).await.unwrap().text().await.unwrap() });
+    eventually(Duration::from_secs(10), || async {
+        let links = links_in(&hub);
+        links
+            .iter()
+            .any(|l| l.starts_with("sl"))
+            .then_some(())
+            .ok_or(format!("the spare hub holds no member: {links:?}"))
+    })
+    .await;
+    assert_eq!(call.await.unwrap(), "\"slept\"");
+    eventually(Duration::from_secs(30), || async {
+        let pastas = pastas_of(pid);
+        (pastas.len() == 2 && pastas.contains(&spare))
+            .then_some(())
+            .ok_or(format!("the tenant's hub and a new spare: {pastas:?}"))
+    })
+    .await;
+}
+
+/// The network links of the namespace bound at `netns`.
+fn links_in(netns: &str) -> Vec<String> {
+    let out = std::process::Command::new("/usr/bin/nsenter")
+        .arg(format!("--net={netns}"))
+        .args(["cat", "/proc/net/dev"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(2)
+        .filter_map(|line| line.split(':').next())
+        .map(|name| name.trim().to_string())
+        .collect()
 }
