@@ -1409,8 +1409,10 @@ def private_copy(fd):
         return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
 
 
-# The handler and the call that `rehearse` runs.
+# The handler and the call that `rehearse` runs; the zygote writes the
+# handler beside the shim as REHEARSAL_MODULE, with its bytecode.
 REHEARSAL_SOURCE = "def handle(event, context):\n    return {'hello': 'world'}\n"
+REHEARSAL_MODULE = "sless_rehearsal"
 REHEARSAL_HEADER = '{"request_id":"","kind":"http","method":"GET","path":"","query":"","headers":{},"deadline_ms":0}'
 # How long after HELLO an instance no LOAD came for rehearses: a cold
 # start waiting for it sends LOAD at once, so it is idle in the warm pool.
@@ -1423,8 +1425,27 @@ REHEARSAL_DELAY = 0.005
 # of its own). Should no cold start take it after all, it rehearses in
 # the warm pool a little later.
 REHEARSAL_DELAY_AWAITED = 0.25
-# Whether this instance has rehearsed (for the shim's tests).
+# Whether this instance has rehearsed (for the shim's tests), and the file
+# its rehearsal's handler came from (for the zygote's).
 rehearsed = False
+rehearsal_file = None
+
+
+def rehearsal_module():
+    """The rehearsal's handler, imported as a LOAD imports one: from the
+    bytecode the zygote compiled beside the shim (REHEARSAL_MODULE), by
+    the import system's finder, loader and module set-up, so that a real
+    LOAD finds their pages copied too; compiled here where there is no such
+    module (a shim not forked from the zygote). Leaves no module behind."""
+    try:
+        module = importlib.import_module(REHEARSAL_MODULE)
+    except ImportError:
+        namespace = {}
+        exec(compile(REHEARSAL_SOURCE, "<sless rehearsal>", "exec"), namespace)
+        return namespace
+    finally:
+        sys.modules.pop(REHEARSAL_MODULE, None)
+    return vars(module)
 
 
 def rehearse(shim):
@@ -1444,8 +1465,9 @@ def rehearse(shim):
         if hasattr(finder, "find_spec"):
             finder.find_spec("sless_shim", None)
             finder.find_spec("sless_rehearsal_finds_nothing", None)
-    namespace = {}
-    exec(compile(REHEARSAL_SOURCE, "<sless rehearsal>", "exec"), namespace)
+    namespace = rehearsal_module()
+    global rehearsal_file
+    rehearsal_file = namespace["handle"].__code__.co_filename
     function = Function(json.loads('{"function":"","concurrency":1}'), namespace["handle"])
     context = contextvars.copy_context().copy()
     args = context.run(build_call, function, decode_header(REHEARSAL_HEADER), b"")

@@ -520,6 +520,20 @@ def enter_own_root(shim_dir, base, data_dir):
     pivot_root(base)
 
 
+def write_rehearsal(shim_dir):
+    """The module a fork's rehearsal imports (sless_shim.rehearsal_module),
+    with its bytecode as a Python build makes it (unchecked hash), written
+    as new files: another server's zygote may be importing the old ones."""
+    import py_compile
+
+    path = os.path.join(shim_dir, sless_shim.REHEARSAL_MODULE + ".py")
+    with open(f"{path}.{os.getpid()}", "w") as f:
+        f.write(sless_shim.REHEARSAL_SOURCE)
+    os.replace(f"{path}.{os.getpid()}", path)
+    py_compile.compile(path, dfile=f"{SHIM}/{sless_shim.REHEARSAL_MODULE}.py", doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+
+
 def warm_up():
     """Runs once here what every instance runs first (an event loop, JSON
     both ways, compiling and inspecting a handler), so that the caches and
@@ -557,6 +571,10 @@ def main():
     global sless_shim
     import sless_shim  # the point of the zygote: imported once, before any fork
 
+    try:
+        write_rehearsal(HOST + shim_dir)  # the shim dir, writable through the data dir's bind
+    except Exception as exc:  # noqa: BLE001 - forks rehearse with a compile instead
+        sys.stderr.write(f"sless zygote: no bytecode for the rehearsal: {exc}\n")
     warm_up()
     # Forks are reaped by the kernel; a fork sets SIGCHLD back for its own children.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)

@@ -67,6 +67,7 @@ def handle(event, context):
             pass  # the directory's own descriptor, closed by now
     return {
         "forked": "sless_zygote" in sys.modules,
+        "rehearsal": getattr(sys.modules["__main__"], "rehearsal_file", None),
         "uid": os.getuid(),
         "gid": os.getgid(),
         "groups": os.getgroups(),
@@ -347,6 +348,15 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
     let new = report(&starting, "one").await;
     assert_eq!(fork["forked"], true, "{fork}");
     assert_eq!(new["forked"], false, "{new}");
+    // The fork rehearsed a LOAD as a LOAD runs, importing a module from
+    // the bytecode its zygote compiled as a build does (unchecked hash);
+    // the new interpreter, without one, compiled its handler.
+    assert_eq!(fork["rehearsal"], "/sless/shim/sless_rehearsal.py", "{fork}");
+    assert_eq!(new["rehearsal"], "<sless rehearsal>", "{new}");
+    let shims = forking.data_path().join("shims");
+    let version = std::fs::read_dir(&shims).unwrap().next().unwrap().unwrap().path();
+    let pyc = std::fs::read(version.join("__pycache__/sless_rehearsal.cpython-311.pyc")).unwrap();
+    assert_eq!(pyc[4..8], [1, 0, 0, 0], "an unchecked hash-based .pyc");
     for key in ["limits", "root", "code", "cap_eff"] {
         assert_eq!(fork[key], new[key], "{key} differs: fork {fork} new interpreter {new}");
     }
