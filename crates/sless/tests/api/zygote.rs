@@ -88,7 +88,8 @@ def handle(event, context):
         "cmdline": open("/proc/self/cmdline", "rb").read().decode(errors="replace"),
         "scratch_writable": scratch_writable(),
         "mounts": mount_table(),
-        "writes": {p: try_write(p) for p in ("/probe", "/dev/probe", "/code/probe", "/etc/probe")},
+        "writes": {p: try_write(p) for p in ("/probe", "/dev/probe", "/code/probe", "/code/__pycache__/probe",
+                                               "/etc/probe", "/sless/shim/probe", "/sless/shim/__pycache__/probe")},
     }
 "#;
 
@@ -203,21 +204,7 @@ def handle(event, context):
 #[tokio::test]
 async fn an_instance_keeps_its_code_while_its_old_version_is_pruned() {
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_KEEP_VERSIONS", "1")]).await;
-    let version = |data: &'static [u8], late: &'static [u8]| {
-        [
-            ("handler.py", READS_CODE_ONCE_RETIRED),
-            ("data.txt", data),
-            ("late.py", late),
-        ]
-    };
-    server
-        .deploy(
-            "ns",
-            "keeper",
-            json!({"runtime": "python3.11"}),
-            &version(b"A", b"VALUE = 'A'\n"),
-        )
-        .await;
+    deploy_keeper(&server, "A").await;
     let call = {
         let url = format!("{}/fn/ns/keeper", server.url);
         tokio::spawn(async move { reqwest::get(url).await.unwrap().text().await.unwrap() })
@@ -232,14 +219,7 @@ async fn an_instance_keeps_its_code_while_its_old_version_is_pruned() {
             .ok_or("the call has not reached the instance".to_string())
     })
     .await;
-    server
-        .deploy(
-            "ns",
-            "keeper",
-            json!({"runtime": "python3.11"}),
-            &version(b"B", b"VALUE = 'B'\n"),
-        )
-        .await;
+    deploy_keeper(&server, "B").await;
     let answer: Value = serde_json::from_str(&call.await.unwrap()).unwrap();
     assert_eq!(answer, json!({"retired": true, "data": "A", "late": "A"}));
     // Once that instance has ended, the artifact it held is gone.
@@ -255,6 +235,19 @@ async fn an_instance_keeps_its_code_while_its_old_version_is_pruned() {
         left.is_empty().then_some(()).ok_or(format!("{left:?}"))
     })
     .await;
+}
+
+/// Deploys a version of `keeper` whose data file and late module say `letter`.
+async fn deploy_keeper(server: &Server, letter: &str) {
+    let late = format!("VALUE = '{letter}'\n");
+    let files = [
+        ("handler.py", READS_CODE_ONCE_RETIRED),
+        ("data.txt", letter.as_bytes()),
+        ("late.py", late.as_bytes()),
+    ];
+    server
+        .deploy("ns", "keeper", json!({"runtime": "python3.11"}), &files)
+        .await;
 }
 
 /// Whether a file named `name` is in `dir` or below it, `depth` levels at most.
