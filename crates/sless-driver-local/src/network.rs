@@ -30,8 +30,9 @@
 //! hub has and pasta connected, in no tenant's use: a tenant whose hub
 //! went (its instances idled out) takes it at its next cold start instead
 //! of waiting some 25 ms for a hub of its own, and a new spare is made
-//! off the request path. A tenant granted private destinations makes its
-//! own hub as before (its rules differ). The spare costs an idle pasta.
+//! off the request path. A tenant granted private destinations takes it
+//! too: its destinations are added to the spare's rules (one nft run
+//! instead of a namespace, nft and pasta). The spare costs an idle pasta.
 //!
 //! Namespaces are made ahead of demand: one thread of their own keeps
 //! [`SPARE_NAMESPACES`] fresh ones (loopback only, in no hub), and a sandbox
@@ -278,20 +279,22 @@ impl Networks {
         Ok(())
     }
 
-    /// The hub of `hub`: the spare when it opens no private destination,
-    /// else a new one; either way a spare is made for the next.
+    /// The hub of `hub`: the spare if one is ready (a granted tenant's
+    /// private destinations added to its rules), else a new one; either
+    /// way a spare is made for the next.
     async fn make_hub(&self, hub: &HubOf) -> Result<Hub, String> {
         let private: Vec<&PrivateEgress> = match hub {
             HubOf::Tenant(namespace) => self.private.iter().filter(|p| &p.namespace == namespace).collect(),
             HubOf::Builds => Vec::new(),
         };
-        let spare = if private.is_empty() {
-            self.spare_hub.take()
-        } else {
-            None
-        };
-        let made = match spare {
-            Some(made) => made,
+        let made = match self.spare_hub.take() {
+            Some(made) if private.is_empty() => made,
+            Some(made) => {
+                // Before any member joins it. On failure the spare is
+                // dropped (its namespace and pasta go).
+                nft(&made.path, &grant_rules(&private)).await?;
+                made
+            }
             None => make_hub(self.names.clone(), hub_rules(&self.blocked, &private)).await?,
         };
         self.spare_hub.refill(self.names.clone(), hub_rules(&self.blocked, &[]));
@@ -678,10 +681,17 @@ fn blocked(host: &[Ipv4Addr]) -> String {
 /// be mapped back to its member, so it would reach the hub's own TCP stack,
 /// which answers it with a reset that kills the member's connection (npm
 /// and pip in builds hung on TLS): such segments are dropped instead.
+///
+/// The `private` destinations are accepted in chain `grants`, which the
+/// forward chain jumps to after DNS: a spare hub (made with none) taken by
+/// a granted tenant gets them added there ([`grant_rules`]).
 fn hub_rules(blocked: &str, private: &[&PrivateEgress]) -> String {
     let private: String = private.iter().map(|p| format!("    {}\n", p.rule())).collect();
     format!(
         "table inet sless {{\n\
+         \x20 chain grants {{\n\
+         {private}\
+         \x20 }}\n\
          \x20 chain input {{\n\
          \x20   type filter hook input priority 0; policy accept;\n\
          \x20   ct state invalid drop\n\
@@ -694,7 +704,7 @@ fn hub_rules(blocked: &str, private: &[&PrivateEgress]) -> String {
          \x20   oifname \"sl*\" reject with icmpx type admin-prohibited\n\
          \x20   ip daddr {DNS_ADDRESS} udp dport 53 accept\n\
          \x20   ip daddr {DNS_ADDRESS} tcp dport 53 accept\n\
-         {private}\
+         \x20   jump grants\n\
          \x20   ip daddr {{ {blocked} }} reject with icmp type admin-prohibited\n\
          \x20   meta nfproto ipv4 accept\n\
          \x20   reject with icmpx type admin-prohibited\n\
@@ -707,6 +717,17 @@ fn hub_rules(blocked: &str, private: &[&PrivateEgress]) -> String {
          \x20 }}\n\
          }}\n"
     )
+}
+
+/// What gives a hub made with no private destination those of `private`
+/// (nft syntax): one rule each, added to its chain `grants`. Adding takes
+/// nft a few milliseconds; replacing every rule (`flush ruleset`) took
+/// three times that, most of it the kernel's retiring of the old ones.
+fn grant_rules(private: &[&PrivateEgress]) -> String {
+    private
+        .iter()
+        .map(|p| format!("add rule inet sless grants {}\n", p.rule()))
+        .collect()
 }
 
 async fn nft(netns: &Path, rules: &str) -> Result<(), String> {
@@ -830,9 +851,15 @@ mod tests {
             assert!(text.contains(range), "{range} missing: {text}");
         }
         let at = |needle: &str| text.find(needle).unwrap_or_else(|| panic!("{needle} missing: {text}"));
-        // The grant is accepted before the ranges are refused, after members are kept apart.
-        assert!(at("oifname \"sl*\" reject") < at("ip daddr 10.1.2.3/32 th dport 5432 accept"));
-        assert!(at("ip daddr 10.1.2.3/32") < at("reject with icmp type admin-prohibited"));
+        // The grants are accepted before the ranges are refused, after members are kept apart.
+        assert!(at("oifname \"sl*\" reject") < at("jump grants"));
+        assert!(at("jump grants") < at("reject with icmp type admin-prohibited"));
+        let grants = &text[at("chain grants {")..at("chain input")];
+        assert!(grants.contains("ip daddr 10.1.2.3/32 th dport 5432 accept"), "{text}");
+        assert_eq!(
+            grant_rules(&[&grant[0]]),
+            "add rule inet sless grants ip daddr 10.1.2.3/32 th dport 5432 accept\n"
+        );
         // What tracking cannot map back to a member never reaches the hub's
         // own TCP stack, which would reset the member's connection.
         assert!(at("chain input") < at("ct state invalid drop"));

@@ -29,9 +29,10 @@ def connect(host, port):
 }
 
 /// Tries the machine's loopback services and an "internet" server from
-/// inside a handler, and lists what the network looks like there.
+/// inside a handler, and lists what the network looks like there; then
+/// stays `linger` seconds (default none) before it answers.
 const NET_PROBE: &[u8] = concat!(
-    "import socket, urllib.request\n",
+    "import socket, time, urllib.request\n",
     connect_py!(),
     r#"
 def handle(event, context):
@@ -43,6 +44,7 @@ def handle(event, context):
         out["egress"] = "FAILED:" + type(e).__name__
     out["interfaces"] = sorted(name for _, name in socket.if_nameindex())
     out["resolv"] = open("/etc/resolv.conf").read()
+    time.sleep(event.get("linger", 0))
     return out
 "#
 )
@@ -214,7 +216,17 @@ async fn a_private_destination_is_reachable_from_its_namespace_only() {
     let peer = Peer::private("hello from the private network");
     let grant = format!("alpha={}", peer.addr);
     let server = Server::start_with(Backend::Sqlite, &[("SLESS_PRIVATE_EGRESS", &grant)]).await;
-    for ns in ["alpha", "beta"] {
+    deploy_probes(&server, &["alpha", "beta"]).await;
+    let event = json!({"ports": [], "url": peer.url});
+    let alpha = probe(&server, "alpha", &event).await;
+    let beta = probe(&server, "beta", &event).await;
+    assert_granted_to_alpha_only(&alpha, &beta, &grant);
+    drop(peer);
+}
+
+/// Deploys the network probe as `net` in each of `namespaces`.
+async fn deploy_probes(server: &Server, namespaces: &[&str]) {
+    for ns in namespaces {
         server
             .deploy(
                 ns,
@@ -224,22 +236,27 @@ async fn a_private_destination_is_reachable_from_its_namespace_only() {
             )
             .await;
     }
-    let event = json!({"ports": [], "url": peer.url}).to_string();
-    let (status, _, text) = server.invoke(Method::POST, "/fn/alpha/net", &event).await;
+}
+
+/// What the probe of namespace `ns` answers to `event`.
+async fn probe(server: &Server, ns: &str, event: &Value) -> Value {
+    let (status, _, text) = server
+        .invoke(Method::POST, &format!("/fn/{ns}/net"), &event.to_string())
+        .await;
     assert_eq!(status, StatusCode::OK, "{text}");
-    let out: Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `alpha`, granted the private peer by `grant`, reached it; `beta` did not.
+fn assert_granted_to_alpha_only(alpha: &Value, beta: &Value, grant: &str) {
     assert_eq!(
-        out["egress"], "hello from the private network",
-        "{grant} opens the destination to alpha: {out}"
+        alpha["egress"], "hello from the private network",
+        "{grant} opens the destination to alpha: {alpha}"
     );
-    let (status, _, text) = server.invoke(Method::POST, "/fn/beta/net", &event).await;
-    assert_eq!(status, StatusCode::OK, "{text}");
-    let out: Value = serde_json::from_str(&text).unwrap();
     assert!(
-        out["egress"].as_str().unwrap().starts_with("FAILED"),
-        "{grant} opened the destination to beta too: {out}"
+        beta["egress"].as_str().unwrap().starts_with("FAILED"),
+        "{grant} opened the destination to beta too: {beta}"
     );
-    drop(peer);
 }
 
 /// Listens on port 8080 of its instance from import on, and answers its
@@ -381,6 +398,53 @@ async fn a_tenant_whose_hub_went_takes_the_spare_one_at_its_next_cold_start() {
         .await;
     // Its build and its deploy's check made hubs; once their members are
     // gone, only the spare's pasta is left.
+    let (spare, hub) = only_the_spare_hub(pid).await;
+    assert!(links_in(&hub).iter().all(|l| !l.starts_with("sl")), "no member yet");
+    let url = format!("{}/fn/ns/sleeper", server.url);
+    let call = tokio::spawn(async move { reqwest::get(url).await.unwrap().text().await.unwrap() });
+    a_member_joins(&hub).await;
+    assert_eq!(call.await.unwrap(), "\"slept\"");
+    eventually(Duration::from_secs(30), || async {
+        let pastas = pastas_of(pid);
+        (pastas.len() == 2 && pastas.contains(&spare))
+            .then_some(())
+            .ok_or(format!("the tenant's hub and a new spare: {pastas:?}"))
+    })
+    .await;
+}
+
+/// A tenant granted a private destination takes the hub kept ready too,
+/// with its own rules in place of the spare's: it reaches its destination
+/// through that hub, and another tenant still does not reach it.
+#[tokio::test]
+async fn a_granted_tenant_takes_the_spare_hub_with_its_own_rules() {
+    let peer = Peer::private("hello from the private network");
+    let grant = format!("alpha={}", peer.addr);
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_PRIVATE_EGRESS", &grant), ("SLESS_IDLE_TIMEOUT_SEC", "1")],
+    )
+    .await;
+    let pid = server.pid();
+    deploy_probes(&server, &["alpha", "beta"]).await;
+    let (_, hub) = only_the_spare_hub(pid).await;
+    let url = format!("{}/fn/alpha/net", server.url);
+    let event = json!({"ports": [], "url": peer.url, "linger": 3}).to_string();
+    let call = tokio::spawn(async move {
+        let response = reqwest::Client::new().post(url).body(event).send().await.unwrap();
+        response.text().await.unwrap()
+    });
+    a_member_joins(&hub).await;
+    let alpha: Value = serde_json::from_str(&call.await.unwrap()).unwrap();
+    let beta = probe(&server, "beta", &json!({"ports": [], "url": peer.url})).await;
+    assert_granted_to_alpha_only(&alpha, &beta, &grant);
+    drop(peer);
+}
+
+/// Waits until the only pasta of server `pid` is the spare hub's (the
+/// hubs its builds and deploys' checks made are gone): its pid, and the
+/// hub's namespace (named in pasta's arguments).
+async fn only_the_spare_hub(pid: u32) -> (u32, String) {
     let spare = eventually(Duration::from_secs(60), || async {
         match pastas_of(pid)[..] {
             [spare] => Ok(spare),
@@ -394,24 +458,18 @@ async fn a_tenant_whose_hub_went_takes_the_spare_one_at_its_next_cold_start() {
         .find(|arg| arg.starts_with("/run/netns/"))
         .expect("pasta names its namespace")
         .to_string();
-    assert!(links_in(&hub).iter().all(|l| !l.starts_with("sl")), "no member yet");
-    let url = format!("{}/fn/ns/sleeper", server.url);
-    let call = tokio::spawn(async move { reqwest::get(url).await.unwrap().text().await.unwrap() });
+    (spare, hub)
+}
+
+/// Waits until the hub bound at `hub` holds a member.
+async fn a_member_joins(hub: &str) {
     eventually(Duration::from_secs(10), || async {
-        let links = links_in(&hub);
+        let links = links_in(hub);
         links
             .iter()
             .any(|l| l.starts_with("sl"))
             .then_some(())
             .ok_or(format!("the spare hub holds no member: {links:?}"))
-    })
-    .await;
-    assert_eq!(call.await.unwrap(), "\"slept\"");
-    eventually(Duration::from_secs(30), || async {
-        let pastas = pastas_of(pid);
-        (pastas.len() == 2 && pastas.contains(&spare))
-            .then_some(())
-            .ok_or(format!("the tenant's hub and a new spare: {pastas:?}"))
     })
     .await;
 }
