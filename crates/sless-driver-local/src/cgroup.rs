@@ -13,6 +13,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::OnceLock;
+use std::time::Duration;
 
 /// CPU period of the quota (µs); the quota is one CPU's worth of it.
 const CPU_PERIOD_US: u64 = 100_000;
@@ -234,30 +237,93 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
-        let dirs = std::mem::take(&mut self.dirs);
-        // The processes may still be exiting: retry off the caller's thread.
-        std::thread::spawn(move || remove_groups(&dirs));
+        // The processes may still be exiting: removed off the caller's thread.
+        Reaper::remove(std::mem::take(&mut self.dirs));
     }
 }
 
-/// Kills what is left in the groups and removes them.
-fn remove_groups(dirs: &[PathBuf]) {
-    for _ in 0..100 {
-        for dir in dirs {
-            for pid in std::fs::read_to_string(dir.join("cgroup.procs"))
-                .unwrap_or_default()
-                .lines()
-            {
-                if let Some(pid) = pid.trim().parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+/// The thread that removes the groups of ended sandboxes ("sless-cgroups",
+/// started at the first): it kills what is left in a group and removes
+/// it, and tries again every [`Reaper::PAUSE`] while its processes are still
+/// exiting, up to [`Reaper::TRIES`] times. One thread for all: a thread per
+/// group cost each cold start's end a thread's start and exit, and a burst
+/// of ends as many threads at once.
+struct Reaper;
+
+impl Reaper {
+    const PAUSE: Duration = Duration::from_millis(50);
+    const TRIES: u32 = 100;
+
+    fn remove(dirs: Vec<PathBuf>) {
+        static QUEUE: OnceLock<Option<Sender<Vec<PathBuf>>>> = OnceLock::new();
+        let unsent = match QUEUE.get_or_init(Reaper::start) {
+            Some(queue) => queue.send(dirs).err().map(|unsent| unsent.0),
+            None => Some(dirs),
+        };
+        if let Some(dirs) = unsent {
+            remove_groups(&dirs);
+        }
+    }
+
+    /// The thread's queue, or None (groups are then removed on the spot).
+    fn start() -> Option<Sender<Vec<PathBuf>>> {
+        let (queue, groups) = std::sync::mpsc::channel();
+        let started = std::thread::Builder::new()
+            .name("sless-cgroups".into())
+            .stack_size(64 << 10)
+            .spawn(move || Reaper::run(&groups));
+        if let Err(e) = started {
+            tracing::warn!(error = %e, "cannot start the thread that removes control groups; removing each on the spot");
+            return None;
+        }
+        Some(queue)
+    }
+
+    fn run(groups: &Receiver<Vec<PathBuf>>) {
+        let mut pending: Vec<(Vec<PathBuf>, u32)> = Vec::new();
+        loop {
+            if pending.is_empty() {
+                match groups.recv() {
+                    Ok(dirs) => pending.push((dirs, 0)),
+                    Err(_) => return,
                 }
             }
+            pending.extend(groups.try_iter().map(|dirs| (dirs, 0)));
+            pending.retain_mut(|(dirs, tries)| {
+                *tries += 1;
+                !try_remove_groups(dirs) && *tries < Reaper::TRIES
+            });
+            if !pending.is_empty() {
+                std::thread::sleep(Reaper::PAUSE);
+            }
         }
-        if dirs.iter().all(|d| std::fs::remove_dir(d).is_ok() || !d.exists()) {
+    }
+}
+
+/// Kills what is left in the groups and removes them, trying again while
+/// their processes exit.
+fn remove_groups(dirs: &[PathBuf]) {
+    for _ in 0..Reaper::TRIES {
+        if try_remove_groups(dirs) {
             return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::thread::sleep(Reaper::PAUSE);
     }
+}
+
+/// Kills what is left in the groups and tries to remove them: whether they are gone.
+fn try_remove_groups(dirs: &[PathBuf]) -> bool {
+    for dir in dirs {
+        for pid in std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
+            if let Some(pid) = pid.trim().parse::<i32>().ok().and_then(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            }
+        }
+    }
+    dirs.iter().all(|d| std::fs::remove_dir(d).is_ok() || !d.exists())
 }
 
 /// Groups left by server processes that are gone.
@@ -327,6 +393,42 @@ mod tests {
 
         // Its removal would wait for files a real cgroupfs does not hold.
         std::mem::forget(group);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Plain directories stand in for groups: one that cannot go yet (a
+    /// file in it, as a group whose processes are still exiting) is tried
+    /// again until it can, without holding back the others; one thread
+    /// removes them all.
+    #[test]
+    fn one_thread_removes_every_group_and_tries_a_busy_one_again() {
+        let root = std::env::temp_dir().join(format!("sless-cgroup-reaper-{:016x}", rand::random::<u64>()));
+        let (busy, free) = (root.join("busy"), root.join("free"));
+        std::fs::create_dir_all(&busy).unwrap();
+        std::fs::create_dir_all(&free).unwrap();
+        std::fs::write(busy.join("held"), "").unwrap();
+        let gone_within = |dir: &Path, wait: Duration| {
+            let until = std::time::Instant::now() + wait;
+            while dir.exists() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            !dir.exists()
+        };
+        Reaper::remove(vec![busy.clone()]);
+        Reaper::remove(vec![free.clone()]);
+        assert!(gone_within(&free, Duration::from_secs(5)), "the free group is removed");
+        assert!(busy.exists(), "the busy one waits");
+        std::fs::remove_file(busy.join("held")).unwrap();
+        assert!(
+            gone_within(&busy, Duration::from_secs(5)),
+            "the busy one is removed once it can be"
+        );
+        let reapers = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter(|task| std::fs::read_to_string(task.path().join("comm")).is_ok_and(|c| c.trim() == "sless-cgroups"))
+            .count();
+        assert_eq!(reapers, 1);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
