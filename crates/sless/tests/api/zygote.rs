@@ -358,11 +358,18 @@ async fn a_fork_holds_what_a_new_interpreter_holds_and_nothing_more() {
     // The same mounts, each as read-only and of the same kind, though the
     // fork's root and /dev are copies of the zygote's template; bubblewrap's
     // /dev holds a devpts more, and the fork's code is mounted on top of
-    // its (empty) slot where bubblewrap's is linked into it.
+    // its (empty) slot where bubblewrap's is linked into it. That slot is a
+    // directory of the fork's own scratch tmpfs (its /tmp's device), not
+    // of the data dir's disk.
+    let slot = |out: &Value| json!(["/code", "ro", "tmpfs", mount_at(out, "/tmp")[3]]);
+    assert!(
+        fork["mounts"].as_array().unwrap().contains(&slot(&fork)),
+        "the fork's slot is not on its scratch tmpfs: {fork}"
+    );
     let table = |out: &Value, skip: &str| -> Vec<Value> {
         let rows = out["mounts"].as_array().unwrap().iter();
         let mut rows: Vec<Value> = rows
-            .filter(|row| row[0] != skip)
+            .filter(|row| row[0] != skip && **row != slot(out))
             .map(|row| json!([row[0], row[1], row[2]]))
             .collect();
         rows.dedup();
