@@ -47,8 +47,12 @@ TEMPLATE = "/sless/template"  # where Templates builds one
 # reaches them (a fork gets its scratch and network namespace as
 # descriptors), so that copy does not grow with the instances running.
 HOST_PATHS = ("/usr", "/etc", "/dev", "/proc", "/sys/fs/cgroup")
-# The most descriptors one request carries (the server's limit too).
+# The most descriptors one request carries (the server's limit too), and
+# its most bytes.
 MAX_FDS = 16
+REQUEST_BYTES = 1 << 16
+# The length of a template's key (ForkRequest::template).
+KEY_LEN = 16
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
@@ -241,6 +245,9 @@ class Templates:
         # [shared mounts, own shapes, descriptor, remounted, monotonic time built]
         self.built = []
         self.work = True
+        # The server's key of a request's template (ForkRequest::template) ->
+        # its entry in `built`: what the request loop in C forks by.
+        self.keys = {}
 
     def for_request(self, spec):
         """The template for this request (descriptor, remounted paths), or
@@ -257,6 +264,7 @@ class Templates:
         for entry in self.built:
             if entry[1] == own and entry[0] == mounts[:shared]:
                 if now - entry[4] < self.MAX_AGE:
+                    self.key(spec, entry)
                     return entry[2], entry[3]
                 self.drop(entry)
                 break
@@ -268,12 +276,27 @@ class Templates:
             sys.stderr.write(f"sless zygote: forks build their whole view, no template: {exc}\n")
             self.work = True
             return None
-        self.built.append([mounts[:shared], own, tree, remounted, now])
+        entry = [mounts[:shared], own, tree, remounted, now]
+        self.built.append(entry)
+        self.key(spec, entry)
         return tree, remounted
+
+    def key(self, spec, entry):
+        key = spec.get("template")
+        if isinstance(key, str) and len(key) == KEY_LEN and key.isascii():
+            self.keys[key] = entry
 
     def drop(self, entry):
         self.built.remove(entry)
         os.close(entry[2])
+        for key in [key for key, e in self.keys.items() if e is entry]:
+            del self.keys[key]
+
+    def fresh(self):
+        """[(key, entry, monotonic time from which it is built again)] of
+        the templates the request loop in C may fork with, at most
+        MAX_COUNT (its table's size) however many keys name them."""
+        return [(key, entry, entry[4] + self.MAX_AGE) for key, entry in self.keys.items()][-CLoop.TEMPLATES:]
 
 
 def own_shape(op, detached):
@@ -444,40 +467,121 @@ def close_all_but(low, keep):
         low = max(low, fd + 1)
 
 
+class CLoop:
+    """The request loop in C (sless_loop.c, beside the shim): it forks for
+    each request whose template the zygote holds, with no Python run in
+    the zygote between forks, so the zygote no longer writes (and copies,
+    since its forks share them) some 170 pages per fork. A request it
+    cannot serve comes back to Python (`serve_one`), as does the end of
+    the stream. Without the library, Python serves every request."""
+
+    TEMPLATES = 8  # the size of its table (MAX_TEMPLATES)
+
+    class Request(ctypes.Structure):
+        _fields_ = [("buf", ctypes.c_void_p), ("cap", ctypes.c_int64), ("len", ctypes.c_int64),
+                    ("fds", ctypes.c_int * MAX_FDS), ("nfds", ctypes.c_int), ("template_index", ctypes.c_int)]
+
+    class Table(ctypes.Structure):
+        _fields_ = [("count", ctypes.c_int), ("keys", (ctypes.c_char * KEY_LEN) * 8),
+                    ("until_ns", ctypes.c_int64 * 8)]
+
+    @classmethod
+    def load(cls):
+        try:
+            lib = ctypes.CDLL(f"{SHIM}/sless_loop.so", use_errno=True)
+            after_fork = ctypes.pythonapi.PyOS_AfterFork_Child
+        except (OSError, AttributeError) as exc:
+            sys.stderr.write(f"sless zygote: forking from Python: {exc}\n")
+            return None
+        return cls(lib, after_fork)
+
+    def __init__(self, lib, after_fork):
+        self.serve_c = lib.sless_serve
+        self.serve_c.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        self.serve_c.restype = ctypes.c_int
+        self.after_fork = after_fork
+        self.after_fork.argtypes, self.after_fork.restype = [], None
+        self.buf = ctypes.create_string_buffer(REQUEST_BYTES)
+        self.request = self.Request(buf=ctypes.cast(self.buf, ctypes.c_void_p), cap=REQUEST_BYTES)
+        self.table = self.Table()
+
+    def serve(self, control, own_pid_ns, templates):
+        """Serves requests in C until one needs Python: (message, fds); None
+        at the end of the stream. In a fork, never returns."""
+        fresh = templates.fresh()
+        self.table.count = len(fresh)
+        for i, (key, _, until) in enumerate(fresh):
+            self.table.keys[i].raw = key.encode()
+            self.table.until_ns[i] = int(until * 1e9)
+        got = self.serve_c(control.fileno(), own_pid_ns, ctypes.byref(self.request), ctypes.byref(self.table))
+        if got == 2:
+            return None
+        if got < 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"the zygote's request loop: {os.strerror(errno)}")
+        request = self.request
+        message, fds = ctypes.string_at(self.buf, request.len), list(request.fds[:request.nfds])
+        if got == 1:
+            return message, fds
+        # The fork: what os.fork() does in a child first (the interpreter's
+        # lock and threads made anew, random seeds drawn anew, ...).
+        self.after_fork()
+        try:
+            spec = json.loads(message)
+            _, entry, _ = fresh[request.template_index]
+            template = entry[2], entry[3]
+        except BaseException as exc:  # noqa: BLE001 - the reason goes back to the server
+            write_quietly(fds[3], f"error: {exc}\n".encode(errors="replace"))
+            os._exit(1)
+        become_instance(control, fds, spec, template)
+
+
 def serve(control):
     templates = Templates()
     own_pid_ns = os.open(f"{HOST}/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    loop = CLoop.load()
     while True:
-        try:
-            message, fds, _, _ = socket.recv_fds(control, 1 << 16, MAX_FDS)
-        except InterruptedError:
-            continue
-        if not message:
-            return  # the server is gone
-        if len(fds) < 4:
-            for fd in fds:
-                os.close(fd)
-            sys.stderr.write(f"sless zygote: a request came with {len(fds)} descriptors, not 4 or more\n")
-            continue
-        reply = fds[3]
-        try:
-            spec = json.loads(message)
-            template = templates.for_request(spec)
-            # The next child is pid 1 of a pid namespace of its own.
-            unshare(CLONE_NEWPID)
+        if loop is not None:
+            got = loop.serve(control, own_pid_ns, templates)
+            if got is None:
+                return  # the server is gone
+            message, fds = got
+        else:
             try:
-                pid = os.fork()
-            finally:
-                if os.getpid() != 1:
-                    setns_fd(own_pid_ns, CLONE_NEWPID)
-            if pid == 0:
-                become_instance(control, fds, spec, template)
-            write_quietly(reply, f"pid {pid}\n".encode())
-        except Exception as exc:  # noqa: BLE001
-            write_quietly(reply, f"error: {exc}\n".encode(errors="replace"))
+                message, fds, _, _ = socket.recv_fds(control, REQUEST_BYTES, MAX_FDS)
+            except InterruptedError:
+                continue
+            if not message:
+                return  # the server is gone
+            if len(fds) < 4:
+                for fd in fds:
+                    os.close(fd)
+                sys.stderr.write(f"sless zygote: a request came with {len(fds)} descriptors, not 4 or more\n")
+                continue
+        serve_one(control, templates, own_pid_ns, message, fds)
+
+
+def serve_one(control, templates, own_pid_ns, message, fds):
+    """Forks for one request (in Python: see CLoop for the usual way)."""
+    reply = fds[3]
+    try:
+        spec = json.loads(message)
+        template = templates.for_request(spec)
+        # The next child is pid 1 of a pid namespace of its own.
+        unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
         finally:
-            for fd in fds:
-                os.close(fd)
+            if os.getpid() != 1:
+                setns_fd(own_pid_ns, CLONE_NEWPID)
+        if pid == 0:
+            become_instance(control, fds, spec, template)
+        write_quietly(reply, f"pid {pid}\n".encode())
+    except Exception as exc:  # noqa: BLE001
+        write_quietly(reply, f"error: {exc}\n".encode(errors="replace"))
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def write_quietly(fd, data):

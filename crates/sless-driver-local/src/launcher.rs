@@ -22,6 +22,8 @@ pub(crate) const NODE_SHIM: &str = include_str!("../../../runtimes/node/sless_sh
 pub(crate) const NODE_ZYGOTE: &str = include_str!("../../../runtimes/node/sless_zygote.js");
 /// The Node zygote's native module (`runtimes/node/sless_fork.c`, built by build.rs).
 pub(crate) const NODE_FORK: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sless_fork.node"));
+/// The Python zygote's request loop (`runtimes/python/sless_loop.c`), built by build.rs.
+const PYTHON_LOOP: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sless_loop.so"));
 /// The module a Node shim started from a snapshot loads while it waits in
 /// the pool, so that a handler's load finds the module loader compiled
 /// (`warmUp` in the shim, which finds it beside the snapshot).
@@ -169,6 +171,7 @@ impl Launcher {
         std::fs::write(shim_dir.join("sless_warm.js"), NODE_WARM_MODULE)?;
         std::fs::write(shim_dir.join("sless_zygote.js"), NODE_ZYGOTE)?;
         write_replacing(&shim_dir.join("sless_fork.node"), NODE_FORK)?;
+        write_replacing(&shim_dir.join("sless_loop.so"), PYTHON_LOOP)?;
 
         // Slots of this process only: several servers may share a data dir.
         let all_slots = data_dir.join("slots");

@@ -270,6 +270,7 @@ impl Sandbox {
             }
         }
         ForkRequest {
+            template: template_key(&mounts, shared, &detached),
             uid: confinement.uid,
             cgroups: confinement.cgroup.iter().flat_map(|g| g.procs_files()).collect(),
             netns,
@@ -295,6 +296,31 @@ impl Sandbox {
     pub fn as_root(&self) -> bool {
         self.as_root
     }
+}
+
+/// What the zygote's template for a fork's view depends on, hashed: the
+/// shared mounts, and of each of the fork's own the kind, the place and
+/// whether it comes as a detached copy (not the host path, which is the
+/// instance's own). Requests with the same key take the same template, so
+/// the zygote forks them without parsing them (`runtimes/python/
+/// sless_loop.c`). None where a template cannot hold the fork's own mounts
+/// (the zygote's `own_shape`): the fork builds its whole view.
+fn template_key(mounts: &[Mount], shared: usize, detached: &[(PathBuf, usize)]) -> Option<String> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(mounts.get(..shared)?).ok()?.hash(&mut hasher);
+    for mount in &mounts[shared..] {
+        let (kind, inside, from_descriptor) = match mount {
+            Mount::RoBind(host, inside) => ("ro-bind", inside, detached.iter().any(|(path, _)| path == host)),
+            Mount::Bind(host, inside) => ("bind", inside, detached.iter().any(|(path, _)| path == host)),
+            Mount::Proc(inside) => ("proc", inside, false),
+            Mount::Tmpfs(inside, _) => ("tmpfs", inside, false),
+            Mount::RemountRo(inside) => ("remount-ro", inside, false),
+            Mount::RoBindTry(..) | Mount::Symlink(..) | Mount::Dev(..) => return None,
+        };
+        (kind, inside, from_descriptor).hash(&mut hasher);
+    }
+    Some(format!("{:016x}", hasher.finish()))
 }
 
 /// The descriptors every fork request carries first: the fork's stdin,
@@ -399,4 +425,49 @@ pub fn make_owned_dir(path: &Path, uid: Option<u32>) -> std::io::Result<()> {
         std::os::unix::fs::chown(path, Some(uid), Some(uid))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(shared: &str, slot: &str, scratch: &str) -> (Vec<Mount>, usize, Vec<(PathBuf, usize)>) {
+        let mounts = vec![
+            Mount::RoBind(shared.into(), "/usr".into()),
+            Mount::Proc("/proc".into()),
+            Mount::RoBind(slot.into(), "/code".into()),
+            Mount::Bind(format!("{scratch}/tmp").into(), "/tmp".into()),
+            Mount::Tmpfs("/run".into(), 1 << 20),
+            Mount::RemountRo("/".into()),
+        ];
+        (mounts, 2, vec![(format!("{scratch}/tmp").into(), 5)])
+    }
+
+    fn key(view: &(Vec<Mount>, usize, Vec<(PathBuf, usize)>)) -> Option<String> {
+        template_key(&view.0, view.1, &view.2)
+    }
+
+    #[test]
+    fn forks_whose_views_differ_only_in_their_own_paths_share_a_template_key() {
+        let one = key(&view("/usr", "/data/slots/a", "/data/scratch/a.tmp")).unwrap();
+        assert_eq!(one.len(), 16);
+        assert!(one.bytes().all(|b| b.is_ascii_hexdigit()), "{one}");
+        assert_eq!(
+            Some(&one),
+            key(&view("/usr", "/data/slots/b", "/data/scratch/b.tmp")).as_ref()
+        );
+        // The shared part differs: another template.
+        assert_ne!(
+            Some(&one),
+            key(&view("/usr2", "/data/slots/a", "/data/scratch/a.tmp")).as_ref()
+        );
+        // The code comes as a detached copy instead of a bind of a host path.
+        let mut detached = view("/usr", "/data/scratch/a.tmp/code", "/data/scratch/a.tmp");
+        detached.2.push(("/data/scratch/a.tmp/code".into(), 6));
+        assert_ne!(Some(&one), key(&detached).as_ref());
+        // A mount a template cannot hold the point of: no template.
+        let mut tried = view("/usr", "/data/slots/a", "/data/scratch/a.tmp");
+        tried.0.push(Mount::RoBindTry("/etc/x".into(), "/etc/x".into()));
+        assert_eq!(key(&tried), None);
+    }
 }

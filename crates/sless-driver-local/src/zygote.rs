@@ -47,6 +47,11 @@ use super::sandbox::Mount;
 /// fork's copy of it stays small and the same however many instances run.
 #[derive(Debug, Serialize)]
 pub struct ForkRequest {
+    /// The key of the template of its view's shared part (16 hex digits;
+    /// `sandbox::template_key`). First, so the zygote finds it without
+    /// parsing the request: `{"template":"KEY",...`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
     pub uid: Option<u32>,
     /// `cgroup.procs` files the fork joins.
     pub cgroups: Vec<PathBuf>,
@@ -375,7 +380,38 @@ fn parse_reply(text: &str) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_reply;
+    use super::*;
+
+    /// The request loop in C finds the key without parsing the request.
+    #[test]
+    fn a_request_begins_with_its_template_key() {
+        let mut request = ForkRequest {
+            template: Some("0123456789abcdef".into()),
+            uid: Some(1000),
+            cgroups: vec![],
+            netns: None,
+            mounts: vec![],
+            shared: 0,
+            detached: vec![],
+            netns_path: None,
+            descriptors: vec![],
+            chdir: "/code".into(),
+            limits: ForkLimits {
+                data: 1,
+                nproc: 1,
+                cpu: 1,
+                nofile: 1,
+            },
+            env: vec![],
+            exec: None,
+            awaited: false,
+        };
+        let json = serde_json::to_string(&request).unwrap();
+        assert!(json.starts_with(r#"{"template":"0123456789abcdef","#), "{json}");
+        request.template = None;
+        let json = serde_json::to_string(&request).unwrap();
+        assert!(json.starts_with(r#"{"uid":1000,"#), "{json}");
+    }
 
     #[test]
     fn a_fork_serves_only_after_it_said_ok() {
