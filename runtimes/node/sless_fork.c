@@ -32,6 +32,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 // Node-API, as node exports it (js_native_api.h, node_api.h).
@@ -117,65 +118,151 @@ static const char *arg_string(napi_env env, napi_value *argv, size_t argc, size_
 // fork would run without one), then forks. In the fork: libuv's loop made
 // anew (its epoll and wake-up descriptors are the zygote's otherwise) and
 // V8's random numbers seeded from the kernel. Returns the pid (0 in the fork).
-static napi_value Fork(napi_env env, napi_callback_info info) {
-  if (!_ZN2v87Isolate10GetCurrentEv || !_ZN2v88internal7Isolate23random_number_generatorEv ||
-      !_ZN2v84base21RandomNumberGenerator7SetSeedEl) {
-    errno = ENOSYS;
-    return fail(env, "this node exports no way to seed a fork's Math.random");
-  }
+static int clear_dontfork(void) {
   FILE *maps = fopen("/proc/self/maps", "re");
-  if (!maps) return fail(env, "reading /proc/self/maps");
+  if (!maps) return -1;
   char line[512];
   while (fgets(line, sizeof line, maps)) {
     unsigned long start, end;
     if (sscanf(line, "%lx-%lx", &start, &end) == 2) madvise((void *)start, end - start, MADV_DOFORK);
   }
   fclose(maps);
+  return 0;
+}
+
+// In the fork: libuv's loop made anew and V8's random numbers seeded from
+// the kernel; a fork that cannot ends.
+static void become_fork(void) {
+  int64_t seed;
+  if (uv_loop_fork(uv_default_loop()) != 0 || getrandom(&seed, sizeof seed, 0) != sizeof seed) _exit(70);
+  void *rng = _ZN2v88internal7Isolate23random_number_generatorEv(_ZN2v87Isolate10GetCurrentEv());
+  _ZN2v84base21RandomNumberGenerator7SetSeedEl(rng, seed);
+}
+
+static napi_value Fork(napi_env env, napi_callback_info info) {
+  if (!_ZN2v87Isolate10GetCurrentEv || !_ZN2v88internal7Isolate23random_number_generatorEv ||
+      !_ZN2v84base21RandomNumberGenerator7SetSeedEl) {
+    errno = ENOSYS;
+    return fail(env, "this node exports no way to seed a fork's Math.random");
+  }
+  if (clear_dontfork() != 0) return fail(env, "reading /proc/self/maps");
   pid_t pid = fork();
   if (pid < 0) return fail(env, "fork");
-  if (pid == 0) {
-    int64_t seed;
-    if (uv_loop_fork(uv_default_loop()) != 0 || getrandom(&seed, sizeof seed, 0) != sizeof seed) _exit(70);
-    void *rng = _ZN2v88internal7Isolate23random_number_generatorEv(_ZN2v87Isolate10GetCurrentEv());
-    _ZN2v84base21RandomNumberGenerator7SetSeedEl(rng, seed);
-  }
+  if (pid == 0) become_fork();
   return number(env, pid);
 }
 
-// One request from the control socket: [JSON text, [descriptors]], or null
-// when the server closed it.
-static napi_value RecvRequest(napi_env env, napi_callback_info info) {
-  ARGS;
-  static char message[MAX_MESSAGE + 1];
-  char control[CMSG_SPACE(sizeof(int) * MAX_FDS)];
-  struct iovec iov = {message, MAX_MESSAGE};
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
-  ssize_t n;
-  do n = recvmsg(INT(0), &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n < 0) return fail(env, "reading a fork request");
-  napi_value fds, result, text;
-  napi_create_array_with_length(env, 0, &fds);
-  uint32_t count = 0;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < k; i++) {
-      int fd;
-      memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      napi_set_element(env, fds, count++, number(env, fd));
-    }
-  }
-  if (n == 0 && count == 0) {
-    napi_get_null(env, &result);
-    return result;
-  }
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) message[0] = 0;  // refused as not JSON
-  napi_create_string_utf8(env, message, (size_t)n, &text);
-  napi_create_array_with_length(env, 2, &result);
+// The zygote's request loop (the Python zygote's sless_loop.c, whose comment
+// says why): serveLoop(control, ownPidNs, keys, leftMs) takes requests,
+// forks for each whose template (its key first in the request,
+// {"template":"KEY", one of `keys`, each good for `leftMs[i]` more
+// milliseconds) the zygote holds, and answers "pid N", running no JS and
+// so writing no page of the V8 heap between forks; V8's heap does not
+// change meanwhile either, so its MADV_DONTFORK is cleared once per call.
+// Returns [JSON text, [descriptors], template index, 1] in a fork (made as
+// Fork makes one), [JSON text, [descriptors], -1, 0] for a request the
+// zygote's JS serves, or null when the server closed the socket.
+#define KEY_LEN 16
+#define MAX_TEMPLATES 8
+
+static int64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static napi_value request_value(napi_env env, const char *message, size_t length, const int *fds, int nfds,
+                                int index, int forked) {
+  napi_value result, text, list;
+  napi_create_string_utf8(env, message, length, &text);
+  napi_create_array_with_length(env, 0, &list);
+  for (int i = 0; i < nfds; i++) napi_set_element(env, list, (uint32_t)i, number(env, fds[i]));
+  napi_create_array_with_length(env, 4, &result);
   napi_set_element(env, result, 0, text);
-  napi_set_element(env, result, 1, fds);
+  napi_set_element(env, result, 1, list);
+  napi_set_element(env, result, 2, number(env, index));
+  napi_set_element(env, result, 3, number(env, forked));
   return result;
+}
+
+static napi_value ServeLoop(napi_env env, napi_callback_info info) {
+  ARGS;
+  int control = INT(0), own_pid_ns = INT(1);
+  char keys[MAX_TEMPLATES][KEY_LEN];
+  int64_t until[MAX_TEMPLATES];
+  uint32_t count = 0, given = 0;
+  if (argc > 3) napi_get_array_length(env, argv[2], &given);
+  int64_t now = monotonic_ms();
+  for (uint32_t i = 0; i < given && count < MAX_TEMPLATES; i++) {
+    napi_value key, left;
+    char buf[KEY_LEN + 2];
+    size_t length = 0;
+    double ms = 0;
+    napi_get_element(env, argv[2], i, &key);
+    napi_get_element(env, argv[3], i, &left);
+    if (napi_get_value_string_utf8(env, key, buf, sizeof buf, &length) != NAPI_OK || length != KEY_LEN) continue;
+    napi_get_value_double(env, left, &ms);
+    memcpy(keys[count], buf, KEY_LEN);
+    until[count++] = now + (int64_t)ms;
+  }
+  if (!_ZN2v87Isolate10GetCurrentEv || !_ZN2v88internal7Isolate23random_number_generatorEv ||
+      !_ZN2v84base21RandomNumberGenerator7SetSeedEl) {
+    errno = ENOSYS;
+    return fail(env, "this node exports no way to seed a fork's Math.random");
+  }
+  if (clear_dontfork() != 0) return fail(env, "reading /proc/self/maps");
+  static char message[MAX_MESSAGE + 1];
+  static const char prefix[] = "{\"template\":\"";
+  const size_t p = sizeof prefix - 1;
+  for (;;) {
+    char control_buf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+    struct iovec iov = {message, MAX_MESSAGE};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control_buf,
+                         .msg_controllen = sizeof control_buf};
+    ssize_t n;
+    do n = recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) return fail(env, "reading a fork request");
+    int fds[MAX_FDS], nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < k && nfds < MAX_FDS; i++) memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    if (n == 0 && nfds == 0) {
+      napi_value null;
+      napi_get_null(env, &null);
+      return null;
+    }
+    if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) message[0] = 0;  // refused as not JSON
+    int index = -1;
+    if (nfds >= 4 && (size_t)n > p + KEY_LEN && memcmp(message, prefix, p) == 0 && message[p + KEY_LEN] == '"') {
+      int64_t at = monotonic_ms();
+      for (uint32_t i = 0; i < count; i++)
+        if (memcmp(keys[i], message + p, KEY_LEN) == 0 && at < until[i]) index = (int)i;
+    }
+    if (index < 0) return request_value(env, message, (size_t)n, fds, nfds, -1, 0);
+    char text[128];
+    // The fork is pid 1 of a pid namespace of its own.
+    if (unshare(CLONE_NEWPID) != 0) {
+      snprintf(text, sizeof text, "error: unshare: %s\n", strerror(errno));
+    } else {
+      pid_t pid = fork();
+      if (pid == 0) {
+        become_fork();
+        return request_value(env, message, (size_t)n, fds, nfds, index, 1);
+      }
+      int fork_errno = errno;
+      if (setns(own_pid_ns, CLONE_NEWPID) != 0) return fail(env, "setns");
+      if (pid < 0)
+        snprintf(text, sizeof text, "error: fork: %s\n", strerror(fork_errno));
+      else
+        snprintf(text, sizeof text, "pid %d\n", (int)pid);
+    }
+    ssize_t written = write(fds[3], text, strlen(text));  // the server may have stopped waiting
+    (void)written;
+    for (int i = 0; i < nfds; i++) close(fds[i]);
+  }
 }
 
 static napi_value Unshare(napi_env env, napi_callback_info info) {
@@ -342,7 +429,7 @@ static void define(napi_env env, napi_value exports, const char *name, napi_call
 
 napi_value napi_register_module_v1(napi_env env, napi_value exports) {
   define(env, exports, "fork", Fork);
-  define(env, exports, "recvRequest", RecvRequest);
+  define(env, exports, "serveLoop", ServeLoop);
   define(env, exports, "unshare", Unshare);
   define(env, exports, "setns", Setns);
   define(env, exports, "mount", Mount);

@@ -174,11 +174,25 @@ function copyTree(fd, where = '') {
 class Templates {
   static MAX_AGE_MS = 10000;
   static MAX_COUNT = 4;
+  static LOOP_TABLE = 8; // MAX_TEMPLATES in sless_fork.c
 
   constructor() {
     // { shared, own, tree, remounted, built }, as JSON for the first two.
     this.built = [];
     this.work = true;
+    // The server's key of a request's template (ForkRequest::template) ->
+    // its entry in `built`: what the request loop in C forks by.
+    this.keys = new Map();
+  }
+
+  // [key, entry] of the templates the request loop in C may fork with,
+  // at most as many as its table holds.
+  fresh() {
+    return [...this.keys].slice(-Templates.LOOP_TABLE);
+  }
+
+  remember(spec, entry) {
+    if (typeof spec.template === 'string' && /^[0-9a-f]{16}$/.test(spec.template)) this.keys.set(spec.template, entry);
   }
 
   // [descriptor, remounted paths] for this request, or null: the fork
@@ -194,7 +208,10 @@ class Templates {
     const now = Date.now();
     const entry = this.built.find((e) => e.key === key);
     if (entry !== undefined) {
-      if (now - entry.built < Templates.MAX_AGE_MS) return [entry.tree, entry.remounted];
+      if (now - entry.built < Templates.MAX_AGE_MS) {
+        this.remember(spec, entry);
+        return [entry.tree, entry.remounted];
+      }
       this.drop(entry);
     }
     while (this.built.length >= Templates.MAX_COUNT) this.drop(this.built[0]);
@@ -205,13 +222,16 @@ class Templates {
       writeQuietly(2, `sless node zygote: forks build their whole view, no template: ${err.message}\n`);
       return null;
     }
-    this.built.push({ key, tree: made[0], remounted: made[1], built: now });
+    const built = { key, tree: made[0], remounted: made[1], built: now };
+    this.built.push(built);
+    this.remember(spec, built);
     return made;
   }
 
   drop(entry) {
     this.built.splice(this.built.indexOf(entry), 1);
     native.close(entry.tree);
+    for (const [key, e] of [...this.keys]) if (e === entry) this.keys.delete(key);
   }
 }
 
@@ -389,9 +409,29 @@ function serve(control, shim) {
   const nulls = devNulls();
   const ownPidNs = fs.openSync(`${HOST}/proc/self/ns/pid`, 'r');
   for (;;) {
-    const request = native.recvRequest(control);
+    // The request loop in C forks for every request whose template this
+    // zygote holds, and hands the rest (and each fork) back here.
+    const fresh = templates.fresh();
+    const now = Date.now();
+    const request = native.serveLoop(
+      control,
+      ownPidNs,
+      fresh.map(([key]) => key),
+      fresh.map(([, entry]) => Templates.MAX_AGE_MS - (now - entry.built)),
+    );
     if (request === null) native.exitNow(0); // the server is gone
-    const [message, fds] = request;
+    const [message, fds, index, forked] = request;
+    if (forked) {
+      try {
+        native.close(ownPidNs);
+        const entry = fresh[index][1];
+        becomeInstance(control, fds, JSON.parse(message), shim, templates, [entry.tree, entry.remounted], nulls);
+      } catch (err) {
+        writeQuietly(2, `sless node zygote: a fork failed: ${err.stack}\n`);
+        native.exitNow(1);
+      }
+      return; // into node's event loop, as the shim
+    }
     if (fds.length < FORK_STDIO) {
       for (const fd of fds) native.close(fd);
       writeQuietly(2, `sless node zygote: a request came with ${fds.length} descriptors, not 4 or more\n`);

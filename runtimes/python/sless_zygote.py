@@ -15,10 +15,13 @@
 # with a SOCK_SEQPACKET socket on fd 0. Each message is one request: a JSON object and its file
 # descriptors: the fork's stdin, stdout and stderr, and a reply pipe, then
 # the fork's network namespace and detached copies of its scratch binds
-# ("netns" and "detached" name their places in the list). On the
+# ("netns" and "detached" name their places in the list); its first member
+# is the key of its view's template ({"template":"KEY",...), by which the
+# request loop in C (sless_loop.c, CLoop) forks without parsing it. On the
 # reply pipe the zygote writes "pid N" (the fork's pid on the host), then the
 # fork writes "ok" once confined, or "error: ..." and exits. Standard library
-# only; the zygote runs no code but this file and the shim's imports.
+# and that loop only; the zygote runs no code but these and the shim's
+# imports.
 
 import ctypes
 import gc
