@@ -8,7 +8,8 @@
 # rlimits, SCHED_BATCH, then its own uid with no capabilities and no way to
 # gain any. Only then does it run the shim's main(), which says HELLO; or,
 # when the request names a program ("exec": a Node shim), it becomes that
-# program, confined the same way.
+# program, confined the same way; or, when it gives Python source ("run": a
+# build's compile step), it runs that and says "exit N" on its reply pipe.
 #
 # Started by the server as root, outside any sandbox, in the data dir (its
 # arguments name no host path: a fork's /proc/self/cmdline is the zygote's),
@@ -420,6 +421,8 @@ def become_instance(control, fds, spec, template):
         os.write(3, f"error: {exc}\n".encode(errors="replace"))
         os._exit(1)
     os.write(3, b"ok\n")
+    if spec.get("run") is not None:
+        run_source(spec["run"])
     os.close(3)
     if spec.get("exec"):
         run_program(spec["exec"], dict(spec["env"]))
@@ -439,6 +442,30 @@ def become_instance(control, fds, spec, template):
     except BaseException:  # noqa: BLE001 - never back into the zygote's loop
         traceback.print_exc()
     os._exit(1)
+
+
+def run_source(source):
+    """Runs a step of the server's (the request's "run": Python source,
+    a build's compile step) as `python -I -c` would, then says on the reply
+    pipe (fd 3, which the server reads to its end) how it ended: "exit N".
+    Nothing of the function's code is run: the step only compiles it."""
+    sys.argv = ["-c"]
+    gc.enable()
+    code = 0
+    try:
+        exec(compile(source, "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:  # noqa: BLE001 - the reason goes to the build's log
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001, S110 - a closed pipe loses only output
+            pass
+    write_quietly(3, f"exit {code}\n".encode())
+    os._exit(0)
 
 
 def run_program(argv, env):

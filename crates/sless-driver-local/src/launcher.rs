@@ -13,7 +13,7 @@ use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings
 use super::network::HubOf;
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
-use super::zygote::{ForkRequest, Zygote};
+use super::zygote::{ForkRequest, Ran, Zygote};
 
 /// The shims, embedded in the binary and written out at start.
 pub(crate) const PYTHON_SHIM: &str = include_str!("../../../runtimes/python/sless_shim.py");
@@ -496,13 +496,43 @@ impl Launcher {
 
     /// A confinement for a sandbox that is not a shim (a build); its
     /// scratch is mounted among this server's slots like an instance's.
-    pub async fn confine(&self, uid: Option<u32>, limits: GroupLimits, tmp_bytes: u64) -> Result<Confinement, String> {
+    /// `internet`: its network namespace joins the builds' hub (package
+    /// registries); else it has loopback only.
+    pub async fn confine(
+        &self,
+        uid: Option<u32>,
+        limits: GroupLimits,
+        tmp_bytes: u64,
+        internet: bool,
+    ) -> Result<Confinement, String> {
         let scratch = self
             .scratch_dir
             .join(format!("build-{:016x}.tmp", rand::random::<u64>()));
-        self.confiner
-            .confine(uid, limits, scratch, tmp_bytes, Some(HubOf::Builds))
-            .await
+        let hub = internet.then_some(HubOf::Builds);
+        self.confiner.confine(uid, limits, scratch, tmp_bytes, hub).await
+    }
+
+    /// Runs Python `source` in a fork of the Python zygote confined as
+    /// `spec` (whose program it stands for) and `confinement` say, and
+    /// waits for its end (see [`ForkRequest::run`]); None without the
+    /// Python zygote.
+    pub async fn run_python(
+        &self,
+        spec: &Spec<'_>,
+        confinement: &Confinement,
+        limits: Limits,
+        source: &str,
+    ) -> Option<Result<Ran, String>> {
+        let zygote = self.zygote.as_ref()?;
+        let mut request = self.sandbox.fork_request(spec, confinement, limits);
+        request.run = Some(source.to_string());
+        let ran = async {
+            let request = tokio::task::spawn_blocking(move || request.open_descriptors())
+                .await
+                .map_err(|e| e.to_string())??;
+            zygote.run(&request).await
+        };
+        Some(ran.await)
     }
 
     /// At shutdown: unmounts what is still mounted among this server's

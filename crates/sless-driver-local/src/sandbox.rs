@@ -289,6 +289,7 @@ impl Sandbox {
             env: base_env().into_iter().chain(spec.env.iter().cloned()).collect(),
             exec: None,
             awaited: false,
+            run: None,
         }
     }
 

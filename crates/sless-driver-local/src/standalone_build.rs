@@ -64,7 +64,7 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
     }
     if let Some((program, args)) = compile_step(spec.runtime, &spec.python) {
         let status = run_step(spec, &dir, program, &args, &mut log).await?;
-        compiled(status, &mut log);
+        compiled((!status.success()).then(|| exit_text(status)), &mut log);
     }
     let tarball = tokio::task::spawn_blocking(move || crate::artifacts::pack(&dir))
         .await

@@ -83,6 +83,13 @@ pub struct ForkRequest {
     /// Python shim does not rehearse after the usual few milliseconds
     /// (`REHEARSAL_DELAY_AWAITED` in the shim).
     pub awaited: bool,
+    /// Python source a fork of the Python zygote runs once confined, in
+    /// place of the shim, as `python -I -c` would (a build step:
+    /// `builder::PYTHON_COMPILE`), so the step costs a fork instead of a
+    /// new interpreter behind bubblewrap. Its reply pipe stays open until
+    /// the source has run, and says `exit N` then ([`Zygote::run`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 impl ForkRequest {
@@ -147,6 +154,23 @@ pub struct Zygote {
     running: Mutex<Option<Running>>,
     /// A fork of its running process said "ok".
     forked: std::sync::atomic::AtomicBool,
+}
+
+/// The server's ends of a fork's pipes.
+struct Ends {
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    reply: OwnedFd,
+}
+
+/// How a fork that ran a request's `run` ended.
+#[derive(Debug)]
+pub struct Ran {
+    /// Its stdout, then its stderr.
+    pub output: Vec<u8>,
+    /// Its exit code; None if it ended without saying (killed).
+    pub exit: Option<i32>,
 }
 
 struct Running {
@@ -222,6 +246,61 @@ impl Zygote {
 
     /// Forks a generic shim confined as `request` says.
     pub async fn fork(&self, request: &ForkRequest) -> Result<Forked, String> {
+        let Ends {
+            stdin,
+            stdout,
+            stderr,
+            reply,
+        } = self.request(request)?;
+        let mut reply = pipe::Receiver::from_owned_fd(reply).map_err(|e| e.to_string())?;
+        let mut text = String::new();
+        tokio::time::timeout(FORK_TIMEOUT, reply.read_to_string(&mut text))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the zygote's fork did not confine itself within {}s",
+                    FORK_TIMEOUT.as_secs()
+                )
+            })?
+            .map_err(|e| format!("reading the zygote's reply: {e}"))?;
+        let answer = parse_reply(&text)?;
+        self.forked.store(true, std::sync::atomic::Ordering::Relaxed);
+        Ok(Forked {
+            pid: answer.pid,
+            stdin: pipe::Sender::from_owned_fd(stdin).map_err(|e| e.to_string())?,
+            stdout: pipe::Receiver::from_owned_fd(stdout).map_err(|e| e.to_string())?,
+            stderr: pipe::Receiver::from_owned_fd(stderr).map_err(|e| e.to_string())?,
+        })
+    }
+
+    /// Runs `request.run` in a fork confined as `request` says, and waits
+    /// for its end: what it wrote (stdout, then stderr) and how it ended.
+    /// Unbounded in time: the caller bounds it, and a fork left running
+    /// ends with its control group.
+    pub async fn run(&self, request: &ForkRequest) -> Result<Ran, String> {
+        let ends = self.request(request)?;
+        drop(ends.stdin); // it reads nothing
+        let receiver = |fd| pipe::Receiver::from_owned_fd(fd).map_err(|e| e.to_string());
+        let (mut stdout, mut stderr, mut reply) =
+            (receiver(ends.stdout)?, receiver(ends.stderr)?, receiver(ends.reply)?);
+        let (mut output, mut errors, mut text) = (Vec::new(), Vec::new(), String::new());
+        let (_, _, read) = tokio::join!(
+            stdout.read_to_end(&mut output),
+            stderr.read_to_end(&mut errors),
+            reply.read_to_string(&mut text)
+        );
+        read.map_err(|e| format!("reading the zygote's reply: {e}"))?;
+        let answer = parse_reply(&text)?;
+        output.extend(errors);
+        Ok(Ran {
+            output,
+            exit: answer.exit,
+        })
+    }
+
+    /// Sends `request` with new pipes for the fork's stdio and reply:
+    /// the server's ends of them.
+    fn request(&self, request: &ForkRequest) -> Result<Ends, String> {
         let message = serde_json::to_vec(request).map_err(|e| e.to_string())?;
         let (stdin_child, stdin) = pipe_pair()?;
         let (stdout, stdout_child) = pipe_pair()?;
@@ -239,25 +318,11 @@ impl Zygote {
         }
         self.send(&message, &fds)?;
         // The fork holds the only copies of its ends now.
-        drop((stdin_child, stdout_child, stderr_child, reply_child));
-        let mut reply = pipe::Receiver::from_owned_fd(reply).map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        tokio::time::timeout(FORK_TIMEOUT, reply.read_to_string(&mut text))
-            .await
-            .map_err(|_| {
-                format!(
-                    "the zygote's fork did not confine itself within {}s",
-                    FORK_TIMEOUT.as_secs()
-                )
-            })?
-            .map_err(|e| format!("reading the zygote's reply: {e}"))?;
-        let answer = parse_reply(&text)?;
-        self.forked.store(true, std::sync::atomic::Ordering::Relaxed);
-        Ok(Forked {
-            pid: answer,
-            stdin: pipe::Sender::from_owned_fd(stdin).map_err(|e| e.to_string())?,
-            stdout: pipe::Receiver::from_owned_fd(stdout).map_err(|e| e.to_string())?,
-            stderr: pipe::Receiver::from_owned_fd(stderr).map_err(|e| e.to_string())?,
+        Ok(Ends {
+            stdin,
+            stdout,
+            stderr,
+            reply,
         })
     }
 
@@ -354,11 +419,21 @@ fn pipe_pair() -> Result<(OwnedFd, OwnedFd), String> {
     rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| format!("making a pipe: {e}"))
 }
 
+/// What a fork's reply pipe said.
+#[derive(Debug, PartialEq)]
+struct Reply {
+    /// The fork's pid on the host.
+    pid: u32,
+    /// How a fork that ran a request's `run` ended (`exit N`).
+    exit: Option<i32>,
+}
+
 /// The fork's pid ("pid N", from the zygote) once the fork said "ok"; or
 /// the error either reported. The two write to one pipe in either order.
-fn parse_reply(text: &str) -> Result<u32, String> {
+fn parse_reply(text: &str) -> Result<Reply, String> {
     let mut pid = None;
     let mut ok = false;
+    let mut exit = None;
     for line in text.lines() {
         if let Some(n) = line.strip_prefix("pid ") {
             pid = n.trim().parse::<u32>().ok();
@@ -366,10 +441,12 @@ fn parse_reply(text: &str) -> Result<u32, String> {
             return Err(format!("the zygote's fork failed to confine itself: {error}"));
         } else if line == "ok" {
             ok = true;
+        } else if let Some(code) = line.strip_prefix("exit ") {
+            exit = code.trim().parse::<i32>().ok();
         }
     }
     match (ok, pid) {
-        (true, Some(pid)) => Ok(pid),
+        (true, Some(pid)) => Ok(Reply { pid, exit }),
         (true, None) => Err("the zygote named no pid".to_string()),
         (false, _) => Err(format!(
             "the zygote's fork ended without confining itself ({:?})",
@@ -405,6 +482,7 @@ mod tests {
             env: vec![],
             exec: None,
             awaited: false,
+            run: None,
         };
         let json = serde_json::to_string(&request).unwrap();
         assert!(json.starts_with(r#"{"template":"0123456789abcdef","#), "{json}");
@@ -415,8 +493,10 @@ mod tests {
 
     #[test]
     fn a_fork_serves_only_after_it_said_ok() {
-        assert_eq!(parse_reply("pid 42\nok\n"), Ok(42));
-        assert_eq!(parse_reply("ok\npid 42\n"), Ok(42));
+        let reply = |pid, exit| Ok(Reply { pid, exit });
+        assert_eq!(parse_reply("pid 42\nok\n"), reply(42, None));
+        assert_eq!(parse_reply("ok\npid 42\n"), reply(42, None));
+        assert_eq!(parse_reply("ok\npid 42\nexit 3\n"), reply(42, Some(3)));
         assert!(parse_reply("pid 42\n").unwrap_err().contains("without confining"));
         assert!(parse_reply("pid 42\nerror: mount /code: EPERM\n")
             .unwrap_err()

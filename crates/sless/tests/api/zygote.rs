@@ -811,3 +811,44 @@ exports.handle = async () => {
         assert_ne!(one[key], two[key], "{key} drawn alike: {one} {two}");
     }
 }
+
+/// A Python build compiles its modules in a fork of the zygote (a fork
+/// instead of a new interpreter behind bubblewrap), confined as the build:
+/// the bytecode is written as the build's own uid, not root's, and the
+/// status tells what was compiled, as from a new interpreter.
+#[tokio::test]
+async fn a_python_build_compiles_its_code_in_a_fork_of_the_zygote() {
+    let server = Server::start_logged(Backend::Sqlite, &[("SLESS_LOG", "info,sless_driver_local=debug")]).await;
+    let files: &[(&str, &[u8])] = &[
+        (
+            "handler.py",
+            b"import lib\n\ndef handle(event, context):\n    return lib.VALUE\n",
+        ),
+        ("lib.py", b"VALUE = 'from bytecode'\n"),
+    ];
+    let function = server
+        .deploy("ns", "compiled", json!({"runtime": "python3.11"}), files)
+        .await;
+    let message = function["status"]["message"].as_str().unwrap();
+    assert!(message.ends_with("compiled 2 Python modules to bytecode"), "{message}");
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/compiled", "").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#""from bytecode""#));
+
+    let artifact = std::fs::read_dir(server.data_path().join("artifacts"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.join("lib.py").is_file())
+        .expect("the artifact");
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(&artifact).unwrap().uid();
+    let bytecode = std::fs::metadata(artifact.join("__pycache__/lib.cpython-311.pyc")).unwrap();
+    assert_ne!(owner, 0, "a build runs as a uid of its own");
+    assert_eq!(bytecode.uid(), owner, "the bytecode is written by the build's uid");
+
+    let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
+    assert!(
+        log.contains("a build step ran in a fork of the Python zygote") && log.contains("exit=Some(0)"),
+        "{log}"
+    );
+    assert!(!log.contains("compiling with a new interpreter"), "{log}");
+}
