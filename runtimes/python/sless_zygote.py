@@ -465,6 +465,9 @@ def run_source(source):
         except Exception:  # noqa: BLE001, S110 - a closed pipe loses only output
             pass
     write_quietly(3, f"exit {code}\n".encode())
+    # The server waits for the ends of these pipes, not for the process to
+    # go: its exit unmaps the zygote's address space first.
+    os.closerange(0, 4)
     os._exit(0)
 
 
