@@ -396,10 +396,9 @@ async fn a_tenant_whose_hub_went_takes_the_spare_one_at_its_next_cold_start() {
             &[("handler.py", sleeper)],
         )
         .await;
-    // Its build and its deploy's check made hubs; once their members are
-    // gone, only the spare's pasta is left.
+    // Its deploy's check made the tenant's hub; once its member is gone,
+    // only the spare's pasta is left, with no member yet.
     let (spare, hub) = only_the_spare_hub(pid).await;
-    assert!(links_in(&hub).iter().all(|l| !l.starts_with("sl")), "no member yet");
     let url = format!("{}/fn/ns/sleeper", server.url);
     let call = tokio::spawn(async move { reqwest::get(url).await.unwrap().text().await.unwrap() });
     a_member_joins(&hub).await;
@@ -445,20 +444,24 @@ async fn a_granted_tenant_takes_the_spare_hub_with_its_own_rules() {
 /// hubs its builds and deploys' checks made are gone): its pid, and the
 /// hub's namespace (named in pasta's arguments).
 async fn only_the_spare_hub(pid: u32) -> (u32, String) {
-    let spare = eventually(Duration::from_secs(60), || async {
-        match pastas_of(pid)[..] {
-            [spare] => Ok(spare),
-            ref other => Err(format!("pasta processes {other:?}, not the spare's alone")),
+    eventually(Duration::from_secs(60), || async {
+        let spare = match pastas_of(pid)[..] {
+            [spare] => spare,
+            ref other => return Err(format!("pasta processes {other:?}, not the spare's alone")),
+        };
+        let cmdline = std::fs::read(format!("/proc/{spare}/cmdline")).unwrap_or_default();
+        let hub = String::from_utf8_lossy(&cmdline)
+            .split('\0')
+            .find(|arg| arg.starts_with("/run/netns/"))
+            .ok_or(format!("pasta {spare} names no namespace"))?
+            .to_string();
+        // A hub with a member is a tenant's, before the next spare is made.
+        match links_in(&hub).iter().any(|l| l.starts_with("sl")) {
+            true => Err(format!("the only hub, {hub}, holds a member: a tenant's")),
+            false => Ok((spare, hub)),
         }
     })
-    .await;
-    let cmdline = std::fs::read(format!("/proc/{spare}/cmdline")).unwrap();
-    let hub = String::from_utf8_lossy(&cmdline)
-        .split('\0')
-        .find(|arg| arg.starts_with("/run/netns/"))
-        .expect("pasta names its namespace")
-        .to_string();
-    (spare, hub)
+    .await
 }
 
 /// Waits until the hub bound at `hub` holds a member.
