@@ -852,3 +852,44 @@ async fn a_python_build_compiles_its_code_in_a_fork_of_the_zygote() {
     );
     assert!(!log.contains("compiling with a new interpreter"), "{log}");
 }
+
+/// A zygote that cannot load its request loop in C (`sless_loop.so`
+/// unreadable as a library: a data dir mounted noexec, say) says so and
+/// forks from Python, each fork confined the same.
+#[tokio::test]
+async fn a_zygote_without_its_loop_in_c_forks_from_python() {
+    let server = Server::start_logged(Backend::Sqlite, &[]).await;
+    deploy_reporters(&server, &["before"]).await;
+    report(&server, "before").await;
+    let zygotes = zygotes_of(server.pid(), "sless_zygote.py");
+    assert_eq!(zygotes.len(), 1, "{zygotes:?}");
+    // The library replaced by what no loader takes, then the zygote killed:
+    // the server starts it again at its next fork.
+    let library = std::fs::read_dir(server.data_path().join("shims"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join("sless_loop.so"))
+        .find(|path| path.is_file())
+        .expect("the shims' sless_loop.so");
+    let replacement = library.with_extension("garbage");
+    std::fs::write(&replacement, b"not a shared library").unwrap();
+    std::fs::rename(&replacement, &library).unwrap();
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &zygotes[0].to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    deploy_reporters(&server, &["after-one", "after-two"]).await;
+    let one = report(&server, "after-one").await;
+    let two = report(&server, "after-two").await;
+    for out in [&one, &two] {
+        assert_eq!(out["forked"], true, "{out}");
+        assert_ne!(out["uid"], 0, "{out}");
+        assert_eq!(out["cap_eff"], "0000000000000000", "{out}");
+        assert_eq!((&out["pid"], &out["pids"]), (&json!(1), &json!(["1"])), "{out}");
+    }
+    assert_ne!(one["ns"]["mnt"], two["ns"]["mnt"]);
+    assert_ne!(one["random"], two["random"], "each fork reseeded");
+    let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
+    assert!(log.contains("sless zygote: forking from Python"), "{log}");
+}
