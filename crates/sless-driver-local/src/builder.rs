@@ -245,11 +245,10 @@ impl Builder {
             .stdin(std::process::Stdio::null())
             .spawn()
             .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;
-        let mut stdout = child.stdout.take().expect("piped");
-        let mut stderr = child.stderr.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
         let collect = async {
-            let (mut out, mut err) = (Vec::new(), Vec::new());
-            let _ = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+            let (out, err) = tokio::join!(read_tail(stdout), read_tail(stderr));
             let status = child.wait().await;
             (out, err, status)
         };
@@ -375,6 +374,29 @@ pub(crate) fn exit_text(status: std::process::ExitStatus) -> String {
     }
 }
 
+/// The most bytes of a build step's stdout, and of its stderr, that a
+/// build keeps (the last ones): the code's build decides how much a step
+/// writes (a warning per line of a module, say), and only the log's tail
+/// is kept.
+const STEP_OUTPUT_BYTES: usize = 256 << 10;
+
+/// Reads `from` to its end, keeping its last [`STEP_OUTPUT_BYTES`].
+pub(crate) async fn read_tail(mut from: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    let mut kept = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => kept.extend_from_slice(&buf[..n]),
+        }
+        if kept.len() > 2 * STEP_OUTPUT_BYTES {
+            kept.drain(..kept.len() - STEP_OUTPUT_BYTES);
+        }
+    }
+    kept.drain(..kept.len().saturating_sub(STEP_OUTPUT_BYTES));
+    kept
+}
+
 /// The last lines of a log.
 pub fn tail(log: &str) -> String {
     let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
@@ -423,4 +445,21 @@ fn make_dirs(root: &Path, path: &Path, own: &dyn Fn(&Path) -> std::io::Result<()
     }
     std::fs::create_dir(path)?;
     own(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A step that writes without end costs the server a bounded buffer,
+    /// and its log keeps the end of what it wrote.
+    #[tokio::test]
+    async fn a_step_s_output_is_kept_to_its_last_bytes() {
+        let mut long = b"SyntaxWarning: \"is\" with a literal\n".repeat(100_000);
+        long.extend_from_slice(b"compiled 1 Python module to bytecode\n");
+        let kept = read_tail(long.as_slice()).await;
+        assert_eq!(kept.len(), STEP_OUTPUT_BYTES);
+        assert!(kept.ends_with(b"compiled 1 Python module to bytecode\n"));
+        assert_eq!(read_tail(&b"short\n"[..]).await, b"short\n");
+    }
 }

@@ -11,9 +11,8 @@ use std::process::Stdio;
 
 use sless_api::Runtime;
 use sless_driver::{BuildError, Fingerprint};
-use tokio::io::AsyncReadExt;
 
-use crate::builder::{compile_step, compiled, exit_text, install_step, tail, unpack};
+use crate::builder::{compile_step, compiled, exit_text, install_step, read_tail, tail, unpack};
 use sha2::{Digest, Sha256};
 
 /// Where pip and npm install from, passed on from the build's environment.
@@ -102,10 +101,9 @@ async fn run_step(
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| BuildError::Internal(format!("starting {program}: {e}")))?;
-    let mut stdout = child.stdout.take().expect("piped");
-    let mut stderr = child.stderr.take().expect("piped");
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let _ = tokio::join!(stdout.read_to_end(&mut out), stderr.read_to_end(&mut err));
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let (out, err) = tokio::join!(read_tail(stdout), read_tail(stderr));
     let status = child
         .wait()
         .await

@@ -167,7 +167,7 @@ struct Ends {
 /// How a fork that ran a request's `run` ended.
 #[derive(Debug)]
 pub struct Ran {
-    /// Its stdout, then its stderr.
+    /// Its stdout, then its stderr (the last bytes of each, `builder::read_tail`).
     pub output: Vec<u8>,
     /// Its exit code; None if it ended without saying (killed).
     pub exit: Option<i32>,
@@ -281,12 +281,11 @@ impl Zygote {
         let ends = self.request(request)?;
         drop(ends.stdin); // it reads nothing
         let receiver = |fd| pipe::Receiver::from_owned_fd(fd).map_err(|e| e.to_string());
-        let (mut stdout, mut stderr, mut reply) =
-            (receiver(ends.stdout)?, receiver(ends.stderr)?, receiver(ends.reply)?);
-        let (mut output, mut errors, mut text) = (Vec::new(), Vec::new(), String::new());
-        let (_, _, read) = tokio::join!(
-            stdout.read_to_end(&mut output),
-            stderr.read_to_end(&mut errors),
+        let (stdout, stderr, mut reply) = (receiver(ends.stdout)?, receiver(ends.stderr)?, receiver(ends.reply)?);
+        let mut text = String::new();
+        let (mut output, errors, read) = tokio::join!(
+            super::builder::read_tail(stdout),
+            super::builder::read_tail(stderr),
             reply.read_to_string(&mut text)
         );
         read.map_err(|e| format!("reading the zygote's reply: {e}"))?;
