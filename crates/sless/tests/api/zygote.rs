@@ -893,3 +893,54 @@ async fn a_zygote_without_its_loop_in_c_forks_from_python() {
     let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
     assert!(log.contains("sless zygote: forking from Python"), "{log}");
 }
+
+/// A compile in a fork of the zygote is bounded by the build's timeout:
+/// past it the build fails as timed out, and the fork goes with the
+/// build's control group.
+#[tokio::test]
+async fn a_compile_past_the_build_timeout_fails_the_build_and_its_fork_goes() {
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, _) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "slow-compile", "runtime": "python3.11", "build_timeout_sec": 1})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // About 3.5 s of compiling (600 000 lines); the handler does not import it.
+    let slow: String = (0..600_000).map(|i| format!("x{i} = {i}\n")).collect();
+    let started = std::time::Instant::now();
+    let (_, uploaded) = server
+        .upload(
+            "ns",
+            "slow-compile",
+            super::harness::zip_of(&[
+                ("handler.py", b"def handle(event, context):\n    return 1\n"),
+                ("slow.py", slow.as_bytes()),
+            ]),
+        )
+        .await;
+    let hash = uploaded["status"]["code_hash"].as_str().unwrap();
+    let failed = server.wait_build_end("ns", "slow-compile", hash).await;
+    assert_eq!(failed["status"]["phase"], "Failed", "{failed}");
+    let message = failed["status"]["message"].as_str().unwrap();
+    assert!(message.contains("timed out after 1s"), "{failed}");
+    assert!(started.elapsed() < Duration::from_secs(15), "stopped at the timeout");
+    // No fork of the zygote is left compiling in /build.
+    let zygote = zygotes_of(server.pid(), "sless_zygote.py");
+    assert_eq!(zygote.len(), 1, "{zygote:?}");
+    eventually(Duration::from_secs(10), || async {
+        let compiling: Vec<u32> = zygotes_of(zygote[0], "sless_zygote.py")
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == std::path::Path::new("/build"))
+            })
+            .collect();
+        compiling
+            .is_empty()
+            .then_some(())
+            .ok_or(format!("forks still compiling: {compiling:?}"))
+    })
+    .await;
+}
