@@ -420,15 +420,7 @@ fn holds_no_more_descriptors(fork: &Value, sandboxed: &Value) {
 #[tokio::test]
 async fn node_functions_start_as_new_nodes_when_their_zygote_cannot_fork() {
     let server = Server::start(Backend::Sqlite).await;
-    let module = std::fs::read_dir(server.data_dir.path().join("shims"))
-        .unwrap()
-        .map(|dir| dir.unwrap().path().join("sless_fork.node"))
-        .find(|file| file.exists())
-        .expect("the Node zygote's module");
-    // A new file (the default heap's zygote holds the old one mapped).
-    let broken = module.with_extension("broken");
-    std::fs::write(&broken, b"not a shared object").unwrap();
-    std::fs::rename(&broken, &module).unwrap();
+    break_shim_library(&server, "sless_fork.node");
     // A heap no zygote was started for yet (the warm pools' is 192 MB).
     let code: &[(&str, &[u8])] = &[("handler.js", b"exports.handle = async () => process.execArgv;\n")];
     server
@@ -442,6 +434,19 @@ async fn node_functions_start_as_new_nodes_when_their_zygote_cannot_fork() {
         }
     })
     .await;
+}
+
+/// Replaces the shims' library `name` with bytes no loader takes, as a new
+/// file (a running zygote holds the old one mapped).
+fn break_shim_library(server: &Server, name: &str) {
+    let library = std::fs::read_dir(server.data_path().join("shims"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path().join(name))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| panic!("the shims' {name}"));
+    let broken = library.with_extension("broken");
+    std::fs::write(&broken, b"not a shared library").unwrap();
+    std::fs::rename(&broken, &library).unwrap();
 }
 
 /// Live processes that are children of `parent` and run a zygote's `file`.
@@ -865,14 +870,7 @@ async fn a_zygote_without_its_loop_in_c_forks_from_python() {
     assert_eq!(zygotes.len(), 1, "{zygotes:?}");
     // The library replaced by what no loader takes, then the zygote killed:
     // the server starts it again at its next fork.
-    let library = std::fs::read_dir(server.data_path().join("shims"))
-        .unwrap()
-        .map(|entry| entry.unwrap().path().join("sless_loop.so"))
-        .find(|path| path.is_file())
-        .expect("the shims' sless_loop.so");
-    let replacement = library.with_extension("garbage");
-    std::fs::write(&replacement, b"not a shared library").unwrap();
-    std::fs::rename(&replacement, &library).unwrap();
+    break_shim_library(&server, "sless_loop.so");
     let killed = std::process::Command::new("kill")
         .args(["-9", &zygotes[0].to_string()])
         .status()
