@@ -48,6 +48,17 @@ fn node_warm_up_env(runtime: Runtime, awaited: bool) -> Vec<(String, String)> {
 /// Version of the embedded shims: a digest of their text and of what a
 /// build runs after the install (it makes part of the artifact), so any
 /// change rebuilds and rolls every function.
+/// Writes the shims, the zygotes and their native parts into `shim_dir`.
+pub(crate) fn write_shims(shim_dir: &Path) -> std::io::Result<()> {
+    std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
+    std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
+    std::fs::write(shim_dir.join("sless_zygote.py"), PYTHON_ZYGOTE)?;
+    std::fs::write(shim_dir.join("sless_warm.js"), NODE_WARM_MODULE)?;
+    std::fs::write(shim_dir.join("sless_zygote.js"), NODE_ZYGOTE)?;
+    write_replacing(&shim_dir.join("sless_fork.node"), NODE_FORK)?;
+    write_replacing(&shim_dir.join("sless_loop.so"), PYTHON_LOOP)
+}
+
 pub fn shim_version() -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new()
@@ -165,13 +176,7 @@ impl Launcher {
         std::fs::create_dir_all(&shim_dir)?;
         set_mode(&data_dir.join("shims"), 0o755)?;
         set_mode(&shim_dir, 0o755)?;
-        std::fs::write(shim_dir.join("sless_shim.py"), PYTHON_SHIM)?;
-        std::fs::write(shim_dir.join("sless_shim.js"), NODE_SHIM)?;
-        std::fs::write(shim_dir.join("sless_zygote.py"), PYTHON_ZYGOTE)?;
-        std::fs::write(shim_dir.join("sless_warm.js"), NODE_WARM_MODULE)?;
-        std::fs::write(shim_dir.join("sless_zygote.js"), NODE_ZYGOTE)?;
-        write_replacing(&shim_dir.join("sless_fork.node"), NODE_FORK)?;
-        write_replacing(&shim_dir.join("sless_loop.so"), PYTHON_LOOP)?;
+        write_shims(&shim_dir)?;
 
         // Slots of this process only: several servers may share a data dir.
         let all_slots = data_dir.join("slots");

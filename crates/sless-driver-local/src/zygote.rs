@@ -490,6 +490,70 @@ mod tests {
         assert!(json.starts_with(r#"{"uid":1000,"#), "{json}");
     }
 
+    /// Sends `message` with `count` pipes' write ends (the last the reply
+    /// pipe) as the server sends a request; the read ends back.
+    fn send_raw(zygote: &Zygote, message: &[u8], count: usize) -> Vec<OwnedFd> {
+        let pipes: Vec<_> = (0..count).map(|_| pipe_pair().unwrap()).collect();
+        let ends: Vec<_> = pipes.iter().map(|(_, w)| w.as_fd()).collect();
+        zygote.send(message, &ends).unwrap();
+        pipes.into_iter().map(|(r, _)| r).collect()
+    }
+
+    /// All a pipe's writers wrote, once none is left.
+    async fn read_to_end(fd: OwnedFd) -> String {
+        let mut pipe = pipe::Receiver::from_owned_fd(fd).unwrap();
+        let mut text = String::new();
+        tokio::time::timeout(Duration::from_secs(20), pipe.read_to_string(&mut text))
+            .await
+            .expect("the zygote neither answered nor dropped a request within 20 s")
+            .unwrap();
+        text
+    }
+
+    /// What the server never sends (a request that is not JSON, too few
+    /// descriptors, more bytes than the zygote takes) is answered on its
+    /// reply pipe or dropped, its descriptors closed, and the zygote goes on
+    /// serving: the requests are served in turn, so the last one answered
+    /// shows it outlived the others. Both zygotes, each with its request
+    /// loop in C handing these to Python or JS. Needs root, as the zygotes
+    /// do.
+    #[tokio::test]
+    async fn a_zygote_answers_or_drops_a_bad_request_and_goes_on() {
+        let root = std::env::temp_dir().join(format!("sless-zygote-{:016x}", rand::random::<u64>()));
+        let shim_dir = root.join("shims").join("test");
+        std::fs::create_dir_all(&shim_dir).unwrap();
+        let data_dir = root.canonicalize().unwrap();
+        let shim_dir = shim_dir.canonicalize().unwrap();
+        super::super::launcher::write_shims(&shim_dir).unwrap();
+        let zygotes = [
+            Zygote::python("/usr/bin/python3.11".into(), &shim_dir, &data_dir).unwrap(),
+            Zygote::node("/usr/bin/node", 64, &shim_dir, &data_dir).unwrap(),
+        ];
+        for zygote in &zygotes {
+            let not_json = send_raw(zygote, b"not json", 4);
+            let too_few = send_raw(zygote, br#"{"template":"0123456789abcdef"}"#, 3);
+            let too_long = send_raw(zygote, &vec![b' '; (1 << 16) + 1], 4);
+            let last = send_raw(zygote, b"[1, 2", 4);
+            let reply = |mut ends: Vec<OwnedFd>| ends.pop().unwrap();
+            let name = &zygote.name;
+            let text = read_to_end(reply(not_json)).await;
+            assert!(text.starts_with("error: "), "{name}: {text:?}");
+            for end in too_few {
+                assert_eq!(
+                    read_to_end(end).await,
+                    "",
+                    "{name}: three descriptors are dropped, closed"
+                );
+            }
+            let text = read_to_end(reply(too_long)).await;
+            assert!(text.starts_with("error: "), "{name}: {text:?}");
+            let text = read_to_end(reply(last)).await;
+            assert!(text.starts_with("error: "), "{name}: {text:?}");
+        }
+        drop(zygotes);
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     #[test]
     fn a_fork_serves_only_after_it_said_ok() {
         let reply = |pid, exit| Ok(Reply { pid, exit });
