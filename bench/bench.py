@@ -172,9 +172,12 @@ def main():
     ap.add_argument("--connections", type=int, default=32)
     ap.add_argument("--cold-samples", type=int, default=30)
     ap.add_argument("--deploy-samples", type=int, default=15)
-    ap.add_argument("--log-pairs", type=int, default=8)
+    ap.add_argument("--log-pairs", type=int, default=8,
+                    help="pairs of runs with invocation records on and off (0: no such comparison)")
     ap.add_argument("--log-seconds", type=int, default=4)
     args = ap.parse_args()
+    if args.log_pairs < 0 or args.rounds < 1:
+        ap.error("--log-pairs takes 0 or more, --rounds 1 or more")
 
     work = tempfile.mkdtemp(prefix="sless-bench-")
     os.chmod(work, 0o711)  # sandboxed functions run as other users and must reach the data dir
@@ -266,32 +269,33 @@ def main():
               f"/ nginx -> raw asyncio.Protocol = {gw / rps('python: nginx -> raw asyncio.Protocol'):.2f}x, "
               f"/ http.server direct = {gw / rps('python: http.server, direct'):.2f}x")
 
-        # The invocation log's cost: the same gateway with records off, runs interleaved.
-        port_off = free_port()
-        env_off = dict(env, SLESS_DATA_DIR=f"{work}/data-off", SLESS_LISTEN=f"127.0.0.1:{port_off}", SLESS_INVOCATION_LOG="false")
-        server_off = subprocess.Popen([args.sless, "server"], env=env_off, stdout=subprocess.DEVNULL)
-        procs.append(server_off)
-        wait_port(port_off)
-        api_off = Api(port_off)
-        deploy(api_off, "hello-js", "nodejs20", "handler.js", JS_HELLO, scaling)
-        # Short runs in alternating order, so drift of this shared machine
-        # hits both sides alike; the median of the pairs' ratios is the figure.
-        runs = {"on": (f"http://127.0.0.1:{port}/fn/bench/hello-js", server.pid),
-                "off": (f"http://127.0.0.1:{port_off}/fn/bench/hello-js", server_off.pid)}
-        wrk(runs["off"][0], 2, args.connections)
-        measured = {"on": [], "off": []}
-        for i in range(args.log_pairs):
-            for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
-                url, pid = runs[mode]
-                before = cpu_seconds(pid)
-                rps = wrk(url, args.log_seconds, args.connections)[0]
-                measured[mode].append((rps, (cpu_seconds(pid) - before) / (rps * args.log_seconds) * 1e6))
-        ratios = [on[0] / off[0] for on, off in zip(measured["on"], measured["off"])]
-        median = lambda values: statistics.median(values)
-        print(f"\nnode gateway, invocation records on vs off ({args.log_pairs} pairs of {args.log_seconds} s): "
-              f"{median(r for r, _ in measured['on']):.0f} vs {median(r for r, _ in measured['off']):.0f} req/s; "
-              f"median ratio {median(ratios):.3f}x (target >= 0.95x); "
-              f"sless CPU per request {median(c for _, c in measured['on']):.1f} vs {median(c for _, c in measured['off']):.1f} us")
+        if args.log_pairs:
+            # The invocation log's cost: the same gateway with records off, runs interleaved.
+            port_off = free_port()
+            env_off = dict(env, SLESS_DATA_DIR=f"{work}/data-off", SLESS_LISTEN=f"127.0.0.1:{port_off}", SLESS_INVOCATION_LOG="false")
+            server_off = subprocess.Popen([args.sless, "server"], env=env_off, stdout=subprocess.DEVNULL)
+            procs.append(server_off)
+            wait_port(port_off)
+            api_off = Api(port_off)
+            deploy(api_off, "hello-js", "nodejs20", "handler.js", JS_HELLO, scaling)
+            # Short runs in alternating order, so drift of this shared machine
+            # hits both sides alike; the median of the pairs' ratios is the figure.
+            runs = {"on": (f"http://127.0.0.1:{port}/fn/bench/hello-js", server.pid),
+                    "off": (f"http://127.0.0.1:{port_off}/fn/bench/hello-js", server_off.pid)}
+            wrk(runs["off"][0], 2, args.connections)
+            measured = {"on": [], "off": []}
+            for i in range(args.log_pairs):
+                for mode in ("on", "off") if i % 2 == 0 else ("off", "on"):
+                    url, pid = runs[mode]
+                    before = cpu_seconds(pid)
+                    rps = wrk(url, args.log_seconds, args.connections)[0]
+                    measured[mode].append((rps, (cpu_seconds(pid) - before) / (rps * args.log_seconds) * 1e6))
+            ratios = [on[0] / off[0] for on, off in zip(measured["on"], measured["off"])]
+            median = lambda values: statistics.median(values)
+            print(f"\nnode gateway, invocation records on vs off ({args.log_pairs} pairs of {args.log_seconds} s): "
+                  f"{median(r for r, _ in measured['on']):.0f} vs {median(r for r, _ in measured['off']):.0f} req/s; "
+                  f"median ratio {median(ratios):.3f}x (target >= 0.95x); "
+                  f"sless CPU per request {median(c for _, c in measured['on']):.1f} vs {median(c for _, c in measured['off']):.1f} us")
 
         print()
         for runtime, name, target in [("python", "hello-py", 10.0), ("node", "hello-js", 15.0)]:
