@@ -292,10 +292,21 @@ function isError(value) {
   return value instanceof Error || util.types.isNativeError(value);
 }
 
+// The most characters of an error's message an error answer carries (the
+// server keeps 4 KiB of an error), and of a failed LOAD's reason (a stack;
+// the server keeps 64 KiB): a message can be as large as what the handler
+// was given, and escaped as JSON it could outgrow the largest frame.
+const MAX_ERROR_CHARS = 4096;
+const MAX_LOAD_ERROR_CHARS = 64 * 1024;
+
+function clip(text, most) {
+  return text.length > most ? `${text.slice(0, most)} [... cut]` : text;
+}
+
 function describeError(err) {
-  if (!isError(err)) return `Error: ${typeof err === 'string' ? err : util.inspect(err)}`;
+  if (!isError(err)) return `Error: ${clip(typeof err === 'string' ? err : util.inspect(err), MAX_ERROR_CHARS)}`;
   const type = err.name && err.name !== 'Error' ? err.name : (err.constructor && err.constructor.name) || 'Error';
-  return err.message ? `${type}: ${err.message}` : type;
+  return err.message ? `${type}: ${clip(String(err.message), MAX_ERROR_CHARS)}` : type;
 }
 
 // What goes to the invocation's log (stream 2) for a thrown value.
@@ -586,7 +597,7 @@ function load(payload) {
     loaded = loadFunction(spec);
     if (Number.isInteger(spec.max_output_bytes) && spec.max_output_bytes > 0) maxOutput = spec.max_output_bytes;
   } catch (err) {
-    const error = err instanceof LoadError ? err.message : `bad LOAD: ${describeError(err)}`;
+    const error = err instanceof LoadError ? clip(err.message, MAX_LOAD_ERROR_CHARS) : `bad LOAD: ${describeError(err)}`;
     sendJson(FRAME.READY, { ok: false, error });
     return;
   }

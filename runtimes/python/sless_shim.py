@@ -597,8 +597,20 @@ def format_user_exception(exc):
     return "".join(report.format())
 
 
+# The most characters of an exception's message an error answer carries (the
+# server keeps 4 KiB of an error), and of a failed LOAD's reason (a
+# traceback; the server keeps 64 KiB): a message can be as large as what the
+# handler was given, and escaped as JSON it could outgrow the largest frame.
+MAX_ERROR_CHARS = 4096
+MAX_LOAD_ERROR_CHARS = 64 * 1024
+
+
+def clip(text, most):
+    return text if len(text) <= most else text[:most] + " [... cut]"
+
+
 def describe_exception(exc):
-    message = str(exc)
+    message = clip(str(exc), MAX_ERROR_CHARS)
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
@@ -642,7 +654,7 @@ def parse_http_event(text):
         return {}
     try:
         return JSON_DECODER.decode(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the parser's depth: text, as Node has it
         return text
 
 
@@ -814,7 +826,7 @@ class Shim:
             self.function = load_function(spec)
             self.base_context = contextvars.copy_context()
         except LoadError as exc:
-            return {"ok": False, "error": str(exc)}
+            return {"ok": False, "error": clip(str(exc), MAX_LOAD_ERROR_CHARS)}
         except Exception as exc:
             return {"ok": False, "error": f"bad LOAD: {describe_exception(exc)}"}
         finally:

@@ -307,6 +307,27 @@ class ShimContract:
         self.assertNotIn(self.failing_function, output.body.decode())
         self.assertNotIn("sless_shim", traceback_text)
 
+    def test_an_error_message_is_cut_to_4096_characters_in_the_answer(self):
+        # Escaped as JSON, a message of a million quotes would outgrow the
+        # largest frame the server takes; cut, the instance goes on serving.
+        client = self.start("raise")
+        output = client.invoke(1, json.dumps({"what": '"' * 1_000_000}).encode())
+        self.assertEqual(output.status, 500)
+        error = output.json()["error"]
+        self.assertTrue(error.startswith(f'{self.error_type}: boom ""'), error[:50])
+        self.assertTrue(error.endswith('"" [... cut]'), error[-50:])
+        self.assertEqual(len(error), len(f"{self.error_type}: ") + 4096 + len(" [... cut]"))
+        self.assertEqual(client.invoke(2, b'{"what": "x"}').json()["error"], f"{self.error_type}: boom x")
+
+    def test_a_load_error_is_cut_to_64_k_characters(self):
+        _, ready = self.load("raise_at_import")
+        self.assertFalse(ready["ok"])
+        self.assertTrue(ready["error"].endswith("xxx [... cut]"), ready["error"][-80:])
+        self.assertEqual(len(ready["error"]), 64 * 1024 + len(" [... cut]"))
+
+    def test_a_body_nested_past_the_parsers_depth_is_text(self):
+        self.assertEqual(self.start("echo").invoke(1, b"[" * 5000).json(), "[" * 5000)
+
     def test_value_that_is_not_serializable_is_500(self):
         output = self.start("unserializable").invoke(1, request_id="req-bad")
         self.assertEqual(output.status, 500)
@@ -573,6 +594,7 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    fail_deeply(event["what"])\n'
         ),
         "unserializable": "def handle(event, context):\n    return {1, 2}\n",
+        "raise_at_import": 'raise RuntimeError("x" * 1_000_000)\n',
         "context": (
             'FIELDS = ["trigger", "request_id", "function", "namespace", "version", "method",\n'
             '          "path", "query", "raw_query", "headers", "body"]\n\n'
@@ -959,6 +981,7 @@ class NodeShimTest(ShimContract, unittest.TestCase):
             "exports.handle = async (event) => failDeeply(event.what);\n"
         ),
         "unserializable": "exports.handle = async () => ({ big: 10n });\n",
+        "raise_at_import": 'throw new Error("x".repeat(1000000));\n',
         "context": (
             'const FIELDS = ["trigger", "request_id", "function", "namespace", "version", "method",\n'
             '  "path", "query", "raw_query", "headers", "body"];\n'

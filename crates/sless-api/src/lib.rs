@@ -9,6 +9,7 @@ mod job;
 mod names;
 mod secret;
 mod stats;
+pub mod text;
 mod token;
 mod trigger;
 mod version;

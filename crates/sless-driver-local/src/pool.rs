@@ -343,7 +343,7 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
         }
         Err(failure) => {
             let error = failure.to_string();
-            tracing::warn!(function = %pool.key, %error, "instance failed to start");
+            tracing::warn!(function = %pool.key, error = %sless_api::text::log_line(&error), "instance failed to start");
             st.last_start_error = Some((Instant::now(), error));
             // The waiting calls get the failure.
             pool.instances.wake_waiters();

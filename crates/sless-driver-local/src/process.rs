@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::confine::Confinement;
 use super::frame::{self, kind};
 use super::zygote::Forked;
+use sless_api::text::{clip, log_line, one_line};
 use sless_driver::{LogChunk, OutputStream};
 
 static NEXT_PROCESS: AtomicU64 = AtomicU64::new(1);
@@ -42,7 +43,12 @@ pub(crate) struct OutputHead {
     pub(crate) logs_truncated: bool,
 }
 
-/// The head's `headers` object as pairs, in the order sent.
+/// Most headers an answer may have: an HTTP response's header map holds
+/// at most some 24 000 names (more panics), and no client takes that many.
+pub const MAX_RESPONSE_HEADERS: usize = 1000;
+
+/// The head's `headers` object as pairs, in the order sent (at most
+/// [`MAX_RESPONSE_HEADERS`]).
 fn header_pairs<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, String)>, D::Error> {
     struct Pairs;
     impl<'de> serde::de::Visitor<'de> for Pairs {
@@ -51,8 +57,13 @@ fn header_pairs<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec
             f.write_str("an object of header names to strings")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-            let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(2));
+            let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(2).min(MAX_RESPONSE_HEADERS));
             while let Some(pair) = map.next_entry()? {
+                if pairs.len() == MAX_RESPONSE_HEADERS {
+                    return Err(serde::de::Error::custom(format!(
+                        "the answer has more than {MAX_RESPONSE_HEADERS} headers"
+                    )));
+                }
                 pairs.push(pair);
             }
             Ok(pairs)
@@ -76,8 +87,14 @@ struct Pending {
 /// Most bytes of handler output kept per invocation; the rest is dropped and noted.
 pub const LOG_CAP_BYTES: usize = 64 * 1024;
 
+/// What a chunk of output costs against [`LOG_CAP_BYTES`] beside its text:
+/// a handler alternating streams a byte at a time (or sending empty LOG
+/// frames) makes a chunk per write, and each is held and stored.
+const LOG_CHUNK_COST: usize = 32;
+
 /// One invocation's handler output, kept up to [`LOG_CAP_BYTES`]: what
-/// goes past it is dropped, and a note says so.
+/// goes past it is dropped, and a note says so. Output to the stream of the
+/// chunk before is added to that chunk.
 #[derive(Debug, Default)]
 pub struct CappedLogs {
     logs: Vec<LogChunk>,
@@ -87,8 +104,12 @@ pub struct CappedLogs {
 impl CappedLogs {
     /// Keeps what of `text` fits (cut at a character boundary).
     pub fn push(&mut self, stream: OutputStream, mut text: String) {
-        if self.truncated() {
+        if self.truncated() || text.is_empty() {
             return;
+        }
+        let last = self.logs.last_mut().filter(|last| last.stream == stream);
+        if last.is_none() {
+            self.bytes = (self.bytes + LOG_CHUNK_COST).min(LOG_CAP_BYTES);
         }
         let room = LOG_CAP_BYTES - self.bytes;
         if text.len() > room {
@@ -102,7 +123,10 @@ impl CappedLogs {
         } else {
             self.bytes += text.len();
         }
-        self.logs.push(LogChunk { stream, text });
+        match self.logs.last_mut().filter(|last| last.stream == stream) {
+            Some(last) => last.text.push_str(&text),
+            None => self.logs.push(LogChunk { stream, text }),
+        }
         if self.truncated() {
             self.logs.push(LogChunk {
                 stream: OutputStream::Stderr,
@@ -152,6 +176,8 @@ pub struct ShimProcess {
     alive: AtomicBool,
     /// Set by its first answer, which wakes [`ShimProcess::answered_once`].
     answered: AtomicBool,
+    /// A frame of a kind the protocol has not was logged.
+    unexpected_frame: AtomicBool,
     first_answer: tokio::sync::Notify,
     /// When it was taken over, and its last KEEPALIVE, in ms after that.
     taken_over: std::time::Instant,
@@ -242,6 +268,7 @@ impl ShimProcess {
             next_id: AtomicU32::new(1),
             alive: AtomicBool::new(true),
             answered: AtomicBool::new(false),
+            unexpected_frame: AtomicBool::new(false),
             first_answer: tokio::sync::Notify::new(),
             taken_over: std::time::Instant::now(),
             heard_ms: AtomicU64::new(0),
@@ -349,14 +376,22 @@ impl ShimProcess {
                 match self.pending.lock().unwrap().get_mut(&f.id) {
                     Some(p) => p.logs.push(stream, text),
                     None => {
-                        tracing::info!(target: "sless::function", instance = self.id, "{}", one_line(text.trim_end()))
+                        // Output of no call (a thread of the handler's, say) goes to
+                        // the server's log, one line of it at most.
+                        tracing::info!(target: "sless::function", instance = self.id, "{}", log_line(text.trim_end()))
                     }
                 }
             }
             kind::READY => {
                 let result = serde_json::from_slice::<ReadyMsg>(&f.payload)
                     .map_err(|e| format!("bad ready frame: {e}"))
-                    .and_then(|m| if m.ok { Ok(()) } else { Err(m.error) });
+                    .and_then(|m| {
+                        if m.ok {
+                            Ok(())
+                        } else {
+                            Err(clip(m.error, LOG_CAP_BYTES))
+                        }
+                    });
                 if let Some(tx) = self.ready.lock().unwrap().take() {
                     let _ = tx.send(result);
                 }
@@ -365,9 +400,11 @@ impl ShimProcess {
                 let now = u64::try_from(self.taken_over.elapsed().as_millis()).unwrap_or(u64::MAX);
                 self.heard_ms.store(now, Ordering::Relaxed);
             }
-            other => {
-                tracing::warn!(instance = self.id, kind = %(other as char), "unexpected frame from shim")
+            // Said once: a handler can send such frames without end.
+            other if !self.unexpected_frame.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(instance = self.id, kind = %(other as char), "unexpected frame from shim (later ones are not logged)")
             }
+            _ => {}
         }
     }
 
@@ -625,16 +662,6 @@ impl LineCutter {
     }
 }
 
-/// Handler output as one line of the server's log: a carriage return
-/// cannot overwrite the line on a terminal, nor a newline forge another.
-fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains(['\r', '\n']) {
-        std::borrow::Cow::Owned(text.replace('\r', "\\r").replace('\n', "\\n"))
-    } else {
-        std::borrow::Cow::Borrowed(text)
-    }
-}
-
 /// Bytes read from a shim at once: many small frames arrive together under load.
 const READ_BUFFER: usize = 64 * 1024;
 
@@ -705,12 +732,6 @@ mod tests {
     }
 
     #[test]
-    fn handler_output_is_one_log_line() {
-        assert_eq!(one_line("plain"), "plain");
-        assert_eq!(one_line("ok\rFORGED\nline"), "ok\\rFORGED\\nline");
-    }
-
-    #[test]
     fn output_headers_keep_their_order_and_may_be_absent() {
         let (head, body) = parse_output(payload(
             r#"{"status":201,"headers":{"x-b":"2","content-type":"text/plain","x-a":"1"}}"#,
@@ -724,5 +745,58 @@ mod tests {
         let (head, _) = parse_output(payload(r#"{"status":200}"#, b"")).unwrap();
         assert!(head.headers.is_empty());
         assert!(parse_output(payload(r#"{"status":200,"headers":{"a":1}}"#, b"")).is_err());
+    }
+
+    /// An HTTP response's header map panics past some 24 000 names.
+    #[test]
+    fn an_answer_has_at_most_1000_headers() {
+        let head = |n: usize| {
+            let headers: serde_json::Map<String, serde_json::Value> =
+                (0..n).map(|i| (format!("x{i}"), "".into())).collect();
+            serde_json::json!({"status": 200, "headers": headers}).to_string()
+        };
+        let (kept, _) = parse_output(payload(&head(MAX_RESPONSE_HEADERS), b"")).unwrap();
+        assert_eq!(kept.headers.len(), MAX_RESPONSE_HEADERS);
+        let error = parse_output(payload(&head(30_000), b"")).err().unwrap();
+        assert!(error.to_string().contains("more than 1000 headers"), "{error}");
+    }
+
+    /// Output is kept per stream in chunks, each charged against the cap
+    /// beside its text: empty writes, or a stream switched at every byte,
+    /// cannot make chunks without end.
+    #[test]
+    fn handler_output_is_merged_by_stream_and_its_chunks_count() {
+        let mut logs = CappedLogs::default();
+        logs.push(OutputStream::Stdout, "a\n".into());
+        logs.push(OutputStream::Stdout, "b\n".into());
+        logs.push(OutputStream::Stderr, "c".into());
+        logs.push(OutputStream::Stdout, String::new());
+        logs.push(OutputStream::Stderr, "d\n".into());
+        let kept: Vec<_> = logs.into_logs().into_iter().map(|c| (c.stream, c.text)).collect();
+        assert_eq!(
+            kept,
+            [
+                (OutputStream::Stdout, "a\nb\n".to_string()),
+                (OutputStream::Stderr, "cd\n".to_string())
+            ]
+        );
+
+        let mut empty = CappedLogs::default();
+        for _ in 0..1_000_000 {
+            empty.push(OutputStream::Stdout, String::new());
+        }
+        assert!(empty.into_logs().is_empty());
+
+        let mut switching = CappedLogs::default();
+        for i in 0..1_000_000 {
+            let stream = if i % 2 == 0 {
+                OutputStream::Stdout
+            } else {
+                OutputStream::Stderr
+            };
+            switching.push(stream, "x".into());
+        }
+        assert!(switching.truncated());
+        assert!(switching.into_logs().len() <= LOG_CAP_BYTES / LOG_CHUNK_COST + 1);
     }
 }

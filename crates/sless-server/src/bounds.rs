@@ -49,30 +49,7 @@ pub fn check_depth(what: &str, value: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// `text` cut to at most `max` bytes (at a character boundary), marked when cut.
-pub fn clip(mut text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    const MARK: &str = " [... cut]";
-    let mut cut = max.saturating_sub(MARK.len());
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    text.truncate(cut);
-    text.push_str(MARK);
-    text
-}
-
-/// Text a tenant controls as one line of the server's log: `\r` and `\n`
-/// escaped, so it can neither overwrite a line on a terminal nor forge one.
-pub fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
-    if text.contains(['\r', '\n']) {
-        std::borrow::Cow::Owned(text.replace('\r', "\\r").replace('\n', "\\n"))
-    } else {
-        std::borrow::Cow::Borrowed(text)
-    }
-}
+pub use sless_api::text::{clip, one_line};
 
 #[cfg(test)]
 mod tests {

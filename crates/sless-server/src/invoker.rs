@@ -119,7 +119,10 @@ impl Invoker {
                     stream: "stderr".to_string(),
                     text: text.to_string(),
                 }];
-                let error = format!("the function failed to start: {first_line}");
+                let error = crate::bounds::clip(
+                    format!("the function failed to start: {first_line}"),
+                    crate::bounds::MAX_ERROR_BYTES,
+                );
                 (502, Some(error), 0, 0, false, logs, truncated)
             }
             // Nothing ran (no version, disabled, queue full): no record.

@@ -453,7 +453,7 @@ impl Deployer {
 
     /// Marks a build failed; the serving version, if any, stays.
     async fn fail(&self, key: &FunctionKey, status: &mut FunctionStatus, message: String) {
-        tracing::warn!(function = %key, error = %message, "build failed");
+        tracing::warn!(function = %key, error = %sless_api::text::log_line(&message), "build failed");
         status.phase = Phase::Failed;
         status.message = if status.version > 0 {
             format!("{message}\n(version {} keeps serving)", status.version)
@@ -513,7 +513,7 @@ impl Deployer {
             }
             Ok(()) => return Ok(()),
             Err(e) => {
-                tracing::warn!(function = %key, error = %e, "new settings not applied");
+                tracing::warn!(function = %key, error = %sless_api::text::log_line(&e.to_string()), "new settings not applied");
                 if settled {
                     status.phase = Phase::Failed;
                 }

@@ -1,0 +1,65 @@
+//! Free text a tenant or a handler controls, made safe to keep or log.
+
+use std::borrow::Cow;
+
+/// `text` cut to at most `max` bytes (at a character boundary), marked when cut.
+pub fn clip(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    const MARK: &str = " [... cut]";
+    let mut cut = max.saturating_sub(MARK.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str(MARK);
+    text
+}
+
+/// Text a tenant controls as one line of the server's log: `\r` and `\n`
+/// escaped, so it can neither overwrite a line on a terminal nor forge one.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    if text.contains(['\r', '\n']) {
+        Cow::Owned(text.replace('\r', "\\r").replace('\n', "\\n"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
+/// The most bytes of text a tenant controls that one line of the server's
+/// log carries.
+pub const LOG_LINE_BYTES: usize = 16 * 1024;
+
+/// `text` as one line of the server's log ([`one_line`]), cut to
+/// [`LOG_LINE_BYTES`].
+pub fn log_line(text: &str) -> String {
+    let mut end = text.len().min(LOG_LINE_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let line = one_line(&text[..end]).into_owned();
+    if end < text.len() {
+        line + " [... cut]"
+    } else {
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_line_is_one_line_and_cut() {
+        assert_eq!(log_line("a\nb\r"), "a\\nb\\r");
+        let long = "é".repeat(LOG_LINE_BYTES);
+        let line = log_line(&long);
+        assert!(
+            line.ends_with(" [... cut]") && line.len() <= LOG_LINE_BYTES + 10,
+            "{}",
+            line.len()
+        );
+        assert_eq!(log_line("short"), "short");
+    }
+}
