@@ -132,8 +132,8 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_INVOKE_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_invoke_bytes: usize,
 
-    /// Largest body of an asynchronous call (`X-Sless-Invocation-Type:
-    /// Event`): it is stored until delivered.
+    /// Largest asynchronous call (`X-Sless-Invocation-Type: Event`), as it
+    /// is stored until delivered: its body, path, query and headers.
     #[arg(long, env = "SLESS_ASYNC_MAX_EVENT_BYTES", default_value_t = 256 * 1024)]
     pub async_max_event_bytes: usize,
 
@@ -248,6 +248,11 @@ pub struct Config {
     /// Job runs one namespace has under way at once; another is a 429.
     #[arg(long, env = "SLESS_NS_MAX_JOB_RUNS", default_value_t = 4)]
     pub ns_max_job_runs: u32,
+
+    /// Triggers one namespace may hold (the cron loop reads every trigger
+    /// twice a second, and each may carry an event).
+    #[arg(long, env = "SLESS_NS_MAX_TRIGGERS", default_value_t = 400)]
+    pub ns_max_triggers: u32,
 
     /// Pre-started generic interpreters kept per runtime for fast cold starts.
     #[arg(long, env = "SLESS_WARM_INSTANCES", default_value_t = 2)]
@@ -522,6 +527,7 @@ impl Config {
             ("SLESS_NS_MAX_MEMORY_MB", self.ns_max_memory_mb, 16, u32::MAX),
             ("SLESS_NS_MAX_BUILDS", self.ns_max_builds, 1, 64),
             ("SLESS_NS_MAX_JOB_RUNS", self.ns_max_job_runs, 1, u32::MAX),
+            ("SLESS_NS_MAX_TRIGGERS", self.ns_max_triggers, 1, u32::MAX),
         ] {
             if !(lo..=hi).contains(&value) {
                 anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");

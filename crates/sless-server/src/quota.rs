@@ -1,5 +1,5 @@
 //! Per-namespace quotas: what one namespace may hold (functions, instances,
-//! memory: 403 past them) and run at once (job runs: 429; builds wait for
+//! memory, triggers: 403 past them) and run at once (job runs: 429; builds wait for
 //! the namespace's own build slots, so one namespace never holds all of
 //! the server's). Every refusal names the quota and its setting.
 
@@ -45,6 +45,18 @@ pub async fn check_function(state: &AppState, ns: &str, name: &str, spec: &Funct
         return Err(Error::Forbidden(format!(
             "namespace {ns} would use up to {total_memory} MB (memory_mb x max_instances over its functions), more than its quota of {} MB (the server's SLESS_NS_MAX_MEMORY_MB): lower memory_mb or max_instances",
             config.ns_max_memory_mb
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a new trigger while the namespace holds its quota of them.
+pub async fn check_trigger(state: &AppState, ns: &str) -> Result<()> {
+    let held = state.store.list(Kind::Trigger, ns).await?.len() as u64;
+    let quota = u64::from(state.config.ns_max_triggers);
+    if held >= quota {
+        return Err(Error::Forbidden(format!(
+            "namespace {ns} is at its quota of {quota} triggers (the server's SLESS_NS_MAX_TRIGGERS); delete one first"
         )));
     }
     Ok(())

@@ -37,6 +37,13 @@ const HOP_BY_HOP: &[&str] = &[
     "proxy-connection",
 ];
 
+/// Headers a handler may not set because they act on the whole origin,
+/// which every function and the console share: `Service-Worker-Allowed`
+/// would let a function's service worker take `/` (the console's pages and
+/// other tenants' functions), and `Clear-Site-Data` would clear what the
+/// console and every other function keep in the browser.
+const ORIGIN_WIDE: &[&str] = &["service-worker-allowed", "clear-site-data"];
+
 /// The application: `/fn` requests go straight to the gateway, everything
 /// else through the router. The gateway is the hot path; routing it would
 /// copy its headers and URI into extractors and match it against every
@@ -228,7 +235,7 @@ async fn serve(
             *response.status_mut() = StatusCode::from_u16(result.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let out = response.headers_mut();
             for (k, mut v) in result.headers {
-                if HOP_BY_HOP.iter().any(|h| h.eq_ignore_ascii_case(&k)) {
+                if HOP_BY_HOP.iter().chain(ORIGIN_WIDE).any(|h| h.eq_ignore_ascii_case(&k)) {
                     continue;
                 }
                 if k.eq_ignore_ascii_case("set-cookie") {
@@ -314,6 +321,18 @@ async fn accept_event(
     {
         return Err(not_found(&key));
     }
+    // What is stored, not only the body, is bounded: a request's head (its
+    // path, query and headers) may be some hundreds of KiB too.
+    let query = parts.uri.query().unwrap_or("").to_string();
+    let headers = serde_json::to_string(&header_pairs(&parts.headers)).map_err(Error::internal)?;
+    let limit = state.config.async_max_event_bytes;
+    if body.len() + path.len() + query.len() + headers.len() > limit {
+        return Err(Error::too_large(
+            "an asynchronous call as stored (its body, path, query and headers)",
+            limit,
+            "SLESS_ASYNC_MAX_EVENT_BYTES",
+        ));
+    }
     let created_at = crate::store::events::now_micros();
     let id = crate::async_invoke::event_id(created_at);
     let event = crate::store::events::NewEvent {
@@ -323,8 +342,8 @@ async fn accept_event(
         request_id: request_id.to_string(),
         method: parts.method.as_str().to_string(),
         path,
-        query: parts.uri.query().unwrap_or("").to_string(),
-        headers: serde_json::to_string(&header_pairs(&parts.headers)).map_err(Error::internal)?,
+        query,
+        headers,
         body,
         created_at,
         source: None,

@@ -183,6 +183,11 @@ async fn accepted_then_delivered(backend: Backend) {
         body["error"].as_str().unwrap().contains("SLESS_ASYNC_MAX_EVENT_BYTES"),
         "{body}"
     );
+    // What is stored counts, not only the body: here a query.
+    let long_query = format!("/fn/ns/echo?q={}", "y".repeat(1200));
+    let (status, _, body) = send_event(&server, &long_query, "{}").await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("as stored"), "{body}");
     let (status, _, body) = send_event(&server, "/fn/ns/echo@1", "{}").await;
     assert_eq!(
         status,

@@ -274,12 +274,25 @@ async fn metrics_need_a_token_and_forget_deleted_functions() {
     assert_eq!(server.metric(series).await, None, "a deleted function's series stayed");
 }
 
+/// Every function and the console share one origin: a function's answer
+/// sets cookies on its own path only, and drops the headers that act on the
+/// whole origin (a service worker's scope beyond its path, clearing what the
+/// browser keeps for it). An answer with more headers than any client takes
+/// is a 502, and the function and the server go on.
 #[tokio::test]
-async fn a_functions_cookies_are_scoped_to_its_own_path() {
+async fn a_functions_answer_acts_on_its_own_path_only() {
     let server = Server::start(Backend::Sqlite).await;
     let code = br#"
 def handle(event, context):
-    return {"statusCode": 200, "headers": {"Set-Cookie": "sid=stolen; Path=/; Domain=127.0.0.1; HttpOnly"}, "body": "ok"}
+    if event.get("many"):
+        return {"statusCode": 200, "headers": {f"x-{i}": "" for i in range(30000)}, "body": "ok"}
+    headers = {
+        "Set-Cookie": "sid=stolen; Path=/; Domain=127.0.0.1; HttpOnly",
+        "Service-Worker-Allowed": "/",
+        "Clear-Site-Data": '"*"',
+        "X-Kept": "yes",
+    }
+    return {"statusCode": 200, "headers": headers, "body": "ok"}
 "#;
     server
         .deploy("ns", "app", json!({"runtime": "python3.11"}), &[("handler.py", code)])
@@ -288,10 +301,22 @@ def handle(event, context):
     assert_eq!(status, StatusCode::OK);
     let cookie = headers["set-cookie"].to_str().unwrap();
     assert_eq!(cookie, "sid=stolen; HttpOnly; Path=/fn/ns/app");
+    assert_eq!(headers["x-kept"], "yes");
+    for dropped in ["service-worker-allowed", "clear-site-data"] {
+        assert!(
+            headers.get(dropped).is_none(),
+            "{dropped} reached the caller: {headers:?}"
+        );
+    }
+
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/app", r#"{"many": true}"#).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let (status, _, _) = server.invoke(Method::GET, "/fn/ns/app", "").await;
+    assert_eq!(status, StatusCode::OK);
 }
 
-/// A namespace's quotas: functions, instances and memory (403), job runs
-/// at once (429); each refusal names its setting, and other namespaces
+/// A namespace's quotas: functions, instances, memory and triggers (403),
+/// job runs at once (429); each refusal names its setting, and other namespaces
 /// are not held back.
 #[tokio::test]
 async fn namespace_quotas_are_refused_by_name() {
@@ -302,6 +327,7 @@ async fn namespace_quotas_are_refused_by_name() {
             ("SLESS_NS_MAX_INSTANCES", "6"),
             ("SLESS_NS_MAX_MEMORY_MB", "2048"),
             ("SLESS_NS_MAX_JOB_RUNS", "1"),
+            ("SLESS_NS_MAX_TRIGGERS", "1"),
         ],
     )
     .await;
@@ -377,6 +403,21 @@ async fn namespace_quotas_are_refused_by_name() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("SLESS_NS_MAX_JOB_RUNS"),
+        "{body}"
+    );
+
+    let trigger =
+        |name: &'static str| json!({"name": name, "type": "cron", "function": "one", "schedule": "0 0 1 1 *"});
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(trigger("yearly")))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(trigger("again")))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_NS_MAX_TRIGGERS"),
         "{body}"
     );
 }
