@@ -12,6 +12,10 @@ use crate::config::Config;
 use crate::state::AppState;
 use crate::{auth, blobs, http, store};
 
+/// Code uploads one namespace has under way at once (each held whole, up
+/// to `SLESS_MAX_UPLOAD_BYTES`, until checked).
+const UPLOADS_PER_NAMESPACE: usize = 2;
+
 /// Runs the server until a shutdown signal; returns once in-flight requests
 /// have finished (or the grace period ran out).
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -165,6 +169,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         cluster: cluster.clone(),
         admin_hash,
         secrets,
+        follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
+        uploads: Arc::new(crate::state::Slots::new(UPLOADS_PER_NAMESPACE)),
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
         replica = cluster.replica(), leader = cluster.is_leader(),

@@ -34,4 +34,60 @@ pub struct AppState {
     pub admin_hash: String,
     /// Seals and opens secret values.
     pub secrets: Arc<crate::secrets::Secrets>,
+    /// Log streams open (`logs?follow=true`), per namespace.
+    pub follows: Arc<Slots>,
+    /// Code uploads under way (their bodies read and held), per namespace.
+    pub uploads: Arc<Slots>,
+}
+
+/// Counts what each namespace holds open, up to a number each: a slot is
+/// taken or refused at once, and given back when its [`Slot`] drops.
+pub struct Slots {
+    most: usize,
+    held: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+impl Slots {
+    pub fn new(most: usize) -> Slots {
+        Slots {
+            most,
+            held: Default::default(),
+        }
+    }
+
+    /// A slot of `namespace`'s, or None when it holds all of its own.
+    pub fn take(self: &Arc<Self>, namespace: &str) -> Option<Slot> {
+        let mut held = self.held.lock().unwrap();
+        let count = held.entry(namespace.to_string()).or_default();
+        if *count >= self.most {
+            return None;
+        }
+        *count += 1;
+        Some(Slot {
+            slots: self.clone(),
+            namespace: namespace.to_string(),
+        })
+    }
+
+    pub fn most(&self) -> usize {
+        self.most
+    }
+}
+
+/// One slot of [`Slots`], held until dropped.
+pub struct Slot {
+    slots: Arc<Slots>,
+    namespace: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap();
+        if let Some(count) = held.get_mut(&self.namespace) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.namespace);
+            }
+        }
+    }
 }

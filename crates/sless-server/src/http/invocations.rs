@@ -36,7 +36,7 @@ pub struct LogsQuery {
     /// Keep the response open and stream new lines until the client leaves.
     #[serde(default)]
     follow: bool,
-    /// Lines of history first (default 100).
+    /// Lines of history first (default 100, at most 10 000).
     tail: Option<usize>,
 }
 
@@ -94,18 +94,43 @@ pub async fn logs(
     query: std::result::Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response> {
     let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
+    let tail = query.tail.unwrap_or(100);
+    if tail > MAX_TAIL {
+        return Err(Error::BadRequest(format!(
+            "tail must be at most {MAX_TAIL}, got {tail}"
+        )));
+    }
     check_function(&state, &ns, &name).await?;
     let sse = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
+    let slot = match query.follow {
+        false => None,
+        true => Some(state.follows.take(&ns).ok_or_else(|| Error::TooManyRequests {
+            message: format!(
+                "namespace {ns} has {} log streams open, the most it may; close one first",
+                state.follows.most()
+            ),
+            retry_after: 5,
+        })?),
+    };
     // Subscribe before reading history so nothing falls in between.
     let live = query.follow.then(|| state.invoker.log.subscribe());
-    let mut history = state.store.list_invocations(&ns, &name, None, 200).await?;
-    history.reverse();
-    let mut lines: Vec<String> = history.iter().flat_map(|r| render(r, sse)).collect();
-    let tail = query.tail.unwrap_or(100);
-    lines.drain(..lines.len().saturating_sub(tail));
+    // Newest first: only the last `tail` lines are rendered (a record's
+    // 64 KiB of output can be as many lines).
+    let history = state.store.list_invocations(&ns, &name, None, 200).await?;
+    let mut newest_first = Vec::new();
+    let mut count = 0;
+    for record in &history {
+        if count == tail {
+            break;
+        }
+        let part = render_last(record, sse, tail - count);
+        count += part.len();
+        newest_first.push(part);
+    }
+    let lines: Vec<String> = newest_first.into_iter().rev().flatten().collect();
     let seen: HashSet<String> = history.into_iter().map(|r| r.id).collect();
     let head = futures::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(Bytes::from(l))));
     let content_type = if sse {
@@ -121,31 +146,33 @@ pub async fn logs(
             let store = state.store.clone();
             let principal = Arc::new(principal);
             let recheck = tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_RECHECK, TOKEN_RECHECK);
-            let follow = futures::stream::unfold((rx, seen, recheck), move |(mut rx, seen, mut recheck)| {
-                let (ns, name, store, principal) = (ns.clone(), name.clone(), store.clone(), principal.clone());
-                async move {
-                    loop {
-                        let received = tokio::select! {
-                            received = rx.recv() => received,
-                            _ = recheck.tick() => {
-                                if principal.still_valid(&*store).await {
-                                    continue;
+            // The namespace's slot goes with the stream.
+            let follow =
+                futures::stream::unfold((rx, seen, recheck, slot), move |(mut rx, seen, mut recheck, slot)| {
+                    let (ns, name, store, principal) = (ns.clone(), name.clone(), store.clone(), principal.clone());
+                    async move {
+                        loop {
+                            let received = tokio::select! {
+                                received = rx.recv() => received,
+                                _ = recheck.tick() => {
+                                    if principal.still_valid(&*store).await {
+                                        continue;
+                                    }
+                                    tracing::info!(token = %principal.name, "token revoked: closing its log stream");
+                                    return None;
                                 }
-                                tracing::info!(token = %principal.name, "token revoked: closing its log stream");
-                                return None;
+                            };
+                            match received {
+                                Ok(r) if r.namespace == ns && r.function == name && !seen.contains(&r.id) => {
+                                    let chunk = Bytes::from(render(&r, sse).concat());
+                                    return Some((Ok::<_, Infallible>(chunk), (rx, seen, recheck, slot)));
+                                }
+                                Ok(_) | Err(RecvError::Lagged(_)) => continue,
+                                Err(RecvError::Closed) => return None,
                             }
-                        };
-                        match received {
-                            Ok(r) if r.namespace == ns && r.function == name && !seen.contains(&r.id) => {
-                                let chunk = Bytes::from(render(&r, sse).concat());
-                                return Some((Ok::<_, Infallible>(chunk), (rx, seen, recheck)));
-                            }
-                            Ok(_) | Err(RecvError::Lagged(_)) => continue,
-                            Err(RecvError::Closed) => return None,
                         }
                     }
-                }
-            });
+                });
             use futures::StreamExt;
             Body::from_stream(head.chain(follow))
         }
@@ -159,20 +186,38 @@ pub async fn logs(
 
 /// One record's output as text lines or SSE events.
 fn render(record: &InvocationRecord, sse: bool) -> Vec<String> {
+    render_last(record, sse, usize::MAX)
+}
+
+/// The last `most` lines of `record`'s output, rendered, in order.
+fn render_last(record: &InvocationRecord, sse: bool, most: usize) -> Vec<String> {
     let time = record.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let mut out = Vec::new();
-    for chunk in &record.logs {
-        for line in chunk.text.lines() {
+    let lines = record
+        .logs
+        .iter()
+        .rev()
+        .flat_map(|chunk| chunk.text.lines().rev().map(move |line| (chunk, line)));
+    let mut out: Vec<String> = lines
+        .take(most)
+        .map(|(chunk, line)| {
             if sse {
                 let event = serde_json::json!({
                     "time": time, "request_id": record.request_id, "invocation": record.id,
                     "stream": chunk.stream, "text": line,
                 });
-                out.push(format!("data: {event}\n\n"));
+                format!("data: {event}\n\n")
             } else {
-                out.push(format!("{time} {} {} {line}\n", record.request_id, chunk.stream));
+                format!("{time} {} {} {line}\n", record.request_id, chunk.stream)
             }
-        }
-    }
+        })
+        .collect();
+    out.reverse();
     out
 }
+
+/// The most lines of history `logs` sends (`tail`).
+const MAX_TAIL: usize = 10_000;
+
+/// The most log streams (`follow=true`) one namespace holds open at once:
+/// each holds a connection, and the server takes a few thousand.
+pub const MAX_FOLLOWS: usize = 32;

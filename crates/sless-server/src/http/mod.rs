@@ -8,7 +8,7 @@ pub(crate) mod body;
 mod console;
 mod functions;
 mod gateway;
-mod invocations;
+pub(crate) mod invocations;
 mod jobs;
 mod openapi;
 mod openapi_rules;

@@ -2,11 +2,12 @@
 //! the rule, and nothing stored.
 
 use std::io::Write;
+use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{zip_of, Backend, Server};
+use super::harness::{eventually, zip_of, Backend, Server};
 
 crate::both_stores!(archive_rules_refuse_bad_zips, upload_size_limit_is_413);
 
@@ -130,4 +131,69 @@ async fn upload_size_limit_is_413(backend: Backend) {
         .call(Method::POST, "/v1/namespaces/ns/functions", Some(huge))
         .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// A body is held whole until it is checked, so a namespace has two uploads
+/// under way at most: a third is a 429 before its bytes are read, another
+/// namespace's goes on, and an upload that ends gives its place back.
+#[tokio::test]
+async fn a_namespace_has_two_uploads_under_way_at_most() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start(Backend::Sqlite).await;
+    for ns in ["ns", "other"] {
+        let (status, body) = server
+            .call(
+                Method::POST,
+                &format!("/v1/namespaces/{ns}/functions"),
+                Some(json!({"name": "fn1", "runtime": "python3.11"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    // Two uploads that send their head and a little of a 1 MB body, then
+    // wait. One that came in while a probe below held a place was refused
+    // (answered): it is sent again.
+    let address = server.url.trim_start_matches("http://").to_string();
+    let hold = || async {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let head = format!(
+            "PUT /v1/namespaces/ns/functions/fn1/code HTTP/1.1\r\nhost: {address}\r\n\
+             authorization: Bearer {}\r\ncontent-type: application/zip\r\ncontent-length: 1000000\r\n\r\nPK",
+            server.admin
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream
+    };
+    let mut slow = vec![hold().await, hold().await];
+    let zip = zip_of(&[("handler.py", b"def handle(e, c):\n    return 1\n")]);
+    let mut refused = None;
+    for _ in 0..200 {
+        for stream in slow.iter_mut() {
+            if !matches!(stream.try_read(&mut [0; 64]), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock) {
+                *stream = hold().await;
+            }
+        }
+        match server.upload("ns", "fn1", zip.clone()).await {
+            (StatusCode::TOO_MANY_REQUESTS, body) => {
+                refused = Some(body);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let refused = refused.expect("a third upload is refused within 10 s");
+    assert!(
+        refused["error"].as_str().unwrap().contains("2 code uploads under way"),
+        "{refused}"
+    );
+    let (status, body) = server.upload("other", "fn1", zip.clone()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "another namespace goes on: {body}");
+    drop(slow.pop());
+    eventually(Duration::from_secs(10), || async {
+        match server.upload("ns", "fn1", zip.clone()).await {
+            (StatusCode::ACCEPTED, _) => Ok(()),
+            (status, body) => Err(format!("an ended upload's place is not given back: {status} {body}")),
+        }
+    })
+    .await;
 }

@@ -220,6 +220,67 @@ async fn records_capture_output_and_page(backend: Backend) {
         .await
         .unwrap();
     assert!(text.lines().any(|l| l.ends_with(" stdout out: first")), "{text}");
+    // The last lines of all, in order; a tail past the bound is refused.
+    let tail = |n: &str| {
+        server
+            .request(
+                Method::GET,
+                &format!("/v1/namespaces/ns/functions/printer/logs?tail={n}"),
+                Some(&server.admin),
+            )
+            .send()
+    };
+    let last: Vec<&str> = text.lines().collect();
+    let two = tail("2").await.unwrap().text().await.unwrap();
+    assert_eq!(two.lines().collect::<Vec<_>>(), last[last.len() - 2..], "{two}");
+    let response = tail("10001").await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(response.text().await.unwrap().contains("at most 10000"));
+}
+
+/// Each open log stream holds a connection: a namespace holds 32 at most
+/// (429 past them, other namespaces unaffected), and a closed one gives its
+/// place back.
+#[tokio::test]
+async fn a_namespace_holds_at_most_32_log_streams() {
+    let server = Server::start(Backend::Sqlite).await;
+    for ns in ["ns", "other"] {
+        server
+            .deploy(
+                ns,
+                "printer",
+                json!({"runtime": "python3.11"}),
+                &[("handler.py", PRINTER)],
+            )
+            .await;
+    }
+    let follow = |ns: &'static str| {
+        server
+            .request(
+                Method::GET,
+                &format!("/v1/namespaces/{ns}/functions/printer/logs?follow=true"),
+                Some(&server.admin),
+            )
+            .send()
+    };
+    let mut open = Vec::new();
+    for _ in 0..32 {
+        let response = follow("ns").await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        open.push(response);
+    }
+    let refused = follow("ns").await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.text().await.unwrap().contains("32 log streams open"));
+    assert_eq!(follow("other").await.unwrap().status(), StatusCode::OK);
+    drop(open.pop());
+    eventually(Duration::from_secs(10), || async {
+        match follow("ns").await.unwrap().status() {
+            StatusCode::OK => Ok(()),
+            status => Err(format!("a closed stream's place is not given back: {status}")),
+        }
+    })
+    .await;
 }
 
 #[tokio::test]
