@@ -35,8 +35,9 @@ pub struct Versions {
     keep: usize,
     /// Deployed here besides `$latest`, with the time of the last call.
     extra: Mutex<HashMap<VersionRef, Instant>>,
-    /// On-demand deploys, one at a time (a burst of calls deploys once).
-    deploying: tokio::sync::Mutex<()>,
+    /// On-demand deploys, one at a time per function (a burst of calls
+    /// deploys once; one function's deploy holds up no other's).
+    deploying: Mutex<HashMap<FunctionKey, std::sync::Weak<tokio::sync::Mutex<()>>>>,
 }
 
 impl Versions {
@@ -93,7 +94,12 @@ impl Versions {
     /// Deploys `target` here from its stored record, unless it serves
     /// already; false when no such version is kept.
     pub async fn ensure(&self, target: &VersionRef) -> Result<bool> {
-        let _one = self.deploying.lock().await;
+        let key = &target.key;
+        // Read before taking the lock (a deploy holds it): anyone may call
+        // `/fn/{ns}/{name}@N` with any number.
+        let record = self.store.version(&key.namespace, &key.name, target.version).await?;
+        let lock = self.deploy_lock(key);
+        let _one = lock.lock().await;
         let deployed = self.driver.stats().await.into_iter().any(|(v, _)| &v == target);
         if deployed {
             self.extra
@@ -103,8 +109,7 @@ impl Versions {
                 .or_insert_with(Instant::now);
             return Ok(true);
         }
-        let key = &target.key;
-        let Some(record) = self.store.version(&key.namespace, &key.name, target.version).await? else {
+        let Some(record) = record else {
             return Ok(false);
         };
         let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
@@ -137,6 +142,18 @@ impl Versions {
         tracing::info!(function = %key, version = target.version, "serving a version called by number or alias");
         self.extra.lock().unwrap().insert(target.clone(), Instant::now());
         Ok(true)
+    }
+
+    /// The lock of `key`'s on-demand deploys.
+    fn deploy_lock(&self, key: &FunctionKey) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.deploying.lock().unwrap();
+        if let Some(lock) = locks.get(key).and_then(std::sync::Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::default();
+        locks.insert(key.clone(), Arc::downgrade(&lock));
+        lock
     }
 
     /// `$latest` moved on from `old`: it keeps serving while an alias
