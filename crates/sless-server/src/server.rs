@@ -13,7 +13,7 @@ use crate::state::AppState;
 use crate::{auth, blobs, http, store};
 
 /// Code uploads one namespace has under way at once (each held whole, up
-/// to `SLESS_MAX_UPLOAD_BYTES`, until checked).
+/// to `SLESS_MAX_UPLOAD_BYTES`, until checked); more wait their turn.
 const UPLOADS_PER_NAMESPACE: usize = 2;
 
 /// Runs the server until a shutdown signal; returns once in-flight requests
@@ -170,7 +170,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         admin_hash,
         secrets,
         follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
-        uploads: Arc::new(crate::state::Slots::new(UPLOADS_PER_NAMESPACE)),
+        uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE),
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
         replica = cluster.replica(), leader = cluster.is_leader(),

@@ -37,7 +37,7 @@ pub struct AppState {
     /// Log streams open (`logs?follow=true`), per namespace.
     pub follows: Arc<Slots>,
     /// Code uploads under way (their bodies read and held), per namespace.
-    pub uploads: Arc<Slots>,
+    pub uploads: Gates,
 }
 
 /// Counts what each namespace holds open, up to a number each: a slot is
@@ -89,5 +89,38 @@ impl Drop for Slot {
                 held.remove(&self.namespace);
             }
         }
+    }
+}
+
+/// Lets a few of each namespace's requests in at a time; the rest wait,
+/// holding nothing but their connection.
+pub struct Gates {
+    most: usize,
+    gates: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Semaphore>>>,
+}
+
+impl Gates {
+    pub fn new(most: usize) -> Gates {
+        Gates {
+            most,
+            gates: Default::default(),
+        }
+    }
+
+    /// Waits for one of `namespace`'s places; it is given back when dropped.
+    pub async fn enter(&self, namespace: &str) -> tokio::sync::OwnedSemaphorePermit {
+        let gate = {
+            let mut gates = self.gates.lock().unwrap();
+            match gates.get(namespace).and_then(std::sync::Weak::upgrade) {
+                Some(gate) => gate,
+                None => {
+                    gates.retain(|_, gate| gate.strong_count() > 0);
+                    let gate = Arc::new(tokio::sync::Semaphore::new(self.most));
+                    gates.insert(namespace.to_string(), Arc::downgrade(&gate));
+                    gate
+                }
+            }
+        };
+        gate.acquire_owned().await.expect("a gate is never closed")
     }
 }

@@ -281,8 +281,7 @@ async fn remove_archives(state: &AppState, ns: &str, name: &str) {
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     request_body(content = Vec<u8>, content_type = "application/zip"),
     responses((status = 202, body = Function), (status = 400, body = sless_api::ErrorBody, description = "An upload rule was broken; `entry` and `rule` say which"),
-        (status = 404, body = sless_api::ErrorBody), (status = 413, body = sless_api::ErrorBody),
-        (status = 429, body = sless_api::ErrorBody, description = "The namespace has two uploads under way")),
+        (status = 404, body = sless_api::ErrorBody), (status = 413, body = sless_api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn upload_code(
     State(state): State<Arc<AppState>>,
@@ -290,14 +289,9 @@ pub async fn upload_code(
     request: axum::extract::Request,
 ) -> Result<(StatusCode, Json<Function>)> {
     // A body is held whole until it is checked: a namespace reads a few at
-    // a time, taken before its bytes are.
-    let _slot = state.uploads.take(&ns).ok_or_else(|| Error::TooManyRequests {
-        message: format!(
-            "namespace {ns} has {} code uploads under way, the most it may; try again when one ends",
-            state.uploads.most()
-        ),
-        retry_after: 2,
-    })?;
+    // a time, the others waiting before their bytes are read (the body's
+    // timeout starts with its reading).
+    let _turn = state.uploads.enter(&ns).await;
     let RawBody(zip) = <RawBody as axum::extract::FromRequest<_>>::from_request(request, &state).await?;
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
     let status = state.deployer.upload(&FunctionKey::new(&ns, &name), zip).await?;
