@@ -23,6 +23,10 @@ pub const IDLE: Duration = Duration::from_secs(300);
 /// How often idle versions are looked for.
 pub const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 
+/// Versions of one function called by number (not `$latest`, no alias's)
+/// deployed here at once.
+pub const MAX_BY_NUMBER: usize = 2;
+
 /// The versions deployed here besides `$latest`.
 pub struct Versions {
     store: Arc<dyn Store>,
@@ -112,6 +116,7 @@ impl Versions {
         let Some(record) = record else {
             return Ok(false);
         };
+        self.make_room_by_number(key).await;
         let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
         let secrets = self.secrets.resolve(&key.namespace, &spec).await.map_err(|e| {
             tracing::warn!(function = %key, version = target.version, error = %e, "cannot start a version");
@@ -142,6 +147,30 @@ impl Versions {
         tracing::info!(function = %key, version = target.version, "serving a version called by number or alias");
         self.extra.lock().unwrap().insert(target.clone(), Instant::now());
         Ok(true)
+    }
+
+    /// Retires the version of `key` called by number least lately when it
+    /// has [`MAX_BY_NUMBER`] such versions deployed here: anyone may call any
+    /// kept version by number, and each serves up to its `max_instances`
+    /// while the namespace's quotas count the function once. `$latest` and
+    /// the versions an alias points at do not count; a retired version
+    /// drains its calls and deploys again when called.
+    async fn make_room_by_number(&self, key: &FunctionKey) {
+        let (latest, pinned) = (self.routes.latest(key), self.routes.pinned(key));
+        let oldest = {
+            let extra = self.extra.lock().unwrap();
+            let by_number: Vec<(&VersionRef, &Instant)> = extra
+                .iter()
+                .filter(|(v, _)| &v.key == key && latest.as_ref() != Some(*v) && !pinned.contains(&v.version))
+                .collect();
+            (by_number.len() >= MAX_BY_NUMBER)
+                .then(|| by_number.into_iter().min_by_key(|(_, at)| **at).map(|(v, _)| v.clone()))
+                .flatten()
+        };
+        if let Some(oldest) = oldest {
+            tracing::info!(version = %oldest, "retiring the version called by number least lately, to serve another");
+            self.retire(&oldest).await;
+        }
     }
 
     /// The lock of `key`'s on-demand deploys.

@@ -35,6 +35,36 @@ async fn v_of(server: &Server, target: &str) -> u64 {
     serde_json::from_str::<Value>(&body).unwrap()["v"].as_u64().unwrap()
 }
 
+/// Anyone may call any kept version by number, and each serves up to its
+/// `max_instances`, while the namespace's quotas count the function once: a
+/// function serves two versions called by number at most, the one called
+/// least lately draining to make room, and it answers again when called.
+#[tokio::test]
+async fn a_function_serves_two_versions_called_by_number_at_most() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "600")]).await;
+    for v in 1..=4 {
+        deploy(&server, "many", v).await;
+    }
+    let instances = "sless_instances{namespace=\"ns\",function=\"many\"}";
+    // `$latest` (4) keeps the instance its deploy checked.
+    server.wait_metric(instances, 1.0, 30).await;
+    assert_eq!(v_of(&server, "many@1").await, 1);
+    assert_eq!(v_of(&server, "many@2").await, 2);
+    server.wait_metric(instances, 3.0, 30).await;
+    // A third: version 1, called least lately, goes.
+    assert_eq!(v_of(&server, "many@3").await, 3);
+    server.wait_metric(instances, 3.0, 30).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        server.metric(instances).await,
+        Some(3.0),
+        "more than two versions called by number serve"
+    );
+    // Called again, it serves again (and version 2 goes).
+    assert_eq!(v_of(&server, "many@1").await, 1);
+    assert_eq!(v_of(&server, "many").await, 4);
+}
+
 async fn put_alias(server: &Server, function: &str, alias: &str, spec: Value) -> (StatusCode, Value) {
     server
         .call(
