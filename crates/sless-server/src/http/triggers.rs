@@ -92,6 +92,15 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                     ))
                 }
             }
+            // A queue name is an AMQP short string.
+            if let Some(dead) = spec.dead_letter_queue.as_deref() {
+                if dead.trim().is_empty() || dead.len() > 255 {
+                    return Err(Error::invalid(
+                        "dead_letter_queue",
+                        format!("dead_letter_queue must be 1-255 characters, got {}", dead.len()),
+                    ));
+                }
+            }
             if let Some(p) = spec.prefetch {
                 if !(1..=1000).contains(&p) {
                     return Err(Error::invalid(

@@ -172,6 +172,17 @@ async fn failures_retry_then_go_to_the_dead_letter_queue() {
     let dead = format!("{queue}.failed");
     let (conn, channel) = channel().await;
     let server = setup(BROKER, &queue, json!({"retry_limit": 2, "dead_letter_queue": dead})).await;
+    // A queue name is an AMQP short string: a longer one is refused, named.
+    let long = json!({"name": "long", "type": "amqp", "function": "consumer", "broker_url": BROKER,
+        "queue": queue, "dead_letter_queue": "d".repeat(256)});
+    let (status, refused) = server
+        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(long))
+        .await;
+    assert_eq!(
+        (status, refused["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("dead_letter_queue")),
+        "{refused}"
+    );
     consumer_attached(&conn, &queue).await;
     publish(&channel, &queue, json!({"id": 7, "fail": true})).await;
     // Dead-lettered after the last try: no try comes after it. (A get from
