@@ -6,15 +6,19 @@
 //! leader only, and a run is `Running` only while the leader that started
 //! it leads: a new leader finishes every `Running` run it finds as Failed,
 //! interrupted (a leader that steps down finishes its own), and starts the
-//! `Pending` ones, which never reached the handler.
+//! `Pending` ones, which never reached the handler. A namespace runs
+//! `SLESS_NS_MAX_JOB_RUNS` at once at most: a run past it waits, `Pending`,
+//! and starts when one of them ends.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use serde_json::Value;
 use sless_api::{FunctionStatus, JobPhase, JobSpec, JobStatus, Phase};
 
+use crate::cluster::leader::Leadership;
 use crate::invoker::{Invoker, Run};
 use crate::store::{Kind, Store};
 use sless_driver::{FunctionKey, Invocation, InvokeError, RunId, TriggerKind};
@@ -28,12 +32,18 @@ pub struct Jobs {
     invoker: Arc<Invoker>,
     /// Runs in progress, by job.
     running: Mutex<HashMap<(String, String), Running>>,
+    /// Runs of one namespace under way at once at most (SLESS_NS_MAX_JOB_RUNS).
+    most_per_namespace: usize,
+    /// Set when a run waits for its namespace's quota: the end of a run
+    /// ([`Jobs::ended`]) then looks for it.
+    waiting: AtomicBool,
+    ended: Arc<tokio::sync::Notify>,
 }
 
 impl Jobs {
     /// Runs under way here in a namespace, but for those of job `except`
     /// (a new run of it replaces them).
-    pub fn running_in(&self, namespace: &str, except: &str) -> usize {
+    fn running_in(&self, namespace: &str, except: &str) -> usize {
         let running = self.running.lock().unwrap();
         running
             .keys()
@@ -41,12 +51,22 @@ impl Jobs {
             .count()
     }
 
-    pub fn new(store: Arc<dyn Store>, invoker: Arc<Invoker>) -> Arc<Jobs> {
-        Arc::new(Jobs {
+    pub fn new(
+        store: Arc<dyn Store>,
+        invoker: Arc<Invoker>,
+        most_per_namespace: usize,
+        leadership: Arc<Leadership>,
+    ) -> Arc<Jobs> {
+        let jobs = Arc::new(Jobs {
             store,
             invoker,
             running: Mutex::new(HashMap::new()),
-        })
+            most_per_namespace,
+            waiting: AtomicBool::new(false),
+            ended: Arc::new(tokio::sync::Notify::new()),
+        });
+        tokio::spawn(start_waiting(Arc::downgrade(&jobs), jobs.ended.clone(), leadership));
+        jobs
     }
 
     /// On becoming leader: runs left `Running` belong to a leader that is
@@ -107,22 +127,12 @@ impl Jobs {
         Ok(())
     }
 
-    /// On the leader: starts the runs the stored jobs ask for (a run_id
-    /// above the last one run, or a run left `Pending`) and stops runs of
-    /// deleted jobs.
+    /// On the leader: starts the runs the stored jobs ask for (see
+    /// [`Jobs::start_due`]) and stops runs of deleted jobs.
     pub async fn converge(self: &Arc<Self>, records: &[crate::store::Record]) {
-        let mut present = std::collections::HashSet::new();
-        for record in records {
-            present.insert((record.namespace.clone(), record.name.clone()));
-            let Ok(spec) = serde_json::from_value::<JobSpec>(record.spec.clone()) else {
-                continue;
-            };
-            let status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
-            let pending = status.phase == JobPhase::Pending && status.run_id == spec.run_id;
-            if spec.run_id > 0 && (spec.run_id > status.run_id || pending) {
-                self.run(&record.namespace, &record.name, spec.run_id).await;
-            }
-        }
+        self.start_due(records).await;
+        let present: std::collections::HashSet<(String, String)> =
+            records.iter().map(|r| (r.namespace.clone(), r.name.clone())).collect();
         let gone: Vec<(String, String)> = self
             .running
             .lock()
@@ -133,6 +143,27 @@ impl Jobs {
             .collect();
         for (namespace, name) in gone {
             self.stop(&namespace, &name).await;
+        }
+    }
+
+    /// Starts the runs `records` ask for (a run_id above the last one run,
+    /// or a run left `Pending`), as many as each namespace's quota lets run
+    /// at once; the others wait, `Pending`.
+    async fn start_due(self: &Arc<Self>, records: &[crate::store::Record]) {
+        for record in records {
+            let Ok(spec) = serde_json::from_value::<JobSpec>(record.spec.clone()) else {
+                continue;
+            };
+            let status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
+            let pending = status.phase == JobPhase::Pending && status.run_id == spec.run_id;
+            if spec.run_id > 0 && (spec.run_id > status.run_id || pending) {
+                if self.running_in(&record.namespace, &record.name) >= self.most_per_namespace {
+                    tracing::info!(namespace = %record.namespace, job = %record.name, "job run waits for a run of its namespace to end (SLESS_NS_MAX_JOB_RUNS)");
+                    self.waiting.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                self.run(&record.namespace, &record.name, spec.run_id).await;
+            }
         }
     }
 
@@ -154,6 +185,16 @@ impl Jobs {
             if let Err(e) = this.execute(&ns, &job, run_id).await {
                 tracing::error!(namespace = %ns, job = %job, error = %e, "job bookkeeping failed");
             }
+            // However the run ended, its place is free.
+            let mut running = this.running.lock().unwrap();
+            if running
+                .get(&(ns.clone(), job.clone()))
+                .is_some_and(|(run, _)| *run == run_id)
+            {
+                running.remove(&(ns, job));
+            }
+            drop(running);
+            this.ended.notify_one();
         });
         running.insert(key, (run_id, task));
     }
@@ -289,12 +330,28 @@ impl Jobs {
         }
         tracing::info!(namespace, job = name, run_id, phase = ?status.phase, "job run finished");
         self.save(namespace, name, &status).await?;
-        let mut running = self.running.lock().unwrap();
-        let key = (namespace.to_string(), name.to_string());
-        if running.get(&key).is_some_and(|(run, _)| *run == run_id) {
-            running.remove(&key);
-        }
         Ok(())
+    }
+}
+
+/// Starts the runs that wait for their namespace's quota when a run ends,
+/// on the leader (a single server has no periodic pass that would).
+async fn start_waiting(jobs: Weak<Jobs>, ended: Arc<tokio::sync::Notify>, leadership: Arc<Leadership>) {
+    loop {
+        ended.notified().await;
+        let Some(jobs) = jobs.upgrade() else {
+            return;
+        };
+        if !leadership.is_leader() || !jobs.waiting.swap(false, Ordering::Relaxed) {
+            continue;
+        }
+        match jobs.store.list_all(Kind::Job).await {
+            Ok(records) => jobs.start_due(&records).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the jobs to start a waiting run failed");
+                jobs.waiting.store(true, Ordering::Relaxed);
+            }
+        }
     }
 }
 

@@ -2,12 +2,24 @@
 //! memory, triggers: 403 past them) and run at once (job runs: 429; builds wait for
 //! the namespace's own build slots, so one namespace never holds all of
 //! the server's). Every refusal names the quota and its setting.
+//!
+//! A check and the change it allows happen in the namespace's [`turn`]:
+//! two requests cannot both pass a check that has room for one. (Replicas
+//! of the cluster shape take turns each on their own; the leader starts
+//! job runs only within the quota, whichever replica accepted them.)
 
-use sless_api::FunctionSpec;
+use sless_api::{FunctionSpec, JobPhase, JobStatus};
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::Kind;
+
+/// Waits for the namespace's turn to check a quota and make the change it
+/// allows; the turn ends when the permit drops.
+pub async fn turn(state: &AppState, ns: &str) -> OwnedSemaphorePermit {
+    state.quota_turns.enter(ns).await
+}
 
 /// The instances a function may have at most.
 fn instances(spec: &FunctionSpec) -> u64 {
@@ -63,9 +75,17 @@ pub async fn check_trigger(state: &AppState, ns: &str) -> Result<()> {
 }
 
 /// Refuses a new run of job `job` while the namespace has its quota of
-/// other runs going.
-pub fn check_job_run(state: &AppState, ns: &str, job: &str) -> Result<()> {
-    let running = state.jobs.running_in(ns, job);
+/// other runs going or waiting to start (as stored: any replica's).
+pub async fn check_job_run(state: &AppState, ns: &str, job: &str) -> Result<()> {
+    let running = state
+        .store
+        .list(Kind::Job, ns)
+        .await?
+        .into_iter()
+        .filter(|r| r.name != job)
+        .filter_map(|r| serde_json::from_value::<JobStatus>(r.status).ok())
+        .filter(|status| matches!(status.phase, JobPhase::Pending | JobPhase::Running))
+        .count();
     let quota = state.config.ns_max_job_runs as usize;
     if running >= quota {
         return Err(Error::TooManyRequests {

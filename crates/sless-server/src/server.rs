@@ -120,7 +120,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         crate::triggers::brokers::BrokerAllowList::parse(&config.amqp_allowed_hosts).map_err(anyhow::Error::msg)?,
     )
     .await?;
-    let jobs = crate::jobs::Jobs::new(store.clone(), invoker.clone());
+    let jobs = crate::jobs::Jobs::new(
+        store.clone(),
+        invoker.clone(),
+        config.ns_max_job_runs as usize,
+        cluster.leadership.clone(),
+    );
     let async_invocations = crate::async_invoke::AsyncInvocations::start(
         store::open_events(&config.database_url()).await?,
         store.clone(),
@@ -171,6 +176,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         secrets,
         follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
         uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE),
+        quota_turns: crate::state::Gates::new(1),
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
         replica = cluster.replica(), leader = cluster.is_leader(),

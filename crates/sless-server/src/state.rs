@@ -38,6 +38,9 @@ pub struct AppState {
     pub follows: Arc<Slots>,
     /// Code uploads under way (their bodies read and held), per namespace.
     pub uploads: Gates,
+    /// Changes counted against a namespace's quotas, one at a time per
+    /// namespace (see [`crate::quota::turn`]).
+    pub quota_turns: Gates,
 }
 
 /// Counts what each namespace holds open, up to a number each: a slot is

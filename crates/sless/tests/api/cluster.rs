@@ -351,6 +351,41 @@ async fn a_job_running_on_a_killed_leader_ends_interrupted_and_runs_again_on_the
     assert_eq!(job["status"]["result"], json!({"slept": 0}));
 }
 
+/// The job-run quota counts every replica's runs: a follower, which runs
+/// none itself, refuses a run past it while the leader runs another.
+#[tokio::test]
+async fn a_follower_counts_the_leaders_job_runs_against_the_quota() {
+    let cluster = replicas(2, &[("SLESS_NS_MAX_JOB_RUNS", "1")]).await;
+    cluster.servers[0]
+        .deploy(
+            "ns",
+            "worker",
+            json!({"runtime": "python3.11", "timeout_sec": 60}),
+            &[("handler.py", WORKER)],
+        )
+        .await;
+    let follower = &cluster.servers[1];
+    let job =
+        |name: &str, sleep: u32| json!({"name": name, "function": "worker", "run_id": 1, "event": {"sleep": sleep}});
+    let (status, body) = follower
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(job("first", 20)))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    follower
+        .wait_for("/v1/namespaces/ns/jobs/first", 30, |j| {
+            j["status"]["phase"] == "Running"
+        })
+        .await;
+    let (status, body) = follower
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(job("second", 0)))
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_NS_MAX_JOB_RUNS"),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn sigterm_hands_leadership_over_at_once_and_builds_go_on() {
     let mut cluster = replicas(2, &[]).await;

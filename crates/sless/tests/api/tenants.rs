@@ -1,7 +1,8 @@
 //! What one tenant can do to another, or reach that it should not: record
 //! retention per namespace, broker hosts from the operator's allow-list,
 //! log streams that end with their token, a protected `/metrics`, cookies
-//! scoped to their function.
+//! scoped to their function, quotas that concurrent requests cannot pass
+//! together.
 
 use std::time::Duration;
 
@@ -419,5 +420,129 @@ async fn namespace_quotas_are_refused_by_name() {
     assert!(
         body["error"].as_str().unwrap().contains("SLESS_NS_MAX_TRIGGERS"),
         "{body}"
+    );
+}
+
+/// Twenty concurrent creates of functions, triggers and secrets in one
+/// namespace: as many pass as its quota has room for, no more.
+#[tokio::test]
+async fn concurrent_creates_cannot_pass_a_quota_together() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_NS_MAX_FUNCTIONS", "3"), ("SLESS_NS_MAX_TRIGGERS", "3")],
+    )
+    .await;
+    let created = |kind: &'static str, body: fn(usize) -> serde_json::Value| {
+        let server = &server;
+        async move {
+            let calls = (0..20).map(|n| async move {
+                let path = format!("/v1/namespaces/ns/{kind}");
+                server.call(Method::POST, &path, Some(body(n))).await
+            });
+            let answers = futures::future::join_all(calls).await;
+            for (status, body) in &answers {
+                assert!(
+                    [StatusCode::CREATED, StatusCode::FORBIDDEN, StatusCode::BAD_REQUEST].contains(status),
+                    "{status}: {body}"
+                );
+            }
+            answers
+                .iter()
+                .filter(|(status, _)| *status == StatusCode::CREATED)
+                .count()
+        }
+    };
+    let functions = created(
+        "functions",
+        |n| json!({"name": format!("f{n}"), "runtime": "python3.11"}),
+    )
+    .await;
+    assert_eq!(functions, 3, "SLESS_NS_MAX_FUNCTIONS is 3");
+    let (status, list) = server.call(Method::GET, "/v1/namespaces/ns/functions", None).await;
+    assert_eq!(
+        (status, list["items"].as_array().unwrap().len()),
+        (StatusCode::OK, 3),
+        "{list}"
+    );
+    let function = list["items"][0]["name"].as_str().unwrap().to_string();
+    let triggers = created(
+        "triggers",
+        |n| json!({"name": format!("t{n}"), "type": "cron", "function": "f0", "schedule": "0 0 1 1 *"}),
+    );
+    // The triggers' function must exist: f0 may not be among the three made.
+    if function != "f0" {
+        let (status, body) = server
+            .call(Method::DELETE, &format!("/v1/namespaces/ns/functions/{function}"), None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+        let (status, body) = server
+            .call(
+                Method::POST,
+                "/v1/namespaces/ns/functions",
+                Some(json!({"name": "f0", "runtime": "python3.11"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    assert_eq!(triggers.await, 3, "SLESS_NS_MAX_TRIGGERS is 3");
+    let most = sless_api::MAX_SECRETS_PER_NAMESPACE;
+    for n in 0..most - 2 {
+        let body = json!({"name": format!("held{n}"), "data": {"k": "v"}});
+        let (status, body) = server.call(Method::POST, "/v1/namespaces/ns/secrets", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    let secrets = created("secrets", |n| json!({"name": format!("s{n}"), "data": {"k": "v"}})).await;
+    assert_eq!(secrets, 2, "a namespace holds {most} secrets at most");
+}
+
+/// Job runs past the namespace's quota that got in anyway (accepted under
+/// a higher quota before a restart) wait their turn: the leader starts
+/// them one after the other.
+#[tokio::test]
+async fn job_runs_past_the_quota_wait_their_turn() {
+    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_NS_MAX_JOB_RUNS", "2")]).await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "worker", "runtime": "python3.11", "max_instances": 2})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // No code yet: both runs wait, Pending, for a version.
+    for job in ["a", "b"] {
+        let body = json!({"name": job, "function": "worker", "run_id": 1, "event": {"sleep": 2}});
+        let (status, body) = server.call(Method::POST, "/v1/namespaces/ns/jobs", Some(body)).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    server.kill9();
+    for (key, value) in server.extra_env.iter_mut() {
+        if key == "SLESS_NS_MAX_JOB_RUNS" {
+            *value = "1".into();
+        }
+    }
+    server.spawn();
+    let worker = b"import time\n\ndef handle(event, context):\n    time.sleep(event['sleep'])\n    return 'slept'\n";
+    let (status, body) = server
+        .upload("ns", "worker", super::harness::zip_of(&[("handler.py", worker)]))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let mut runs = Vec::new();
+    for job in ["a", "b"] {
+        let done = server
+            .wait_for(&format!("/v1/namespaces/ns/jobs/{job}"), 90, |j| {
+                j["status"]["phase"] == "Succeeded"
+            })
+            .await;
+        let time = |field: &str| {
+            let text = done["status"][field].as_str().unwrap();
+            chrono::DateTime::parse_from_rfc3339(text).unwrap()
+        };
+        runs.push((time("started_at"), time("finished_at")));
+    }
+    runs.sort();
+    assert!(
+        runs[1].0 >= runs[0].1,
+        "SLESS_NS_MAX_JOB_RUNS is 1: the second run started before the first ended: {runs:?}"
     );
 }
