@@ -146,6 +146,12 @@ pub struct Config {
     #[arg(long, env = "SLESS_ASYNC_CONCURRENCY", default_value_t = 64)]
     pub async_concurrency: usize,
 
+    /// Asynchronous events of one namespace this server delivers at once
+    /// (default: half of SLESS_ASYNC_CONCURRENCY), so that one tenant's
+    /// slow events leave slots to the others.
+    #[arg(long, env = "SLESS_ASYNC_NS_CONCURRENCY")]
+    pub async_ns_concurrency: Option<usize>,
+
     /// Wait after an asynchronous event's first failed attempt, in
     /// milliseconds; doubled after each further one (at most 5 minutes).
     #[arg(long, env = "SLESS_ASYNC_RETRY_BASE_MS", default_value_t = 1000)]
@@ -439,6 +445,14 @@ impl Config {
                 "SLESS_ASYNC_CONCURRENCY {}: expected 1 to 10000",
                 self.async_concurrency
             );
+        }
+        if let Some(n) = self.async_ns_concurrency {
+            if !(1..=self.async_concurrency).contains(&n) {
+                anyhow::bail!(
+                    "SLESS_ASYNC_NS_CONCURRENCY {n}: expected 1 to SLESS_ASYNC_CONCURRENCY ({})",
+                    self.async_concurrency
+                );
+            }
         }
         if !(1..=3_600_000).contains(&self.async_retry_base_ms) {
             anyhow::bail!(

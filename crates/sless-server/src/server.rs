@@ -137,6 +137,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             max_backlog: config.async_max_backlog,
             delivery: crate::async_invoke::DeliverySettings {
                 concurrency: config.async_concurrency,
+                namespace_concurrency: config
+                    .async_ns_concurrency
+                    .unwrap_or(config.async_concurrency.div_ceil(2)),
                 retry_base: Duration::from_millis(config.async_retry_base_ms),
                 lease: Duration::from_secs(60),
                 max_response_bytes: config.async_max_event_bytes,

@@ -1,11 +1,15 @@
 //! Delivery: each replica claims due events a bounded page at a time (never
 //! more than it has free delivery slots, so memory does not grow with the
 //! backlog), runs each attempt through the invoker, and writes outcomes in
-//! groups. A held event's lease is renewed while its attempt runs; a
+//! groups. Slots are shared fairly between namespaces: each free one goes
+//! to the namespace with the fewest attempts under way, and no namespace
+//! holds more than its share, so one tenant's backlog of slow events
+//! cannot hold every slot while another's wait. A held event's lease is renewed while its attempt runs; a
 //! replica that dies lets its leases run out and another takes the events
 //! again (at-least-once).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -40,6 +44,8 @@ const REWAKE: Duration = Duration::from_secs(10);
 pub struct DeliverySettings {
     /// Attempts in flight on this replica at most.
     pub concurrency: usize,
+    /// Attempts in flight on this replica for one namespace at most.
+    pub namespace_concurrency: usize,
     /// The wait after the first failed attempt; doubled after each further one.
     pub retry_base: Duration,
     /// How long a claim holds an event; renewed every third of it.
@@ -66,6 +72,10 @@ pub struct Deliverer {
     slots: Arc<Semaphore>,
     /// Events this replica holds: id → claim.
     held: Mutex<HashMap<String, String>>,
+    /// Attempts under way here, per namespace.
+    busy: Mutex<HashMap<String, usize>>,
+    /// Claim rounds so far: ties between namespaces go to each in turn.
+    rounds: AtomicU64,
     /// Outcomes waiting to be written, and the writer's wake-up.
     finished: Mutex<Vec<Finish>>,
     finish_now: Notify,
@@ -98,6 +108,8 @@ impl Deliverer {
             slots: Arc::new(Semaphore::new(settings.concurrency.max(1))),
             settings,
             held: Mutex::new(HashMap::new()),
+            busy: Mutex::new(HashMap::new()),
+            rounds: AtomicU64::new(0),
             finished: Mutex::new(Vec::new()),
             finish_now: Notify::new(),
             specs: Mutex::new(HashMap::new()),
@@ -131,20 +143,19 @@ impl Deliverer {
                     Err(_) => break,
                 }
             }
-            let now = now_micros();
-            let lease_until = now + self.settings.lease.as_micros() as i64;
-            let claim = format!("{}-{}", self.token, self.claims.fetch_add(1, Ordering::Relaxed));
-            match self.events.claim(now, lease_until, slots.len() as i64, &claim).await {
+            match self.claim_fairly(slots.len()).await {
                 Ok(page) if page.is_empty() => {
                     drop(slots);
                     let _ = tokio::time::timeout(POLL, wake.notified()).await;
                 }
                 Ok(page) => {
                     let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+                    let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
                     for event in &page {
                         held.insert(event.event.id.clone(), event.claim.clone());
+                        *busy.entry(event.event.namespace.clone()).or_default() += 1;
                     }
-                    drop(held);
+                    drop((held, busy));
                     for (event, slot) in page.into_iter().zip(slots) {
                         tokio::spawn(self.clone().deliver(event, slot));
                     }
@@ -158,11 +169,80 @@ impl Deliverer {
         }
     }
 
+    /// Claims at most `free` due events. Each free slot goes to the
+    /// namespace with the fewest attempts under way here (ties to each in
+    /// turn), up to `namespace_concurrency`; a namespace with fewer due
+    /// events than its slots gives the rest back to the others.
+    async fn claim_fairly(&self, free: usize) -> crate::Result<Vec<ClaimedEvent>> {
+        let now = now_micros();
+        let lease_until = now + self.settings.lease.as_micros() as i64;
+        let mut waiting = self.events.due_namespaces(now).await?;
+        if !waiting.is_empty() {
+            let turn = self.rounds.fetch_add(1, Ordering::Relaxed) as usize % waiting.len();
+            waiting.rotate_left(turn);
+        }
+        let mut loads: Vec<(String, usize)> = {
+            let busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            waiting
+                .into_iter()
+                .map(|ns| {
+                    let load = busy.get(&ns).copied().unwrap_or(0);
+                    (ns, load)
+                })
+                .collect()
+        };
+        let mut page = Vec::new();
+        let mut left = free;
+        while left > 0 && !loads.is_empty() {
+            let load_of: Vec<usize> = loads.iter().map(|(_, load)| *load).collect();
+            let shares = share_out(&load_of, left, self.settings.namespace_concurrency);
+            if shares.iter().all(|&share| share == 0) {
+                break;
+            }
+            let mut still = Vec::new();
+            for ((ns, load), share) in loads.into_iter().zip(shares) {
+                if share == 0 {
+                    still.push((ns, load));
+                    continue;
+                }
+                let claim = format!("{}-{}", self.token, self.claims.fetch_add(1, Ordering::Relaxed));
+                let taken = match self.events.claim(&ns, now, lease_until, share as i64, &claim).await {
+                    Ok(taken) => taken,
+                    // What is taken already is delivered; the rest waits for the next round.
+                    Err(e) if !page.is_empty() => {
+                        tracing::warn!(error = %e, namespace = %ns, "claiming asynchronous events failed; retrying");
+                        return Ok(page);
+                    }
+                    Err(e) => return Err(e),
+                };
+                left -= taken.len();
+                // A namespace that had fewer due events than its share is done.
+                if taken.len() == share {
+                    still.push((ns, load + share));
+                }
+                page.extend(taken);
+            }
+            loads = still;
+        }
+        Ok(page)
+    }
+
     async fn deliver(self: Arc<Self>, event: ClaimedEvent, slot: OwnedSemaphorePermit) {
         let finish = self.attempt(&event).await;
         // The slot is free once the attempt is over; the event stays held
         // (its lease renewed) until its outcome is written.
         drop(slot);
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(load) = busy.get_mut(&event.event.namespace) {
+                *load -= 1;
+                if *load == 0 {
+                    busy.remove(&event.event.namespace);
+                }
+            }
+        }
+        // Its namespace may have been at its share with slots free.
+        self.wake.notify_one();
         self.finished
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -448,13 +528,35 @@ impl Deliverer {
     }
 }
 
-/// The wait after failed attempt number `attempts` (1 = the first).
+/// Shares `free` slots between namespaces with `loads` attempts under way:
+/// one at a time to the least loaded (the first of equals), none past `most`.
+fn share_out(loads: &[usize], free: usize, most: usize) -> Vec<usize> {
+    let mut shares = vec![0; loads.len()];
+    let mut next: BinaryHeap<Reverse<(usize, usize)>> = loads
+        .iter()
+        .enumerate()
+        .filter(|(_, &load)| load < most)
+        .map(|(i, &load)| Reverse((load, i)))
+        .collect();
+    for _ in 0..free {
+        let Some(Reverse((load, i))) = next.pop() else {
+            break;
+        };
+        shares[i] += 1;
+        if load + 1 < most {
+            next.push(Reverse((load + 1, i)));
+        }
+    }
+    shares
+}
+
 /// When `event` is too old to be attempted: just after its
 /// `async.max_event_age_sec`.
 fn expiry(event: &NewEvent, settings: &AsyncSettings) -> i64 {
     event.created_at + i64::from(settings.max_event_age_sec) * 1_000_000 + 1
 }
 
+/// The wait after failed attempt number `attempts` (1 = the first).
 fn backoff(base: Duration, attempts: u32) -> Duration {
     base.saturating_mul(1 << attempts.saturating_sub(1).min(20))
         .min(MAX_BACKOFF)
@@ -491,5 +593,17 @@ mod tests {
         assert_eq!(backoff(base, 3), Duration::from_secs(4));
         assert_eq!(backoff(base, 12), MAX_BACKOFF);
         assert_eq!(backoff(base, u32::MAX), MAX_BACKOFF);
+    }
+
+    #[test]
+    fn free_slots_go_to_the_least_loaded_namespaces_up_to_their_share() {
+        // The idle namespace gets slots before the busy one.
+        assert_eq!(share_out(&[5, 0], 3, 32), vec![0, 3]);
+        // Levels even out, then alternate, the first of equals first.
+        assert_eq!(share_out(&[2, 0, 1], 6, 32), vec![1, 3, 2]);
+        // None past its share, even with slots left over.
+        assert_eq!(share_out(&[30, 0], 40, 32), vec![2, 32]);
+        assert_eq!(share_out(&[32, 32], 10, 32), vec![0, 0]);
+        assert_eq!(share_out(&[], 10, 32), Vec::<usize>::new());
     }
 }

@@ -41,6 +41,15 @@ def handle(event, context):
     return {"calls": calls}
 "#;
 
+/// Sleeps as many seconds as its event asks.
+const SLEEPS: &[u8] = br#"
+import time
+
+def handle(event, context):
+    time.sleep(event.get("sleep", 0))
+    return {"slept": event.get("sleep", 0)}
+"#;
+
 /// Sends an asynchronous call; returns status, Location and body.
 async fn send_event(server: &Server, path: &str, body: &str) -> (StatusCode, Option<String>, Value) {
     let response = server
@@ -586,7 +595,47 @@ async fn an_event_too_old_fails_without_an_attempt(backend: Backend) {
     );
 }
 
+/// One namespace's backlog of slow events holds its share of the delivery
+/// slots (half of them by default), not all: another namespace's event is
+/// delivered while they run.
+async fn a_namespaces_slow_events_leave_slots_to_others(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_ASYNC_CONCURRENCY", "4")]).await;
+    let slow = json!({"runtime": "python3.11", "max_instances": 8, "concurrency": 1, "timeout_sec": 60});
+    server.deploy("busy", "slow", slow, &[("handler.py", SLEEPS)]).await;
+    server
+        .deploy(
+            "quiet",
+            "fast",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", SLEEPS)],
+        )
+        .await;
+    for _ in 0..8 {
+        let (status, _, body) = send_event(&server, "/fn/busy/slow", r#"{"sleep": 30}"#).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    }
+    let running = || async {
+        let path = "/v1/namespaces/busy/functions/slow/async-invocations?status=running";
+        let (code, page) = server.call(Method::GET, path, None).await;
+        assert_eq!(code, StatusCode::OK, "{page}");
+        page["items"].as_array().unwrap().len()
+    };
+    eventually(Duration::from_secs(20), || async {
+        match running().await {
+            2 => Ok(()),
+            n => Err(format!("{n} of busy's events running")),
+        }
+    })
+    .await;
+    let (status, location, body) = send_event(&server, "/fn/quiet/fast", "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Well before busy's first events end (30 s).
+    record_reaches(&server, &location.unwrap(), "succeeded", 15).await;
+    assert_eq!(running().await, 2, "busy holds its share of the 4 slots, no more");
+}
+
 crate::both_stores!(
+    a_namespaces_slow_events_leave_slots_to_others,
     an_event_too_old_fails_without_an_attempt,
     concurrent_202s_survive_a_kill_and_wait_parked,
     accepted_then_delivered,

@@ -83,10 +83,20 @@ pub struct Backlog {
 pub trait EventStore: Send + Sync + 'static {
     /// Stores events in one transaction: all durable, or none.
     async fn insert(&self, events: &[NewEvent]) -> Result<()>;
-    /// Takes at most `limit` events whose time has come (queued and due, or
-    /// running with an expired lease), marks them running until
-    /// `lease_until` under `claim`, and counts an attempt for each.
-    async fn claim(&self, now: i64, lease_until: i64, limit: i64, claim: &str) -> Result<Vec<ClaimedEvent>>;
+    /// The namespaces with an event whose time has come (queued and due, or
+    /// running with an expired lease), by name.
+    async fn due_namespaces(&self, now: i64) -> Result<Vec<String>>;
+    /// Takes at most `limit` of `namespace`'s events whose time has come,
+    /// oldest due first, marks them running until `lease_until` under
+    /// `claim`, and counts an attempt for each.
+    async fn claim(
+        &self,
+        namespace: &str,
+        now: i64,
+        lease_until: i64,
+        limit: i64,
+        claim: &str,
+    ) -> Result<Vec<ClaimedEvent>>;
     /// Extends the leases of events still held under their claims.
     async fn renew(&self, held: &[(String, String)], lease_until: i64) -> Result<()>;
     /// Writes outcomes (and destination events) in one transaction; an
@@ -124,6 +134,17 @@ const CLAIM_COLUMNS: &str =
 
 const INSERT: &str = "INSERT INTO async_events (id, namespace, function, request_id, method, path, query, headers, \
      body, status, attempts, due_at, created_at, updated_at, source, claim) ";
+
+/// `due_namespaces`' statement (`$1` now): it steps from one namespace to
+/// the next through the index `async_events_due_by_namespace`, and looks at
+/// each one's earliest due event, so its cost grows with the namespaces
+/// waiting, not with their events.
+const DUE_NAMESPACES: &str = "WITH RECURSIVE names(name) AS ( \
+     SELECT MIN(namespace) FROM async_events WHERE status IN ('queued', 'running') \
+     UNION ALL SELECT (SELECT MIN(namespace) FROM async_events \
+     WHERE status IN ('queued', 'running') AND namespace > names.name) FROM names WHERE names.name IS NOT NULL) \
+     SELECT name FROM names WHERE name IS NOT NULL AND (SELECT MIN(due_at) FROM async_events \
+     WHERE status IN ('queued', 'running') AND namespace = names.name) <= $1";
 
 /// A parked event's `claim` (a queued event's is otherwise NULL).
 const PARKED: &str = "parked";

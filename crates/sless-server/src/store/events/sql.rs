@@ -31,11 +31,26 @@ macro_rules! event_store {
                 Ok(())
             }
 
-            async fn claim(&self, now: i64, lease_until: i64, limit: i64, claim: &str) -> Result<Vec<ClaimedEvent>> {
+            async fn due_namespaces(&self, now: i64) -> Result<Vec<String>> {
+                let rows: Vec<(String,)> = sqlx::query_as(super::DUE_NAMESPACES)
+                    .bind(now)
+                    .fetch_all(&self.pool)
+                    .await?;
+                Ok(rows.into_iter().map(|(name,)| name).collect())
+            }
+
+            async fn claim(
+                &self,
+                namespace: &str,
+                now: i64,
+                lease_until: i64,
+                limit: i64,
+                claim: &str,
+            ) -> Result<Vec<ClaimedEvent>> {
                 let sql = format!(
                     "UPDATE async_events SET status = 'running', due_at = $1, claim = $2, attempts = attempts + 1, updated_at = $3 \
-                     WHERE id IN (SELECT id FROM async_events WHERE status IN ('queued', 'running') AND due_at <= $3 \
-                     ORDER BY due_at LIMIT $4{}) RETURNING {}",
+                     WHERE id IN (SELECT id FROM async_events WHERE namespace = $5 AND status IN ('queued', 'running') \
+                     AND due_at <= $3 ORDER BY due_at LIMIT $4{}) RETURNING {}",
                     $lock,
                     super::CLAIM_COLUMNS
                 );
@@ -44,6 +59,7 @@ macro_rules! event_store {
                     .bind(claim)
                     .bind(now)
                     .bind(limit)
+                    .bind(namespace)
                     .fetch_all(&self.writes)
                     .await?;
                 rows.iter().map(super::claimed).collect()
