@@ -1,15 +1,16 @@
 //! Invocation records: written in batches by a background task, off the
 //! request path. The buffer is bounded; when the database is slow or down,
 //! records beyond it are dropped and counted, and writing resumes when it
-//! is back. Followers of a function's logs get records as they happen.
+//! is back. Followers of a function's logs get its records as they happen
+//! ([`crate::live_log`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use sless_api::InvocationRecord;
-use tokio::sync::{broadcast, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 
+use crate::live_log::{Follow, LiveLog};
 use crate::record::Queued;
 use crate::store::chunks::Chunk;
 use crate::store::Store;
@@ -40,7 +41,7 @@ pub struct LogSettings {
 /// The invocation log's front: `record` never waits.
 pub struct InvocationLog {
     pending: Arc<Pending>,
-    follow: broadcast::Sender<Arc<InvocationRecord>>,
+    live: Arc<LiveLog>,
     enabled: bool,
     pub dropped: AtomicU64,
     pub written: AtomicU64,
@@ -91,11 +92,10 @@ impl InvocationLog {
             arrived: Notify::new(),
             closed: AtomicBool::new(false),
         });
-        let (follow, _) = broadcast::channel(1024);
         let pending_for_prune = pending.clone();
         let log = Arc::new(InvocationLog {
             pending: pending.clone(),
-            follow,
+            live: Arc::default(),
             enabled: settings.enabled,
             dropped: AtomicU64::new(0),
             written: AtomicU64::new(0),
@@ -117,9 +117,7 @@ impl InvocationLog {
         if !self.enabled {
             return;
         }
-        if self.follow.receiver_count() > 0 {
-            let _ = self.follow.send(Arc::new(record.to_record()));
-        }
+        self.live.send(&record);
         let mut records = self.pending.lock();
         if records.len() >= self.pending.limit {
             drop(records);
@@ -134,9 +132,10 @@ impl InvocationLog {
         }
     }
 
-    /// Records as they happen (a slow follower skips what it missed).
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<InvocationRecord>> {
-        self.follow.subscribe()
+    /// `namespace`'s `function`'s records as they happen (a slow follower
+    /// skips what it missed; other functions' records never make it).
+    pub fn subscribe(&self, namespace: &str, function: &str) -> Follow {
+        self.live.follow(namespace, function)
     }
 
     /// Records waiting to be written.
@@ -296,6 +295,8 @@ async fn prune_loop(store: Arc<dyn Store>, settings: LogSettings, pending: Arc<P
 
 #[cfg(test)]
 mod tests {
+    use tokio::sync::broadcast;
+
     use super::*;
 
     #[test]
@@ -316,6 +317,59 @@ mod tests {
         pending.take(&mut batch, 3);
         assert_eq!(ids(&batch), [3, 4]);
         assert!(pending.lock().is_empty());
+    }
+
+    /// Another namespace's flood, far past a channel's capacity, between
+    /// two calls of a followed function: its follower, reading as the log
+    /// handler does (skipping on `Lagged`), still gets both.
+    #[tokio::test]
+    async fn a_flood_in_another_namespace_makes_a_follower_skip_nothing() {
+        let (store, dir) = crate::store::open_in_temp("follow").await;
+        let (_leader, leading) = tokio::sync::watch::channel(true);
+        let settings = LogSettings {
+            buffer: 100,
+            batch: 10,
+            flush_interval: Duration::from_millis(1),
+            retention: Duration::from_secs(3600),
+            keep: 1000,
+            keep_per_function: 1000,
+            max_bytes: 1 << 30,
+            enabled: true,
+            leading,
+        };
+        let log = InvocationLog::start(store, settings);
+        let record = |namespace: &str, function: &str, random| Queued {
+            namespace: crate::record::Text::new(namespace),
+            function: crate::record::Text::new(function),
+            ..crate::record::sample(random, 200)
+        };
+        let mut follow = log.subscribe("a", "quiet");
+        let mut flooding = log.subscribe("b", "noisy");
+        log.record(record("a", "quiet", 0));
+        for i in 1..=3000 {
+            log.record(record("b", "noisy", i));
+        }
+        log.record(record("a", "quiet", 3001));
+        let (mut got, mut foreign, mut lagged) = (Vec::new(), 0, 0);
+        while let Ok(received) = tokio::time::timeout(Duration::from_millis(100), follow.recv()).await {
+            match received {
+                Ok(r) if (r.namespace.as_str(), r.function.as_str()) == ("a", "quiet") => got.push(r.id.clone()),
+                Ok(_) => foreign += 1,
+                Err(broadcast::error::RecvError::Lagged(n)) => lagged += n,
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
+        let expected = [record("a", "quiet", 0).id(), record("a", "quiet", 3001).id()];
+        assert_eq!(got, expected, "skipped {lagged} records");
+        assert_eq!((foreign, lagged), (0, 0));
+        // The flood's own follower fell behind: it skips, as ever.
+        assert!(matches!(
+            flooding.recv().await,
+            Err(broadcast::error::RecvError::Lagged(_))
+        ));
+        drop((follow, flooding, log));
+        // The writer may still be writing the last batch.
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// The nice value of this process's thread named `name`, if there is one.

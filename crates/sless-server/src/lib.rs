@@ -19,6 +19,7 @@ pub mod invoker;
 pub mod jobs;
 pub mod kube_options;
 pub mod listener;
+pub mod live_log;
 pub mod metrics;
 pub mod quota;
 pub mod record;

@@ -116,7 +116,7 @@ pub async fn logs(
         })?),
     };
     // Subscribe before reading history so nothing falls in between.
-    let live = query.follow.then(|| state.invoker.log.subscribe());
+    let live = query.follow.then(|| state.invoker.log.subscribe(&ns, &name));
     // Newest first: only the last `tail` lines are rendered (a record's
     // 64 KiB of output can be as many lines).
     let history = state.store.list_invocations(&ns, &name, None, 200).await?;
@@ -149,7 +149,7 @@ pub async fn logs(
             // The namespace's slot goes with the stream.
             let follow =
                 futures::stream::unfold((rx, seen, recheck, slot), move |(mut rx, seen, mut recheck, slot)| {
-                    let (ns, name, store, principal) = (ns.clone(), name.clone(), store.clone(), principal.clone());
+                    let (store, principal) = (store.clone(), principal.clone());
                     async move {
                         loop {
                             let received = tokio::select! {
@@ -163,7 +163,7 @@ pub async fn logs(
                                 }
                             };
                             match received {
-                                Ok(r) if r.namespace == ns && r.function == name && !seen.contains(&r.id) => {
+                                Ok(r) if !seen.contains(&r.id) => {
                                     let chunk = Bytes::from(render(&r, sse).concat());
                                     return Some((Ok::<_, Infallible>(chunk), (rx, seen, recheck, slot)));
                                 }
