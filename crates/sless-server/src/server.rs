@@ -118,6 +118,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         Duration::from_millis(config.cron_tick_ms),
         cluster.leadership.clone(),
         crate::triggers::brokers::BrokerAllowList::parse(&config.amqp_allowed_hosts).map_err(anyhow::Error::msg)?,
+        config.max_invoke_bytes,
     )
     .await?;
     let jobs = crate::jobs::Jobs::new(

@@ -3,7 +3,9 @@
 //! then to the dead-letter queue. A message is acked only once its outcome
 //! is safely stored (handled, or republished with publisher confirms), so a
 //! lost connection never loses one: the broker redelivers what was unacked.
-//! Connection loss or a broker restart: reconnect with backoff.
+//! Connection loss or a broker restart: reconnect with backoff. A message
+//! larger than a call may be (`SLESS_MAX_INVOKE_BYTES`) goes to the
+//! dead-letter queue unhandled, with the reason.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,8 +40,10 @@ impl Consumer {
         invoker: Arc<Invoker>,
         store: Arc<dyn Store>,
         brokers: super::brokers::BrokerAllowList,
+        max_message_bytes: usize,
     ) -> Consumer {
         let worker = Worker {
+            max_message_bytes,
             namespace,
             name,
             key: FunctionKey::new(String::new(), String::new()),
@@ -81,6 +85,8 @@ struct Worker {
     invoker: Arc<Invoker>,
     store: Arc<dyn Store>,
     brokers: super::brokers::BrokerAllowList,
+    /// Larger messages are dead-lettered without a call.
+    max_message_bytes: usize,
 }
 
 impl Worker {
@@ -153,6 +159,21 @@ impl Worker {
     }
 
     async fn handle(&self, channel: Channel, delivery: lapin::message::Delivery) {
+        if delivery.data.len() > self.max_message_bytes {
+            let error = format!(
+                "a message of {} bytes is larger than a call may be (the server's SLESS_MAX_INVOKE_BYTES, {} bytes); not handled",
+                delivery.data.len(),
+                self.max_message_bytes
+            );
+            tracing::warn!(trigger = %self.name, namespace = %self.namespace, bytes = delivery.data.len(), "message too large: dead-lettered");
+            let retries = retries_of(&delivery.properties);
+            let sent = self
+                .publish(&channel, &self.dead_letter, &delivery, retries, &error)
+                .await;
+            self.settle(&delivery, sent).await;
+            super::record_outcome(&*self.store, &self.namespace, &self.name, Some(error)).await;
+            return;
+        }
         let event = serde_json::from_slice(&delivery.data)
             .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&delivery.data).into_owned()));
         let retries = retries_of(&delivery.properties);
@@ -183,7 +204,14 @@ impl Worker {
                     .await
             }
         };
-        match settled {
+        self.settle(&delivery, settled).await;
+        super::record_outcome(&*self.store, &self.namespace, &self.name, error).await;
+    }
+
+    /// Acks a message whose outcome is stored (`sent`: republished or
+    /// dead-lettered, or handled); otherwise the broker redelivers it.
+    async fn settle(&self, delivery: &lapin::message::Delivery, sent: lapin::Result<()>) {
+        match sent {
             Ok(()) => {
                 if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
                     tracing::warn!(trigger = %self.name, error = %e, "ack failed; the broker will redeliver");
@@ -193,7 +221,6 @@ impl Worker {
                 tracing::warn!(trigger = %self.name, error = %e, "republishing failed; the broker will redeliver")
             }
         }
-        super::record_outcome(&*self.store, &self.namespace, &self.name, error).await;
     }
 
     /// Publishes a copy of the message with the retry count and error, and

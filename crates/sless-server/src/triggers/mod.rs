@@ -35,6 +35,8 @@ pub struct Triggers {
     leadership: Arc<Leadership>,
     /// The brokers amqp triggers may connect to.
     pub brokers: brokers::BrokerAllowList,
+    /// The largest message an amqp trigger hands to its function.
+    max_message_bytes: usize,
     /// Each cron trigger's next tick, computed once per fire (or spec
     /// change) on a blocking thread, not on every pass of the loop.
     due: Mutex<HashMap<(String, String), Due>>,
@@ -55,9 +57,11 @@ impl Triggers {
         tick: Duration,
         leadership: Arc<Leadership>,
         brokers: brokers::BrokerAllowList,
+        max_message_bytes: usize,
     ) -> anyhow::Result<Arc<Triggers>> {
         let triggers = Arc::new(Triggers {
             brokers,
+            max_message_bytes,
             store,
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
@@ -133,6 +137,7 @@ impl Triggers {
                 self.invoker.clone(),
                 self.store.clone(),
                 self.brokers.clone(),
+                self.max_message_bytes,
             );
             consumers.insert(key, consumer);
         }

@@ -1,6 +1,7 @@
 //! RabbitMQ triggers against the broker on 127.0.0.1:5672: messages handled
-//! and acked, retries then the dead-letter queue, and a connection cut
-//! mid-stream with nothing lost.
+//! and acked, retries then the dead-letter queue, a message too large for
+//! a call dead-lettered unhandled, and a connection cut mid-stream with
+//! nothing lost.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -63,7 +64,11 @@ async fn publish(channel: &Channel, queue: &str, body: Value) {
 }
 
 async fn setup(broker: &str, queue: &str, extra: Value) -> Server {
-    let server = Server::start(Backend::Sqlite).await;
+    setup_with(broker, queue, extra, &[]).await
+}
+
+async fn setup_with(broker: &str, queue: &str, extra: Value, env: &[(&str, &str)]) -> Server {
+    let server = Server::start_with(Backend::Sqlite, env).await;
     server
         .deploy(
             "ns",
@@ -222,6 +227,47 @@ async fn failures_retry_then_go_to_the_dead_letter_queue() {
         .queue_purge(dead.as_str().into(), QueuePurgeOptions::default())
         .await
         .unwrap();
+}
+
+/// A message larger than a call may be (`SLESS_MAX_INVOKE_BYTES`) is not
+/// handed to the function: it goes to the dead-letter queue at once, with
+/// the reason, and the next message is handled.
+#[tokio::test]
+async fn a_message_larger_than_a_call_is_dead_lettered_unhandled() {
+    let queue = format!("sless-test-{}", hex_id());
+    let dead = format!("{queue}.dead");
+    let (conn, channel) = channel().await;
+    let server = setup_with(BROKER, &queue, json!({}), &[("SLESS_MAX_INVOKE_BYTES", "4096")]).await;
+    consumer_attached(&conn, &queue).await;
+    publish(&channel, &queue, json!({"id": 1, "pad": "x".repeat(5000)})).await;
+    publish(&channel, &queue, json!({"id": 2})).await;
+    let message = eventually(Duration::from_secs(30), || async {
+        conn.create_channel()
+            .await
+            .map_err(|e| e.to_string())?
+            .basic_get(dead.as_str().into(), BasicGetOptions { no_ack: true })
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "not in the dead-letter queue yet".to_string())
+    })
+    .await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&message.delivery.data).unwrap()["id"],
+        1
+    );
+    let headers = message.delivery.properties.headers().clone().unwrap();
+    let error = match headers.inner().get("x-sless-error") {
+        Some(AMQPValue::LongString(error)) => error.to_string(),
+        other => panic!("no error header: {other:?}"),
+    };
+    assert!(error.contains("SLESS_MAX_INVOKE_BYTES"), "{error}");
+    let records = amqp_records(&server, 1, 30).await;
+    assert_eq!(
+        printed_ids(&records),
+        BTreeSet::from([2]),
+        "only the small message is handled"
+    );
+    drained(&channel, &queue).await;
 }
 
 // Multi-threaded: the proxy must keep running while the harness blocks.
