@@ -1,9 +1,11 @@
 //! Where an event's outcome goes: the record sent (its JSON shape is
 //! `outcome`), and RabbitMQ queues, published with confirms over one
-//! connection per broker. Function destinations need nothing here: the
+//! connection per broker, each behind a lock of its own: a broker that
+//! hangs holds up only the publishes to it. Function destinations need nothing here: the
 //! deliverer stores an event for the function together with the outcome.
 
 use std::collections::HashMap;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
@@ -71,21 +73,30 @@ pub fn outcome(
     record
 }
 
+/// A broker URL's connection and confirming channel, once made.
+type Link = Arc<tokio::sync::Mutex<Option<(Connection, Channel)>>>;
+
 /// RabbitMQ publishing for amqp destinations: a connection and confirming
 /// channel per broker URL, made when first needed and again after an error.
 pub struct Publisher {
     brokers: BrokerAllowList,
-    channels: tokio::sync::Mutex<HashMap<String, (Connection, Channel)>>,
+    /// Held only to find a URL's link; connecting holds the link's own lock.
+    links: std::sync::Mutex<HashMap<String, Link>>,
 }
 
 /// How long one publish (connecting included) may take.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Broker URLs (each a connection) kept at most: past it, the links not in
+/// use are closed. Tenants choose the URLs (credentials, vhosts), so the
+/// server bounds them.
+const MAX_LINKS: usize = 64;
+
 impl Publisher {
     pub fn new(brokers: BrokerAllowList) -> Publisher {
         Publisher {
             brokers,
-            channels: tokio::sync::Mutex::new(HashMap::new()),
+            links: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -101,24 +112,36 @@ impl Publisher {
                 Ok(Err(e)) => last = e.to_string(),
                 Err(_) => last = format!("no confirm within {} s", PUBLISH_TIMEOUT.as_secs()),
             }
-            self.channels.lock().await.remove(url);
+            *self.link(url).lock().await = None;
         }
         Err(format!("publishing to queue {queue:?} failed: {last}"))
     }
 
-    async fn try_publish(&self, url: &str, queue: &str, body: &[u8]) -> lapin::Result<()> {
-        let mut channels = self.channels.lock().await;
-        if !channels
-            .get(url)
-            .is_some_and(|(c, ch)| c.status().connected() && ch.status().connected())
-        {
-            let connection = Connection::connect(url, ConnectionProperties::default()).await?;
-            let channel = connection.create_channel().await?;
-            channel.confirm_select(ConfirmSelectOptions::default()).await?;
-            channels.insert(url.to_string(), (connection, channel));
+    /// `url`'s link, made empty when first needed.
+    fn link(&self, url: &str) -> Link {
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        if links.len() >= MAX_LINKS && !links.contains_key(url) {
+            links.retain(|_, link| Arc::strong_count(link) > 1);
         }
-        let channel = channels.get(url).map(|(_, ch)| ch.clone()).expect("inserted above");
-        drop(channels);
+        links.entry(url.to_string()).or_default().clone()
+    }
+
+    async fn try_publish(&self, url: &str, queue: &str, body: &[u8]) -> lapin::Result<()> {
+        let link = self.link(url);
+        let mut held = link.lock().await;
+        let channel = match held.as_ref() {
+            Some((connection, channel)) if connection.status().connected() && channel.status().connected() => {
+                channel.clone()
+            }
+            _ => {
+                let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+                let channel = connection.create_channel().await?;
+                channel.confirm_select(ConfirmSelectOptions::default()).await?;
+                *held = Some((connection, channel.clone()));
+                channel
+            }
+        };
+        drop(held);
         let options = QueueDeclareOptions {
             durable: true,
             ..QueueDeclareOptions::default()
@@ -140,5 +163,25 @@ impl Publisher {
             .await?
             .await?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_past_the_most_close_those_not_in_use() {
+        let publisher = Publisher::new(BrokerAllowList::parse(&[]).unwrap());
+        let url = |n: usize| format!("amqp://user{n}:secret@127.0.0.1:5672/%2f");
+        let in_use: Vec<Link> = (0..10).map(|n| publisher.link(&url(n))).collect();
+        for n in 10..1000 {
+            publisher.link(&url(n));
+        }
+        let links = publisher.links.lock().unwrap();
+        assert!(links.len() <= MAX_LINKS, "{} links kept", links.len());
+        for (n, link) in in_use.iter().enumerate() {
+            assert!(Arc::ptr_eq(&links[&url(n)], link), "link {n}, in use, was closed");
+        }
     }
 }

@@ -392,6 +392,56 @@ async fn dead_letter_to_a_rabbitmq_queue(backend: Backend) {
     assert_eq!(body["field"], "async.on_failure.broker_url", "{body}");
 }
 
+/// A broker that takes connections and never answers holds up only the
+/// outcomes sent to it: another function's outcome reaches the real broker
+/// meanwhile.
+#[tokio::test]
+async fn a_silent_broker_holds_up_only_its_own_destinations() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Keeps what it accepts open, and says nothing.
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = silent.accept().await {
+            held.push(socket);
+            if held.len() > 100 {
+                break;
+            }
+        }
+    });
+    let server = Server::start(Backend::Sqlite).await;
+    let queue = format!("sless-async-dead-{}", hex_id());
+    let failing_to = |url: &str, queue: &str| {
+        json!({"runtime": "python3.11", "async": {"retry_limit": 0,
+            "on_failure": {"type": "amqp", "broker_url": url, "queue": queue}}})
+    };
+    let silent_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    server
+        .deploy("ns", "stuck", failing_to(&silent_url, "q"), &[("handler.py", HANDLER)])
+        .await;
+    server
+        .deploy("ns", "broken", failing_to(BROKER, &queue), &[("handler.py", HANDLER)])
+        .await;
+    let (status, stuck, body) = send_event(&server, "/fn/ns/stuck", r#"{"fail": "stuck"}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Its outcome is being sent to the silent broker (10 s per try, two tries).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (status, location, body) = send_event(&server, "/fn/ns/broken", r#"{"fail": "to the queue"}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let record = record_reaches(&server, &location.unwrap(), "failed", 8).await;
+    assert!(record.get("destination_error").is_none(), "{record}");
+    let (_, stuck) = server.call(Method::GET, &stuck.unwrap(), None).await;
+    assert_eq!(
+        stuck["status"], "running",
+        "still sending to the silent broker: {stuck}"
+    );
+    let connection = Connection::connect(BROKER, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ on 127.0.0.1:5672 is required for these tests");
+    let channel = connection.create_channel().await.unwrap();
+    let _ = channel.queue_delete(queue.as_str().into(), Default::default()).await;
+}
+
 async fn kill_after_202_loses_nothing(backend: Backend) {
     let mut server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_BACKLOG", "30")]).await;
     // Off (replicas 0): the events wait in the store, whatever the timing.
