@@ -147,7 +147,7 @@ pub struct Config {
     pub async_concurrency: usize,
 
     /// Asynchronous events of one namespace this server delivers at once
-    /// (default: half of SLESS_ASYNC_CONCURRENCY), so that one tenant's
+    /// (default: three quarters of SLESS_ASYNC_CONCURRENCY), so that one tenant's
     /// slow events leave slots to the others.
     #[arg(long, env = "SLESS_ASYNC_NS_CONCURRENCY")]
     pub async_ns_concurrency: Option<usize>,

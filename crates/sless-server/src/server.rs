@@ -140,7 +140,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 concurrency: config.async_concurrency,
                 namespace_concurrency: config
                     .async_ns_concurrency
-                    .unwrap_or(config.async_concurrency.div_ceil(2)),
+                    .unwrap_or(config.async_concurrency - config.async_concurrency / 4),
                 retry_base: Duration::from_millis(config.async_retry_base_ms),
                 lease: Duration::from_secs(60),
                 max_response_bytes: config.async_max_event_bytes,

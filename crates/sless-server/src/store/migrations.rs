@@ -13,6 +13,7 @@ pub const SQLITE: Migrations = &[
     (6, include_str!("../../migrations/sqlite/0006_async_events.sql")),
     (7, include_str!("../../migrations/sqlite/0007_secrets.sql")),
     (8, include_str!("../../migrations/sqlite/0008_async_parked.sql")),
+    (9, include_str!("../../migrations/sqlite/0009_async_fair.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -25,4 +26,28 @@ pub const POSTGRES: Migrations = &[
     (7, include_str!("../../migrations/postgres/0007_async_events.sql")),
     (8, include_str!("../../migrations/postgres/0008_secrets.sql")),
     (9, include_str!("../../migrations/postgres/0009_async_parked.sql")),
+    (10, include_str!("../../migrations/postgres/0010_async_fair.sql")),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file of a backend's migrations directory is in its list, in
+    /// order: a file left out is never applied, and nothing fails.
+    #[test]
+    fn every_migration_file_is_listed() {
+        for (backend, list) in [("sqlite", SQLITE), ("postgres", POSTGRES)] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(backend);
+            let mut paths: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+            paths.sort();
+            let texts: Vec<String> = paths.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
+            let listed: Vec<&str> = list.iter().map(|(_, sql)| *sql).collect();
+            assert_eq!(texts, listed, "{backend}: migrations/{backend} and the list differ");
+            let versions: Vec<i64> = list.iter().map(|(v, _)| *v).collect();
+            assert_eq!(versions, (1..=list.len() as i64).collect::<Vec<_>>(), "{backend}");
+        }
+    }
+}

@@ -32,9 +32,12 @@ macro_rules! event_store {
             }
 
             async fn due_namespaces(&self, now: i64) -> Result<Vec<String>> {
+                // On the writing connection, as the claim that follows: both
+                // see the same commits, and on SQLite reads this frequent
+                // on the other connections would hold back checkpoints.
                 let rows: Vec<(String,)> = sqlx::query_as(super::DUE_NAMESPACES)
                     .bind(now)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.writes)
                     .await?;
                 Ok(rows.into_iter().map(|(name,)| name).collect())
             }
