@@ -307,6 +307,10 @@ pub async fn run_dedicated(
     let timeout = Duration::from_secs(u64::from(generation.spec.timeout_sec));
     match tokio::time::timeout(timeout, process.invoke(frame)).await {
         Ok(Ok(output)) => Ok(output),
+        Ok(Err(reason)) if reason.starts_with(crate::process::BAD_OUTPUT) => Err(InvokeError::BadAnswer {
+            key: key.clone(),
+            reason,
+        }),
         Ok(Err(reason)) => Err(InvokeError::Crashed {
             key: key.clone(),
             reason,

@@ -47,6 +47,10 @@ pub(crate) struct OutputHead {
 /// at most some 24 000 names (more panics), and no client takes that many.
 pub const MAX_RESPONSE_HEADERS: usize = 1000;
 
+/// How the error of an answer that cannot be sent on begins (see
+/// [`ShimProcess::invoke`]): the handler answered, and did not crash.
+pub const BAD_OUTPUT: &str = "bad output frame";
+
 /// The head's `headers` object as pairs, in the order sent (at most
 /// [`MAX_RESPONSE_HEADERS`]).
 fn header_pairs<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, String)>, D::Error> {
@@ -363,7 +367,7 @@ impl ShimProcess {
                     logs: pending.logs.into_logs(),
                     logs_truncated,
                 });
-                let _ = pending.reply.send(result.map_err(|e| format!("bad output frame: {e}")));
+                let _ = pending.reply.send(result.map_err(|e| format!("{BAD_OUTPUT}: {e}")));
                 if !self.answered.load(Ordering::Relaxed) {
                     self.answered.store(true, Ordering::Release);
                     self.first_answer.notify_waiters();

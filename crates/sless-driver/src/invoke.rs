@@ -111,6 +111,10 @@ pub enum InvokeError {
     Timeout { key: FunctionKey, after: Duration },
     #[error("function {key} crashed while handling the request: {reason}")]
     Crashed { key: FunctionKey, reason: String },
+    /// The handler answered, with what cannot be sent on (too many
+    /// headers, a malformed answer); the instance goes on.
+    #[error("function {key} answered with what cannot be sent to the caller: {reason}")]
+    BadAnswer { key: FunctionKey, reason: String },
     #[error("function {key} could not start: {reason}")]
     StartFailed { key: FunctionKey, reason: String },
 }

@@ -100,7 +100,7 @@ impl Invoker {
                 r.logs_truncated,
             ),
             // The handler was called but never answered.
-            Err(e @ (InvokeError::Timeout { .. } | InvokeError::Crashed { .. })) => {
+            Err(e @ (InvokeError::Timeout { .. } | InvokeError::Crashed { .. } | InvokeError::BadAnswer { .. })) => {
                 let code = if matches!(e, InvokeError::Timeout { .. }) {
                     504
                 } else {

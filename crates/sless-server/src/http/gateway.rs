@@ -269,6 +269,9 @@ async fn serve(
         Err(InvokeError::Crashed { .. }) => Err(Error::BadGateway(format!(
             "function {key} crashed while handling the request; its owner finds why in the function's invocation record with this request id"
         ))),
+        Err(InvokeError::BadAnswer { .. }) => Err(Error::BadGateway(format!(
+            "function {key} answered with what the gateway cannot send (too many headers, say); its owner finds why in the function's invocation record with this request id"
+        ))),
         Err(InvokeError::StartFailed { .. }) => Err(Error::BadGateway(format!(
             "function {key} failed to start; its owner finds why in the function's invocation record with this request id"
         ))),

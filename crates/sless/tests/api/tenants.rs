@@ -312,6 +312,15 @@ def handle(event, context):
 
     let (status, _, body) = server.invoke(Method::POST, "/fn/ns/app", r#"{"many": true}"#).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert!(body.contains("answered with what the gateway cannot send"), "{body}");
+    let refused = server
+        .records_until("ns", "app", |r| r.iter().any(|r| r["status"] == "502"))
+        .await;
+    let error = refused.iter().find(|r| r["status"] == "502").unwrap()["error"].to_string();
+    assert!(
+        error.contains("more than 1000 headers") && !error.contains("crashed"),
+        "{error}"
+    );
     let (status, _, _) = server.invoke(Method::GET, "/fn/ns/app", "").await;
     assert_eq!(status, StatusCode::OK);
 }
