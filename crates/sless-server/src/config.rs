@@ -573,3 +573,33 @@ impl Config {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Command {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    #[test]
+    fn a_namespaces_async_share_is_at_most_the_servers_slots() {
+        let with = |args: &[&str]| {
+            let config = Command::try_parse_from(std::iter::once("sless").chain(args.iter().copied()))
+                .unwrap()
+                .config;
+            config.validate().map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            with(&["--async-concurrency", "8", "--async-ns-concurrency", "8"]),
+            Ok(())
+        );
+        for share in ["0", "9"] {
+            let error = with(&["--async-concurrency", "8", "--async-ns-concurrency", share]).unwrap_err();
+            assert!(error.contains("SLESS_ASYNC_NS_CONCURRENCY"), "{error}");
+        }
+    }
+}
