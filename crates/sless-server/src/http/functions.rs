@@ -137,13 +137,16 @@ pub async fn patch(
         ));
     }
     crate::secrets::check_refs(&*state.store, &ns, &spec).await?;
-    let _turn = crate::quota::turn(&state, &ns).await;
+    let turn = crate::quota::turn(&state, &ns).await;
     crate::quota::check_function(&state, &ns, &name, &spec, false).await?;
     record.spec = to_value(&spec)?;
     state
         .store
         .update_spec(Kind::Function, &ns, &name, &record.spec)
         .await?;
+    // Stored: the next check counts it. Applying it (a rollout) may take a
+    // while, and the namespace's other changes need not wait for that.
+    drop(turn);
     state.deployer.apply_spec(&FunctionKey::new(&ns, &name)).await?;
     let function: Function = to_api(
         state
