@@ -319,14 +319,9 @@ mod tests {
         assert!(pending.lock().is_empty());
     }
 
-    /// Another namespace's flood, far past a channel's capacity, between
-    /// two calls of a followed function: its follower, reading as the log
-    /// handler does (skipping on `Lagged`), still gets both.
-    #[tokio::test]
-    async fn a_flood_in_another_namespace_makes_a_follower_skip_nothing() {
-        let (store, dir) = crate::store::open_in_temp("follow").await;
-        let (_leader, leading) = tokio::sync::watch::channel(true);
-        let settings = LogSettings {
+    /// Small batches written at once, kept long: what these tests need.
+    fn small_settings(leading: tokio::sync::watch::Receiver<bool>) -> LogSettings {
+        LogSettings {
             buffer: 100,
             batch: 10,
             flush_interval: Duration::from_millis(1),
@@ -336,7 +331,17 @@ mod tests {
             max_bytes: 1 << 30,
             enabled: true,
             leading,
-        };
+        }
+    }
+
+    /// Another namespace's flood, far past a channel's capacity, between
+    /// two calls of a followed function: its follower, reading as the log
+    /// handler does (skipping on `Lagged`), still gets both.
+    #[tokio::test]
+    async fn a_flood_in_another_namespace_makes_a_follower_skip_nothing() {
+        let (store, dir) = crate::store::open_in_temp("follow").await;
+        let (_leader, leading) = tokio::sync::watch::channel(true);
+        let settings = small_settings(leading);
         let log = InvocationLog::start(store, settings);
         let record = |namespace: &str, function: &str, random| Queued {
             namespace: crate::record::Text::new(namespace),
@@ -388,17 +393,7 @@ mod tests {
     async fn records_are_encoded_on_a_thread_below_the_serving_ones() {
         let (store, dir) = crate::store::open_in_temp("log").await;
         let (_leader, leading) = tokio::sync::watch::channel(true);
-        let settings = LogSettings {
-            buffer: 100,
-            batch: 10,
-            flush_interval: Duration::from_millis(1),
-            retention: Duration::from_secs(3600),
-            keep: 1000,
-            keep_per_function: 1000,
-            max_bytes: 1 << 30,
-            enabled: true,
-            leading,
-        };
+        let settings = small_settings(leading);
         let log = InvocationLog::start(store.clone(), settings);
         for i in 0..3 {
             log.record(crate::record::sample(i, 200));

@@ -141,6 +141,21 @@ async fn drained(channel: &Channel, queue: &str) {
     .await
 }
 
+/// The first message in dead-letter queue `dead`, waited for. (A get from
+/// a queue not declared yet closes its channel: one channel per look.)
+async fn dead_letter(conn: &Connection, dead: &str) -> lapin::message::BasicGetMessage {
+    eventually(Duration::from_secs(30), || async {
+        conn.create_channel()
+            .await
+            .map_err(|e| e.to_string())?
+            .basic_get(dead.into(), BasicGetOptions { no_ack: true })
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "not in the dead-letter queue yet".to_string())
+    })
+    .await
+}
+
 fn printed_ids(records: &[Value]) -> BTreeSet<u64> {
     records
         .iter()
@@ -190,18 +205,8 @@ async fn failures_retry_then_go_to_the_dead_letter_queue() {
     );
     consumer_attached(&conn, &queue).await;
     publish(&channel, &queue, json!({"id": 7, "fail": true})).await;
-    // Dead-lettered after the last try: no try comes after it. (A get from
-    // a queue not declared yet closes its channel: one channel per look.)
-    let message = eventually(Duration::from_secs(30), || async {
-        conn.create_channel()
-            .await
-            .map_err(|e| e.to_string())?
-            .basic_get(dead.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "not in the dead-letter queue yet".to_string())
-    })
-    .await;
+    // Dead-lettered after the last try: no try comes after it.
+    let message = dead_letter(&conn, &dead).await;
     let records = amqp_records(&server, 3, 30).await;
     assert!(records.iter().all(|r| r["status"] == "error"), "{records:?}");
     assert_eq!(records.len(), 3, "one try and two retries, no more");
@@ -241,16 +246,7 @@ async fn a_message_larger_than_a_call_is_dead_lettered_unhandled() {
     consumer_attached(&conn, &queue).await;
     publish(&channel, &queue, json!({"id": 1, "pad": "x".repeat(5000)})).await;
     publish(&channel, &queue, json!({"id": 2})).await;
-    let message = eventually(Duration::from_secs(30), || async {
-        conn.create_channel()
-            .await
-            .map_err(|e| e.to_string())?
-            .basic_get(dead.as_str().into(), BasicGetOptions { no_ack: true })
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "not in the dead-letter queue yet".to_string())
-    })
-    .await;
+    let message = dead_letter(&conn, &dead).await;
     assert_eq!(
         serde_json::from_slice::<Value>(&message.delivery.data).unwrap()["id"],
         1
