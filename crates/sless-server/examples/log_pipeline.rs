@@ -39,6 +39,7 @@ async fn main() -> anyhow::Result<()> {
         store,
         LogSettings {
             buffer: 100_000,
+            buffer_bytes: usize::MAX,
             batch: 2000,
             flush_interval: Duration::from_millis(50),
             retention: Duration::from_secs(86_400),

@@ -302,8 +302,14 @@ pub struct Config {
     pub invocation_log: bool,
 
     /// Invocation records waiting to be written at most; beyond it they are dropped and counted.
+    /// One namespace holds at most three times what is free of it (three quarters alone).
     #[arg(long, env = "SLESS_INVOCATION_BUFFER", default_value_t = 100_000)]
     pub invocation_buffer: usize,
+
+    /// Bytes of invocation records (their output included) waiting to be written at most,
+    /// shared between namespaces as the records are.
+    #[arg(long, env = "SLESS_INVOCATION_BUFFER_BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub invocation_buffer_bytes: usize,
 
     /// Days invocation records are kept.
     #[arg(long, env = "SLESS_INVOCATION_RETENTION_DAYS", default_value_t = 7)]

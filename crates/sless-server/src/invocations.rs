@@ -1,9 +1,12 @@
 //! Invocation records: written in batches by a background task, off the
-//! request path. The buffer is bounded; when the database is slow or down,
-//! records beyond it are dropped and counted, and writing resumes when it
-//! is back. Followers of a function's logs get its records as they happen
+//! request path. The buffer is bounded in records and in bytes; when the
+//! database is slow or down, records beyond it are dropped and counted,
+//! and writing resumes when it is back. No namespace fills it: one holds
+//! at most [`SHARE`] times what is free, so another's records still find
+//! room while one floods. Followers of a function's logs get its records as they happen
 //! ([`crate::live_log`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -20,6 +23,8 @@ use crate::store::Store;
 pub struct LogSettings {
     /// Records waiting to be written at most; more are dropped.
     pub buffer: usize,
+    /// Bytes of records waiting to be written at most ([`held_bytes`]).
+    pub buffer_bytes: usize,
     /// Records per write at most.
     pub batch: usize,
     pub flush_interval: Duration,
@@ -48,50 +53,147 @@ pub struct InvocationLog {
     pub write_errors: AtomicU64,
 }
 
+/// How much of what is free one namespace may hold: a lone flood takes
+/// at most three quarters of the buffer (`SHARE / (1 + SHARE)`), and k
+/// floods together leave the others at least `1 / (1 + SHARE * k)` of it
+/// (a dynamic threshold, as switches share a packet buffer between ports).
+const SHARE: usize = 3;
+
 /// Records waiting to be written: a vector the serving threads push onto
 /// under a lock that is all but never contended, and that the writer swaps
 /// for the emptied vector of the batch before. The same two vectors' slots
 /// serve batch after batch, warm in cache; a channel would allocate and
 /// free a block of slots every few dozen records on the serving thread.
 struct Pending {
-    records: Mutex<Vec<Queued>>,
+    queue: Mutex<Queue>,
     /// Bytes of chunks written since the last prune, and the wake-up for an early one.
     written_bytes: AtomicU64,
     prune_now: Notify,
     /// Records waiting at most; more are dropped.
     limit: usize,
+    /// Bytes of records waiting at most.
+    limit_bytes: usize,
     /// Wakes the writer when a record arrives to an empty queue, or the log closes.
     arrived: Notify,
     closed: AtomicBool,
 }
 
+/// The waiting records, and what they hold in all and per namespace.
+#[derive(Default)]
+struct Queue {
+    records: Vec<Queued>,
+    bytes: usize,
+    /// Namespaces with records waiting (removed at none).
+    held: HashMap<Box<[u8]>, Held>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Held {
+    records: usize,
+    bytes: usize,
+}
+
+/// What a waiting record holds in memory: itself and the text it owns
+/// (a handler's output is up to 64 KiB per call).
+fn held_bytes(record: &Queued) -> usize {
+    let heap = |text: &crate::record::Text| match text {
+        crate::record::Text::Heap(text) => text.len(),
+        crate::record::Text::Inline(..) => 0,
+    };
+    std::mem::size_of::<Queued>()
+        + heap(&record.namespace)
+        + heap(&record.function)
+        + heap(&record.request_id)
+        + record.alias.as_ref().map_or(0, |a| a.len())
+        + record.error.as_ref().map_or(0, String::len)
+        + record
+            .logs
+            .iter()
+            .map(|l| std::mem::size_of::<sless_api::LogLine>() + l.stream.len() + l.text.len())
+            .sum::<usize>()
+}
+
+impl Queue {
+    /// Takes `record` (of `bytes`) if the buffer, and its namespace's
+    /// share of what is free, have room for it; else gives it back, to be
+    /// dropped once the lock is released.
+    fn admit(&mut self, record: Queued, bytes: usize, limit: usize, limit_bytes: usize) -> Option<Queued> {
+        let free = limit.saturating_sub(self.records.len());
+        let free_bytes = limit_bytes.saturating_sub(self.bytes);
+        if free == 0 || bytes > free_bytes {
+            return Some(record);
+        }
+        let key = record.namespace.as_bytes();
+        let held = self.held.get(key).copied().unwrap_or_default();
+        if held.records >= SHARE.saturating_mul(free) || held.bytes + bytes > SHARE.saturating_mul(free_bytes) {
+            return Some(record);
+        }
+        match self.held.get_mut(key) {
+            Some(held) => {
+                held.records += 1;
+                held.bytes += bytes;
+            }
+            None => {
+                self.held.insert(key.into(), Held { records: 1, bytes });
+            }
+        }
+        self.bytes += bytes;
+        self.records.push(record);
+        None
+    }
+
+    /// Counts `taken` as no longer waiting.
+    fn release(&mut self, taken: &[Queued]) {
+        for record in taken {
+            let bytes = held_bytes(record);
+            self.bytes -= bytes;
+            let key = record.namespace.as_bytes();
+            if let Some(held) = self.held.get_mut(key) {
+                held.records -= 1;
+                held.bytes -= bytes;
+                if held.records == 0 {
+                    self.held.remove(key);
+                }
+            }
+        }
+    }
+}
+
 impl Pending {
-    fn lock(&self) -> MutexGuard<'_, Vec<Queued>> {
-        // A panic while holding the lock cannot leave the vector half-changed.
-        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    fn new(limit: usize, limit_bytes: usize) -> Pending {
+        Pending {
+            queue: Mutex::default(),
+            written_bytes: AtomicU64::new(0),
+            prune_now: Notify::new(),
+            limit: limit.max(1),
+            limit_bytes: limit_bytes.max(1),
+            arrived: Notify::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock cannot leave the queue half-changed.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Moves up to `most` of the oldest records into the empty `into`.
     fn take(&self, into: &mut Vec<Queued>, most: usize) {
-        let mut records = self.lock();
-        if records.len() <= most {
-            std::mem::swap(&mut *records, into);
+        let mut queue = self.lock();
+        if queue.records.len() <= most {
+            std::mem::swap(&mut queue.records, into);
+            queue.bytes = 0;
+            queue.held.clear();
         } else {
-            into.extend(records.drain(..most));
+            into.extend(queue.records.drain(..most));
+            queue.release(into);
         }
     }
 }
 
 impl InvocationLog {
     pub fn start(store: Arc<dyn Store>, settings: LogSettings) -> Arc<InvocationLog> {
-        let pending = Arc::new(Pending {
-            records: Mutex::new(Vec::new()),
-            written_bytes: AtomicU64::new(0),
-            prune_now: Notify::new(),
-            limit: settings.buffer.max(1),
-            arrived: Notify::new(),
-            closed: AtomicBool::new(false),
-        });
+        let pending = Arc::new(Pending::new(settings.buffer, settings.buffer_bytes));
         let pending_for_prune = pending.clone();
         let log = Arc::new(InvocationLog {
             pending: pending.clone(),
@@ -118,15 +220,15 @@ impl InvocationLog {
             return;
         }
         self.live.send(&record);
-        let mut records = self.pending.lock();
-        if records.len() >= self.pending.limit {
-            drop(records);
+        let bytes = held_bytes(&record);
+        let mut queue = self.pending.lock();
+        let refused = queue.admit(record, bytes, self.pending.limit, self.pending.limit_bytes);
+        let first = queue.records.len() == 1;
+        drop(queue);
+        if refused.is_some() {
             self.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        records.push(record);
-        let first = records.len() == 1;
-        drop(records);
         if first {
             self.pending.arrived.notify_one();
         }
@@ -140,7 +242,7 @@ impl InvocationLog {
 
     /// Records waiting to be written.
     pub fn backlog(&self) -> usize {
-        self.pending.lock().len()
+        self.pending.lock().records.len()
     }
 }
 
@@ -210,7 +312,7 @@ async fn write_loop(
 ) {
     let mut batch: Vec<Queued> = Vec::new();
     loop {
-        let waiting = pending.lock().len();
+        let waiting = pending.lock().records.len();
         if waiting == 0 {
             if pending.closed.load(Ordering::Acquire) {
                 return;
@@ -295,20 +397,19 @@ async fn prune_loop(store: Arc<dyn Store>, settings: LogSettings, pending: Arc<P
 
 #[cfg(test)]
 mod tests {
+    use sless_api::LogLine;
     use tokio::sync::broadcast;
 
     use super::*;
 
     #[test]
     fn the_writer_takes_the_oldest_records_a_batch_at_a_time() {
-        let pending = Pending {
-            records: Mutex::new((0..5).map(|i| crate::record::sample(i, 200)).collect()),
-            written_bytes: AtomicU64::new(0),
-            prune_now: Notify::new(),
-            limit: 10,
-            arrived: Notify::new(),
-            closed: AtomicBool::new(false),
-        };
+        let pending = Pending::new(10, usize::MAX);
+        for i in 0..5 {
+            let record = crate::record::sample(i, 200);
+            let bytes = held_bytes(&record);
+            assert!(pending.lock().admit(record, bytes, 10, usize::MAX).is_none());
+        }
         let ids = |records: &[Queued]| records.iter().map(|r| r.id.1).collect::<Vec<_>>();
         let mut batch = Vec::new();
         pending.take(&mut batch, 3);
@@ -316,13 +417,108 @@ mod tests {
         batch.clear();
         pending.take(&mut batch, 3);
         assert_eq!(ids(&batch), [3, 4]);
-        assert!(pending.lock().is_empty());
+        assert!(pending.lock().records.is_empty());
+    }
+
+    /// A log whose writer never runs: what is recorded stays queued.
+    fn stalled_log(limit: usize, limit_bytes: usize) -> InvocationLog {
+        InvocationLog {
+            pending: Arc::new(Pending::new(limit, limit_bytes)),
+            live: Arc::default(),
+            enabled: true,
+            dropped: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+        }
+    }
+
+    fn in_namespace(namespace: &str, random: u32, output: usize) -> Queued {
+        let mut record = crate::record::sample(random, 200);
+        record.namespace = crate::record::Text::new(namespace);
+        record.logs = vec![LogLine {
+            stream: "stdout".into(),
+            text: "x".repeat(output),
+        }];
+        record
+    }
+
+    /// What each namespace has waiting, as the queue counts it and as its
+    /// records add up.
+    fn waiting(log: &InvocationLog, namespace: &str) -> (usize, usize) {
+        let queue = log.pending.lock();
+        let records: Vec<&Queued> = queue
+            .records
+            .iter()
+            .filter(|r| r.namespace.as_str() == namespace)
+            .collect();
+        let held = queue.held.get(namespace.as_bytes()).copied().unwrap_or_default();
+        assert_eq!(held.records, records.len());
+        assert_eq!(held.bytes, records.iter().map(|r| held_bytes(r)).sum::<usize>());
+        (held.records, held.bytes)
+    }
+
+    /// While the database is down, one namespace's flood takes three
+    /// quarters of the buffer and no more: another's records still get in.
+    #[test]
+    fn a_flood_leaves_room_in_the_buffer_for_other_namespaces() {
+        let log = stalled_log(100, usize::MAX);
+        for i in 0..1000 {
+            log.record(in_namespace("flood", i, 10));
+        }
+        assert_eq!(waiting(&log, "flood").0, 75);
+        for i in 0..10 {
+            log.record(in_namespace("quiet", i, 10));
+        }
+        assert_eq!(waiting(&log, "quiet").0, 10);
+        // A second flood takes its share of what is left (o < 3 * (15 - o)),
+        // and some is still free.
+        for i in 0..1000 {
+            log.record(in_namespace("other", i, 10));
+        }
+        assert_eq!(waiting(&log, "other").0, 12);
+        assert_eq!(log.dropped.load(Ordering::Relaxed), (1000 - 75) + (1000 - 12));
+        // Taking a batch counts its records as gone, namespace by namespace.
+        let mut batch = Vec::new();
+        log.pending.take(&mut batch, 80);
+        assert_eq!(waiting(&log, "flood").0, 0);
+        assert!(!log.pending.lock().held.contains_key(b"flood".as_slice()));
+        assert_eq!(waiting(&log, "quiet").0, 5);
+        let expected = waiting(&log, "quiet").1 + waiting(&log, "other").1;
+        assert_eq!(log.pending.lock().bytes, expected);
+        batch.clear();
+        log.pending.take(&mut batch, 80);
+        let queue = log.pending.lock();
+        assert_eq!((queue.records.len(), queue.bytes, queue.held.len()), (0, 0, 0));
+    }
+
+    /// Records are bounded in bytes too: a handler's 64 KiB of output per
+    /// call fills a byte budget long before the record count.
+    #[test]
+    fn a_flood_of_large_output_is_bounded_in_bytes() {
+        let budget = 4 << 20;
+        let log = stalled_log(100_000, budget);
+        for i in 0..1000 {
+            log.record(in_namespace("loud", i, 64 * 1024));
+        }
+        let (records, bytes) = waiting(&log, "loud");
+        // Three quarters, give or take the last record let in.
+        assert!(
+            bytes <= budget * 3 / 4 + held_bytes(&in_namespace("loud", 0, 64 * 1024)),
+            "{bytes}"
+        );
+        assert!(records > 30 && records < 50, "{records}");
+        for i in 0..100 {
+            log.record(in_namespace("quiet", i, 100));
+        }
+        assert_eq!(waiting(&log, "quiet").0, 100);
+        assert!(log.pending.lock().bytes <= budget);
     }
 
     /// Small batches written at once, kept long: what these tests need.
     fn small_settings(leading: tokio::sync::watch::Receiver<bool>) -> LogSettings {
         LogSettings {
             buffer: 100,
+            buffer_bytes: 1 << 30,
             batch: 10,
             flush_interval: Duration::from_millis(1),
             retention: Duration::from_secs(3600),

@@ -71,6 +71,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         store.clone(),
         crate::invocations::LogSettings {
             buffer: config.invocation_buffer,
+            buffer_bytes: config.invocation_buffer_bytes,
             batch: 2000,
             flush_interval: Duration::from_millis(50),
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
