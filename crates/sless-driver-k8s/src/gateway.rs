@@ -538,6 +538,7 @@ pub(crate) fn answered(
         Ok(Ok(Answer::Unanswered(Unanswered::Timeout(_)))) | Err(()) => {
             Err(InvokeError::Timeout { key, after: timeout })
         }
+        Ok(Ok(Answer::Unanswered(Unanswered::BadAnswer(reason)))) => Err(InvokeError::BadAnswer { key, reason }),
         Ok(Ok(Answer::Unanswered(Unanswered::Crashed(reason))))
         | Ok(Err(Lost::Broken(reason)))
         | Ok(Err(Lost::NotSent(reason))) => Err(InvokeError::Crashed { key, reason }),

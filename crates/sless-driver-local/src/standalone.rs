@@ -322,6 +322,28 @@ pub enum Unanswered {
     Timeout(String),
     /// The shim died while handling it; the instance restarts.
     Crashed(String),
+    /// The handler ran to its end, but its answer is one the gateway
+    /// cannot send (more than [`crate::process::MAX_RESPONSE_HEADERS`]
+    /// headers, a malformed output frame); the instance goes on.
+    #[serde(rename = "bad_answer")]
+    BadAnswer(String),
+}
+
+impl Unanswered {
+    /// Why an invocation that failed for `reason` (the instance's
+    /// `invoke` error) has no answer.
+    pub fn of_failure(reason: String) -> Unanswered {
+        if reason.starts_with(crate::process::BAD_OUTPUT) {
+            Unanswered::BadAnswer(reason)
+        } else {
+            Unanswered::Crashed(reason)
+        }
+    }
+
+    /// Whether the instance restarts after it.
+    pub fn restarts(&self) -> bool {
+        !matches!(self, Unanswered::BadAnswer(_))
+    }
 }
 
 /// The ERROR frame of invocation `id`.
@@ -342,7 +364,8 @@ pub enum Answer {
 
 /// Collects the answer of one invocation from the frames a gateway reads:
 /// LOG frames accumulate (up to [`crate::process::LOG_CAP_BYTES`], as the
-/// local driver keeps them), OUTPUT or ERROR completes it (`Some`).
+/// local driver keeps them), OUTPUT or ERROR completes it (`Some`; an
+/// OUTPUT whose head cannot be sent on is [`Unanswered::BadAnswer`]).
 #[derive(Debug, Default)]
 pub struct AnswerReader {
     logs: crate::process::CappedLogs,
@@ -359,7 +382,16 @@ impl AnswerReader {
                 Ok(None)
             }
             kind::OUTPUT => {
-                let (head, body) = crate::process::parse_output(frame.payload).map_err(|e| e.to_string())?;
+                // A whole frame whose head the gateway cannot take (more
+                // than 1000 headers, say): this call's answer is bad, the
+                // connection and the instance are fine.
+                let (head, body) = match crate::process::parse_output(frame.payload) {
+                    Ok(parsed) => parsed,
+                    Err(e) => {
+                        let reason = format!("{}: {e}", crate::process::BAD_OUTPUT);
+                        return Ok(Some(Answer::Unanswered(Unanswered::BadAnswer(reason))));
+                    }
+                };
                 let logs = std::mem::take(&mut self.logs);
                 Ok(Some(Answer::Output(Output {
                     status: head.status,

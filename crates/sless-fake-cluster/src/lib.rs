@@ -59,6 +59,8 @@ def handle(event, context):
         time.sleep(event["sleep"])
     if isinstance(event, dict) and event.get("raise"):
         raise ValueError(event["raise"])
+    if isinstance(event, dict) and event.get("many"):
+        return {"statusCode": 200, "headers": {f"x-{i}": "" for i in range(1001)}, "body": "ok"}
     if isinstance(event, dict) and event.get("mark"):
         with open(event["mark"], "w") as mark:
             mark.write(str(os.getpid()))

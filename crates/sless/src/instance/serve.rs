@@ -360,7 +360,15 @@ impl Connection {
                 let invoke = BytesMut::from(&frame::encode(kind::INVOKE, 0, &f.payload)[..]);
                 let (frames, exit) = match tokio::time::timeout(this.timeout, this.instance.invoke(invoke)).await {
                     Ok(Ok(output)) => (answer_frames(id, &output), this.once.then_some(0)),
-                    Ok(Err(reason)) => (error_frame(id, &Unanswered::Crashed(reason)), Some(1)),
+                    Ok(Err(reason)) => {
+                        let why = Unanswered::of_failure(reason);
+                        let exit = if why.restarts() {
+                            Some(1)
+                        } else {
+                            this.once.then_some(0)
+                        };
+                        (error_frame(id, &why), exit)
+                    }
                     Err(_) => {
                         let reason = format!("no answer within {}s; the instance restarts", this.timeout.as_secs());
                         (error_frame(id, &Unanswered::Timeout(reason)), Some(1))

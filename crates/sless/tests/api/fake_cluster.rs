@@ -102,6 +102,25 @@ async fn a_killed_pod_fails_its_call_then_its_restart_answers() {
     assert_ne!(after["pid"], before["pid"]);
 }
 
+/// An answer the gateway cannot send (more headers than any client takes)
+/// is a bad answer, not a crash: the pod did nothing wrong and goes on.
+#[tokio::test]
+async fn an_answer_the_gateway_cannot_send_is_named_and_the_pod_goes_on() {
+    let cluster = start().await;
+    let driver = cluster.replica();
+    driver.deploy(cluster.version(1)).await.unwrap();
+    let before = invoke(&driver, 1, json!({})).await.unwrap();
+    let refused = driver
+        .invoke(&VersionRef::new(key(), 1), &event_call("req", json!({"many": true})))
+        .await;
+    match refused {
+        Err(InvokeError::BadAnswer { reason, .. }) => assert!(reason.contains("more than 1000 headers"), "{reason}"),
+        other => panic!("a bad answer, not {other:?}"),
+    }
+    let after = invoke(&driver, 1, json!({})).await.unwrap();
+    assert_eq!(after["pid"], before["pid"], "the pod restarted");
+}
+
 /// A build as a Job: its pod (a real `sless instance build`, with the
 /// Job's environment only) reads the archive and uploads the tarball
 /// through its grant; the driver hashes the upload, stores it as the

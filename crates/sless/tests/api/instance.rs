@@ -22,6 +22,8 @@ def handle(event, context):
     print("hello from", context.function)
     if isinstance(event, dict) and event.get("sleep"):
         time.sleep(event["sleep"])
+    if isinstance(event, dict) and event.get("many"):
+        return {"statusCode": 200, "headers": {f"x-{i}": "" for i in range(1001)}, "body": "ok"}
     return {"statusCode": 201, "body": "made " + str(event.get("n") if isinstance(event, dict) else "")}
 "#;
 
@@ -224,6 +226,26 @@ async fn a_node_instance_serves_and_its_stdout_is_not_the_frames() {
         assert_eq!(&output.body[..], format!("{{\"n\":{n}}}").as_bytes());
         assert_eq!(output.logs[0].text, "hello from hello\n");
     }
+}
+
+/// An answer the gateway cannot send (more headers than any client takes)
+/// is named so, and the instance, which did nothing wrong, goes on.
+#[tokio::test]
+async fn an_answer_the_gateway_cannot_send_is_named_and_the_instance_goes_on() {
+    let mut instance = start(HANDLER, &[], false);
+    instance.wait_ready();
+    let mut gateway = Gateway::connect(instance.frames).await;
+    match gateway.invoke(1, serde_json::json!({"many": true})).await {
+        Answer::Unanswered(Unanswered::BadAnswer(reason)) => {
+            assert!(reason.contains("more than 1000 headers"), "{reason}")
+        }
+        other => panic!("a bad answer, not {other:?}"),
+    }
+    let Answer::Output(output) = gateway.invoke(2, serde_json::json!({"n": 2})).await else {
+        panic!("an output")
+    };
+    assert_eq!(&output.body[..], b"made 2");
+    assert!(instance.child.try_wait().unwrap().is_none(), "the instance exited");
 }
 
 #[tokio::test]
