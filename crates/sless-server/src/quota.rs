@@ -4,21 +4,43 @@
 //! the server's). Every refusal names the quota and its setting.
 //!
 //! A check and the change it allows happen in the namespace's [`turn`]:
-//! two requests cannot both pass a check that has room for one. (Replicas
-//! of the cluster shape take turns each on their own; the leader starts
-//! job runs only within the quota, whichever replica accepted them.)
+//! two requests cannot both pass a check that has room for one, on one
+//! replica or on several sharing a PostgreSQL (the turn is then also a lock
+//! in the database, [`crate::cluster::turns`]). The leader starts job runs
+//! only within the quota, whichever replica accepted them.
 
 use sless_api::{FunctionSpec, JobPhase, JobStatus};
 use tokio::sync::OwnedSemaphorePermit;
 
+use crate::cluster::turns::NamespaceLock;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::Kind;
 
+/// A namespace's turn, ended by dropping it.
+pub struct Turn {
+    // Fields drop in order: the replicas' lock is let go before this
+    // replica's next turn in the namespace may ask for it.
+    _replicas: Option<NamespaceLock>,
+    _here: OwnedSemaphorePermit,
+}
+
 /// Waits for the namespace's turn to check a quota and make the change it
-/// allows; the turn ends when the permit drops.
-pub async fn turn(state: &AppState, ns: &str) -> OwnedSemaphorePermit {
-    state.quota_turns.enter(ns).await
+/// allows: this replica's first, then (PostgreSQL) the replicas' lock, so a
+/// replica waits in the database with one request per namespace at most.
+/// Refused (503) when the database cannot give the lock in time.
+pub async fn turn(state: &AppState, ns: &str) -> Result<Turn> {
+    let here = state.quota_turns.enter(ns).await;
+    let replicas = state.cluster.lock_namespace(ns).await.map_err(|e| Error::Unavailable {
+        message: format!(
+            "namespace {ns}'s quotas cannot be checked now: taking its lock among replicas failed ({e}); try again"
+        ),
+        retry_after: Some(1),
+    })?;
+    Ok(Turn {
+        _replicas: replicas,
+        _here: here,
+    })
 }
 
 /// The instances a function may have at most.

@@ -1,6 +1,7 @@
 //! Several `sless server` replicas on one PostgreSQL: who leads
-//! ([`leader`]), what replicas tell each other ([`membership`]), and how each
-//! converges on the store's state ([`reconcile`]). On SQLite there is one
+//! ([`leader`]), what replicas tell each other ([`membership`]), how each
+//! converges on the store's state ([`reconcile`]), and whose turn it is to
+//! change a namespace under its quotas ([`turns`]). On SQLite there is one
 //! replica: it leads, and nothing here touches the database.
 //!
 //! **Invariant (no stale answer after Ready):** a new version is written
@@ -15,6 +16,7 @@
 pub mod leader;
 pub mod membership;
 pub mod reconcile;
+pub mod turns;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -52,6 +54,8 @@ pub struct Served {
 pub struct Cluster {
     pub leadership: Arc<Leadership>,
     membership: Option<Membership>,
+    /// Namespace locks among replicas (None alone).
+    namespace_locks: Option<turns::NamespaceLocks>,
     /// Milliseconds since `epoch` when the store last answered.
     last_contact: AtomicU64,
     /// Whether other replicas were live at the last heartbeat.
@@ -66,6 +70,7 @@ impl Cluster {
         Arc::new(Cluster {
             leadership: Leadership::always(),
             membership: None,
+            namespace_locks: None,
             last_contact: AtomicU64::new(0),
             peers: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -81,6 +86,7 @@ impl Cluster {
         Ok(Arc::new(Cluster {
             leadership: Leadership::elect(url.to_string()).await,
             membership: Some(membership),
+            namespace_locks: Some(turns::NamespaceLocks::new(url)?),
             last_contact: AtomicU64::new(0),
             peers: AtomicBool::new(false),
             epoch: Instant::now(),
@@ -95,6 +101,15 @@ impl Cluster {
 
     pub fn is_leader(&self) -> bool {
         self.leadership.is_leader()
+    }
+
+    /// Waits for `namespace`'s lock among replicas, held until dropped; None
+    /// alone, where the replica's own turn is all there is.
+    pub async fn lock_namespace(&self, namespace: &str) -> sqlx::Result<Option<turns::NamespaceLock>> {
+        match &self.namespace_locks {
+            Some(locks) => locks.lock(namespace).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     /// This replica's id ("single" alone).

@@ -70,7 +70,7 @@ pub async fn create(
     check_name("name", "function", &name)?;
     let spec = checked_spec(&state, Value::Object(body))?;
     crate::secrets::check_refs(&*state.store, &ns, &spec).await?;
-    let _turn = crate::quota::turn(&state, &ns).await;
+    let _turn = crate::quota::turn(&state, &ns).await?;
     crate::quota::check_function(&state, &ns, &name, &spec, true).await?;
     let status = FunctionStatus {
         message: "waiting for code: upload a zip with PUT .../code".into(),
@@ -137,7 +137,7 @@ pub async fn patch(
         ));
     }
     crate::secrets::check_refs(&*state.store, &ns, &spec).await?;
-    let turn = crate::quota::turn(&state, &ns).await;
+    let turn = crate::quota::turn(&state, &ns).await?;
     crate::quota::check_function(&state, &ns, &name, &spec, false).await?;
     record.spec = to_value(&spec)?;
     state

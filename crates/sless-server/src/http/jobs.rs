@@ -58,7 +58,7 @@ pub async fn create(
     let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
     check_name("name", "job", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
-    let _turn = crate::quota::turn(&state, &ns).await;
+    let _turn = crate::quota::turn(&state, &ns).await?;
     if spec.run_id > 0 {
         crate::quota::check_job_run(&state, &ns, &name).await?;
     }
@@ -121,7 +121,7 @@ pub async fn patch(
     let mut merged = record.spec.clone();
     merge_patch(&mut merged, Value::Object(body));
     let spec = checked_spec(&state, &ns, merged).await?;
-    let _turn = crate::quota::turn(&state, &ns).await;
+    let _turn = crate::quota::turn(&state, &ns).await?;
     if spec.run_id > old.run_id {
         crate::quota::check_job_run(&state, &ns, &name).await?;
     }

@@ -111,7 +111,7 @@ pub async fn create(
         .into_iter()
         .map(|(key, value)| (key, value.unwrap_or_default()))
         .collect();
-    let _turn = crate::quota::turn(&state, &ns).await;
+    let _turn = crate::quota::turn(&state, &ns).await?;
     if state.store.secret(&ns, &name).await?.is_none()
         && state.store.count_secrets(&ns).await? >= MAX_SECRETS_PER_NAMESPACE as i64
     {

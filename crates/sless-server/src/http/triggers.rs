@@ -161,7 +161,7 @@ pub async fn create(
     let name = take_identity(&mut body, &ns)?.ok_or_else(|| Error::invalid("name", "name is required"))?;
     check_name("name", "trigger", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
-    let turn = crate::quota::turn(&state, &ns).await;
+    let turn = crate::quota::turn(&state, &ns).await?;
     crate::quota::check_trigger(&state, &ns).await?;
     let now = crate::store::now();
     let record = Record {
