@@ -17,13 +17,13 @@ use super::harness::{eventually, zip_of, PgDb, S3Server, Server};
 type Answers = Arc<Mutex<Vec<(Instant, usize, Option<u64>)>>>;
 
 /// Replicas sharing a database and a bucket.
-struct Replicas {
-    servers: Vec<Server>,
+pub(super) struct Replicas {
+    pub(super) servers: Vec<Server>,
     s3: S3Server,
-    _db: PgDb,
+    pub(super) db: PgDb,
 }
 
-async fn replicas(n: usize, extra: &[(&str, &str)]) -> Replicas {
+pub(super) async fn replicas(n: usize, extra: &[(&str, &str)]) -> Replicas {
     let db = PgDb::create().await;
     let s3 = S3Server::start().await;
     let mut env = s3.env();
@@ -33,7 +33,7 @@ async fn replicas(n: usize, extra: &[(&str, &str)]) -> Replicas {
     for follower in &servers[1..] {
         assert!(!follower.leads().await, "one leader only");
     }
-    Replicas { servers, s3, _db: db }
+    Replicas { servers, s3, db }
 }
 
 fn version_code(v: u32) -> Vec<(&'static str, Vec<u8>)> {
