@@ -196,6 +196,9 @@ impl Invoker {
                 Run::Serving => self.driver.invoke(&target, &invocation).await,
                 Run::Dedicated(id) => self.driver.run_once(&target, id, &invocation).await,
             };
+            if addressed {
+                self.versions.answered(&target);
+            }
             match result {
                 Err(InvokeError::NotDeployed(_)) if addressed => match self.versions.ensure(&target).await {
                     Ok(true) => continue,

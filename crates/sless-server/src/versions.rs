@@ -26,6 +26,9 @@ pub const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 /// Versions of one function called by number (not `$latest`, no alias's)
 /// deployed here at once.
 pub const MAX_BY_NUMBER: usize = 2;
+/// How long a version deployed for a call is kept for it at most (a call
+/// that gave up on the way never comes), and a deploy waits for room.
+const AWAITED_FOR: Duration = Duration::from_secs(5);
 
 /// The versions deployed here besides `$latest`.
 pub struct Versions {
@@ -39,6 +42,13 @@ pub struct Versions {
     keep: usize,
     /// Deployed here besides `$latest`, with the time of the last call.
     extra: Mutex<HashMap<VersionRef, Instant>>,
+    /// Versions deployed for a call that has not been answered yet, with
+    /// the time of the deploy: not retired to make room (for
+    /// [`AWAITED_FOR`] at most), or calls of several versions at once would
+    /// each retire the version deployed for the one before, and all fail.
+    awaited: Mutex<HashMap<VersionRef, Instant>>,
+    /// Wakes deploys waiting for room when an awaited call is answered.
+    answered: tokio::sync::Notify,
     /// On-demand deploys, one at a time per function (a burst of calls
     /// deploys once; one function's deploy holds up no other's).
     deploying: Mutex<HashMap<FunctionKey, std::sync::Weak<tokio::sync::Mutex<()>>>>,
@@ -61,6 +71,8 @@ impl Versions {
             secrets,
             keep: keep.max(1),
             extra: Default::default(),
+            awaited: Default::default(),
+            answered: tokio::sync::Notify::new(),
             deploying: Default::default(),
         })
     }
@@ -95,6 +107,14 @@ impl Versions {
         }
     }
 
+    /// Notes that a call to `target` (not `$latest`) was answered, or
+    /// failed: a version deployed for it may now make room for another.
+    pub fn answered(&self, target: &VersionRef) {
+        if self.awaited.lock().unwrap().remove(target).is_some() {
+            self.answered.notify_waiters();
+        }
+    }
+
     /// Deploys `target` here from its stored record, unless it serves
     /// already; false when no such version is kept.
     pub async fn ensure(&self, target: &VersionRef) -> Result<bool> {
@@ -116,7 +136,7 @@ impl Versions {
         let Some(record) = record else {
             return Ok(false);
         };
-        self.make_room_by_number(key).await;
+        self.make_room_by_number(key).await?;
         let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
         let secrets = self.secrets.resolve(&key.namespace, &spec).await.map_err(|e| {
             tracing::warn!(function = %key, version = target.version, error = %e, "cannot start a version");
@@ -146,6 +166,7 @@ impl Versions {
             })?;
         tracing::info!(function = %key, version = target.version, "serving a version called by number or alias");
         self.extra.lock().unwrap().insert(target.clone(), Instant::now());
+        self.awaited.lock().unwrap().insert(target.clone(), Instant::now());
         Ok(true)
     }
 
@@ -154,22 +175,46 @@ impl Versions {
     /// kept version by number, and each serves up to its `max_instances`
     /// while the namespace's quotas count the function once. `$latest` and
     /// the versions an alias points at do not count; a retired version
-    /// drains its calls and deploys again when called.
-    async fn make_room_by_number(&self, key: &FunctionKey) {
+    /// drains its calls and deploys again when called. A version deployed
+    /// for a call not answered yet is not retired: while every one is, the
+    /// deploy waits (up to [`AWAITED_FOR`], then the call is refused).
+    async fn make_room_by_number(&self, key: &FunctionKey) -> Result<()> {
         let (latest, pinned) = (self.routes.latest(key), self.routes.pinned(key));
-        let oldest = {
-            let extra = self.extra.lock().unwrap();
-            let by_number: Vec<(&VersionRef, &Instant)> = extra
-                .iter()
-                .filter(|(v, _)| &v.key == key && latest.as_ref() != Some(*v) && !pinned.contains(&v.version))
-                .collect();
-            (by_number.len() >= MAX_BY_NUMBER)
-                .then(|| by_number.into_iter().min_by_key(|(_, at)| **at).map(|(v, _)| v.clone()))
-                .flatten()
-        };
-        if let Some(oldest) = oldest {
-            tracing::info!(version = %oldest, "retiring the version called by number least lately, to serve another");
-            self.retire(&oldest).await;
+        let deadline = tokio::time::Instant::now() + AWAITED_FOR;
+        loop {
+            let answered = self.answered.notified();
+            tokio::pin!(answered);
+            answered.as_mut().enable();
+            let oldest = {
+                let extra = self.extra.lock().unwrap();
+                let by_number: Vec<(&VersionRef, &Instant)> = extra
+                    .iter()
+                    .filter(|(v, _)| &v.key == key && latest.as_ref() != Some(*v) && !pinned.contains(&v.version))
+                    .collect();
+                if by_number.len() < MAX_BY_NUMBER {
+                    return Ok(());
+                }
+                let awaited = self.awaited.lock().unwrap();
+                let awaited = |v: &VersionRef| awaited.get(v).is_some_and(|at| at.elapsed() < AWAITED_FOR);
+                by_number
+                    .into_iter()
+                    .filter(|(v, _)| !awaited(v))
+                    .min_by_key(|(_, at)| **at)
+                    .map(|(v, _)| v.clone())
+            };
+            if let Some(oldest) = oldest {
+                tracing::info!(version = %oldest, "retiring the version called by number least lately, to serve another");
+                self.retire(&oldest).await;
+                return Ok(());
+            }
+            if tokio::time::timeout_at(deadline, answered).await.is_err() {
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "function {key} serves {MAX_BY_NUMBER} versions called by number, each deployed for a call not answered yet; retry shortly"
+                    ),
+                    retry_after: Some(1),
+                });
+            }
         }
     }
 
@@ -197,6 +242,7 @@ impl Versions {
 
     async fn retire(&self, version: &VersionRef) {
         self.extra.lock().unwrap().remove(version);
+        self.awaited.lock().unwrap().remove(version);
         if let Err(e) = self.driver.retire(version).await {
             tracing::warn!(%version, error = %e, "retiring a version failed");
         }
@@ -222,6 +268,7 @@ impl Versions {
 
     pub fn forget(&self, key: &FunctionKey) {
         self.extra.lock().unwrap().retain(|v, _| &v.key != key);
+        self.awaited.lock().unwrap().retain(|v, _| &v.key != key);
     }
 
     /// Retires the versions deployed here that no alias points at, that

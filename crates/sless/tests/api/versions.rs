@@ -65,6 +65,32 @@ async fn a_function_serves_two_versions_called_by_number_at_most() {
     assert_eq!(v_of(&server, "many").await, 4);
 }
 
+/// Calls of several versions by number at once deploy them one at a time
+/// (a lock per function), each making room before it starts, and a version
+/// deployed for a call is not retired before that call reaches it: every
+/// call is answered by its own version, and two versions called by number
+/// serve afterwards at most.
+#[tokio::test]
+async fn versions_called_by_number_at_once_are_each_answered_and_two_serve_at_most() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "600")]).await;
+    for v in 1..=5 {
+        deploy(&server, "many", v).await;
+    }
+    let instances = "sless_instances{namespace=\"ns\",function=\"many\"}";
+    server.wait_metric(instances, 1.0, 30).await;
+    let targets: Vec<String> = (1..=4).map(|v| format!("many@{v}")).collect();
+    let answers = futures::future::join_all(targets.iter().map(|target| v_of(&server, target))).await;
+    assert_eq!(answers, [1, 2, 3, 4]);
+    // The retired versions drain; `$latest` and two called by number stay.
+    server.wait_metric(instances, 3.0, 30).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        server.metric(instances).await,
+        Some(3.0),
+        "more than two versions called by number serve"
+    );
+}
+
 async fn put_alias(server: &Server, function: &str, alias: &str, spec: Value) -> (StatusCode, Value) {
     server
         .call(
