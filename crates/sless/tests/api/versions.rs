@@ -35,31 +35,44 @@ async fn v_of(server: &Server, target: &str) -> u64 {
     serde_json::from_str::<Value>(&body).unwrap()["v"].as_u64().unwrap()
 }
 
+const MANY_INSTANCES: &str = "sless_instances{namespace=\"ns\",function=\"many\"}";
+
+/// A server with versions 1 to `n` of `many`, `$latest` (n) serving the
+/// instance its deploy checked; versions not called stay up for 10 minutes.
+async fn many_versions(n: u32) -> Server {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "600")]).await;
+    for v in 1..=n {
+        deploy(&server, "many", v).await;
+    }
+    server.wait_metric(MANY_INSTANCES, 1.0, 30).await;
+    server
+}
+
+/// Once the retired versions have drained, `$latest` and two versions
+/// called by number serve, and no more.
+async fn two_by_number_serve(server: &Server) {
+    server.wait_metric(MANY_INSTANCES, 3.0, 30).await;
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(
+        server.metric(MANY_INSTANCES).await,
+        Some(3.0),
+        "more than two versions called by number serve"
+    );
+}
+
 /// Anyone may call any kept version by number, and each serves up to its
 /// `max_instances`, while the namespace's quotas count the function once: a
 /// function serves two versions called by number at most, the one called
 /// least lately draining to make room, and it answers again when called.
 #[tokio::test]
 async fn a_function_serves_two_versions_called_by_number_at_most() {
-    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "600")]).await;
-    for v in 1..=4 {
-        deploy(&server, "many", v).await;
-    }
-    let instances = "sless_instances{namespace=\"ns\",function=\"many\"}";
-    // `$latest` (4) keeps the instance its deploy checked.
-    server.wait_metric(instances, 1.0, 30).await;
+    let server = many_versions(4).await;
     assert_eq!(v_of(&server, "many@1").await, 1);
     assert_eq!(v_of(&server, "many@2").await, 2);
-    server.wait_metric(instances, 3.0, 30).await;
+    server.wait_metric(MANY_INSTANCES, 3.0, 30).await;
     // A third: version 1, called least lately, goes.
     assert_eq!(v_of(&server, "many@3").await, 3);
-    server.wait_metric(instances, 3.0, 30).await;
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    assert_eq!(
-        server.metric(instances).await,
-        Some(3.0),
-        "more than two versions called by number serve"
-    );
+    two_by_number_serve(&server).await;
     // Called again, it serves again (and version 2 goes).
     assert_eq!(v_of(&server, "many@1").await, 1);
     assert_eq!(v_of(&server, "many").await, 4);
@@ -72,23 +85,11 @@ async fn a_function_serves_two_versions_called_by_number_at_most() {
 /// serve afterwards at most.
 #[tokio::test]
 async fn versions_called_by_number_at_once_are_each_answered_and_two_serve_at_most() {
-    let server = Server::start_with(Backend::Sqlite, &[("SLESS_IDLE_TIMEOUT_SEC", "600")]).await;
-    for v in 1..=5 {
-        deploy(&server, "many", v).await;
-    }
-    let instances = "sless_instances{namespace=\"ns\",function=\"many\"}";
-    server.wait_metric(instances, 1.0, 30).await;
+    let server = many_versions(5).await;
     let targets: Vec<String> = (1..=4).map(|v| format!("many@{v}")).collect();
     let answers = futures::future::join_all(targets.iter().map(|target| v_of(&server, target))).await;
     assert_eq!(answers, [1, 2, 3, 4]);
-    // The retired versions drain; `$latest` and two called by number stay.
-    server.wait_metric(instances, 3.0, 30).await;
-    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    assert_eq!(
-        server.metric(instances).await,
-        Some(3.0),
-        "more than two versions called by number serve"
-    );
+    two_by_number_serve(&server).await;
 }
 
 async fn put_alias(server: &Server, function: &str, alias: &str, spec: Value) -> (StatusCode, Value) {
