@@ -328,8 +328,10 @@ impl Driver for LocalDriver {
             let versions: Vec<_> = pools.keys().filter(|target| &target.key == key).cloned().collect();
             versions.iter().filter_map(|target| pools.remove(target)).collect()
         };
+        // As a retired version's: the calls under way finish, then the
+        // instances stop; calls from now on find no version.
         for pool in removed {
-            pool.remove();
+            pool.retire();
         }
         Ok(())
     }
@@ -338,7 +340,7 @@ impl Driver for LocalDriver {
         self.warm.stop();
         let pools: Vec<_> = self.pools.write().unwrap().drain().map(|(_, p)| p).collect();
         for pool in pools {
-            pool.remove();
+            pool.stop_now();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
         // Whatever an instance still held (a request in flight past the

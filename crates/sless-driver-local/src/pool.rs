@@ -229,8 +229,9 @@ impl FunctionPool {
         }
     }
 
-    /// Stops every instance at once (the function was deleted).
-    pub fn remove(&self) {
+    /// Stops every instance at once, whatever it is doing (the server
+    /// stops).
+    pub fn stop_now(&self) {
         let old = {
             let mut st = self.state.lock().unwrap();
             st.removed = true;

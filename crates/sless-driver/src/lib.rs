@@ -85,7 +85,9 @@ pub trait Driver: Send + Sync + 'static {
     async fn cancel_run(&self, run: &RunId) -> Result<(), DriverError>;
     /// Instances and waiting requests per deployed version.
     async fn stats(&self) -> Vec<(VersionRef, FunctionLoad)>;
-    /// Stops everything of a deleted function, every version.
+    /// Stops everything of a deleted function, every version: calls from
+    /// now on get [`InvokeError::NotDeployed`], calls under way finish (as
+    /// with [`Driver::retire`]), then the instances stop.
     async fn remove(&self, key: &FunctionKey) -> Result<(), DriverError>;
     /// Stops every instance (server shutdown).
     async fn shutdown(&self);

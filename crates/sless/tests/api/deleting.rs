@@ -1,7 +1,11 @@
 //! Deleting a function that triggers or jobs still name: refused with the
 //! list of them (409), done together with them (`?cascade=true`), or, for
-//! a caller that manages them itself, leaving them (`?orphan=true`). And
-//! `fired` only where it counts something (cron ticks).
+//! a caller that manages them itself, leaving them (`?orphan=true`). A call
+//! under way when its function goes is answered. And `fired` only where it
+//! counts something (cron ticks).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -154,6 +158,43 @@ async fn deleting_a_named_function_is_refused_or_cascades(backend: Backend) {
         .call(Method::DELETE, "/v1/namespaces/ns/functions/hello", None)
         .await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+}
+
+/// A call under way when its function is deleted finishes and is answered
+/// by its handler, as one under way on a retired version is (and as a
+/// deleted pod drains on Kubernetes); only calls after the delete find no
+/// function.
+#[tokio::test]
+async fn a_call_under_way_when_its_function_is_deleted_is_answered() {
+    const SLOW: &[u8] =
+        b"import time\ndef handle(event, context):\n    time.sleep(event.get('secs', 0))\n    return 'done'\n";
+    let server = Arc::new(Server::start(Backend::Sqlite).await);
+    server
+        .deploy("ns", "slow", json!({"runtime": "python3.11"}), &[("handler.py", SLOW)])
+        .await;
+    // A first call leaves an instance running, so the next one reaches
+    // the handler within milliseconds, well inside the wait below.
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/slow", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+
+    let under_way = {
+        let server = server.clone();
+        tokio::spawn(async move { server.invoke(Method::POST, "/fn/ns/slow", r#"{"secs": 3}"#).await })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/slow", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (status, _, _) = server.invoke(Method::POST, "/fn/ns/slow", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "a call after the delete");
+
+    let (status, _, text) = under_way.await.unwrap();
+    assert_eq!(
+        (status, text.as_str()),
+        (StatusCode::OK, r#""done""#),
+        "the call under way at the delete"
+    );
 }
 
 #[tokio::test]
