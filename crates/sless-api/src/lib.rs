@@ -32,7 +32,7 @@ pub use secret::{
     SECRET_KEY_PATTERN,
 };
 pub use stats::{FunctionStats, StatsPoint};
-pub use token::{Token, TokenCreate, TokenCreated, WhoAmI};
+pub use token::{Token, TokenCreate, TokenCreated, WhoAmI, MAX_TOKEN_NAMESPACES, MAX_TOKEN_NAME_CHARS};
 pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};
 pub use version::{validate_alias_name, Alias, AliasSpec, FunctionVersion};
 

@@ -3,6 +3,12 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// A token's name is a label for people: at most this many characters,
+/// none of them a control character.
+pub const MAX_TOKEN_NAME_CHARS: usize = 128;
+/// The most namespaces one token lists (a list with repeats counts each once).
+pub const MAX_TOKEN_NAMESPACES: usize = 1000;
+
 /// `POST /v1/tokens` body.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -82,6 +82,26 @@ pub fn record_id((micros, random): (u64, u32)) -> String {
     hex_id(&[(micros, 16), (u64::from(random), 8)])
 }
 
+/// A page's `before` cursor: None when absent or empty, else it must be an
+/// id as [`record_id`] makes them (the `next_before` of the page before);
+/// anything else would be compared as text and answer a page it does not mean.
+pub fn page_cursor(before: Option<String>) -> crate::error::Result<Option<String>> {
+    match before {
+        None => Ok(None),
+        Some(before) if before.is_empty() => Ok(None),
+        Some(before) if before.len() == 24 && before.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            Ok(Some(before))
+        }
+        Some(before) => Err(crate::error::Error::invalid(
+            "before",
+            format!(
+                "before must be an id of 24 hex digits, as next_before gives, got {:?}",
+                sless_api::text::clip(before, 64)
+            ),
+        )),
+    }
+}
+
 /// The status of a call as records and metrics show it: the HTTP status
 /// for gateway calls, ok/error for the others; written into `digits` when
 /// it is three of them (no allocation on the request path).

@@ -18,7 +18,7 @@ pub struct AsyncQuery {
     status: Option<String>,
     /// Records per page (1-1000, default 50).
     limit: Option<i64>,
-    /// An event id: return older ones.
+    /// An event id (a page's `next_before`): return older ones.
     before: Option<String>,
 }
 
@@ -79,7 +79,13 @@ pub async fn list(
     let items = state
         .async_invocations
         .events
-        .list(&ns, &name, status, query.before.as_deref(), limit)
+        .list(
+            &ns,
+            &name,
+            status,
+            crate::record::page_cursor(query.before)?.as_deref(),
+            limit,
+        )
         .await?;
     let next_before = (items.len() as i64 == limit)
         .then(|| items.last().map(|r| r.id.clone()))

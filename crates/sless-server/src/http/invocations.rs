@@ -26,7 +26,7 @@ const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct PageQuery {
     /// Records per page (1-1000, default 50).
     limit: Option<i64>,
-    /// An invocation id: return older ones.
+    /// An invocation id (a page's `next_before`): return older ones.
     before: Option<String>,
 }
 
@@ -69,9 +69,10 @@ pub async fn list(
             "limit must be between 1 and 1000, got {limit}"
         )));
     }
+    let before = crate::record::page_cursor(query.before)?;
     let items = state
         .store
-        .list_invocations(&ns, &name, query.before.as_deref(), limit)
+        .list_invocations(&ns, &name, before.as_deref(), limit)
         .await?;
     let next_before = (items.len() as i64 == limit)
         .then(|| items.last().map(|r| r.id.clone()))

@@ -21,6 +21,10 @@ pub const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
 /// that starts with a letter.
 pub const ALIAS_LABEL: &str = "^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 
+/// A page's `before` cursor (`record::page_cursor`): an id as records and
+/// events get them, or empty for none.
+const PAGE_CURSOR: &str = "^([0-9a-f]{24})?$";
+
 /// The OpenAPI document as served.
 pub fn document() -> Value {
     use utoipa::OpenApi;
@@ -67,7 +71,7 @@ fn apply(doc: &mut Value) {
                         parameter["required"] = json!(false);
                         parameter["schema"] = match query {
                             "limit" => json!({"type": "integer", "minimum": 1, "maximum": 1000}),
-                            "before" => json!({"type": "string"}),
+                            "before" => json!({"type": "string", "pattern": PAGE_CURSOR}),
                             "follow" => json!({"type": "boolean"}),
                             _ => json!({"type": "integer", "minimum": 0}),
                         };

@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
-use sless_api::{validate_name, List, Token, TokenCreate, TokenCreated};
+use sless_api::{validate_name, List, Token, TokenCreate, TokenCreated, MAX_TOKEN_NAMESPACES, MAX_TOKEN_NAME_CHARS};
 
 use super::body::{from_value, JsonObject};
 use crate::auth::{generate_token, hash_token};
@@ -33,12 +33,31 @@ pub async fn create(
     State(state): State<Arc<AppState>>,
     JsonObject(body): JsonObject,
 ) -> Result<(StatusCode, Json<TokenCreated>)> {
-    let request: TokenCreate = from_value("token", Value::Object(body))?;
+    let mut request: TokenCreate = from_value("token", Value::Object(body))?;
     if request.name.trim().is_empty() {
         return Err(Error::BadRequest("name must not be empty".into()));
     }
+    let name_chars = request.name.chars().count();
+    if name_chars > MAX_TOKEN_NAME_CHARS {
+        return Err(Error::BadRequest(format!(
+            "name has {name_chars} characters; a token's name has at most {MAX_TOKEN_NAME_CHARS}"
+        )));
+    }
+    if request.name.chars().any(char::is_control) {
+        return Err(Error::BadRequest(
+            "name must not hold control characters (line breaks, tabs and the like)".into(),
+        ));
+    }
     for ns in &request.namespaces {
         validate_name("namespace", ns)?;
+    }
+    let mut seen = std::collections::HashSet::new();
+    request.namespaces.retain(|ns| seen.insert(ns.clone()));
+    if request.namespaces.len() > MAX_TOKEN_NAMESPACES {
+        return Err(Error::BadRequest(format!(
+            "namespaces lists {} namespaces; a token lists at most {MAX_TOKEN_NAMESPACES} (an admin token covers them all)",
+            request.namespaces.len()
+        )));
     }
     if request.namespaces.is_empty() && !request.admin {
         return Err(Error::BadRequest(

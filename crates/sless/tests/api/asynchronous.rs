@@ -172,18 +172,20 @@ async fn accepted_then_delivered(backend: Backend) {
         .await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert_eq!(page["items"].as_array().unwrap().len(), 2, "{page}");
-    let (status, bad) = server
-        .call(
-            Method::GET,
-            "/v1/namespaces/ns/functions/echo/async-invocations?status=done",
-            None,
-        )
-        .await;
-    assert_eq!(
-        (status, bad["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("status")),
-        "{bad}"
-    );
+    for (query, field) in [("status=done", "status"), ("before=zzz", "before")] {
+        let (status, bad) = server
+            .call(
+                Method::GET,
+                &format!("/v1/namespaces/ns/functions/echo/async-invocations?{query}"),
+                None,
+            )
+            .await;
+        assert_eq!(
+            (status, bad["field"].as_str()),
+            (StatusCode::BAD_REQUEST, Some(field)),
+            "{query}: {bad}"
+        );
+    }
 
     // Bounds and bad input.
     let (status, _, body) = send_event(&server, "/fn/ns/echo", &"x".repeat(2000)).await;

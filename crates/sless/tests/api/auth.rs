@@ -127,13 +127,13 @@ async fn token_management(backend: Backend) {
         .call(
             Method::POST,
             "/v1/tokens",
-            Some(json!({"name": "ci", "namespaces": ["a", "b"]})),
+            Some(json!({"name": "ci", "namespaces": ["a", "b", "a"]})),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
     let secret = created["token"].as_str().unwrap().to_string();
     assert!(secret.starts_with("sless_") && secret.len() > 40);
-    assert_eq!(created["namespaces"], json!(["a", "b"]));
+    assert_eq!(created["namespaces"], json!(["a", "b"]), "each namespace once");
     assert_eq!(created["admin"], false);
 
     let (status, list) = server.call(Method::GET, "/v1/tokens", None).await;
@@ -159,6 +159,9 @@ async fn token_management(backend: Backend) {
         json!({"name": "x", "namespaces": []}),
         json!({"name": "", "namespaces": ["a"]}),
         json!({"name": "x", "namespaces": ["a"], "extra": true}),
+        json!({"name": "x".repeat(sless_api::MAX_TOKEN_NAME_CHARS + 1), "namespaces": ["a"]}),
+        json!({"name": "x\nforged log line", "namespaces": ["a"]}),
+        json!({"name": "x", "namespaces": (0..=sless_api::MAX_TOKEN_NAMESPACES).map(|n| format!("n{n}")).collect::<Vec<_>>()}),
     ] {
         let (status, body) = server.call(Method::POST, "/v1/tokens", Some(bad.clone())).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{bad} -> {body}");

@@ -197,14 +197,25 @@ async fn records_capture_output_and_page(backend: Backend) {
         .await;
     assert_eq!(older["items"][0]["id"], first["id"]);
     assert_eq!(older["next_before"], Value::Null);
-    let (status, _) = server
+    // An empty cursor is no cursor: the first page.
+    let (status, again) = server
         .call(
             Method::GET,
-            "/v1/namespaces/ns/functions/printer/invocations?limit=0",
+            "/v1/namespaces/ns/functions/printer/invocations?limit=2&before=",
             None,
         )
         .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!((status, &again["items"]), (StatusCode::OK, &page["items"]), "{again}");
+    for query in ["limit=0", "before=zzz", "before=0006282C5E1F4A3B9C0D1E2F"] {
+        let (status, body) = server
+            .call(
+                Method::GET,
+                &format!("/v1/namespaces/ns/functions/printer/invocations?{query}"),
+                None,
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{query}: {body}");
+    }
 
     // Text logs.
     let text = server
