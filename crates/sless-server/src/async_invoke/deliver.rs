@@ -63,6 +63,15 @@ pub struct DeliveryStats {
     pub throttled: AtomicU64,
 }
 
+/// A function as the deliverer reads it: its spec, and when it was made
+/// (microseconds since the epoch), which tells the events sent to it from
+/// those sent to a deleted function of the same name.
+#[derive(Clone)]
+struct Found {
+    spec: FunctionSpec,
+    created_at: i64,
+}
+
 pub struct Deliverer {
     events: Arc<dyn EventStore>,
     store: Arc<dyn Store>,
@@ -79,7 +88,7 @@ pub struct Deliverer {
     /// Outcomes waiting to be written, and the writer's wake-up.
     finished: Mutex<Vec<Finish>>,
     finish_now: Notify,
-    specs: Mutex<HashMap<FunctionKey, (Instant, Option<FunctionSpec>)>>,
+    functions: Mutex<HashMap<FunctionKey, (Instant, Option<Found>)>>,
     /// Functions that could run when their parked events were last woken:
     /// the version they ran, and when.
     woken: Mutex<HashMap<FunctionKey, (VersionRef, Instant)>>,
@@ -112,7 +121,7 @@ impl Deliverer {
             rounds: AtomicU64::new(0),
             finished: Mutex::new(Vec::new()),
             finish_now: Notify::new(),
-            specs: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
             woken: Mutex::new(HashMap::new()),
             wake: wake.clone(),
             token: crate::record::hex_id(&[(rand::random::<u64>(), 16)]),
@@ -268,8 +277,18 @@ impl Deliverer {
             then: None,
             parked: false,
         };
-        let spec = match self.spec(&key).await {
-            Ok(Some(spec)) => spec,
+        let spec = match self.function(&key).await {
+            Ok(Some(found)) if found.created_at <= event.created_at => found.spec,
+            Ok(Some(_)) => {
+                // Deleted since, and made again: the event was not sent to
+                // this function (its code and destinations are another's).
+                self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                finish.attempts -= 1;
+                finish.last_error = Some(format!(
+                    "function {key} was deleted after the event was accepted; the function made since under its name does not take it"
+                ));
+                return finish;
+            }
             Ok(None) => {
                 self.stats.failed.fetch_add(1, Ordering::Relaxed);
                 finish.attempts -= 1;
@@ -413,7 +432,7 @@ impl Deliverer {
     /// Until when an event for `key` accepted now waits parked: None when
     /// the function can run (or is gone: the attempt reports that).
     pub async fn parked_until(&self, key: &FunctionKey, event: &NewEvent) -> Option<i64> {
-        let spec = self.spec(key).await.ok()??;
+        let spec = self.function(key).await.ok()??.spec;
         if spec.replicas != Some(0) && self.invoker.routes.latest(key).is_some() {
             return None;
         }
@@ -425,8 +444,8 @@ impl Deliverer {
     /// when it becomes able to run, and again every [`REWAKE`].
     pub async fn wake_parked(&self, functions: impl Iterator<Item = FunctionKey>) {
         for key in functions {
-            let version = match self.spec(&key).await {
-                Ok(Some(spec)) if spec.replicas != Some(0) => self.invoker.routes.latest(&key),
+            let version = match self.function(&key).await {
+                Ok(Some(found)) if found.spec.replicas != Some(0) => self.invoker.routes.latest(&key),
                 Ok(_) => None,
                 Err(e) => {
                     tracing::warn!(function = %key, error = %e, "reading a function to wake its events failed");
@@ -456,23 +475,26 @@ impl Deliverer {
         }
     }
 
-    /// The function's spec, read at most once a second; None when it is gone.
-    async fn spec(&self, key: &FunctionKey) -> crate::Result<Option<FunctionSpec>> {
-        if let Some((read, spec)) = self.specs.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
+    /// The function, read at most once a second; None when it is gone.
+    async fn function(&self, key: &FunctionKey) -> crate::Result<Option<Found>> {
+        if let Some((read, found)) = self.functions.lock().unwrap_or_else(PoisonError::into_inner).get(key) {
             if read.elapsed() < SPEC_TTL {
-                return Ok(spec.clone());
+                return Ok(found.clone());
             }
         }
-        let spec = match self.store.get(Kind::Function, &key.namespace, &key.name).await? {
-            Some(record) => Some(serde_json::from_value(record.spec).map_err(crate::Error::internal)?),
+        let found = match self.store.get(Kind::Function, &key.namespace, &key.name).await? {
+            Some(record) => Some(Found {
+                spec: serde_json::from_value(record.spec).map_err(crate::Error::internal)?,
+                created_at: record.created_at.timestamp_micros(),
+            }),
             None => None,
         };
-        let mut specs = self.specs.lock().unwrap_or_else(PoisonError::into_inner);
-        if specs.len() > 10_000 {
-            specs.retain(|_, (read, _)| read.elapsed() < SPEC_TTL);
+        let mut functions = self.functions.lock().unwrap_or_else(PoisonError::into_inner);
+        if functions.len() > 10_000 {
+            functions.retain(|_, (read, _)| read.elapsed() < SPEC_TTL);
         }
-        specs.insert(key.clone(), (Instant::now(), spec.clone()));
-        Ok(spec)
+        functions.insert(key.clone(), (Instant::now(), found.clone()));
+        Ok(found)
     }
 
     /// Writes outcomes as they come, in groups; a failed write is retried

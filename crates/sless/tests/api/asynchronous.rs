@@ -647,6 +647,45 @@ async fn an_event_too_old_fails_without_an_attempt(backend: Backend) {
     );
 }
 
+/// An event sent to a function that is then deleted and made again under
+/// its name is not delivered to the new one (its code and destinations
+/// are another's): it fails saying so, without an attempt.
+async fn an_event_for_a_deleted_function_is_not_delivered_to_its_successor(backend: Backend) {
+    let server = Server::start(backend).await;
+    // Off (replicas 0): the event waits parked until the delete.
+    let off = json!({"runtime": "python3.11", "replicas": 0});
+    server.deploy("ns", "reused", off, &[("handler.py", HANDLER)]).await;
+    let (status, location, body) = send_event(&server, "/fn/ns/reused", "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/reused", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    server
+        .deploy(
+            "ns",
+            "reused",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", HANDLER)],
+        )
+        .await;
+
+    let record = record_reaches(&server, &location.unwrap(), "failed", 30).await;
+    assert_eq!(record["attempts"], 0, "{record}");
+    assert!(
+        record["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("was deleted after the event was accepted"),
+        "{record}"
+    );
+    assert_eq!(
+        server.records("ns", "reused").await,
+        Vec::<Value>::new(),
+        "the new function ran it"
+    );
+}
+
 /// One namespace's backlog of slow events holds its share of the delivery
 /// slots (three quarters of them by default), not all: another namespace's event is
 /// delivered while they run.
@@ -688,6 +727,7 @@ async fn a_namespaces_slow_events_leave_slots_to_others(backend: Backend) {
 
 crate::both_stores!(
     a_namespaces_slow_events_leave_slots_to_others,
+    an_event_for_a_deleted_function_is_not_delivered_to_its_successor,
     an_event_too_old_fails_without_an_attempt,
     concurrent_202s_survive_a_kill_and_wait_parked,
     accepted_then_delivered,
