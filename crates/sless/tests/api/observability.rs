@@ -384,24 +384,27 @@ async fn a_stopped_database_fails_no_invocation() {
         "the outage did not slow invocations down"
     );
     let dropped = server.metric("sless_invocation_records_dropped_total").await.unwrap();
-    // 60 calls: one batch held for retry, 20 buffered, the rest dropped.
+    // 60 calls: one batch held for retry, 15 buffered (a namespace alone
+    // holds three quarters of the buffer), the rest dropped.
     assert!(
         dropped >= 15.0,
         "records beyond the buffer are dropped and counted: {dropped}"
     );
 
-    proxy.up.store(true, Ordering::SeqCst);
+    // Read while nothing can be written, so what the writer does the moment
+    // the database is back counts as resumed.
     let written_before = server.metric("sless_invocation_records_written_total").await.unwrap();
+    proxy.up.store(true, Ordering::SeqCst);
     eventually(Duration::from_secs(20), || async {
         let written = server.metric("sless_invocation_records_written_total").await.unwrap();
-        if written >= written_before + 20.0 {
+        if written >= written_before + 15.0 {
             Ok(())
         } else {
             Err(format!("writes did not resume: {written}"))
         }
     })
     .await;
-    invocations(&server, "printer", 21).await;
+    invocations(&server, "printer", 16).await;
     drop(db);
 }
 
