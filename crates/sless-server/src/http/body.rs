@@ -12,10 +12,21 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 
+/// A 413 naming the limit and its setting when a body's declared length
+/// (`Content-Length`) is over `limit`, before a byte of it is read: a client
+/// waiting for `100 Continue` sends none of it, and it takes no turn.
+pub fn within_declared(body: &axum::body::Body, limit: usize, what: &str, setting: &str) -> Result<()> {
+    if hyper::body::Body::size_hint(body).lower() > limit as u64 {
+        return Err(Error::too_large(what, limit, setting));
+    }
+    Ok(())
+}
+
 /// A body as bytes; above the route's limit a 413 naming that limit and its
 /// setting, a read error a 400. The limits themselves are the
 /// `DefaultBodyLimit` layers in `http/mod.rs`, set from the same config.
 async fn read_body(req: Request, state: &Arc<AppState>, limit: usize, what: &str, setting: &str) -> Result<Bytes> {
+    within_declared(req.body(), limit, what, setting)?;
     match Bytes::from_request(req, state).await {
         Ok(bytes) => Ok(bytes),
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::too_large(what, limit, setting)),
@@ -26,12 +37,22 @@ async fn read_body(req: Request, state: &Arc<AppState>, limit: usize, what: &str
 /// A code upload's raw body (limit `SLESS_MAX_UPLOAD_BYTES`).
 pub struct RawBody(pub Bytes);
 
+const UPLOAD: &str = "the code archive";
+const UPLOAD_SETTING: &str = "SLESS_MAX_UPLOAD_BYTES";
+
+impl RawBody {
+    /// [`within_declared`] for an upload, before it waits for its turn.
+    pub fn within_declared(req: &Request, state: &AppState) -> Result<()> {
+        within_declared(req.body(), state.config.max_upload_bytes, UPLOAD, UPLOAD_SETTING)
+    }
+}
+
 impl FromRequest<Arc<AppState>> for RawBody {
     type Rejection = Error;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let limit = state.config.max_upload_bytes;
-        let bytes = read_body(req, state, limit, "the code archive", "SLESS_MAX_UPLOAD_BYTES").await?;
+        let bytes = read_body(req, state, limit, UPLOAD, UPLOAD_SETTING).await?;
         Ok(RawBody(bytes))
     }
 }

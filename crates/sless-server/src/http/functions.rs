@@ -296,6 +296,7 @@ pub async fn upload_code(
     // A body is held whole until it is checked: a namespace reads a few at
     // a time, the others waiting before their bytes are read (the body's
     // timeout starts with its reading).
+    RawBody::within_declared(&request, &state)?;
     let _turn = state.uploads.enter(&ns).await;
     let RawBody(zip) = <RawBody as axum::extract::FromRequest<_>>::from_request(request, &state).await?;
     let mut record = load(&state, Kind::Function, &ns, &name).await?;

@@ -326,6 +326,43 @@ async fn bodies_over_a_limit_name_it_and_the_setting_that_raises_it() {
         message.contains("limit of 3000 bytes") && message.contains("SLESS_MAX_UPLOAD_BYTES"),
         "{body}"
     );
+
+    // A declared length over the limit is refused at once: a client that
+    // waits for `100 Continue` (as curl does for large bodies) gets the 413
+    // instead, and sends nothing.
+    for (path, setting) in [
+        ("/fn/ns/small", "SLESS_MAX_INVOKE_BYTES"),
+        ("/v1/namespaces/ns/functions", "SLESS_MAX_JSON_BYTES"),
+        ("/v1/namespaces/ns/functions/small/code", "SLESS_MAX_UPLOAD_BYTES"),
+    ] {
+        let answer = announce_a_body(&server, path, 50 * 1024 * 1024);
+        assert!(
+            answer.starts_with("HTTP/1.1 413") && answer.contains(setting),
+            "{path}: {answer}"
+        );
+    }
+}
+
+/// Sends a request's head announcing a body of `length` bytes, waiting for
+/// `100 Continue`, and returns what the server answers to the head alone.
+fn announce_a_body(server: &Server, path: &str, length: usize) -> String {
+    use std::io::{Read, Write};
+    let addr = server.url.trim_start_matches("http://");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let method = if path.ends_with("/code") { "PUT" } else { "POST" };
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        server.admin
+    )
+    .unwrap();
+    let mut answer = vec![0; 4096];
+    let n = stream.read(&mut answer).unwrap_or(0);
+    String::from_utf8_lossy(&answer[..n]).into_owned()
 }
 
 #[tokio::test]
