@@ -28,7 +28,7 @@ pub const SWEEP_PERIOD: Duration = Duration::from_secs(30);
 pub const MAX_BY_NUMBER: usize = 2;
 /// How long a version deployed for a call is kept for it at most (a call
 /// that gave up on the way never comes), and a deploy waits for room.
-const AWAITED_FOR: Duration = Duration::from_secs(5);
+pub const AWAITED_FOR: Duration = Duration::from_secs(5);
 
 /// The versions deployed here besides `$latest`.
 pub struct Versions {

@@ -34,7 +34,7 @@ const CONNECTIONS: u32 = 6;
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a turn waits for another replica's turn on its namespace: the
 /// `lock_timeout` of these connections. Turns last a few reads and a write.
-const LOCK_TIMEOUT: &str = "10s";
+pub const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// How long an unlock may take before its connection is closed instead.
 const UNLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -56,7 +56,7 @@ impl NamespaceLocks {
     pub fn new(url: &str) -> anyhow::Result<NamespaceLocks> {
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| anyhow::anyhow!("SLESS_DATABASE_URL: {e}"))?
-            .options([("lock_timeout", LOCK_TIMEOUT)]);
+            .options([("lock_timeout", format!("{}ms", LOCK_WAIT.as_millis()))]);
         let pool = PgPoolOptions::new()
             .max_connections(CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)

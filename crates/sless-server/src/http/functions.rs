@@ -58,7 +58,8 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/functions", operation_id = "create_function", tag = "functions",
     params(("ns" = String, Path, description = "Namespace")),
     request_body = sless_api::FunctionCreate,
-    responses((status = 201, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
+    responses((status = 201, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
@@ -109,7 +110,8 @@ pub async fn get(
 #[utoipa::path(patch, path = "/v1/namespaces/{ns}/functions/{name}", operation_id = "patch_function", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     request_body(content = Object, description = "Any subset of the function's spec fields"),
-    responses((status = 200, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, body = Function), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn patch(
     State(state): State<Arc<AppState>>,

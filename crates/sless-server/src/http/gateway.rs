@@ -128,7 +128,7 @@ impl Target {
         (status = 404, body = sless_api::ErrorBody),
         (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting, or the namespace's asynchronous backlog is full (SLESS_ASYNC_MAX_BACKLOG; Retry-After)"),
         (status = 502, body = sless_api::ErrorBody, description = "The handler crashed or failed to start (details in the invocation record under request_id)"),
-        (status = 503, body = sless_api::ErrorBody, description = "No ready version yet (Retry-After), no code, the only build failed, or disabled"),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::invoke_unavailable()),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
 async fn invoke(state: Arc<AppState>, target: Target, request: Request) -> Response {
     let (parts, body) = request.into_parts();

@@ -47,7 +47,8 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", operation_id = "create_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::JobCreate,
     responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody),
-        (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows")),
+        (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows"),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
@@ -101,7 +102,8 @@ pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(Str
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     request_body(content = Object, description = "Any subset of the job's spec fields"),
     responses((status = 200, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
-        (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows")),
+        (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows"),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn patch(
     State(state): State<Arc<AppState>>,

@@ -7,6 +7,8 @@ use utoipa::openapi::Required;
 use utoipa::{Modify, OpenApi};
 
 use super::{functions, system, tokens};
+use crate::cluster::turns::LOCK_WAIT;
+use crate::versions::{AWAITED_FOR, MAX_BY_NUMBER};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -101,6 +103,24 @@ use super::{functions, system, tokens};
     modifiers(&BearerAuth, &GatewayPaths),
 )]
 pub struct ApiDoc;
+
+/// What a 503 of an operation that takes its namespace's quota turn
+/// ([`crate::quota::turn`]) means: the create and patch of functions and
+/// jobs, the create of triggers and secrets.
+pub(super) fn quota_turn_refused() -> String {
+    format!(
+        "The namespace's quota turn was not had in time: on PostgreSQL, another replica's change in the namespace held its lock for over {}s, or the lock could not be taken. Nothing was changed; retry after the seconds Retry-After gives",
+        LOCK_WAIT.as_secs()
+    )
+}
+
+/// What a 503 of the gateway means.
+pub(super) fn invoke_unavailable() -> String {
+    format!(
+        "No ready version yet, no code, the only build failed, or disabled; or a version called by number or alias cannot be started here now, as when the function serves {MAX_BY_NUMBER} versions called by number, each deployed for a call still unanswered after {}s. Retry-After, when given, says in how many seconds to retry",
+        AWAITED_FOR.as_secs()
+    )
+}
 
 struct BearerAuth;
 

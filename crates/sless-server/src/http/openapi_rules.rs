@@ -444,4 +444,42 @@ mod tests {
         assert_eq!(schemas["SecretEnv"]["properties"]["secret"]["pattern"], DNS_LABEL);
         assert!(doc["paths"]["/v1/namespaces/{ns}/secrets/{name}"]["delete"]["responses"]["409"].is_object());
     }
+
+    /// The operations that take their namespace's quota turn document the
+    /// 503 of a turn not had in time, and no other `/v1` operation does; the
+    /// gateway's 503 covers a version that cannot be started in time.
+    #[test]
+    fn the_503s_are_documented_where_they_can_happen() {
+        let doc = document();
+        let turns = [
+            ("/v1/namespaces/{ns}/functions", "post"),
+            ("/v1/namespaces/{ns}/functions/{name}", "patch"),
+            ("/v1/namespaces/{ns}/jobs", "post"),
+            ("/v1/namespaces/{ns}/jobs/{name}", "patch"),
+            ("/v1/namespaces/{ns}/triggers", "post"),
+            ("/v1/namespaces/{ns}/secrets", "post"),
+        ];
+        let paths = doc["paths"].as_object().unwrap();
+        for (path, item) in paths.iter().filter(|(path, _)| path.starts_with("/v1/")) {
+            for (method, operation) in item.as_object().unwrap() {
+                let refused = &operation["responses"]["503"];
+                let takes_turn = turns.contains(&(path.as_str(), method.as_str()));
+                assert_eq!(refused.is_object(), takes_turn, "{method} {path}: {refused}");
+                if takes_turn {
+                    let description = refused["description"].as_str().unwrap();
+                    assert!(
+                        description.contains("quota turn") && description.contains("Retry-After"),
+                        "{description}"
+                    );
+                }
+            }
+        }
+        let invoke = paths["/fn/{ns}/{name}"]["get"]["responses"]["503"]["description"]
+            .as_str()
+            .unwrap();
+        assert!(
+            invoke.contains("called by number or alias") && invoke.contains("Retry-After"),
+            "{invoke}"
+        );
+    }
 }

@@ -97,7 +97,8 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/secrets", operation_id = "create_secret", tag = "secrets",
     params(("ns" = String, Path, description = "Namespace")),
     request_body = sless_api::SecretCreate,
-    responses((status = 201, body = Secret), (status = 409, body = sless_api::ErrorBody)),
+    responses((status = 201, body = Secret), (status = 409, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,

@@ -150,7 +150,8 @@ fn to_shown(record: Record) -> Result<Trigger> {
 /// Create a trigger for a function of the same namespace.
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/triggers", operation_id = "create_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::TriggerCreate,
-    responses((status = 201, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody)),
+    responses((status = 201, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<Arc<AppState>>,
