@@ -117,4 +117,13 @@ pub enum InvokeError {
     BadAnswer { key: FunctionKey, reason: String },
     #[error("function {key} could not start: {reason}")]
     StartFailed { key: FunctionKey, reason: String },
+    /// A version called by number or alias could not be started for the
+    /// call (no room for it yet, say): `reason` says why in words fit for
+    /// the caller, who may try again after `retry_after`.
+    #[error("version {target} cannot be started now: {reason}")]
+    NotStarted {
+        target: VersionRef,
+        reason: String,
+        retry_after: Duration,
+    },
 }

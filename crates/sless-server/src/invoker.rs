@@ -3,10 +3,11 @@
 //! and recorded the same way.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use sless_api::LogLine;
 
+use crate::error::Error;
 use crate::invocations::InvocationLog;
 use crate::metrics::Metrics;
 use crate::record::{record_id, status_label, Queued, Text};
@@ -125,10 +126,13 @@ impl Invoker {
                 );
                 (502, Some(error), 0, 0, false, logs, truncated)
             }
-            // Nothing ran (no version, disabled, queue full): no record.
-            Err(InvokeError::NotDeployed(_) | InvokeError::Disabled(_) | InvokeError::QueueFull(_)) => {
-                return (result, None)
-            }
+            // Nothing ran (no version, none started, disabled, queue full): no record.
+            Err(
+                InvokeError::NotDeployed(_)
+                | InvokeError::NotStarted { .. }
+                | InvokeError::Disabled(_)
+                | InvokeError::QueueFull(_),
+            ) => return (result, None),
         };
         self.metrics.invocation(
             &key.namespace,
@@ -205,7 +209,15 @@ impl Invoker {
                     Ok(false) => return Err(InvokeError::NotDeployed(target)),
                     Err(e) => {
                         tracing::warn!(version = %target, error = %e, "deploying a version for a call failed");
-                        return Err(InvokeError::NotDeployed(target));
+                        return Err(match e {
+                            // Said for the caller (see `Versions::ensure`).
+                            Error::Unavailable { message, retry_after } => InvokeError::NotStarted {
+                                target,
+                                reason: crate::bounds::clip(message, crate::bounds::MAX_ERROR_BYTES),
+                                retry_after: Duration::from_secs(retry_after.unwrap_or(1)),
+                            },
+                            _ => InvokeError::NotDeployed(target),
+                        });
                     }
                 },
                 Err(InvokeError::NotDeployed(_)) if self.routes.latest(key).as_ref() != Some(&target) => continue,

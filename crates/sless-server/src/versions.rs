@@ -54,6 +54,20 @@ pub struct Versions {
     deploying: Mutex<HashMap<FunctionKey, std::sync::Weak<tokio::sync::Mutex<()>>>>,
 }
 
+/// The refusal of a version that cannot be started here: the caller reads
+/// that, the server's log why (a driver's error names paths and parts of
+/// the server).
+fn cannot_start(target: &VersionRef, why: impl std::fmt::Display) -> Error {
+    tracing::warn!(version = %target, error = %why, "cannot start a version");
+    Error::Unavailable {
+        message: format!(
+            "version {} of function {} cannot be started here",
+            target.version, target.key
+        ),
+        retry_after: Some(2),
+    }
+}
+
 impl Versions {
     pub fn new(
         store: Arc<dyn Store>,
@@ -116,7 +130,10 @@ impl Versions {
     }
 
     /// Deploys `target` here from its stored record, unless it serves
-    /// already; false when no such version is kept.
+    /// already; false when no such version is kept. An
+    /// [`Error::Unavailable`] says why in words for the caller of `/fn`
+    /// (their own function's name and this server's limits, no detail of
+    /// the server's: that goes to its log).
     pub async fn ensure(&self, target: &VersionRef) -> Result<bool> {
         let key = &target.key;
         // Read before taking the lock (a deploy holds it): anyone may call
@@ -138,13 +155,11 @@ impl Versions {
         };
         self.make_room_by_number(key).await?;
         let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
-        let secrets = self.secrets.resolve(&key.namespace, &spec).await.map_err(|e| {
-            tracing::warn!(function = %key, version = target.version, error = %e, "cannot start a version");
-            Error::Unavailable {
-                message: format!("version {} of function {key} cannot be started here", target.version),
-                retry_after: Some(2),
-            }
-        })?;
+        let secrets = self
+            .secrets
+            .resolve(&key.namespace, &spec)
+            .await
+            .map_err(|e| cannot_start(target, e))?;
         self.driver
             .deploy(Deployment {
                 secrets,
@@ -157,13 +172,7 @@ impl Versions {
                 verify: false,
             })
             .await
-            .map_err(|e| Error::Unavailable {
-                message: format!(
-                    "version {} of function {key} cannot be started here: {e}",
-                    target.version
-                ),
-                retry_after: Some(2),
-            })?;
+            .map_err(|e| cannot_start(target, e))?;
         tracing::info!(function = %key, version = target.version, "serving a version called by number or alias");
         self.extra.lock().unwrap().insert(target.clone(), Instant::now());
         self.awaited.lock().unwrap().insert(target.clone(), Instant::now());

@@ -256,6 +256,10 @@ async fn serve(
             Selector::Latest => not_ready(state, &key).await,
             selector => not_addressable(state, &key, &selector).await,
         },
+        Err(InvokeError::NotStarted { reason, retry_after, .. }) => Err(Error::Unavailable {
+            message: reason,
+            retry_after: Some(retry_after.as_secs().max(1)),
+        }),
         Err(e @ InvokeError::Disabled(_)) => Err(Error::Unavailable {
             message: e.to_string(),
             retry_after: None,

@@ -117,7 +117,7 @@ pub(super) fn quota_turn_refused() -> String {
 /// What a 503 of the gateway means.
 pub(super) fn invoke_unavailable() -> String {
     format!(
-        "No ready version yet, no code, the only build failed, or disabled; or a version called by number or alias cannot be started here now, as when the function serves {MAX_BY_NUMBER} versions called by number, each deployed for a call still unanswered after {}s. Retry-After, when given, says in how many seconds to retry",
+        "No ready version yet, no code, the only build failed, or disabled; or a version called by number or alias cannot be started here now, as when the function serves {MAX_BY_NUMBER} versions called by number, each deployed for a call still unanswered after {}s (the error says which). Retry-After, when given, says in how many seconds to retry",
         AWAITED_FOR.as_secs()
     )
 }

@@ -3,7 +3,8 @@
 //! or splits calls between two, moves atomically (rollback is moving it
 //! back) and keeps its versions serving while `$latest` moves on; old
 //! versions beyond `SLESS_KEEP_VERSIONS` go unless an alias holds them;
-//! and an alias moved through one replica routes on the other.
+//! a version that finds no room to start is refused, saying why; and an
+//! alias moved through one replica routes on the other.
 
 use futures::StreamExt;
 use reqwest::{Method, StatusCode};
@@ -11,8 +12,12 @@ use serde_json::{json, Value};
 
 use super::harness::{eventually, Backend, PgDb, S3Server, Server};
 
+/// Answers `{"v": v}`, after `event["sleep"]` seconds when the call asks.
 fn code(v: u32) -> Vec<u8> {
-    format!("def handle(event, context):\n    return {{'v': {v}, 'version': context['version']}}\n").into_bytes()
+    format!(
+        "import time\n\ndef handle(event, context):\n    time.sleep(event.get('sleep', 0))\n    return {{'v': {v}, 'version': context['version']}}\n"
+    )
+    .into_bytes()
 }
 
 /// Deploys the handler answering `{"v": v}`; returns the uploaded code hash.
@@ -90,6 +95,54 @@ async fn versions_called_by_number_at_once_are_each_answered_and_two_serve_at_mo
     let answers = futures::future::join_all(targets.iter().map(|target| v_of(&server, target))).await;
     assert_eq!(answers, [1, 2, 3, 4]);
     two_by_number_serve(&server).await;
+}
+
+/// While both versions called by number that serve were deployed for calls
+/// not answered yet, a call of a third waits for an answer, 5 s at most,
+/// then is refused with a 503 that says why and when to retry; the calls it
+/// waited for are answered by their own versions, and then it has room.
+#[tokio::test]
+async fn a_version_call_finding_no_room_is_refused_after_5_s_saying_why() {
+    let server = many_versions(4).await;
+    // Each holds its version for 15 s, past the 5 s the third call waits.
+    let held_call = |v: u32| {
+        let url = format!("{}/fn/ns/many@{v}", server.url);
+        tokio::spawn(async move {
+            let answer = reqwest::Client::new()
+                .post(url)
+                .body(r#"{"sleep": 15}"#)
+                .send()
+                .await
+                .unwrap();
+            (answer.status(), answer.text().await.unwrap())
+        })
+    };
+    // One after the other: version 2's deploy is under way before the third call.
+    let first = held_call(1);
+    server.wait_metric(MANY_INSTANCES, 2.0, 30).await;
+    let second = held_call(2);
+    server.wait_metric(MANY_INSTANCES, 3.0, 30).await;
+
+    let asked = std::time::Instant::now();
+    let (status, headers, body) = server.invoke(Method::POST, "/fn/ns/many@3", "{}").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert!(
+        asked.elapsed() >= std::time::Duration::from_secs(5),
+        "refused after {:?}, without waiting for an answer",
+        asked.elapsed()
+    );
+    assert_eq!(headers["retry-after"], "1", "{headers:?}");
+    let refusal: Value = serde_json::from_str(&body).unwrap();
+    let error = refusal["error"].as_str().unwrap();
+    let why = "function ns/many serves 2 versions called by number, each deployed for a call not answered yet";
+    assert!(error.starts_with(why), "{error}");
+
+    for (v, call) in [(1, first), (2, second)] {
+        let (status, body) = call.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "many@{v}: {body}");
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["v"], v, "{body}");
+    }
+    assert_eq!(v_of(&server, "many@3").await, 3);
 }
 
 async fn put_alias(server: &Server, function: &str, alias: &str, spec: Value) -> (StatusCode, Value) {
