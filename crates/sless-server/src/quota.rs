@@ -9,12 +9,14 @@
 //! in the database, [`crate::cluster::turns`]). The leader starts job runs
 //! only within the quota, whichever replica accepted them.
 
+use std::time::Duration;
+
 use sless_api::{FunctionSpec, JobPhase, JobStatus};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::cluster::turns::NamespaceLock;
+use crate::cluster::turns::{NamespaceLock, TURN_WAIT};
 use crate::error::{Error, Result};
-use crate::state::AppState;
+use crate::state::{AppState, Gates};
 use crate::store::Kind;
 
 /// A namespace's turn, ended by dropping it.
@@ -28,19 +30,39 @@ pub struct Turn {
 /// Waits for the namespace's turn to check a quota and make the change it
 /// allows: this replica's first, then (PostgreSQL) the replicas' lock, so a
 /// replica waits in the database with one request per namespace at most.
-/// Refused (503) when the database cannot give the lock in time.
+/// Refused (503) when either is not had within [`TURN_WAIT`], or the
+/// database cannot give the lock.
 pub async fn turn(state: &AppState, ns: &str) -> Result<Turn> {
-    let here = state.quota_turns.enter(ns).await;
-    let replicas = state.cluster.lock_namespace(ns).await.map_err(|e| Error::Unavailable {
-        message: format!(
-            "namespace {ns}'s quotas cannot be checked now: taking its lock among replicas failed ({e}); try again"
-        ),
-        retry_after: Some(1),
-    })?;
+    let here = turn_here(&state.quota_turns, ns, TURN_WAIT).await?;
+    let replicas = state
+        .cluster
+        .lock_namespace(ns)
+        .await
+        .map_err(|e| refused(ns, format_args!("taking its lock among replicas failed ({e})")))?;
     Ok(Turn {
         _replicas: replicas,
         _here: here,
     })
+}
+
+/// This replica's turn in `ns`, waited for `within` at most: a change that
+/// hangs (a stuck store) holds up its namespace's others that long, and
+/// no other namespace's.
+async fn turn_here(turns: &Gates, ns: &str, within: Duration) -> Result<OwnedSemaphorePermit> {
+    tokio::time::timeout(within, turns.enter(ns)).await.map_err(|_| {
+        refused(
+            ns,
+            format_args!("its other changes on this replica held its turn for over {within:?}"),
+        )
+    })
+}
+
+/// The 503 of a turn not had in time.
+fn refused(ns: &str, why: std::fmt::Arguments<'_>) -> Error {
+    Error::Unavailable {
+        message: format!("namespace {ns}'s quotas cannot be checked now: {why}; try again"),
+        retry_after: Some(1),
+    }
 }
 
 /// The instances a function may have at most.
@@ -118,4 +140,39 @@ pub async fn check_job_run(state: &AppState, ns: &str, job: &str) -> Result<()> 
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// A turn waits for the one before it in its namespace for its bound at
+    /// most, then is refused (503, retry in a second); meanwhile another
+    /// namespace's turn is had at once.
+    #[tokio::test]
+    async fn a_turn_is_refused_past_its_bound_and_holds_up_no_other_namespace() {
+        let turns = Gates::new(1);
+        let within = Duration::from_millis(200);
+        let _held = turn_here(&turns, "a", within).await.unwrap();
+        let asked = tokio::time::Instant::now();
+        let waited = tokio::time::timeout(within * 10, turn_here(&turns, "a", within));
+        let (waited, other) = tokio::join!(waited, async { turn_here(&turns, "b", within).now_or_never() });
+        assert!(
+            matches!(other, Some(Ok(_))),
+            "namespace b's turn waited for namespace a's"
+        );
+        match waited.expect("the second turn waited without bound") {
+            Err(Error::Unavailable {
+                message,
+                retry_after: Some(1),
+            }) => assert!(
+                message.starts_with("namespace a's quotas cannot be checked now"),
+                "{message}"
+            ),
+            Err(e) => panic!("refused otherwise: {e}"),
+            Ok(_) => panic!("had a turn namespace a's first turn still holds"),
+        }
+        assert!(asked.elapsed() >= within, "refused after {:?}", asked.elapsed());
+    }
 }

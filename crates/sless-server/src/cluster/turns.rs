@@ -8,7 +8,8 @@
 //! locks taken from that pool, a burst of turns in many namespaces could
 //! hold every connection and wait forever for one to read with. A turn
 //! that cannot get a connection, or waits too long for another replica's
-//! turn, is refused (503) instead of hanging.
+//! turn ([`TURN_WAIT`], as long as for this replica's), is refused (503)
+//! instead of hanging.
 //!
 //! **Invariant:** a connection goes back to the pool only once its lock is
 //! released. A session lock lasts as long as the session, so a connection
@@ -32,9 +33,10 @@ pub const QUOTA_LOCK_CLASS: i32 = 0x736c_7174;
 const CONNECTIONS: u32 = 6;
 /// How long a turn waits for a connection (opening one included).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a turn waits for another replica's turn on its namespace: the
-/// `lock_timeout` of these connections. Turns last a few reads and a write.
-pub const LOCK_WAIT: Duration = Duration::from_secs(10);
+/// How long a turn waits for the one before it on its namespace: this
+/// replica's own ([`crate::quota::turn`]), then another replica's (the
+/// `lock_timeout` of these connections). Turns last a few reads and a write.
+pub const TURN_WAIT: Duration = Duration::from_secs(10);
 /// How long an unlock may take before its connection is closed instead.
 const UNLOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -56,7 +58,7 @@ impl NamespaceLocks {
     pub fn new(url: &str) -> anyhow::Result<NamespaceLocks> {
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| anyhow::anyhow!("SLESS_DATABASE_URL: {e}"))?
-            .options([("lock_timeout", format!("{}ms", LOCK_WAIT.as_millis()))]);
+            .options([("lock_timeout", format!("{}ms", TURN_WAIT.as_millis()))]);
         let pool = PgPoolOptions::new()
             .max_connections(CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)

@@ -7,7 +7,7 @@ use utoipa::openapi::Required;
 use utoipa::{Modify, OpenApi};
 
 use super::{functions, system, tokens};
-use crate::cluster::turns::LOCK_WAIT;
+use crate::cluster::turns::TURN_WAIT;
 use crate::versions::{AWAITED_FOR, MAX_BY_NUMBER};
 
 #[derive(OpenApi)]
@@ -109,8 +109,8 @@ pub struct ApiDoc;
 /// jobs, the create of triggers and secrets.
 pub(super) fn quota_turn_refused() -> String {
     format!(
-        "The namespace's quota turn was not had in time: on PostgreSQL, another replica's change in the namespace held its lock for over {}s, or the lock could not be taken. Nothing was changed; retry after the seconds Retry-After gives",
-        LOCK_WAIT.as_secs()
+        "The namespace's quota turn was not had in time: another change in the namespace held it for over {}s (on this replica, or on PostgreSQL another replica), or its lock among replicas could not be taken. Nothing was changed; retry after the seconds Retry-After gives",
+        TURN_WAIT.as_secs()
     )
 }
 
