@@ -453,18 +453,17 @@ mod tests {
         assert!(got.logs_truncated);
     }
 
-    /// `answered_once` (what a loaded instance's warm-pool refill waits
-    /// for) resolves at the first answer, not before, and at once after.
-    #[tokio::test]
-    async fn a_shim_has_answered_once_only_from_its_first_answer_on() {
-        let dir = std::env::temp_dir().join(format!("sless-answered-once-{}", std::process::id()));
+    /// A Python function whose `handler.py` is `source`, in a work dir of
+    /// its own named after `test` (removed by the test).
+    fn python_spec(test: &str, source: &str) -> StandaloneSpec {
+        let dir = std::env::temp_dir().join(format!("sless-{test}-{}", std::process::id()));
         let code = dir.join("code");
         std::fs::create_dir_all(&code).unwrap();
-        std::fs::write(code.join("handler.py"), "def handle(event, context):\n    return 1\n").unwrap();
-        let spec = StandaloneSpec {
+        std::fs::write(code.join("handler.py"), source).unwrap();
+        StandaloneSpec {
             runtime: Runtime::Python311,
             program: "/usr/bin/python3.11".into(),
-            work_dir: dir.clone(),
+            work_dir: dir,
             code_dir: code,
             entrypoint: "handler.handle".into(),
             env: BTreeMap::new(),
@@ -476,7 +475,14 @@ mod tests {
             load_timeout: Duration::from_secs(30),
             node_heap_mb: None,
             serve: None,
-        };
+        }
+    }
+
+    /// `answered_once` (what a loaded instance's warm-pool refill waits
+    /// for) resolves at the first answer, not before, and at once after.
+    #[tokio::test]
+    async fn a_shim_has_answered_once_only_from_its_first_answer_on() {
+        let spec = python_spec("answered-once", "def handle(event, context):\n    return 1\n");
         let instance = Standalone::start(&spec).await.unwrap_or_else(|e| panic!("{e}"));
         let process = instance.process.clone();
         let waiting = tokio::spawn(async move { process.answered_once().await });
@@ -495,7 +501,27 @@ mod tests {
             .await
             .expect("at once after it");
         instance.process.kill();
-        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&spec.work_dir);
+    }
+
+    /// A handler's load error (its READY frame) is kept up to the cap of a
+    /// call's output, 64 KiB, cut on a character boundary and marked: the
+    /// shim cuts it at 64 Ki characters, which may be twice as many bytes.
+    #[tokio::test]
+    async fn a_load_error_is_kept_cut_to_64_kib() {
+        let spec = python_spec("load-error", "raise RuntimeError('\\u00e9' * 40000)\n");
+        let Some(StartFailure::Load(error)) = Standalone::start(&spec).await.err() else {
+            panic!("the handler's import raises")
+        };
+        let _ = std::fs::remove_dir_all(&spec.work_dir);
+        assert!(
+            error.len() <= crate::process::LOG_CAP_BYTES,
+            "{} bytes kept",
+            error.len()
+        );
+        let head: String = error.chars().take(300).collect();
+        assert!(error.contains("RuntimeError: \u{e9}\u{e9}"), "{head}");
+        assert!(error.ends_with("\u{e9} [... cut]"), "not cut, or not marked: {head}");
     }
 
     /// A shim that serves its connections itself sends all of a call's

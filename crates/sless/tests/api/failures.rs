@@ -1,8 +1,9 @@
 //! What a failing function leaves behind and what it tells whom: a start-up
 //! failure at call time is a record, a log line and a metric for the owner
 //! and a bare 502 with the request id for the caller; a function that serves
-//! nothing says why (503 on `/fn`, `status.not_serving` on the API); a body
-//! over a limit and a bad cron schedule name what to change.
+//! nothing says why (503 on `/fn`, `status.not_serving` on the API); a
+//! handler's error is kept cut to 4 KiB; a body over a limit and a bad cron
+//! schedule name what to change.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
@@ -159,6 +160,34 @@ async fn start_failure_is_recorded_logged_and_counted_but_not_shown_to_the_calle
             })
         })
         .await;
+}
+
+/// The error a handler answers with is its record's `error`, kept up to
+/// 4 KiB, cut on a character boundary and marked: a record stays small
+/// whatever the handler says.
+#[tokio::test]
+async fn a_handlers_error_is_kept_cut_to_4_kib() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code = b"def handle(event, context):\n    return {'statusCode': 500, 'body': {'error': '\\u00e9' * 10000}}\n";
+    server
+        .deploy(
+            "ns",
+            "verbose",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", code)],
+        )
+        .await;
+    let (status, _, _) = server.invoke(Method::POST, "/fn/ns/verbose", "{}").await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    let records = server.records_until("ns", "verbose", |r| !r.is_empty()).await;
+    let error = records[0]["error"].as_str().unwrap();
+    assert!(error.len() <= 4096, "{} bytes kept", error.len());
+    assert!(error.starts_with('\u{e9}'), "{}", records[0]);
+    assert!(
+        error.ends_with("\u{e9} [... cut]"),
+        "not cut, or not marked: {}",
+        records[0]
+    );
 }
 
 #[tokio::test]
