@@ -1,7 +1,8 @@
 //! What a handler writes, however it writes it: output without a newline,
 //! raw to fd 2 or through the runtime's streams, holds bounded memory in
 //! the server and is cut with a marker; a protocol frame forged on stdout is
-//! log text, never the response.
+//! log text, never the response; frames of a kind the protocol lacks, sent
+//! on the frame pipe itself, are logged once, not each.
 
 use std::time::Duration;
 
@@ -194,4 +195,42 @@ async fn a_frame_forged_on_stdout_is_log_text_not_the_response() {
             assert!(text.contains("forged"), "the print went to the log: {record}");
         }
     }
+}
+
+/// Writes `event["frames"]` frames of kind `Z`, which the protocol lacks,
+/// with the shim's own frame writer (reached as any object can be).
+const PYTHON_UNKNOWN_FRAMES: &[u8] = br#"
+import gc
+
+def handle(event, context):
+    writer = next(o for o in gc.get_objects() if type(o).__name__ == "FrameWriter")
+    for _ in range(event["frames"]):
+        writer.send(b"Z", 0, b"")
+    return "sent"
+"#;
+
+/// A handler can send frames without end: an unknown kind is logged once
+/// per instance, not once per frame, and the call is answered.
+#[tokio::test]
+async fn frames_of_an_unknown_kind_are_logged_once() {
+    let server = Server::start_logged(Backend::Sqlite, &[]).await;
+    server
+        .deploy(
+            "ns",
+            "chatty",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PYTHON_UNKNOWN_FRAMES)],
+        )
+        .await;
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/chatty", r#"{"frames": 100}"#).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, r#""sent""#));
+    // The frames came before the answer on the same pipe, and the server
+    // logs as it reads them: all are read and logged (or not) by now.
+    let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
+    let logged: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("unexpected frame from shim"))
+        .collect();
+    assert_eq!(logged.len(), 1, "logged {} times: {:?}", logged.len(), logged.first());
+    assert!(logged[0].contains("kind=Z"), "{}", logged[0]);
 }
