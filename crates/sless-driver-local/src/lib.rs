@@ -13,6 +13,7 @@ pub mod frame;
 #[cfg(test)]
 mod fuzz_frames;
 mod launcher;
+mod log_budget;
 mod netlink;
 mod network;
 mod owner;

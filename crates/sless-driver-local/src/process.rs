@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::confine::Confinement;
 use super::frame::{self, kind};
+use super::log_budget::{LogBudget, Verdict};
 use super::zygote::Forked;
 use sless_api::text::{clip, log_line, one_line};
 use sless_driver::{LogChunk, OutputStream};
@@ -192,6 +193,8 @@ pub struct ShimProcess {
     js_heap_mb: AtomicU32,
     /// Set when its stderr says V8 ran out of heap ([`JS_HEAP_EXHAUSTED`]).
     heap_exhausted: Arc<AtomicBool>,
+    /// How much of its output outside calls reaches the server's log.
+    log_budget: Arc<LogBudget>,
     /// The artifact mounted at its `/code`, kept while it runs (dropped
     /// after the process is killed: the fields go after `drop`).
     artifact: Mutex<Option<super::code_mount::ArtifactHold>>,
@@ -280,11 +283,18 @@ impl ShimProcess {
             death,
             js_heap_mb: AtomicU32::new(0),
             heap_exhausted: Arc::new(AtomicBool::new(false)),
+            log_budget: Arc::default(),
             artifact: Mutex::new(None),
         });
         let instance = process.id;
         tokio::spawn(frame::write_queued(stdin, frames));
-        tokio::spawn(copy_stderr(stderr, instance, label, process.heap_exhausted.clone()));
+        tokio::spawn(copy_stderr(
+            stderr,
+            instance,
+            label,
+            process.heap_exhausted.clone(),
+            process.log_budget.clone(),
+        ));
         let hello = match tokio::time::timeout(Duration::from_secs(20), frame::read(&mut stdout)).await {
             Ok(Ok(Some(f))) if f.kind == kind::HELLO => f,
             Ok(Ok(Some(f))) => return Err(format!("shim sent frame {:?} before hello", f.kind as char)),
@@ -381,8 +391,11 @@ impl ShimProcess {
                     Some(p) => p.logs.push(stream, text),
                     None => {
                         // Output of no call (a thread of the handler's, say) goes to
-                        // the server's log, one line of it at most.
-                        tracing::info!(target: "sless::function", instance = self.id, "{}", log_line(text.trim_end()))
+                        // the server's log, one line of it at most, within its budget.
+                        let line = log_line(text.trim_end());
+                        if logs_within(&self.log_budget, self.id, line.len()) {
+                            tracing::info!(target: "sless::function", instance = self.id, "{line}")
+                        }
                     }
                 }
             }
@@ -597,12 +610,15 @@ async fn copy_stderr<E: AsyncRead + Unpin>(
     instance: u64,
     label: String,
     heap_exhausted: Arc<AtomicBool>,
+    budget: Arc<LogBudget>,
 ) {
     let emit = |line: &str| {
         if line.contains(JS_HEAP_EXHAUSTED) {
             heap_exhausted.store(true, Ordering::Relaxed);
         }
-        tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line))
+        if logs_within(&budget, instance, line.len()) {
+            tracing::info!(target: "sless::function", instance, function = %label, "{}", one_line(line))
+        }
     };
     let mut lines = LineCutter::default();
     let mut chunk = vec![0; 16 * 1024];
@@ -613,6 +629,24 @@ async fn copy_stderr<E: AsyncRead + Unpin>(
         }
     }
     lines.finish(&emit);
+}
+
+/// Whether a line of an instance's output outside calls goes to the
+/// server's log; when it does after lines were dropped, says so first.
+fn logs_within(budget: &LogBudget, instance: u64, len: usize) -> bool {
+    match budget.admit(len) {
+        Verdict::Drop => false,
+        Verdict::Log { dropped_before: 0 } => true,
+        Verdict::Log { dropped_before } => {
+            tracing::warn!(
+                target: "sless::function",
+                instance,
+                dropped = dropped_before,
+                "{dropped_before} lines of this instance's output outside calls were not logged: over its budget of the server's log"
+            );
+            true
+        }
+    }
 }
 
 /// Splits bytes into lines of at most [`STDERR_LINE_CAP`] bytes: a longer
@@ -727,7 +761,7 @@ mod tests {
     async fn v8_running_out_of_heap_marks_the_instance() {
         let said = |stderr: &'static [u8]| async move {
             let exhausted = Arc::new(AtomicBool::new(false));
-            copy_stderr(stderr, 1, "ns/f".into(), exhausted.clone()).await;
+            copy_stderr(stderr, 1, "ns/f".into(), exhausted.clone(), Arc::default()).await;
             exhausted.load(Ordering::Relaxed)
         };
         let fatal = b"<--- Last few GCs --->\n\nFATAL ERROR: Reached heap limit Allocation failed - JavaScript heap out of memory\n";

@@ -2,7 +2,8 @@
 //! raw to fd 2 or through the runtime's streams, holds bounded memory in
 //! the server and is cut with a marker; a protocol frame forged on stdout is
 //! log text, never the response; frames of a kind the protocol lacks, sent
-//! on the frame pipe itself, are logged once, not each.
+//! on the frame pipe itself, are logged once, not each; output outside any
+//! call reaches the server's log within a budget.
 
 use std::time::Duration;
 
@@ -226,11 +227,67 @@ async fn frames_of_an_unknown_kind_are_logged_once() {
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""sent""#));
     // The frames came before the answer on the same pipe, and the server
     // logs as it reads them: all are read and logged (or not) by now.
-    let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
-    let logged: Vec<&str> = log
-        .lines()
-        .filter(|line| line.contains("unexpected frame from shim"))
-        .collect();
+    let logged = server_log_lines(&server, "unexpected frame from shim");
     assert_eq!(logged.len(), 1, "logged {} times: {:?}", logged.len(), logged.first());
     assert!(logged[0].contains("kind=Z"), "{}", logged[0]);
+}
+
+/// The lines of a server started with `Server::start_logged` that hold `text`.
+fn server_log_lines(server: &Server, text: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
+    log.lines()
+        .filter(|line| line.contains(text))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Its first call starts two threads that print without end: one through
+/// `print` (the shim's LOG frames, of no call once the call is answered),
+/// one raw to fd 2 (the instance's stderr).
+const PYTHON_PRINTS_FOREVER: &[u8] = br#"
+import os, threading
+
+def through_print():
+    while True:
+        print("spam-print " + "x" * 1000, flush=True)
+
+def raw_to_stderr():
+    line = b"spam-raw " + b"y" * 1000 + b"\n"
+    while True:
+        os.write(2, line)
+
+def handle(event, context):
+    threading.Thread(target=through_print, daemon=True).start()
+    threading.Thread(target=raw_to_stderr, daemon=True).start()
+    return "started"
+"#;
+
+/// An instance printing outside any call without end (tens of megabytes a
+/// second unbounded) reaches the server's log within its budget: 64 KiB
+/// at once, then 16 KiB a second, with a line saying how much was dropped.
+#[tokio::test]
+async fn output_outside_calls_reaches_the_server_log_within_a_budget() {
+    let server = Server::start_logged(Backend::Sqlite, &[]).await;
+    server
+        .deploy(
+            "ns",
+            "spammer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PYTHON_PRINTS_FOREVER)],
+        )
+        .await;
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/spammer", "{}").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, r#""started""#));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let spam = server_log_lines(&server, "spam-");
+    // 64 KiB + 3 s of 16 KiB, at about 1 KiB a line: about 110 lines (the
+    // server is not stopped, so a little more time may pass).
+    assert!((20..400).contains(&spam.len()), "{} lines of spam logged", spam.len());
+    assert!(
+        spam.iter().any(|l| l.contains("spam-print")) && spam.iter().any(|l| l.contains("spam-raw")),
+        "both paths are logged within the budget"
+    );
+    let noted = server_log_lines(&server, "outside calls were not logged: over its budget");
+    assert!(!noted.is_empty(), "the dropped lines are counted in the log");
 }
