@@ -168,6 +168,20 @@ function userStack(err) {
     .replace(/\nRequire stack:(?=\n\s+at |\s*$)/, '');
 }
 
+// `base` as require resolves it (`.js`, `.json`, a directory), else with an
+// ES module's or a CommonJS module's own extension: Lambda's console writes
+// a Node function as `index.mjs`. Node 20 requires an ES module as any
+// other, unless it awaits at its top level (then the load error says so).
+function handlerModule(load, base) {
+  try {
+    return load.resolve(base);
+  } catch (err) {
+    const found = ['.mjs', '.cjs'].map((ext) => base + ext).find((file) => fs.existsSync(file));
+    if (found === undefined) throw err;
+    return found;
+  }
+}
+
 function loadFunction(spec) {
   for (const [name, value] of Object.entries(spec.env || {})) process.env[name] = String(value);
   process.chdir(spec.code_dir);
@@ -183,8 +197,14 @@ function loadFunction(spec) {
   try {
     // A require of the handler's directory: a shim started from a snapshot
     // has a require for built-in modules only.
-    mod = Module.createRequire(path.join(spec.code_dir, '[sless]'))(path.join(spec.code_dir, file));
+    const load = Module.createRequire(path.join(spec.code_dir, '[sless]'));
+    mod = load(handlerModule(load, path.join(spec.code_dir, file)));
   } catch (err) {
+    if (err && err.code === 'ERR_REQUIRE_ASYNC_MODULE') {
+      throw new LoadError(
+        `cannot load module '${file}': it awaits at its top level, which the shim cannot load (it loads handlers with require); await inside the handler instead`,
+      );
+    }
     throw new LoadError(`cannot load module '${file}':\n${isError(err) ? userStack(err) : util.inspect(err)}`);
   }
   const handler = mod == null ? undefined : mod[exportName];

@@ -1042,6 +1042,34 @@ class NodeShimTest(ShimContract, unittest.TestCase):
         ),
     }
 
+    def test_an_es_module_handler_loads_by_its_mjs_or_cjs_file(self):
+        # Lambda's console writes a Node function as index.mjs; the entrypoint
+        # names the file without its extension, as for handler.js.
+        for name, source, answer in [
+            ("index.mjs", "export const handler = async (event) => ({ esm: event });\n", {"esm": 7}),
+            ("index.cjs", "exports.handler = (event) => ({ cjs: event });\n", {"cjs": 7}),
+        ]:
+            code_dir = self.make_code_dir({name: source})
+            client = self.spawn()
+            self.assertEqual(client.load(code_dir, "index.handler", [code_dir]), {"ok": True}, name)
+            self.assertEqual(client.invoke(1, body=b"7").json(), answer, name)
+
+    def test_an_es_module_awaiting_at_its_top_level_is_a_load_error_saying_what_to_do(self):
+        code_dir = self.make_code_dir({"index.mjs": "await 1;\nexport const handler = () => 1;\n"})
+        client = self.spawn()
+        ready = client.load(code_dir, "index.handler", [code_dir])
+        self.assertFalse(ready["ok"])
+        self.assertIn("awaits at its top level", ready["error"])
+        self.assertIn("await inside the handler instead", ready["error"])
+
+    def test_a_handler_js_wins_over_an_mjs_of_the_same_name(self):
+        code_dir = self.make_code_dir(
+            {"handler.js": "exports.handle = () => 'js';\n", "handler.mjs": "export const handle = () => 'mjs';\n"}
+        )
+        client = self.spawn()
+        self.assertEqual(client.load(code_dir, "handler.handle", [code_dir]), {"ok": True})
+        self.assertEqual(client.invoke(1).json(), "js")
+
     def test_dependency_from_a_path_entry(self):
         files = {"vendor/extramod/index.js": 'exports.name = "extra";\n'}
         client = self.start("dep_on_path", files=files, path=("vendor", "."))
