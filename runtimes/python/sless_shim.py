@@ -624,6 +624,8 @@ def load_function(spec):
     module_name, _, attr = entrypoint.rpartition(".")
     if not module_name or not attr:
         raise LoadError(f"entrypoint {entrypoint!r} must look like 'module.function'")
+    # "src/app.handle" names module src.app, as Lambda's Python runtime reads it.
+    module_name = module_name.replace("/", ".")
     try:
         module = importlib.import_module(module_name)
     except BaseException as exc:

@@ -716,6 +716,11 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         "            'modules': [m for m in sys.modules if 'rehears' in m]}\n"
     )
 
+    def test_an_entrypoint_may_name_its_module_as_a_path(self):
+        # As Lambda's Python runtime reads "src/app.handler".
+        client = self.start("echo", entrypoint="src/app.handle", files={"src/app.py": self.sources["echo"]})
+        self.assertEqual(client.invoke(1, body=b'"x"').json(), "x")
+
     def test_an_idle_instance_rehearses_without_a_trace_and_a_loaded_one_never(self):
         # Left in the warm pool: it rehearses, writes no frame doing so,
         # and what it ran leaves no task or module behind.
