@@ -245,6 +245,9 @@ class Context(dict):
             return float("inf")
         return max(0, int(self._deadline_ms - time.time() * 1000))
 
+    # Lambda's name for it, as Node's context has getRemainingTimeInMillis.
+    get_remaining_time_in_millis = remaining_time_ms
+
 
 class HandlerThreads:
     """Up to `limit` threads for sync calls that overlap the main thread's,

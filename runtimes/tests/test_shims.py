@@ -602,7 +602,7 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             "    return {\n"
             '        "fields": {name: getattr(context, name) for name in FIELDS},\n'
             '        "same_by_key": all(context[name] == getattr(context, name) for name in FIELDS),\n'
-            '        "remaining": [context.remaining_time_ms()],\n'
+            '        "remaining": [context.remaining_time_ms(), context.get_remaining_time_in_millis()],\n'
             "    }\n"
         ),
         "event_and_trigger": 'def handle(event, context):\n    return {"event": event, "trigger": context.trigger}\n',
