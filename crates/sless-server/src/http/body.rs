@@ -12,11 +12,22 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::state::AppState;
 
-/// A 413 naming the limit and its setting when a body's declared length
-/// (`Content-Length`) is over `limit`, before a byte of it is read: a client
-/// waiting for `100 Continue` sends none of it, and it takes no turn.
-pub fn within_declared(body: &axum::body::Body, limit: usize, what: &str, setting: &str) -> Result<()> {
-    if hyper::body::Body::size_hint(body).lower() > limit as u64 {
+/// A 413 naming the limit and its setting, before a byte of the body is
+/// read, when the client waits for `100 Continue` and declares a length
+/// (`Content-Length`) over `limit`: it sends none of the body, and it takes
+/// no turn. A client that sends its body at once is read up to the limit as
+/// before: answered before it is done writing, it would find the connection
+/// closed under its writes and read no answer at all.
+pub fn within_declared(
+    headers: &axum::http::HeaderMap,
+    body: &axum::body::Body,
+    limit: usize,
+    what: &str,
+    setting: &str,
+) -> Result<()> {
+    let waits = (headers.get(axum::http::header::EXPECT))
+        .is_some_and(|expect| expect.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if waits && hyper::body::Body::size_hint(body).lower() > limit as u64 {
         return Err(Error::too_large(what, limit, setting));
     }
     Ok(())
@@ -26,7 +37,7 @@ pub fn within_declared(body: &axum::body::Body, limit: usize, what: &str, settin
 /// setting, a read error a 400. The limits themselves are the
 /// `DefaultBodyLimit` layers in `http/mod.rs`, set from the same config.
 async fn read_body(req: Request, state: &Arc<AppState>, limit: usize, what: &str, setting: &str) -> Result<Bytes> {
-    within_declared(req.body(), limit, what, setting)?;
+    within_declared(req.headers(), req.body(), limit, what, setting)?;
     match Bytes::from_request(req, state).await {
         Ok(bytes) => Ok(bytes),
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => Err(Error::too_large(what, limit, setting)),
@@ -43,7 +54,13 @@ const UPLOAD_SETTING: &str = "SLESS_MAX_UPLOAD_BYTES";
 impl RawBody {
     /// [`within_declared`] for an upload, before it waits for its turn.
     pub fn within_declared(req: &Request, state: &AppState) -> Result<()> {
-        within_declared(req.body(), state.config.max_upload_bytes, UPLOAD, UPLOAD_SETTING)
+        within_declared(
+            req.headers(),
+            req.body(),
+            state.config.max_upload_bytes,
+            UPLOAD,
+            UPLOAD_SETTING,
+        )
     }
 }
 

@@ -191,7 +191,7 @@ async fn serve(
             "SLESS_MAX_INVOKE_BYTES",
         )
     };
-    super::body::within_declared(&body, limit, what, setting)?;
+    super::body::within_declared(&parts.headers, &body, limit, what, setting)?;
     let body = match Limited::new(body, limit).collect().await {
         Ok(body) => body.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => return Err(Error::too_large(what, limit, setting)),

@@ -56,7 +56,7 @@ export async function functionsView(main, { signal, namespace }) {
     4,
     async (fn) => {
       try {
-        const stats = await get(`${ns(namespace, "functions", fn.name, "stats")}?window=3600&step=3600`, { signal });
+        const stats = await get(`${ns(namespace, "functions", fn.name, "stats")}?window=3600&step=60`, { signal });
         for (const key of ["calls", "errors"]) {
           const cell = cells.get(`${fn.name}/${key}`);
           cell.textContent = String(stats[key]);
