@@ -214,15 +214,7 @@ def handle(event, context):
 /// per instance, not once per frame, and the call is answered.
 #[tokio::test]
 async fn frames_of_an_unknown_kind_are_logged_once() {
-    let server = Server::start_logged(Backend::Sqlite, &[]).await;
-    server
-        .deploy(
-            "ns",
-            "chatty",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", PYTHON_UNKNOWN_FRAMES)],
-        )
-        .await;
+    let server = logged_server_with("chatty", PYTHON_UNKNOWN_FRAMES).await;
     let (status, _, body) = server.invoke(Method::POST, "/fn/ns/chatty", r#"{"frames": 100}"#).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""sent""#));
     // The frames came before the answer on the same pipe, and the server
@@ -230,6 +222,16 @@ async fn frames_of_an_unknown_kind_are_logged_once() {
     let logged = server_log_lines(&server, "unexpected frame from shim");
     assert_eq!(logged.len(), 1, "logged {} times: {:?}", logged.len(), logged.first());
     assert!(logged[0].contains("kind=Z"), "{}", logged[0]);
+}
+
+/// A server logging to its file (`Server::start_logged`) with Python
+/// function `name` of `handler` deployed in namespace `ns`.
+async fn logged_server_with(name: &str, handler: &[u8]) -> Server {
+    let server = Server::start_logged(Backend::Sqlite, &[]).await;
+    server
+        .deploy("ns", name, json!({"runtime": "python3.11"}), &[("handler.py", handler)])
+        .await;
+    server
 }
 
 /// The lines of a server started with `Server::start_logged` that hold `text`.
@@ -267,15 +269,7 @@ def handle(event, context):
 /// at once, then 16 KiB a second, with a line saying how much was dropped.
 #[tokio::test]
 async fn output_outside_calls_reaches_the_server_log_within_a_budget() {
-    let server = Server::start_logged(Backend::Sqlite, &[]).await;
-    server
-        .deploy(
-            "ns",
-            "spammer",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", PYTHON_PRINTS_FOREVER)],
-        )
-        .await;
+    let server = logged_server_with("spammer", PYTHON_PRINTS_FOREVER).await;
     let (status, _, body) = server.invoke(Method::POST, "/fn/ns/spammer", "{}").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""started""#));
     tokio::time::sleep(Duration::from_secs(3)).await;
