@@ -20,6 +20,7 @@ mod owner;
 mod pasta;
 mod pool;
 mod process;
+mod room;
 mod sandbox;
 pub mod standalone;
 pub mod standalone_build;
@@ -43,12 +44,14 @@ pub use launcher::{node_heap_for, shim_version};
 pub use network::PrivateEgress;
 pub use pool::{PoolSettings, StartFailure};
 pub use process::Output;
+pub use room::NamespaceLimits;
 
 use self::artifacts::SharedArtifacts;
 use self::builder::Builder;
 use self::launcher::Launcher;
 use self::pool::{FunctionPool, Generation};
 use self::process::ShimProcess;
+use self::room::Room;
 use self::warm::WarmPools;
 
 /// Removes what servers that are gone left on this machine and in
@@ -76,12 +79,17 @@ pub struct LocalSettings {
     pub node_zygote: bool,
     pub pool: PoolSettings,
     pub isolation: IsolationSettings,
+    /// What one namespace runs at once, every version, draining instances
+    /// and job runs included (`room`).
+    pub namespace_limits: NamespaceLimits,
 }
 
 pub struct LocalDriver {
     launcher: Arc<Launcher>,
     builder: Builder,
     warm: WarmPools,
+    /// What each namespace runs.
+    room: Arc<Room>,
     /// One pool per deployed version.
     pools: RwLock<HashMap<VersionRef, Arc<FunctionPool>>>,
     /// Functions turned off before (or after) they were deployed.
@@ -127,6 +135,7 @@ impl LocalDriver {
             launcher,
             builder,
             warm,
+            room: Room::new(settings.namespace_limits),
             pools: RwLock::new(HashMap::new()),
             disabled: RwLock::new(Default::default()),
             runs: Mutex::new(HashMap::new()),
@@ -151,6 +160,7 @@ impl LocalDriver {
                     self.launcher.clone(),
                     self.warm
                         .for_function(deployment.spec.runtime, deployment.spec.memory_mb),
+                    self.room.clone(),
                     self.settings.pool.clone(),
                 );
                 if self.disabled.read().unwrap().contains(&deployment.key) {

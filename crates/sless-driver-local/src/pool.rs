@@ -16,6 +16,7 @@ use sless_driver::pool::{Demand, InstancePool, Member, Refusal, Supply};
 
 use super::launcher::Launcher;
 use super::process::{Output, ShimProcess};
+use super::room::{Claim, Evict, Room};
 use super::warm::WarmPool;
 use sless_driver::{FunctionKey, FunctionLoad, InvokeError, VersionRef};
 
@@ -66,6 +67,9 @@ struct Supervision {
     /// Instances being started (not serving yet).
     starting: usize,
     last_start_error: Option<(Instant, String)>,
+    /// The last instance a waiting call asked for did not start: its
+    /// namespace was at its quota (why, for the caller).
+    held_by_room: Option<String>,
 }
 
 impl Supervision {
@@ -95,6 +99,8 @@ pub struct FunctionPool {
     version: u64,
     launcher: Arc<Launcher>,
     warm: Arc<WarmPool>,
+    /// What the function's namespace runs: every instance holds a claim.
+    room: Arc<Room>,
     settings: PoolSettings,
     instances: Arc<InstancePool<Instance>>,
     /// Taken before the instances' lock when both are.
@@ -128,15 +134,42 @@ impl Supply for Starter<'_> {
         let concurrency = generation.spec.concurrency.max(1) as usize;
         let max = generation.spec.replicas.unwrap_or(generation.spec.max_instances) as usize;
         if demand.serving + st.starting < max && st.starting * concurrency < demand.waiting {
-            st.starting += 1;
-            tokio::spawn(start_instance(pool.clone(), generation));
+            st.held_by_room = None;
+            match pool.claim(&generation) {
+                Ok(claim) => {
+                    st.starting += 1;
+                    tokio::spawn(start_instance(pool.clone(), generation, claim));
+                }
+                // With no instance, nothing would serve the calls; else
+                // they wait for the instances there are, and ask again.
+                Err(full) if demand.serving == 0 && st.starting == 0 => return Err(pool.at_quota(full)),
+                Err(full) => st.held_by_room = Some(full),
+            }
         }
         Ok(())
+    }
+
+    /// Calls held back by the namespace's quota ask again: the room
+    /// another function's instance frees wakes no call of this one.
+    fn recheck(&self) -> Option<Duration> {
+        let st = self.0.state.lock().unwrap();
+        st.held_by_room.is_some().then_some(Duration::from_millis(500))
+    }
+
+    fn timed_out(&self, _demand: Demand) -> Option<InvokeError> {
+        let st = self.0.state.lock().unwrap();
+        st.held_by_room.clone().map(|full| self.0.at_quota(full))
     }
 }
 
 impl FunctionPool {
-    pub fn new(target: VersionRef, launcher: Arc<Launcher>, warm: Arc<WarmPool>, settings: PoolSettings) -> Arc<Self> {
+    pub fn new(
+        target: VersionRef,
+        launcher: Arc<Launcher>,
+        warm: Arc<WarmPool>,
+        room: Arc<Room>,
+        settings: PoolSettings,
+    ) -> Arc<Self> {
         let instances = InstancePool::new(target.clone(), settings.max_queue);
         let state = Supervision {
             generation: None,
@@ -144,18 +177,22 @@ impl FunctionPool {
             removed: false,
             starting: 0,
             last_start_error: None,
+            held_by_room: None,
         };
         instances.set_refusal(state.refusal());
+        let namespace = target.key.namespace.clone();
         let pool = Arc::new(FunctionPool {
             key: target.key,
             version: target.version,
             launcher,
             warm,
+            room,
             settings,
             instances,
             state: Mutex::new(state),
         });
         tokio::spawn(supervise(Arc::downgrade(&pool)));
+        pool.room.register(&namespace, Arc::downgrade(&pool) as Weak<dyn Evict>);
         pool
     }
 
@@ -164,7 +201,23 @@ impl FunctionPool {
     /// [`FunctionPool::set_generation`] to serve: a version that cannot
     /// load never serves, and one that can costs one instance start.
     pub async fn preload(&self, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
-        load_instance(self, generation).await
+        let claim = self
+            .claim(generation)
+            .map_err(|full| StartFailure::Start(format!("checking the version needs an instance: {full}")))?;
+        load_instance(self, generation, claim).await
+    }
+
+    /// Room in the namespace for one more instance of `generation`, or why
+    /// there is none.
+    fn claim(&self, generation: &Generation) -> Result<Claim, String> {
+        self.room.claim(&self.key.namespace, generation.spec.memory_mb)
+    }
+
+    fn at_quota(&self, reason: String) -> InvokeError {
+        InvokeError::AtQuota {
+            key: self.key.clone(),
+            reason,
+        }
     }
 
     /// Makes `generation` (this pool's version, perhaps with new settings)
@@ -259,7 +312,8 @@ impl FunctionPool {
             st.generation.clone().filter(|_| !st.removed)
         }
         .ok_or_else(|| self.not_deployed())?;
-        let process = load_instance(self, &generation)
+        let claim = self.claim(&generation).map_err(|full| self.at_quota(full))?;
+        let process = load_instance(self, &generation, claim)
             .await
             .map_err(|failure| InvokeError::StartFailed {
                 key: self.key.clone(),
@@ -323,9 +377,9 @@ pub async fn run_dedicated(
     }
 }
 
-async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
+async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>, claim: Claim) {
     let started = Instant::now();
-    let result = load_instance(&pool, &generation).await;
+    let result = load_instance(&pool, &generation, claim).await;
     let mut st = pool.state.lock().unwrap();
     st.starting -= 1;
     match result {
@@ -356,6 +410,31 @@ async fn start_instance(pool: Arc<FunctionPool>, generation: Arc<Generation>) {
     }
 }
 
+/// How long an instance has been idle before another instance of its
+/// namespace may stop it to have its room: one that serves a stream of
+/// calls is idle for moments only, and stopping it would only move the
+/// cold start to its function's next call.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(1);
+
+impl Evict for FunctionPool {
+    fn stop_one_idle(&self) -> bool {
+        let mut found = false;
+        let stopped = self.instances.change(|members| {
+            members.remove_where(|m| {
+                let stops = !found && m.inflight() == 0 && m.idle_for() >= EVICTABLE_AFTER;
+                found |= stops;
+                stops
+            })
+        });
+        for member in &stopped {
+            tracing::info!(function = %self.key, instance = member.instance.process.id,
+                "stopping an idle instance to make room in its namespace");
+            member.instance.process.kill();
+        }
+        found
+    }
+}
+
 /// Why an instance did not start.
 #[derive(Debug)]
 pub enum StartFailure {
@@ -378,12 +457,18 @@ impl std::fmt::Display for StartFailure {
 /// waiting for its first answer.
 const REFILL_AFTER_LOAD: Duration = Duration::from_millis(50);
 
-async fn load_instance(pool: &FunctionPool, generation: &Generation) -> Result<Arc<ShimProcess>, StartFailure> {
+/// Starts an instance of `generation` that holds `claim` while it runs.
+async fn load_instance(
+    pool: &FunctionPool,
+    generation: &Generation,
+    claim: Claim,
+) -> Result<Arc<ShimProcess>, StartFailure> {
     let runtime = generation.spec.runtime;
     let started = Instant::now();
     // The warm pool refills when `refill` drops: once this instance has
     // answered the call that waits for it (below), or on a failure here.
     let (process, refill) = pool.warm.take().await.map_err(StartFailure::Start)?;
+    process.hold_claim(claim);
     let taken = started.elapsed();
     pool.launcher
         .place_code(&process, &generation.artifact_dir)
@@ -522,8 +607,10 @@ fn reap(pool: &Arc<FunctionPool>) -> bool {
     let missing = keep_min.saturating_sub(serving + st.starting);
     if st.enabled && st.recent_failure().is_none() {
         for _ in 0..missing {
+            // A namespace at its quota keeps fewer; a later pass tries again.
+            let Ok(claim) = pool.claim(&generation) else { break };
             st.starting += 1;
-            tokio::spawn(start_instance(pool.clone(), generation.clone()));
+            tokio::spawn(start_instance(pool.clone(), generation.clone(), claim));
         }
     }
     drop(st);

@@ -198,6 +198,8 @@ pub struct ShimProcess {
     /// The artifact mounted at its `/code`, kept while it runs (dropped
     /// after the process is killed: the fields go after `drop`).
     artifact: Mutex<Option<super::code_mount::ArtifactHold>>,
+    /// Its share of its namespace's room, given back once it is dead.
+    claim: Mutex<Option<super::room::Claim>>,
 }
 
 /// What node writes to stderr when V8 cannot grow its heap further, just
@@ -285,6 +287,7 @@ impl ShimProcess {
             heap_exhausted: Arc::new(AtomicBool::new(false)),
             log_budget: Arc::default(),
             artifact: Mutex::new(None),
+            claim: Mutex::new(None),
         });
         let instance = process.id;
         tokio::spawn(frame::write_queued(stdin, frames));
@@ -437,6 +440,7 @@ impl ShimProcess {
             let _ = tx.send(Err(reason.clone()));
         }
         let _ = self.death.send(Some(reason));
+        self.claim.lock().unwrap().take();
     }
 
     /// Resolves once the instance has answered a call (at once if it has).
@@ -548,6 +552,14 @@ impl ShimProcess {
         match self.handle.lock().unwrap().as_ref() {
             Some(Handle::Forked(pidfd)) => pidfd.try_clone().ok(),
             _ => None,
+        }
+    }
+
+    /// Holds `claim` until it is dead (at once if it is).
+    pub fn hold_claim(&self, claim: super::room::Claim) {
+        let mut held = self.claim.lock().unwrap();
+        if self.is_alive() {
+            *held = Some(claim);
         }
     }
 

@@ -117,6 +117,11 @@ pub enum InvokeError {
     BadAnswer { key: FunctionKey, reason: String },
     #[error("function {key} could not start: {reason}")]
     StartFailed { key: FunctionKey, reason: String },
+    /// Its namespace runs as many instances as its quotas allow, those
+    /// still finishing calls of an earlier version included: nothing ran,
+    /// and the call may be tried again shortly. `reason` is for the caller.
+    #[error("function {key} cannot start an instance now: {reason}")]
+    AtQuota { key: FunctionKey, reason: String },
     /// A version called by number or alias could not be started for the
     /// call (no room for it yet, say): `reason` says why in words fit for
     /// the caller, who may try again after `retry_after`.

@@ -169,6 +169,7 @@ async fn local_driver(dir: &std::path::Path, version: &Deployment) -> Arc<dyn Dr
                 network: false,
                 private_egress: vec![],
             },
+            namespace_limits: sless_driver_local::NamespaceLimits::NONE,
         },
         None,
     )

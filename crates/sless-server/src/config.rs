@@ -238,11 +238,15 @@ pub struct Config {
     #[arg(long, env = "SLESS_NS_MAX_FUNCTIONS", default_value_t = 200)]
     pub ns_max_functions: u32,
 
-    /// Instances one namespace may have at most (max_instances summed over its functions).
+    /// Instances one namespace may have at most (max_instances summed over
+    /// its functions), and may run at once on this server (local driver:
+    /// draining instances and job runs included).
     #[arg(long, env = "SLESS_NS_MAX_INSTANCES", default_value_t = 400)]
     pub ns_max_instances: u32,
 
-    /// Memory one namespace may use at most (memory_mb x max_instances summed over its functions).
+    /// Memory one namespace may use at most (memory_mb x max_instances
+    /// summed over its functions), and its running instances' memory_mb
+    /// summed on this server (local driver).
     #[arg(long, env = "SLESS_NS_MAX_MEMORY_MB", default_value_t = 131_072)]
     pub ns_max_memory_mb: u32,
 

@@ -131,7 +131,8 @@ impl Invoker {
                 InvokeError::NotDeployed(_)
                 | InvokeError::NotStarted { .. }
                 | InvokeError::Disabled(_)
-                | InvokeError::QueueFull(_),
+                | InvokeError::QueueFull(_)
+                | InvokeError::AtQuota { .. },
             ) => return (result, None),
         };
         self.metrics.invocation(

@@ -308,6 +308,11 @@ fn local_driver(
                 private_egress: sless_driver_local::PrivateEgress::parse_all(&config.private_egress)
                     .map_err(anyhow::Error::msg)?,
             },
+            // The quotas on what a namespace declares bound what it runs too.
+            namespace_limits: sless_driver_local::NamespaceLimits {
+                instances: config.ns_max_instances,
+                memory_mb: config.ns_max_memory_mb.into(),
+            },
         },
         // Replicas fetch what another one built from the object store.
         config.shared().then_some(blobs),

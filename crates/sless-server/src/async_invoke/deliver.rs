@@ -333,13 +333,18 @@ impl Deliverer {
                 finish.last_status = Some(answer.status);
                 crate::invoker::error_text(&answer.body)
             }
-            Err(e @ (InvokeError::NotDeployed(_) | InvokeError::Disabled(_) | InvokeError::QueueFull(_))) => {
+            Err(
+                e @ (InvokeError::NotDeployed(_)
+                | InvokeError::Disabled(_)
+                | InvokeError::QueueFull(_)
+                | InvokeError::AtQuota { .. }),
+            ) => {
                 // Nothing ran: not an attempt; the event's age limits these.
                 self.stats.throttled.fetch_add(1, Ordering::Relaxed);
                 finish.status = AsyncStatus::Queued;
                 finish.attempts -= 1;
                 finish.last_error = Some(crate::bounds::clip(e.to_string(), crate::bounds::MAX_ERROR_BYTES));
-                if matches!(e, InvokeError::QueueFull(_)) {
+                if matches!(e, InvokeError::QueueFull(_) | InvokeError::AtQuota { .. }) {
                     finish.due_at = now + THROTTLE_BACKOFF.as_micros() as i64;
                 } else {
                     // Off or not built: polling each event every second

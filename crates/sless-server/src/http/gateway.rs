@@ -126,7 +126,7 @@ impl Target {
         (status = 202, body = sless_api::AsyncAccepted, description = "Asynchronous call stored; its record is at `Location`"),
         (status = 400, body = sless_api::ErrorBody, description = "A bad X-Sless-Invocation-Type"),
         (status = 404, body = sless_api::ErrorBody),
-        (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting, or the namespace's asynchronous backlog is full (SLESS_ASYNC_MAX_BACKLOG; Retry-After)"),
+        (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting, the namespace runs as many instances as its quotas allow (SLESS_NS_MAX_INSTANCES, SLESS_NS_MAX_MEMORY_MB), or its asynchronous backlog is full (SLESS_ASYNC_MAX_BACKLOG); Retry-After"),
         (status = 502, body = sless_api::ErrorBody, description = "The handler crashed or failed to start (details in the invocation record under request_id)"),
         (status = 503, body = sless_api::ErrorBody, description = super::openapi::invoke_unavailable()),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
@@ -264,7 +264,7 @@ async fn serve(
             message: e.to_string(),
             retry_after: None,
         }),
-        Err(e @ InvokeError::QueueFull(_)) => Err(Error::TooManyRequests {
+        Err(e @ (InvokeError::QueueFull(_) | InvokeError::AtQuota { .. })) => Err(Error::TooManyRequests {
             message: e.to_string(),
             retry_after: 1,
         }),

@@ -432,6 +432,71 @@ async fn namespace_quotas_are_refused_by_name() {
     );
 }
 
+/// What a namespace runs is bounded by the instance quota too, not only
+/// what it declares: the instances of an earlier version still finishing
+/// calls count, so deploying again and again while calls hang gets a
+/// tenant no more instances. An idle instance gives its room up; busy
+/// ones do not, and the call that finds none is a 429 saying why.
+#[tokio::test]
+async fn draining_instances_count_against_the_namespace_quota() {
+    let server = std::sync::Arc::new(Server::start_with(Backend::Sqlite, &[("SLESS_NS_MAX_INSTANCES", "2")]).await);
+    let slow = |tag: &str| {
+        format!("import time\n# {tag}\ndef handle(event, context):\n    time.sleep(event.get('secs', 0))\n    return 'done'\n")
+    };
+    let spec = json!({"runtime": "python3.11", "timeout_sec": 60, "max_instances": 1});
+    server
+        .deploy("ns", "slow", spec.clone(), &[("handler.py", slow("v1").as_bytes())])
+        .await;
+    server
+        .deploy(
+            "ns",
+            "hello",
+            json!({"runtime": "python3.11", "max_instances": 1}),
+            &[("handler.py", b"def handle(e, c):\n    return 'hi'\n")],
+        )
+        .await;
+    // Each deploy's checked instance serves on: two of two, one busy for 15 s.
+    let hang = || {
+        let server = server.clone();
+        tokio::spawn(async move { server.invoke(Method::POST, "/fn/ns/slow", r#"{"secs": 15}"#).await })
+    };
+    let first = hang();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // hello's idle instance makes room for the new version's check.
+    server
+        .deploy("ns", "slow", spec.clone(), &[("handler.py", slow("v2").as_bytes())])
+        .await;
+    let second = hang();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The first version's instance drains its call; the second's is busy.
+    let (status, headers, text) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{text}");
+    assert!(
+        text.contains("namespace ns runs as many instances as its quota allows (2 of 2 instances"),
+        "{text}"
+    );
+    assert_eq!(headers["retry-after"], "1");
+    let failed = server
+        .deploy_fails("ns", "slow", spec.clone(), &[("handler.py", slow("v3").as_bytes())])
+        .await;
+    let message = failed["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "checking the version needs an instance: namespace ns runs as many instances as its quota allows"
+        ),
+        "{message}"
+    );
+
+    for call in [first, second] {
+        let (status, _, text) = call.await.unwrap();
+        assert_eq!((status, text.as_str()), (StatusCode::OK, r#""done""#));
+    }
+    // The drained instance gave its room back.
+    let (status, _, text) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, r#""hi""#));
+}
+
 /// Twenty concurrent creates of functions, triggers and secrets in one
 /// namespace: as many pass as its quota has room for, no more.
 #[tokio::test]
