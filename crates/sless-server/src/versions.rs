@@ -186,7 +186,9 @@ impl Versions {
     /// the versions an alias points at do not count; a retired version
     /// drains its calls and deploys again when called. A version deployed
     /// for a call not answered yet is not retired: while every one is, the
-    /// deploy waits (up to [`AWAITED_FOR`], then the call is refused).
+    /// deploy waits for an answer or for the first such hold to lapse
+    /// ([`AWAITED_FOR`] after its deploy, so within as long as that), and
+    /// the call is refused only if neither comes by then.
     async fn make_room_by_number(&self, key: &FunctionKey) -> Result<()> {
         let (latest, pinned) = (self.routes.latest(key), self.routes.pinned(key));
         let deadline = tokio::time::Instant::now() + AWAITED_FOR;
@@ -194,7 +196,8 @@ impl Versions {
             let answered = self.answered.notified();
             tokio::pin!(answered);
             answered.as_mut().enable();
-            let oldest = {
+            // The version to retire, or when the first hold lapses.
+            let (oldest, lapse) = {
                 let extra = self.extra.lock().unwrap();
                 let by_number: Vec<(&VersionRef, &Instant)> = extra
                     .iter()
@@ -204,19 +207,27 @@ impl Versions {
                     return Ok(());
                 }
                 let awaited = self.awaited.lock().unwrap();
-                let awaited = |v: &VersionRef| awaited.get(v).is_some_and(|at| at.elapsed() < AWAITED_FOR);
-                by_number
-                    .into_iter()
-                    .filter(|(v, _)| !awaited(v))
+                let held_until = |v: &VersionRef| {
+                    awaited
+                        .get(v)
+                        .map(|at| *at + AWAITED_FOR)
+                        .filter(|until| *until > Instant::now())
+                };
+                let oldest = by_number
+                    .iter()
+                    .filter(|(v, _)| held_until(v).is_none())
                     .min_by_key(|(_, at)| **at)
-                    .map(|(v, _)| v.clone())
+                    .map(|(v, _)| (*v).clone());
+                let lapse = by_number.iter().filter_map(|(v, _)| held_until(v)).min();
+                (oldest, lapse)
             };
             if let Some(oldest) = oldest {
                 tracing::info!(version = %oldest, "retiring the version called by number least lately, to serve another");
                 self.retire(&oldest).await;
                 return Ok(());
             }
-            if tokio::time::timeout_at(deadline, answered).await.is_err() {
+            let wake = lapse.map_or(deadline, |at| deadline.min(at.into()));
+            if tokio::time::timeout_at(wake, answered).await.is_err() && tokio::time::Instant::now() >= deadline {
                 return Err(Error::Unavailable {
                     message: format!(
                         "function {key} serves {MAX_BY_NUMBER} versions called by number, each deployed for a call not answered yet; retry shortly"
