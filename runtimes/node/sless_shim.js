@@ -224,7 +224,7 @@ function parseHttpEvent(text) {
   }
 }
 
-function makeContext(header, kind, text) {
+function makeContext(header, kind, text, raw) {
   const deadline = header.deadline_ms == null ? Infinity : header.deadline_ms;
   const remaining = () => Math.max(0, deadline - Date.now());
   const rawQuery = header.query || '';
@@ -240,6 +240,7 @@ function makeContext(header, kind, text) {
     raw_query: rawQuery,
     headers: header.headers || {},
     body: text,
+    raw_body: raw,
     getRemainingTimeInMillis: remaining,
     remaining_time_ms: remaining,
   };
@@ -270,8 +271,23 @@ function isFullResponse(value) {
   return value !== null && typeof value === 'object' && Number.isInteger(value.statusCode);
 }
 
-function bodyAndType(body) {
+// Standard base64 with its padding (whitespace removed first): what
+// Buffer.from(text, 'base64') would decode without skipping anything.
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+// The bytes of a body a handler gave as base64 (`isBase64Encoded`, as
+// Lambda's proxy integrations take binary answers).
+function fromBase64(text) {
+  const compact = text.replace(/\s+/g, '');
+  if (!BASE64.test(compact)) {
+    throw new BadReturn('handler returned isBase64Encoded with a body that is not base64 (standard alphabet, padded)');
+  }
+  return Buffer.from(compact, 'base64');
+}
+
+function bodyAndType(body, base64) {
   if (body === undefined || body === null) return [Buffer.alloc(0), null];
+  if (typeof body === 'string' && base64 === true) return [fromBase64(body), BYTES_TYPE];
   if (typeof body === 'string') return [Buffer.from(body), TEXT_TYPE];
   if (body instanceof Uint8Array) return [Buffer.from(body), BYTES_TYPE];
   return [toJson(body), JSON_TYPE];
@@ -288,7 +304,7 @@ function fullResponse(result) {
   for (const [name, value] of Object.entries(given)) {
     if (value !== undefined && value !== null) headers[name] = String(value);
   }
-  const [body, contentType] = bodyAndType(result.body);
+  const [body, contentType] = bodyAndType(result.body, result.isBase64Encoded);
   if (contentType && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) {
     headers['content-type'] = contentType;
   }
@@ -389,7 +405,8 @@ function invoke(key, payload) {
     const kind = header.kind || 'http';
     const text = payload.toString('utf8', 4 + headerLength);
     event = kind === 'http' ? parseHttpEvent(text) : header.event ?? null;
-    context = makeContext(header, kind, text);
+    // A view of the frame's bytes: the reader never writes over a chunk.
+    context = makeContext(header, kind, text, payload.subarray(4 + headerLength));
   } catch (err) {
     sendOutput(key, errorResponse(requestId, loaded === null ? err.message : `bad INVOKE: ${err.message}`, true));
     return;

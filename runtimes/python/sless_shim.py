@@ -6,6 +6,7 @@
 # Everything the hot path needs is imported here, before HELLO, so LOAD only
 # has to import the user's module.
 import asyncio
+import binascii
 import collections
 import contextvars
 import fcntl
@@ -686,6 +687,7 @@ def build_call(function, header, body):
         raw_query=raw_query,
         headers=get("headers") or {},
         body=text,
+        raw_body=body,
     )
     context._deadline_ms = get("deadline_ms")
     return (event, context)
@@ -723,6 +725,8 @@ def full_response(result):
     body = result.get("body")
     if body is None:
         payload, content_type = b"", None
+    elif isinstance(body, str) and result.get("isBase64Encoded") is True:
+        payload, content_type = from_base64(body), BYTES_TYPE
     elif isinstance(body, str):
         payload, content_type = body.encode("utf-8", "replace"), TEXT_TYPE
     elif isinstance(body, (bytes, bytearray, memoryview)):
@@ -732,6 +736,19 @@ def full_response(result):
     if content_type and not any(name.lower() == "content-type" for name in headers):
         headers["content-type"] = content_type
     return output_head(status, headers), payload
+
+
+NOT_BASE64 = "handler returned isBase64Encoded with a body that is not base64 (standard alphabet, padded)"
+
+
+def from_base64(text):
+    """The bytes of a body a handler gave as base64 (`isBase64Encoded`, as
+    Lambda's proxy integrations take binary answers): standard alphabet
+    with its padding; whitespace (a MIME encoder's line breaks) skipped."""
+    try:
+        return binascii.a2b_base64("".join(text.split()), strict_mode=True)
+    except ValueError:  # binascii.Error, and text that is not ASCII
+        raise BadReturn(NOT_BASE64) from None
 
 
 # Return types that are never awaitable: no coroutine check for them.

@@ -3,6 +3,7 @@
 # checks one row of the handler contract, for Python and for Node alike.
 # Run from the repo root: python3 -m unittest discover -s runtimes/tests -v
 
+import base64
 import itertools
 import json
 import os
@@ -289,6 +290,32 @@ class ShimContract:
     def test_full_response_with_bytes_body(self):
         output = self.start("full_bytes").invoke(1)
         self.assertEqual((output.headers, output.body), ({"content-type": "application/octet-stream"}, b"\x00\xffraw"))
+
+    def test_a_binary_body_reaches_the_handler_as_sent(self):
+        raw = bytes(range(256)) + b"\xff\xfe"
+        output = self.start("raw_echo").invoke(1, raw)
+        self.assertEqual(
+            (output.status, output.headers, output.body), (200, {"content-type": "application/octet-stream"}, raw)
+        )
+
+    def test_a_body_marked_base64_is_sent_as_its_bytes(self):
+        client = self.start("base64")
+        data = bytes(range(256))
+        # A MIME encoder's line breaks are skipped.
+        output = client.invoke(1, json.dumps({"b64": base64.encodebytes(data).decode()}).encode())
+        self.assertEqual(
+            (output.status, output.headers, output.body), (200, {"content-type": "application/octet-stream"}, data)
+        )
+        image = {"b64": base64.b64encode(b"\x89PNG").decode(), "headers": {"Content-Type": "image/png"}}
+        output = client.invoke(2, json.dumps(image).encode())
+        self.assertEqual((output.headers, output.body), ({"Content-Type": "image/png"}, b"\x89PNG"))
+        for bad in ["not base64!", "abc", "YQ", "YQ==YQ==", "ü", "-_-_"]:
+            output = client.invoke(3, json.dumps({"b64": bad}).encode())
+            self.assertEqual(output.status, 500, bad)
+            self.assertEqual(
+                output.json()["error"],
+                "handler returned isBase64Encoded with a body that is not base64 (standard alphabet, padded)",
+            )
 
     def test_invalid_status_code_is_500(self):
         output = self.start("bad_status").invoke(1)
@@ -586,6 +613,12 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    return {"statusCode": 200, "headers": {"Content-Type": "text/html"}, "body": "<p>hi</p>"}\n'
         ),
         "full_bytes": 'def handle(event, context):\n    return {"statusCode": 200, "body": b"\\x00\\xffraw"}\n',
+        "raw_echo": 'def handle(event, context):\n    return {"statusCode": 200, "body": context.raw_body}\n',
+        "base64": (
+            "def handle(event, context):\n"
+            '    return {"statusCode": 200, "isBase64Encoded": True, "body": event["b64"],\n'
+            '            "headers": event.get("headers", {})}\n'
+        ),
         "bad_status": 'def handle(event, context):\n    return {"statusCode": 1000, "body": "x"}\n',
         "raise": (
             "def fail_deeply(what):\n"
@@ -978,6 +1011,11 @@ class NodeShimTest(ShimContract, unittest.TestCase):
             'exports.handle = () => ({ statusCode: 200, headers: { "Content-Type": "text/html" }, body: "<p>hi</p>" });\n'
         ),
         "full_bytes": "exports.handle = () => ({ statusCode: 200, body: Buffer.from([0, 255, 114, 97, 119]) });\n",
+        "raw_echo": "exports.handle = (event, context) => ({ statusCode: 200, body: context.raw_body });\n",
+        "base64": (
+            "exports.handle = (event) =>\n"
+            "  ({ statusCode: 200, isBase64Encoded: true, body: event.b64, headers: event.headers || {} });\n"
+        ),
         "bad_status": 'exports.handle = () => ({ statusCode: 1000, body: "x" });\n',
         "raise": (
             "function failDeeply(what) {\n"

@@ -9,9 +9,14 @@ use serde_json::{json, Value};
 use super::harness::{eventually, Backend, Server};
 
 const PY_CONTRACT: &str = r#"
-import asyncio, os, sys
+import asyncio, base64, os, sys
 
 def handle(event, context):
+    if context.path == "/echo-bytes":
+        return {"statusCode": 200, "body": context.raw_body}
+    if context.path == "/as-base64":
+        return {"statusCode": 200, "headers": {"Content-Type": "image/png"}, "isBase64Encoded": True,
+                "body": base64.b64encode(context.raw_body).decode()}
     what = event.get("what") if isinstance(event, dict) else None
     if what == "raise":
         raise ValueError("boom")
@@ -47,6 +52,11 @@ const PY_ASYNC_ONE_ARG: &str = "import asyncio\n\nasync def handle(event):\n    
 
 const JS_CONTRACT: &str = r#"
 exports.handle = async (event, context) => {
+  if (context.path === "/echo-bytes") return { statusCode: 200, body: context.raw_body };
+  if (context.path === "/as-base64") return {
+    statusCode: 200, headers: { "Content-Type": "image/png" }, isBase64Encoded: true,
+    body: context.raw_body.toString("base64"),
+  };
   const what = event && event.what;
   if (what === "raise") throw new Error("boom");
   if (what === "full") return {
@@ -119,6 +129,21 @@ async fn check_contract(server: &Server, name: &str) {
         .await;
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["path"], "/a b/\u{e9}");
+
+    // Bytes that are not UTF-8 reach the handler and come back whole: as
+    // a body of bytes, and as base64 marked isBase64Encoded.
+    let sent: Vec<u8> = (0..=255u8).rev().collect();
+    for (path, content_type) in [("echo-bytes", "application/octet-stream"), ("as-base64", "image/png")] {
+        let response = server
+            .request(Method::POST, &format!("/fn/ns/{name}/{path}"), None)
+            .body(sent.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(response.headers()["content-type"], content_type, "{path}");
+        assert_eq!(response.bytes().await.unwrap(), sent, "{path}");
+    }
 
     // A statusCode object is a full response.
     let (status, headers, text) = server
