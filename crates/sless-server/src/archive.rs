@@ -42,6 +42,12 @@ pub struct ArchiveFile {
 /// Bytes read from an entry at a time while it is checked.
 const READ_BUFFER: usize = 64 * 1024;
 
+/// The longest path an entry may have: it is unpacked below the server's
+/// own directories, and the kernel takes paths of 4096 bytes at most.
+const MAX_PATH_BYTES: usize = 1024;
+/// The longest name of one file or folder on Linux's file systems.
+const MAX_NAME_BYTES: usize = 255;
+
 /// What a checked archive holds.
 #[derive(Debug, Default)]
 pub struct Unpacked {
@@ -87,12 +93,14 @@ impl ArchiveRules {
             ));
         }
         let mut unpacked = Unpacked::default();
+        let mut paths = Vec::with_capacity(archive.len());
         for index in 0..archive.len() {
             let mut entry = archive
                 .by_index(index)
                 .map_err(|e| refuse(None, "zip-format", format!("entry #{index} cannot be read: {e}")))?;
             let name = entry.name().to_string();
             check_path(&name)?;
+            paths.push((name.clone(), entry.is_dir()));
             let is_symlink = entry.unix_mode().is_some_and(|m| m & S_IFMT == S_IFLNK);
             if is_symlink {
                 return Err(refuse(
@@ -163,6 +171,7 @@ impl ArchiveRules {
         if unpacked.files.is_empty() {
             return Err(refuse(None, "not-empty", "code archive holds no files".into()));
         }
+        check_unique(paths)?;
         Ok(unpacked)
     }
 
@@ -178,9 +187,71 @@ impl ArchiveRules {
     }
 }
 
+/// Refuses two entries that name one path (`a.py` and `./a.py` too), and a
+/// file where another entry puts a folder: one would silently replace the
+/// other, or unpacking would fail. `paths`: each entry's name and whether
+/// it is a folder.
+fn check_unique(paths: Vec<(String, bool)>) -> Result<(), Error> {
+    let parts = |name: &str| -> Vec<String> {
+        Path::new(name)
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(part) => Some(part.to_string_lossy().into_owned()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut paths: Vec<(Vec<String>, String, bool)> =
+        paths.into_iter().map(|(name, dir)| (parts(&name), name, dir)).collect();
+    // Part by part, so whatever lies inside a path comes right after it.
+    paths.sort_by(|a, b| a.0.cmp(&b.0));
+    for pair in paths.windows(2) {
+        let ((before, first, first_dir), (after, second, second_dir)) = (&pair[0], &pair[1]);
+        if before == after && !(*first_dir && *second_dir) {
+            return Err(refuse(
+                Some(second),
+                "unique-paths",
+                format!("entries {first:?} and {second:?} name the same path; keep one"),
+            ));
+        }
+        if !first_dir && after.len() > before.len() && after.starts_with(before) {
+            return Err(refuse(
+                Some(second),
+                "unique-paths",
+                format!("entry {second:?} lies inside {first:?}, which is a file"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses absolute paths, `..` and anything else that could land outside the
-/// function's directory.
+/// function's directory, and paths too long to be made.
 fn check_path(name: &str) -> Result<(), Error> {
+    // A name is echoed back cut: a zip's names may be 64 KiB long.
+    let shown = || crate::bounds::clip(name.to_string(), 2 * MAX_NAME_BYTES);
+    if name.len() > MAX_PATH_BYTES {
+        let shown = shown();
+        return Err(refuse(
+            Some(&shown),
+            "path-length",
+            format!(
+                "entry {shown:?} has a path of {} bytes, more than the limit of {MAX_PATH_BYTES}",
+                name.len()
+            ),
+        ));
+    }
+    if let Some(part) = name.split('/').find(|part| part.len() > MAX_NAME_BYTES) {
+        let shown = shown();
+        return Err(refuse(
+            Some(&shown),
+            "path-length",
+            format!(
+                "entry {shown:?} has a file or folder name of {} bytes, more than the limit of {MAX_NAME_BYTES}",
+                part.len()
+            ),
+        ));
+    }
     if name.starts_with('/') || name.starts_with('\\') || name.as_bytes().get(1) == Some(&b':') {
         return Err(refuse(
             Some(name),
@@ -219,7 +290,7 @@ fn check_path(name: &str) -> Result<(), Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::check_path;
+    use super::{check_path, check_unique};
 
     #[test]
     fn paths() {
@@ -228,6 +299,33 @@ mod tests {
         assert!(check_path("./x.py").is_ok());
         for bad in ["/etc/passwd", "../x", "a/../../x", "C:/x", "a\\..\\x"] {
             assert!(check_path(bad).is_err(), "{bad}");
+        }
+        let long_name = format!("a/{}.py", "b".repeat(253));
+        assert!(check_path(&long_name).is_err(), "a name of 256 bytes");
+        assert!(check_path(&format!("a/{}.py", "b".repeat(252))).is_ok(), "one of 255");
+        let long_path = vec!["d"; 600].join("/");
+        assert!(check_path(&long_path).is_err(), "a path of 1199 bytes");
+        assert!(check_path(&long_path[..1024]).is_ok(), "one of 1024");
+    }
+
+    #[test]
+    fn two_entries_cannot_name_one_path() {
+        let check = |names: &[&str]| {
+            let paths = names.iter().map(|n| (n.to_string(), n.ends_with('/'))).collect();
+            check_unique(paths).map_err(|e| e.to_string())
+        };
+        assert!(check(&["a.py", "lib/", "lib/b.py", "lib/c/d.py", "lib.py", "lib-x/e.py"]).is_ok());
+        assert!(check(&["lib/", "./lib/", "lib/b.py"]).is_ok(), "a folder listed twice");
+        for names in [
+            &["a.py", "a.py"][..],
+            &["a.py", "./a.py"],
+            &["x/y.py", "x//y.py"],
+            &["x", "x/"],
+            &["x", "x/y.py"],
+            &["x/y.py", "lib.py", "x"],
+            &["x", "x.py", "x/deep/er.py"],
+        ] {
+            assert!(check(names).is_err(), "{names:?}");
         }
     }
 }

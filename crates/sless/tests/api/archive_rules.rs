@@ -87,6 +87,21 @@ async fn archive_rules_refuse_bad_zips(backend: Backend) {
         ("b.bin", &random_bytes(700 * 1024)),
     ]);
     expect_refused(&server, zip, "max-unpacked-size", Some("b.bin")).await;
+    // Two entries for one path, and a file where a folder must be: one
+    // would replace the other, or the build could not unpack it.
+    let zip = zip_of(&[("handler.py", ok), ("./handler.py", b"X = 2\n")]);
+    expect_refused(&server, zip, "unique-paths", Some("./handler.py")).await;
+    let zip = zip_of(&[("handler.py", ok), ("lib", b"x"), ("lib/util.py", b"X = 1\n")]);
+    expect_refused(&server, zip, "unique-paths", Some("lib/util.py")).await;
+    // A name longer than a file system takes, and a path too long to make.
+    let long_name = format!("{}.py", "n".repeat(300));
+    let zip = zip_of(&[("handler.py", ok), (&long_name, b"x")]);
+    let body = expect_refused(&server, zip, "path-length", Some(&long_name)).await;
+    assert!(body["error"].as_str().unwrap().contains("303 bytes"), "{body}");
+    let long_path = format!("{}x.py", "dir/".repeat(300));
+    let zip = zip_of(&[("handler.py", ok), (&long_path, b"x")]);
+    let body = expect_refused(&server, zip, "path-length", None).await;
+    assert!(body["error"].as_str().unwrap().contains("1204 bytes"), "{body}");
     // Not a zip, and empty.
     expect_refused(&server, b"def handle(e, c): pass".to_vec(), "zip-format", None).await;
     let body = expect_refused(&server, Vec::new(), "not-empty", None).await;
