@@ -211,9 +211,21 @@ impl FunctionSpec {
         if let Some(settings) = &self.async_settings {
             settings.check_field()?;
         }
-        for key in self.env.keys() {
+        for (key, value) in &self.env {
             if !is_variable_name(key) {
                 return Err(("env", format!("env key {key:?} is not a valid variable name")));
+            }
+            if is_reserved(key) {
+                return Err((
+                    "env",
+                    format!("env key {key:?} is reserved: sless sets {RESERVED_ENV}* itself"),
+                ));
+            }
+            if value.contains('\0') {
+                return Err((
+                    "env",
+                    format!("env value of {key:?} holds a NUL character, which an environment cannot carry"),
+                ));
             }
         }
         self.check_secret_refs()
@@ -251,6 +263,15 @@ impl FunctionSpec {
                     format!("env_from_secrets: {:?} is not a valid variable name", entry.env),
                 ));
             }
+            if is_reserved(&entry.env) {
+                return Err((
+                    "env_from_secrets",
+                    format!(
+                        "env_from_secrets: {:?} is reserved: sless sets {RESERVED_ENV}* itself",
+                        entry.env
+                    ),
+                ));
+            }
             if self.env.contains_key(&entry.env) || !seen.insert(entry.env.as_str()) {
                 return Err((
                     "env_from_secrets",
@@ -285,6 +306,15 @@ impl FunctionSpec {
 }
 
 /// `^[A-Za-z_][A-Za-z0-9_]*$`
+/// The start of the environment variables the platform sets in an
+/// instance (`SLESS_SECRETS_DIR`, say): a function's own would be
+/// overridden without a word, or would reach what the shims read.
+pub const RESERVED_ENV: &str = "SLESS_";
+
+fn is_reserved(name: &str) -> bool {
+    name.starts_with(RESERVED_ENV)
+}
+
 fn is_variable_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())

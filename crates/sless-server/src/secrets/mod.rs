@@ -186,6 +186,13 @@ impl Secrets {
                     entry.secret, entry.key, entry.env
                 )
             })?;
+            if value.contains('\0') {
+                return Err(format!(
+                    "env_from_secrets: the value of secret {:?} key {:?} holds a NUL character, which an environment \
+                     cannot carry (for {}); use it as a file (secret_files) instead",
+                    entry.secret, entry.key, entry.env
+                ));
+            }
             values.env.push((entry.env.clone(), value.clone()));
         }
         for entry in &spec.secret_files {

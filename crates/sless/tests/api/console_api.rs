@@ -244,6 +244,22 @@ async fn errors_name_the_field_they_are_about() {
         ),
         (
             "functions",
+            json!({"name": "f", "runtime": "python3.11", "env": {"X": "a\u{0}b"}}),
+            "env",
+        ),
+        (
+            "functions",
+            json!({"name": "f", "runtime": "python3.11", "env": {"SLESS_SECRETS_DIR": "/etc"}}),
+            "env",
+        ),
+        (
+            "functions",
+            json!({"name": "f", "runtime": "python3.11",
+                   "env_from_secrets": [{"env": "SLESS_X", "secret": "s", "key": "k"}]}),
+            "env_from_secrets",
+        ),
+        (
+            "functions",
             json!({"name": "f", "runtime": "python3.11", "bogus": 1}),
             "bogus",
         ),

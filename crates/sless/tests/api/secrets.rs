@@ -209,6 +209,27 @@ async fn a_changed_secret_rolls_the_functions_that_use_it(backend: Backend) {
     assert_eq!(status, StatusCode::OK, "{fewer}");
     assert_eq!(fewer["keys"], json!(["password"]), "{fewer}");
     assert_eq!(answer(&server).await["keys"], json!(["password"]));
+
+    // A value no environment can carry: the function says why and keeps
+    // serving with the values before.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/secrets/db",
+            Some(json!({"data": {"password": "nul\u{0}inside"}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (_, function) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/reader", None)
+        .await;
+    let message = function["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the value of secret \"db\" key \"password\" holds a NUL character"),
+        "{message}"
+    );
+    assert!(!message.contains("inside"), "{message}");
+    assert_eq!(answer(&server).await["env"], digest(&second));
 }
 
 async fn a_secret_in_use_cannot_go_and_references_must_exist(backend: Backend) {
