@@ -208,11 +208,29 @@ function loadFunction(spec) {
     throw new LoadError(`cannot load module '${file}':\n${isError(err) ? userStack(err) : util.inspect(err)}`);
   }
   const handler = mod == null ? undefined : mod[exportName];
-  if (handler === undefined) throw new LoadError(`module '${file}' has no export '${exportName}'`);
+  if (handler === undefined) {
+    throw new LoadError(`module '${file}' has no export '${exportName}' ${exportedFunctions(mod)}`);
+  }
   if (typeof handler !== 'function') {
     throw new LoadError(`'${entrypoint}' is not a function (it is ${typeof handler})`);
   }
-  return { handler, name: spec.function || '', namespace: spec.namespace || '', version: spec.version };
+  return {
+    handler,
+    // Lambda's callback style: (event, context, callback) answers through
+    // the callback, whatever the function returns.
+    callback: handler.length >= 3,
+    name: spec.function || '',
+    namespace: spec.namespace || '',
+    version: spec.version,
+  };
+}
+
+// What a module does export, for a load error naming an export it lacks.
+function exportedFunctions(mod) {
+  if (typeof mod === 'function') return '(the module itself is a function: export it by name, e.g. exports.handle = ...)';
+  const names = mod == null ? [] : Object.keys(mod).filter((name) => typeof mod[name] === 'function');
+  if (names.length === 0) return '(it exports no function)';
+  return `(it exports: ${names.slice(0, 10).join(', ')})`;
 }
 
 function parseHttpEvent(text) {
@@ -379,6 +397,10 @@ function replyError(key, err) {
 }
 
 function callHandler(key, event, context) {
+  if (loaded.callback) {
+    callWithCallback(key, event, context);
+    return;
+  }
   let result;
   try {
     result = loaded.handler(event, context);
@@ -390,6 +412,36 @@ function callHandler(key, event, context) {
     result.then((value) => reply(key, value), (err) => replyError(key, err));
   } else {
     reply(key, result);
+  }
+}
+
+// A handler of three arguments answers once: by its callback (an error
+// first, Lambda's way; a value that is not an Error is its message), or by
+// the promise it returns, if it is async; what a sync one returns is not
+// the answer. One that does neither is answered by the timeout.
+function callWithCallback(key, event, context) {
+  let answered = false;
+  const once = (answer) => {
+    if (answered) return;
+    answered = true;
+    answer();
+  };
+  const callback = (err, value) => {
+    if (err === null || err === undefined) once(() => reply(key, value));
+    else once(() => replyError(key, isError(err) ? err : new Error(String(err))));
+  };
+  let result;
+  try {
+    result = loaded.handler(event, context, callback);
+  } catch (err) {
+    once(() => replyError(key, err));
+    return;
+  }
+  if (result !== null && typeof result === 'object' && typeof result.then === 'function') {
+    result.then(
+      (value) => once(() => reply(key, value)),
+      (err) => once(() => replyError(key, err)),
+    );
   }
 }
 

@@ -637,10 +637,22 @@ def load_function(spec):
     try:
         handler = getattr(module, attr)
     except AttributeError:
-        raise LoadError(f"module {module_name!r} has no function {attr!r}") from None
+        raise LoadError(f"module {module_name!r} has no function {attr!r} {defined_functions(module)}") from None
     if not callable(handler):
         raise LoadError(f"{entrypoint!r} is not callable (it is {type(handler).__name__})")
     return Function(spec, handler)
+
+
+def defined_functions(module):
+    """What a module defines, for a load error naming a function it lacks."""
+    names = [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and callable(value) and getattr(value, "__module__", None) == module.__name__
+    ]
+    if not names:
+        return "(it defines no function)"
+    return f"(it defines: {', '.join(names[:10])})"
 
 
 def decode_header(text):

@@ -235,6 +235,13 @@ class ShimContract:
         self.assertFalse(ready["ok"])
         self.assertIn("'missing'", ready["error"])
 
+    def test_a_missing_function_names_what_the_module_has(self):
+        _, ready = self.load("two_functions")
+        self.assertFalse(ready["ok"])
+        self.assertTrue(ready["error"].endswith(f"{self.has}: handler, helper)"), ready["error"])
+        _, ready = self.load("not_callable", entrypoint="handler.handle")
+        self.assertTrue(ready["error"].endswith(f"{self.has} no function)"), ready["error"])
+
     def test_load_not_callable(self):
         _, ready = self.load("not_callable", entrypoint="handler.answer")
         self.assertFalse(ready["ok"])
@@ -589,6 +596,7 @@ class PythonShimTest(ShimContract, unittest.TestCase):
     command = PYTHON_COMMAND
     runtime = "python3.11"
     handler_file = "handler.py"
+    has = "(it defines"
     error_type = "ValueError"
     failing_function = "fail_deeply"
     dep_files = {".deps/depmod.py": 'def greet(name):\n    return f"hello {name}"\n'}
@@ -598,6 +606,12 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         "shout": 'import sys\n\ndef handle(event, context):\n    sys.stdout.write("z" * event)\n    return "ok"\n',
         "syntax_error": "def handle(event, context)\n    return 1\n",
         "not_callable": "answer = 42\n",
+        "two_functions": (
+            "import json\nfrom json import dumps\n\n"
+            "def handler(event, context):\n    return 1\n\n"
+            "def helper():\n    return 2\n\n"
+            "def _private():\n    return 3\n"
+        ),
         "import_print": 'print("loading")\n\ndef handle(event, context):\n    return 1\n',
         "value": 'def handle(event, context):\n    return {"items": [1, 2.5, "three", None, True], "n": 7}\n',
         "none": "def handle(event, context):\n    return None\n",
@@ -988,6 +1002,7 @@ class NodeShimTest(ShimContract, unittest.TestCase):
     command = NODE_COMMAND
     runtime = "nodejs20"
     handler_file = "handler.js"
+    has = "(it exports"
     error_type = "TypeError"
     failing_function = "failDeeply"
     dep_files = {"node_modules/depmod/index.js": "exports.greet = (name) => `hello ${name}`;\n"}
@@ -997,6 +1012,16 @@ class NodeShimTest(ShimContract, unittest.TestCase):
         "shout": "exports.handle = (event) => { process.stdout.write('z'.repeat(event)); return 'ok'; };\n",
         "syntax_error": "exports.handle = (event) => {\n  return event +;\n};\n",
         "not_callable": "exports.answer = 42;\n",
+        "two_functions": "exports.handler = async () => 1;\nexports.helper = () => 2;\nexports.n = 3;\n",
+        "callbacks": (
+            "exports.handle = (event, context, callback) => {\n"
+            "  if (event.fail === 'error') return callback(new RangeError('bad ' + event.n));\n"
+            "  if (event.fail === 'text') return callback('plain words');\n"
+            "  setTimeout(() => { callback(null, { n: event.n }); callback(null, 'twice'); }, 5);\n"
+            "  return 'not the answer';\n"
+            "};\n"
+        ),
+        "async_callbacks": "exports.handle = async (event, context, callback) => ({ n: event.n });\n",
         "import_print": 'console.log("loading");\nexports.handle = () => 1;\n',
         "value": 'exports.handle = async () => ({ items: [1, 2.5, "three", null, true], n: 7 });\n',
         "none": "exports.handle = async () => undefined;\n",
@@ -1104,6 +1129,19 @@ class NodeShimTest(ShimContract, unittest.TestCase):
         self.assertFalse(ready["ok"])
         self.assertIn("awaits at its top level", ready["error"])
         self.assertIn("await inside the handler instead", ready["error"])
+
+    def test_a_handler_of_three_arguments_answers_through_its_callback(self):
+        client = self.start("callbacks")
+        for n in (1, 2):
+            output = client.invoke(n, json.dumps({"n": n}).encode())
+            self.assertEqual((output.status, output.json()), (200, {"n": n}), "called back once, late")
+        output = client.invoke(3, b'{"fail": "error", "n": 3}')
+        self.assertEqual((output.status, output.json()["error"]), (500, "RangeError: bad 3"))
+        output = client.invoke(4, b'{"fail": "text"}')
+        self.assertEqual((output.status, output.json()["error"]), (500, "Error: plain words"))
+        self.assertEqual(client.invoke(5, b'{"n": 5}').json(), {"n": 5})
+        # An async handler of three arguments answers by its promise.
+        self.assertEqual(self.start("async_callbacks").invoke(1, b'{"n": 6}').json(), {"n": 6})
 
     def test_a_handler_js_wins_over_an_mjs_of_the_same_name(self):
         code_dir = self.make_code_dir(

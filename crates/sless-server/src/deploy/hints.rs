@@ -1,6 +1,8 @@
 //! What a user most likely did wrong when their handler does not load,
 //! recognised from the archive's file names: a handler zipped inside its
-//! folder, or code of the other runtime.
+//! folder, code of the other runtime, TypeScript not compiled, or a module
+//! named otherwise than the entrypoint says (Lambda's `lambda_function.py`
+//! and `index.js` among them).
 
 use sless_api::Runtime;
 
@@ -18,7 +20,12 @@ pub fn load_hint(runtime: Runtime, entrypoint: &str, names: &[String]) -> Option
             Runtime::Nodejs20,
         ),
         Runtime::Nodejs20 => (
-            vec![format!("{module}.js"), format!("{module}/index.js")],
+            vec![
+                format!("{module}.js"),
+                format!("{module}.mjs"),
+                format!("{module}.cjs"),
+                format!("{module}/index.js"),
+            ],
             "py",
             Runtime::Python311,
         ),
@@ -47,6 +54,40 @@ pub fn load_hint(runtime: Runtime, entrypoint: &str, names: &[String]) -> Option
         return Some(format!(
             "found {found}, which is {} code: create the function with runtime {other_runtime}",
             if other_ext == "js" { "Node.js" } else { "Python" }
+        ));
+    }
+    let top: Vec<&str> = files.iter().copied().filter(|f| !f.contains('/')).collect();
+    if runtime == Runtime::Nodejs20 {
+        if let Some(ts) = top.iter().find(|f| f.ends_with(".ts")) {
+            return Some(format!(
+                "found {ts}: TypeScript runs once compiled; upload the JavaScript it compiles to (tsc, esbuild)"
+            ));
+        }
+    }
+    let lambda_default = match runtime {
+        Runtime::Python311 => [("lambda_function.py", "lambda_function.lambda_handler")].as_slice(),
+        Runtime::Nodejs20 => [("index.js", "index.handler"), ("index.mjs", "index.handler")].as_slice(),
+    };
+    if let Some((file, entrypoint)) = lambda_default.iter().find(|(file, _)| top.contains(file)) {
+        return Some(format!(
+            "found {file}, AWS Lambda's default: set entrypoint to {entrypoint} (or what its function is called)"
+        ));
+    }
+    let code: &[&str] = match runtime {
+        Runtime::Python311 => &[".py"],
+        Runtime::Nodejs20 => &[".js", ".mjs", ".cjs"],
+    };
+    let modules: Vec<&str> = top
+        .iter()
+        .copied()
+        .filter(|f| code.iter().any(|ext| f.ends_with(ext)))
+        .take(5)
+        .collect();
+    if !modules.is_empty() {
+        return Some(format!(
+            "the archive has no {}; its top-level modules are {}: set entrypoint to module.function naming one",
+            wanted[0],
+            modules.join(", ")
         ));
     }
     None
@@ -114,8 +155,55 @@ mod tests {
             None
         );
         assert_eq!(
-            load_hint(Runtime::Python311, "handler.handle", &names(&["other.py"])),
+            load_hint(Runtime::Nodejs20, "index.handler", &names(&["index.mjs"])),
             None
+        );
+    }
+
+    #[test]
+    fn a_module_named_otherwise_than_the_entrypoint() {
+        let hint = load_hint(
+            Runtime::Python311,
+            "handler.handle",
+            &names(&["lambda_function.py", "lib/util.py"]),
+        );
+        assert_eq!(
+            hint.as_deref(),
+            Some("found lambda_function.py, AWS Lambda's default: set entrypoint to lambda_function.lambda_handler (or what its function is called)")
+        );
+        let hint = load_hint(
+            Runtime::Nodejs20,
+            "handler.handle",
+            &names(&["index.js", "package.json"]),
+        )
+        .unwrap();
+        assert!(hint.contains("set entrypoint to index.handler"), "{hint}");
+        let hint = load_hint(
+            Runtime::Python311,
+            "handler.handle",
+            &names(&["main.py", "util.py", "x/y.py"]),
+        );
+        assert_eq!(
+            hint.as_deref(),
+            Some("the archive has no handler.py; its top-level modules are main.py, util.py: set entrypoint to module.function naming one")
+        );
+        assert_eq!(
+            load_hint(Runtime::Python311, "handler.handle", &names(&["README.md"])),
+            None
+        );
+    }
+
+    #[test]
+    fn typescript_not_compiled() {
+        let hint = load_hint(
+            Runtime::Nodejs20,
+            "index.handler",
+            &names(&["index.ts", "package.json"]),
+        )
+        .unwrap();
+        assert_eq!(
+            hint,
+            "found index.ts: TypeScript runs once compiled; upload the JavaScript it compiles to (tsc, esbuild)"
         );
     }
 }
