@@ -222,6 +222,7 @@ function loadFunction(spec) {
     name: spec.function || '',
     namespace: spec.namespace || '',
     version: spec.version,
+    memory: spec.memory_mb ? String(spec.memory_mb) : undefined,
   };
 }
 
@@ -261,6 +262,11 @@ function makeContext(header, kind, text, raw) {
     raw_body: raw,
     getRemainingTimeInMillis: remaining,
     remaining_time_ms: remaining,
+    // Lambda's names for what handlers ported from it read.
+    awsRequestId: header.request_id || '',
+    functionName: loaded.name,
+    functionVersion: String(loaded.version),
+    memoryLimitInMB: loaded.memory,
   };
 }
 

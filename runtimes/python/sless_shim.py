@@ -249,6 +249,16 @@ class Context(dict):
     # Lambda's name for it, as Node's context has getRemainingTimeInMillis.
     get_remaining_time_in_millis = remaining_time_ms
 
+    # Lambda's names for the fields handlers ported from it read; class
+    # attributes, so no call pays for them. `memory_limit_in_mb` (a string,
+    # as Lambda's) is set at LOAD.
+    aws_request_id = property(lambda self: self["request_id"])
+    function_name = property(lambda self: self["function"])
+    function_version = property(lambda self: str(self["version"]))
+    memory_limit_in_mb = None
+    client_context = None
+    identity = None
+
 
 class HandlerThreads:
     """Up to `limit` threads for sync calls that overlap the main thread's,
@@ -563,6 +573,8 @@ class Function:
         self.name = spec.get("function", "")
         self.namespace = spec.get("namespace", "")
         self.version = spec.get("version")
+        if spec.get("memory_mb"):
+            Context.memory_limit_in_mb = str(spec["memory_mb"])
         self.max_output = int(spec.get("max_output_bytes") or 0) or None  # the server's response limit
         self.workers = max(1, int(spec.get("concurrency") or 1))
 

@@ -199,13 +199,22 @@ class ShimContract:
         return code_dir
 
     def load(
-        self, fixture, entrypoint="handler.handle", files=None, path=(".",), env=None, concurrency=8, max_output=None
+        self,
+        fixture,
+        entrypoint="handler.handle",
+        files=None,
+        path=(".",),
+        env=None,
+        concurrency=8,
+        max_output=None,
+        **fields,
     ):
-        """A fresh shim with `fixture` as the handler module; returns (client, READY)."""
+        """A fresh shim with `fixture` as the handler module (more LOAD
+        `fields` as given); returns (client, READY)."""
         code_dir = self.make_code_dir({self.handler_file: self.sources[fixture], **(files or {})})
         client = self.spawn()
         paths = [os.path.normpath(os.path.join(code_dir, p)) for p in path]
-        return client, client.load(code_dir, entrypoint, paths, env, concurrency, max_output)
+        return client, client.load(code_dir, entrypoint, paths, env, concurrency, max_output, **fields)
 
     def start(self, fixture, **load_args):
         client, ready = self.load(fixture, **load_args)
@@ -378,7 +387,7 @@ class ShimContract:
         self.assertEqual(client.invoke(4, b"\xff{").json(), "\ufffd{")
 
     def test_context_fields(self):
-        client = self.start("context")
+        client = self.start("context", memory_mb=256)
         deadline = int(time.time() * 1000) + 10_000
         output = client.invoke(
             5,
@@ -410,6 +419,8 @@ class ShimContract:
         self.assertTrue(result["same_by_key"])
         for remaining in result["remaining"]:
             self.assertTrue(8_000 < remaining <= 10_000, remaining)
+        # Lambda's names, for handlers ported from it.
+        self.assertEqual(result["lambda"], ["req-ctx", "hello", "3", "256", None, None])
 
     def test_empty_fields_may_be_left_out_of_the_header(self):
         # The server leaves out empty path, query and event.
@@ -650,6 +661,8 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '        "fields": {name: getattr(context, name) for name in FIELDS},\n'
             '        "same_by_key": all(context[name] == getattr(context, name) for name in FIELDS),\n'
             '        "remaining": [context.remaining_time_ms(), context.get_remaining_time_in_millis()],\n'
+            '        "lambda": [context.aws_request_id, context.function_name, context.function_version,\n'
+            "                   context.memory_limit_in_mb, context.client_context, context.identity],\n"
             "    }\n"
         ),
         "event_and_trigger": 'def handle(event, context):\n    return {"event": event, "trigger": context.trigger}\n',
@@ -1057,6 +1070,8 @@ class NodeShimTest(ShimContract, unittest.TestCase):
             "  fields: Object.fromEntries(FIELDS.map((name) => [name, context[name]])),\n"
             "  same_by_key: true,\n"
             "  remaining: [context.remaining_time_ms(), context.getRemainingTimeInMillis()],\n"
+            "  lambda: [context.awsRequestId, context.functionName, context.functionVersion,\n"
+            "    context.memoryLimitInMB, null, null],\n"
             "});\n"
         ),
         "event_and_trigger": "exports.handle = (event, context) => ({ event, trigger: context.trigger });\n",

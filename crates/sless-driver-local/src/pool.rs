@@ -510,6 +510,7 @@ async fn load_instance(
         "namespace": pool.key.namespace,
         "version": generation.version,
         "concurrency": generation.spec.concurrency,
+        "memory_mb": generation.spec.memory_mb,
         "max_output_bytes": pool.settings.max_response_bytes,
     });
     let fitted = started.elapsed();

@@ -33,6 +33,9 @@ pub struct StandaloneSpec {
     pub function: String,
     pub version: u64,
     pub concurrency: u32,
+    /// The function's memory_mb, which its context reports (Lambda's
+    /// `memory_limit_in_mb`); None: not known.
+    pub memory_mb: Option<u32>,
     pub max_output_bytes: usize,
     pub load_timeout: Duration,
     /// The heap of a Node shim, MB ([`crate::launcher::node_heap_mb`]);
@@ -160,6 +163,9 @@ impl GenericShim {
             "concurrency": spec.concurrency,
             "max_output_bytes": spec.max_output_bytes,
         });
+        if let Some(memory_mb) = spec.memory_mb {
+            load["memory_mb"] = memory_mb.into();
+        }
         if let Some(serve) = &spec.serve {
             let Some(fd) = self.serve_fd else {
                 self.process.kill();
@@ -471,6 +477,7 @@ mod tests {
             function: "f".into(),
             version: 1,
             concurrency: 1,
+            memory_mb: None,
             max_output_bytes: 1 << 20,
             load_timeout: Duration::from_secs(30),
             node_heap_mb: None,

@@ -235,6 +235,7 @@ async fn load(
     config.timeout_sec = request.timeout_sec;
     let runtime = config.runtime().map_err(|e| internal(e.to_string()))?;
     let mut spec = standalone_spec(&config, runtime, request.env.clone());
+    spec.memory_mb = Some(request.memory_mb);
     spec.serve = Some(serve_spec(&config, runtime, frames));
     let instance = match shim.load(&spec).await {
         Ok(instance) => Arc::new(instance),

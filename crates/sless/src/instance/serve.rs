@@ -193,6 +193,7 @@ pub fn standalone_spec(config: &InstanceConfig, runtime: Runtime, env: BTreeMap<
         function: config.function.clone(),
         version: config.version,
         concurrency: config.concurrency,
+        memory_mb: config.memory_mb,
         max_output_bytes: config.max_response_bytes,
         load_timeout: Duration::from_secs(30),
         // V8 sizes its heap from the pod's memory, but takes 256 MB at least.
