@@ -45,6 +45,8 @@ def handle(event, context):
         "request_id": context.request_id,
         "trigger": context.trigger,
         "remaining_positive": context.remaining_time_ms() > 0,
+        "lambda": [context.aws_request_id, context.function_name, context.function_version,
+                   context.memory_limit_in_mb],
     }
 "#;
 
@@ -73,6 +75,7 @@ exports.handle = async (event, context) => {
     header: context.headers["x-test"], body: context.body, function: context.function, namespace: context.namespace,
     version: context.version, request_id: context.request_id, trigger: context.trigger,
     remaining_positive: context.getRemainingTimeInMillis() > 0,
+    lambda: [context.awsRequestId, context.functionName, context.functionVersion, context.memoryLimitInMB],
   };
 };
 "#;
@@ -110,6 +113,11 @@ async fn check_contract(server: &Server, name: &str) {
     assert_eq!(body["request_id"], "my-request-1");
     assert_eq!(body["trigger"], "http");
     assert_eq!(body["remaining_positive"], true);
+    assert_eq!(
+        body["lambda"],
+        json!(["my-request-1", name, "1", "192"]),
+        "Lambda's names"
+    );
 
     // Empty body -> {}; non-JSON body -> text.
     let (_, _, text) = server.invoke(Method::GET, &format!("/fn/ns/{name}"), "").await;
@@ -214,7 +222,7 @@ async fn check_contract(server: &Server, name: &str) {
 #[tokio::test]
 async fn python_handler_contract() {
     let server = Server::start(Backend::Sqlite).await;
-    let spec = json!({"runtime": "python3.11", "env": {"GREETING": "hi there"}});
+    let spec = json!({"runtime": "python3.11", "memory_mb": 192, "env": {"GREETING": "hi there"}});
     server
         .deploy("ns", "py", spec, &[("handler.py", PY_CONTRACT.as_bytes())])
         .await;
@@ -240,7 +248,7 @@ async fn python_handler_contract() {
 #[tokio::test]
 async fn node_handler_contract() {
     let server = Server::start(Backend::Sqlite).await;
-    let spec = json!({"runtime": "nodejs20", "env": {"GREETING": "hi there"}});
+    let spec = json!({"runtime": "nodejs20", "memory_mb": 192, "env": {"GREETING": "hi there"}});
     server
         .deploy("ns", "js", spec, &[("handler.js", JS_CONTRACT.as_bytes())])
         .await;
