@@ -30,6 +30,7 @@
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
@@ -130,9 +131,78 @@ static int clear_dontfork(void) {
   return 0;
 }
 
+// The zygote's descriptors as it forks (noted just before each fork, so
+// the fork has the list): its own and those of its other libuv loops (a
+// platform thread's, say), whose threads a fork does not have, and which
+// uv_loop_fork does not make anew. Pipes among them are the zygote's own:
+// a fork that wrote into one stopped the zygote, which reads them as root.
+// A confined fork severs what it still holds of them (SeverInherited).
+// The first 1024 descriptors are looked at (about 0.1 ms a fork): the
+// zygote holds some 25, and what it inherited at a high number.
+#define MAX_NOTED 1024
+static struct {
+  int fd;
+  dev_t dev;
+  ino_t ino;
+} noted[MAX_NOTED];
+static int noted_count;
+
+static void note_descriptors(void) {
+  struct stat st;
+  noted_count = 0;
+  for (int fd = 0; fd < MAX_NOTED; fd++) {
+    if (fstat(fd, &st) != 0) continue;
+    noted[noted_count].fd = fd;
+    noted[noted_count].dev = st.st_dev;
+    noted[noted_count].ino = st.st_ino;
+    noted_count++;
+  }
+}
+
+// In the fork, once confined: every pipe, socket or file that is still the
+// zygote's (the object noted at the fork, not one made since: the signal
+// lock libuv made anew, the frame pipes), but those in `keep` (an array),
+// is closed: nothing of the fork's uses them (the loops they served have no
+// thread here), and a new node holds none of them. Epolls and eventfds
+// went before the fork's loop was made anew (become_fork). Returns how
+// many were closed.
+static napi_value SeverInherited(napi_env env, napi_callback_info info) {
+  ARGS;
+  int keep[MAX_FDS];
+  uint32_t nkeep = 0;
+  if (argc > 0) napi_get_array_length(env, argv[0], &nkeep);
+  if (nkeep > MAX_FDS) nkeep = MAX_FDS;
+  for (uint32_t i = 0; i < nkeep; i++) {
+    napi_value fd;
+    double value = -1;
+    napi_get_element(env, argv[0], i, &fd);
+    napi_get_value_double(env, fd, &value);
+    keep[i] = (int)value;
+  }
+  struct stat st;
+  int severed = 0;
+  for (int i = 0; i < noted_count; i++) {
+    int fd = noted[i].fd, kept = 0;
+    for (uint32_t k = 0; k < nkeep; k++) kept |= keep[k] == fd;
+    if (kept || fstat(fd, &st) != 0 || st.st_dev != noted[i].dev || st.st_ino != noted[i].ino) continue;
+    if (S_ISCHR(st.st_mode)) continue;  // /dev/null: stdin, libuv's reserve
+    if ((st.st_mode & S_IFMT) == 0) continue;  // an epoll, an eventfd
+    close(fd);
+    severed++;
+  }
+  return number(env, severed);
+}
+
 // In the fork: libuv's loop made anew and V8's random numbers seeded from
 // the kernel; a fork that cannot ends.
 static void become_fork(void) {
+  // The zygote's epolls and eventfds (its loops' own: all share one inode,
+  // so the ones made below could not be told from them later), closed
+  // before uv_loop_fork makes the default loop's anew; the other loops'
+  // threads are not here.
+  struct stat st;
+  for (int i = 0; i < noted_count; i++)
+    if (noted[i].fd > 2 && fstat(noted[i].fd, &st) == 0 && (st.st_mode & S_IFMT) == 0) close(noted[i].fd);
   int64_t seed;
   if (uv_loop_fork(uv_default_loop()) != 0 || getrandom(&seed, sizeof seed, 0) != sizeof seed) _exit(70);
   void *rng = _ZN2v88internal7Isolate23random_number_generatorEv(_ZN2v87Isolate10GetCurrentEv());
@@ -146,6 +216,7 @@ static napi_value Fork(napi_env env, napi_callback_info info) {
     return fail(env, "this node exports no way to seed a fork's Math.random");
   }
   if (clear_dontfork() != 0) return fail(env, "reading /proc/self/maps");
+  note_descriptors();
   pid_t pid = fork();
   if (pid < 0) return fail(env, "fork");
   if (pid == 0) become_fork();
@@ -247,6 +318,7 @@ static napi_value ServeLoop(napi_env env, napi_callback_info info) {
     if (unshare(CLONE_NEWPID) != 0) {
       snprintf(text, sizeof text, "error: unshare: %s\n", strerror(errno));
     } else {
+      note_descriptors();
       pid_t pid = fork();
       if (pid == 0) {
         become_fork();
@@ -446,6 +518,7 @@ napi_value napi_register_module_v1(napi_env env, napi_value exports) {
   define(env, exports, "writeAll", WriteAll);
   define(env, exports, "getpid", Getpid);
   define(env, exports, "pipe", Pipe);
+  define(env, exports, "severInherited", SeverInherited);
   define(env, exports, "ignoreChildren", IgnoreChildren);
   define(env, exports, "exitNow", ExitNow);
   return exports;

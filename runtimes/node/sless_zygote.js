@@ -358,6 +358,10 @@ function becomeInstance(control, fds, spec, shim, templates, template, nulls) {
     }
     // What is left of the request (a namespace or mount it did not use).
     for (const fd of fds.slice(FORK_STDIO)) native.close(fd);
+    // Whatever else is still the zygote's (its other libuv loops' pipes,
+    // epolls and eventfds): no instance may write into the zygote's pipes,
+    // nor share one with another instance.
+    native.severInherited([reply]);
   } catch (err) {
     native.writeAll(reply, `error: ${err.message}\n`);
     native.exitNow(1);

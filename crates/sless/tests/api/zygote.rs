@@ -746,6 +746,69 @@ fn holds_what_bubblewrap_holds(fork: &Value, fork_two: &Value, new: &Value) {
     holds_no_more_descriptors(fork, new);
 }
 
+/// A Node fork shares no pipe or eventfd with the zygote or with another
+/// tenant's fork: what the zygote's other libuv loops held when it forked
+/// is closed in the fork. Those pipes were the zygote's own, read by it as root, so
+/// a handler writing into every descriptor it has (as a hostile one
+/// would) stopped the zygote, which every tenant's Node cold start needs;
+/// now it stops at most its own instance.
+#[tokio::test]
+async fn a_node_fork_shares_no_pipe_with_the_zygote_or_another_fork() {
+    let server = Server::start_logged(Backend::Sqlite, &[]).await;
+    let code = br#"
+const fs = require("fs");
+exports.handle = (event) => {
+  const pipes = [];
+  for (const fd of fs.readdirSync("/proc/self/fd")) {
+    try {
+      const target = fs.readlinkSync(`/proc/self/fd/${fd}`);
+      if (target.startsWith("pipe:")) pipes.push(target);
+      // An eventfd's id (Linux 6.8 on) tells one from another.
+      const id = /eventfd-id:\s*(\d+)/.exec(fs.readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"));
+      if (id) pipes.push(`eventfd:${id[1]}`);
+    } catch (e) { /* the directory's own */ }
+  }
+  if (event.scribble) {
+    for (let fd = 5; fd < 64; fd++) {
+      try { fs.writeSync(fd, Buffer.alloc(64, 255)); } catch (e) { /* not writable */ }
+    }
+  }
+  return pipes;
+};
+"#;
+    let mut pipes = Vec::new();
+    for ns in ["a", "b"] {
+        server
+            .deploy(ns, "pipes", json!({"runtime": "nodejs20"}), &[("handler.js", code)])
+            .await;
+        let (status, _, text) = server.invoke(Method::POST, &format!("/fn/{ns}/pipes"), "{}").await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let held: Vec<String> = serde_json::from_str(&text).unwrap();
+        pipes.push(held);
+    }
+    let shared: Vec<&String> = pipes[0].iter().filter(|p| pipes[1].contains(p)).collect();
+    assert!(shared.is_empty(), "two tenants' forks share {shared:?} of {pipes:?}");
+
+    let _ = server
+        .invoke(Method::POST, "/fn/a/pipes", r#"{"scribble": true}"#)
+        .await;
+    // Node cold starts after it: each a request to the zygote.
+    for ns in ["c", "d"] {
+        server
+            .deploy(ns, "pipes", json!({"runtime": "nodejs20"}), &[("handler.js", code)])
+            .await;
+        let (status, _, text) = server.invoke(Method::POST, &format!("/fn/{ns}/pipes"), "{}").await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let log = std::fs::read_to_string(server.log_file.as_ref().unwrap()).unwrap();
+    let gone: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("zygote") && l.contains("is gone"))
+        .collect();
+    assert!(gone.is_empty(), "a handler stopped a zygote: {gone:?}");
+}
+
 /// A Node fork is a node of its own, not a copy of the zygote's: its pid,
 /// random numbers drawn anew (Math.random, a new context's, crypto), no
 /// module of the zygote's; and what needs threads V8 may hand work to
