@@ -97,6 +97,7 @@ pub async fn serve<S>(
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.idle_timeout)
+                .max_buf_size(MAX_HEAD_BYTES)
                 .serve_connection(io, service);
             tokio::pin!(connection);
             tokio::select! {
@@ -116,6 +117,15 @@ pub async fn serve<S>(
     let _ = slots.acquire_many(limits.max_connections as u32).await;
 }
 
+/// The longest request head (request line and headers): hyper answers 431
+/// once its buffer holds this much of an unfinished head, and
+/// `TimedWrites` reads no further into a head than this, so the buffer
+/// reaches the bound exactly (hyper checks it only between reads, which
+/// grow, so an 80 KiB head read in one go passed a 64 KiB bound). Its own
+/// default, about 400 KiB, let every open connection hold that much; nginx
+/// takes 32 KiB of headers by default.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 /// Answers a connection over the limit with a 503 and closes it.
 async fn refuse(mut stream: TcpStream) {
     const ANSWER: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
@@ -125,8 +135,9 @@ async fn refuse(mut stream: TcpStream) {
 }
 
 /// A stream whose writes fail once one has made no progress for `timeout`,
-/// and whose reads fail when a request's head has not ended (`\r\n\r\n`)
-/// within `head_timeout` of its first byte.
+/// whose reads fail when a request's head has not ended (`\r\n\r\n`)
+/// within `head_timeout` of its first byte, and which reads no more than
+/// [`MAX_HEAD_BYTES`] into a head.
 pub struct TimedWrites<T> {
     io: T,
     timeout: Duration,
@@ -139,8 +150,9 @@ pub struct TimedWrites<T> {
 enum Head {
     /// Waiting for a request (the first byte after an answer starts one).
     Idle,
-    /// Reading one: its deadline, and how many of `\r\n\r\n` were just seen.
-    Reading(Pin<Box<Sleep>>, usize),
+    /// Reading one: its deadline, how many of `\r\n\r\n` were just seen,
+    /// and how many bytes of it were read.
+    Reading(Pin<Box<Sleep>>, usize, usize),
     /// The head ended; the next write (the answer) makes the connection idle.
     Done,
 }
@@ -162,11 +174,12 @@ impl<T> TimedWrites<T> {
             return;
         }
         if let Head::Idle = self.head {
-            self.head = Head::Reading(Box::pin(tokio::time::sleep(self.head_timeout)), 0);
+            self.head = Head::Reading(Box::pin(tokio::time::sleep(self.head_timeout)), 0, 0);
         }
-        if let Head::Reading(_, matched) = &mut self.head {
+        if let Head::Reading(_, matched, read) = &mut self.head {
             const END: &[u8] = b"\r\n\r\n";
             for &b in bytes {
+                *read += 1;
                 *matched = if b == END[*matched] {
                     *matched + 1
                 } else if b == b'\r' {
@@ -209,7 +222,29 @@ impl<T> TimedWrites<T> {
 impl<T: AsyncRead + Unpin> AsyncRead for TimedWrites<T> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
-        match Pin::new(&mut self.io).poll_read(cx, buf) {
+        // Close to the head's bound, a read stops at it (else as asked).
+        let room = match &self.head {
+            Head::Idle => MAX_HEAD_BYTES,
+            Head::Reading(_, _, read) => MAX_HEAD_BYTES.saturating_sub(*read),
+            Head::Done => usize::MAX,
+        };
+        if room == 0 {
+            // hyper answers 431 before; a read of nothing would be the end.
+            return Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the request's head is longer than the server takes",
+            )));
+        }
+        let read = if room < buf.remaining() {
+            let mut capped = ReadBuf::new(buf.initialize_unfilled_to(room));
+            let read = Pin::new(&mut self.io).poll_read(cx, &mut capped);
+            let n = capped.filled().len();
+            buf.advance(n);
+            read
+        } else {
+            Pin::new(&mut self.io).poll_read(cx, buf)
+        };
+        match read {
             Poll::Ready(Ok(())) => {
                 let this = &mut *self;
                 this.saw(&buf.filled()[before..]);
@@ -217,7 +252,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedWrites<T> {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                if let Head::Reading(deadline, _) = &mut self.head {
+                if let Head::Reading(deadline, _, _) = &mut self.head {
                     if deadline.as_mut().poll(cx).is_ready() {
                         return Poll::Ready(Err(std::io::Error::new(
                             std::io::ErrorKind::TimedOut,

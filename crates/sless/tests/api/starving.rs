@@ -100,6 +100,45 @@ async fn a_response_over_the_limit_is_refused_where_it_is_made() {
     }
 }
 
+/// A request's head is held whole while it is read, so it is bounded:
+/// 64 KiB (431 beyond, however much of it one read brings), and a
+/// connection's next head is counted from its own start.
+#[tokio::test]
+async fn a_request_head_past_64_kib_is_431() {
+    let server = Server::start(Backend::Sqlite).await;
+    let head = |size: usize| {
+        format!(
+            "GET /v1/namespaces/ns/functions HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+            "v".repeat(size)
+        )
+    };
+    for (size, expected) in [(60 * 1024, "HTTP/1.1 401"), (80 * 1024, "HTTP/1.1 431")] {
+        let mut stream = connect(&server).await;
+        // The server may answer and close before it has read the rest.
+        let _ = stream.write_all(head(size).as_bytes()).await;
+        let mut answer = vec![0; 64];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+            .await
+            .expect("an answer")
+            .unwrap_or(0);
+        let answer = String::from_utf8_lossy(&answer[..n]);
+        assert!(answer.starts_with(expected), "{size} bytes of header: {answer}");
+    }
+    // Two heads on one connection, each under the bound, the second after
+    // the first's answer: each is counted from its own start.
+    let mut stream = connect(&server).await;
+    for _ in 0..2 {
+        stream.write_all(head(40 * 1024).as_bytes()).await.unwrap();
+        let mut answer = vec![0; 4096];
+        let n = stream.read(&mut answer).await.unwrap();
+        assert!(
+            answer[..n].starts_with(b"HTTP/1.1 401"),
+            "{}",
+            String::from_utf8_lossy(&answer[..n])
+        );
+    }
+}
+
 #[tokio::test]
 async fn slow_clients_are_timed_out() {
     let server = Server::start_with(
