@@ -171,7 +171,7 @@ function userStack(err) {
 // `base` as require resolves it (`.js`, `.json`, a directory), else with an
 // ES module's or a CommonJS module's own extension: Lambda's console writes
 // a Node function as `index.mjs`. Node 20 requires an ES module as any
-// other, unless it awaits at its top level (then the load error says so).
+// other, unless it awaits at its top level: that one is imported (below).
 function handlerModule(load, base) {
   try {
     return load.resolve(base);
@@ -182,6 +182,9 @@ function handlerModule(load, base) {
   }
 }
 
+// Loads the handler LOAD names: what it is, or a promise of it for an ES
+// module that awaits at its top level (Lambda's `index.mjs` often does, to
+// read its configuration before the first call).
 function loadFunction(spec) {
   for (const [name, value] of Object.entries(spec.env || {})) process.env[name] = String(value);
   process.chdir(spec.code_dir);
@@ -192,21 +195,60 @@ function loadFunction(spec) {
     throw new LoadError(`entrypoint '${entrypoint}' must look like 'file.export'`);
   }
   const file = entrypoint.slice(0, dot);
-  const exportName = entrypoint.slice(dot + 1);
+  const cannotLoad = (err) => new LoadError(`cannot load module '${file}':\n${isError(err) ? userStack(err) : util.inspect(err)}`);
+  let found;
   let mod;
+  let awaitsAtTopLevel = false;
   try {
     // A require of the handler's directory: a shim started from a snapshot
     // has a require for built-in modules only.
     const load = Module.createRequire(path.join(spec.code_dir, '[sless]'));
-    mod = load(handlerModule(load, path.join(spec.code_dir, file)));
+    found = handlerModule(load, path.join(spec.code_dir, file));
+    mod = load(found);
   } catch (err) {
-    if (err && err.code === 'ERR_REQUIRE_ASYNC_MODULE') {
-      throw new LoadError(
-        `cannot load module '${file}': it awaits at its top level, which the shim cannot load (it loads handlers with require); await inside the handler instead`,
-      );
-    }
-    throw new LoadError(`cannot load module '${file}':\n${isError(err) ? userStack(err) : util.inspect(err)}`);
+    if (!awaitsAtTop(err)) throw cannotLoad(err);
+    awaitsAtTopLevel = true;
   }
+  if (!awaitsAtTopLevel) return handlerOf(spec, mod);
+  return importModule(found).then(
+    (imported) => handlerOf(spec, imported),
+    (err) => {
+      throw cannotLoad(err);
+    },
+  );
+}
+
+// Whether require() refused a module for awaiting at its top level. In a
+// shim started from a snapshot node's errors carry no proper `code`: the
+// message tells.
+function awaitsAtTop(err) {
+  if (!isError(err)) return false;
+  return err.code === 'ERR_REQUIRE_ASYNC_MODULE' || String(err.message).includes('ESM graph with top-level await');
+}
+
+// import() of a file. A shim started from a snapshot has no loader for
+// import() in its own code (ERR_VM_DYNAMIC_IMPORT_CALLBACK_MISSING); a
+// script compiled now, with the main context's loader, has one.
+function importModule(file) {
+  const url = require('url').pathToFileURL(file).href;
+  if (!startedFromSnapshot) return import(url);
+  const vm = require('vm');
+  const warn = process.emitWarning;
+  process.emitWarning = () => {}; // "experimental": not the handler's to read in its log
+  try {
+    const options = { importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER };
+    return new vm.Script('(url) => import(url)', options).runInThisContext()(url);
+  } finally {
+    process.emitWarning = warn;
+  }
+}
+
+// The loaded function of a module, or a LoadError naming what it lacks.
+function handlerOf(spec, mod) {
+  const entrypoint = spec.entrypoint;
+  const dot = entrypoint.lastIndexOf('.');
+  const file = entrypoint.slice(0, dot);
+  const exportName = entrypoint.slice(dot + 1);
   const handler = mod == null ? undefined : mod[exportName];
   if (handler === undefined) {
     throw new LoadError(`module '${file}' has no export '${exportName}' ${exportedFunctions(mod)}`);
@@ -680,26 +722,44 @@ function uncork(connection) {
 
 let serving = null;
 
+let loading = false;
+
 function load(payload) {
-  if (loaded !== null) {
+  if (loaded !== null || loading) {
     sendJson(FRAME.READY, { ok: false, error: 'a function is already loaded' });
     return;
   }
+  let spec;
   let toServe = null;
-  try {
-    const spec = JSON.parse(payload.toString('utf8'));
-    if (spec.serve != null) toServe = new Serving(spec.serve);
-    loaded = loadFunction(spec);
-    if (Number.isInteger(spec.max_output_bytes) && spec.max_output_bytes > 0) maxOutput = spec.max_output_bytes;
-  } catch (err) {
+  const failed = (err) => {
+    loading = false;
     const error = err instanceof LoadError ? clip(err.message, MAX_LOAD_ERROR_CHARS) : `bad LOAD: ${describeError(err)}`;
     sendJson(FRAME.READY, { ok: false, error });
+  };
+  const ready = (function_) => {
+    loading = false;
+    loaded = function_;
+    if (Number.isInteger(spec.max_output_bytes) && spec.max_output_bytes > 0) maxOutput = spec.max_output_bytes;
+    sendJson(FRAME.READY, { ok: true });
+    if (toServe !== null) {
+      serving = toServe;
+      serving.start();
+    }
+  };
+  let function_;
+  try {
+    spec = JSON.parse(payload.toString('utf8'));
+    if (spec.serve != null) toServe = new Serving(spec.serve);
+    function_ = loadFunction(spec);
+  } catch (err) {
+    failed(err);
     return;
   }
-  sendJson(FRAME.READY, { ok: true });
-  if (toServe !== null) {
-    serving = toServe;
-    serving.start();
+  if (function_ instanceof Promise) {
+    loading = true;
+    function_.then(ready, failed);
+  } else {
+    ready(function_);
   }
 }
 
@@ -761,7 +821,11 @@ function prepare() {
   invocation = new (require('async_hooks').AsyncLocalStorage)();
 }
 
+// Whether this shim was started from the startup snapshot (main() says).
+let startedFromSnapshot = false;
+
 function main(fromSnapshot) {
+  startedFromSnapshot = fromSnapshot === true;
   if (Module === null) prepare();
   writeDiagnostic = process.stderr.write.bind(process.stderr);
   captureWrites(process.stdout, STDOUT);

@@ -1137,13 +1137,33 @@ class NodeShimTest(ShimContract, unittest.TestCase):
             self.assertEqual(client.load(code_dir, "index.handler", [code_dir]), {"ok": True}, name)
             self.assertEqual(client.invoke(1, body=b"7").json(), answer, name)
 
-    def test_an_es_module_awaiting_at_its_top_level_is_a_load_error_saying_what_to_do(self):
-        code_dir = self.make_code_dir({"index.mjs": "await 1;\nexport const handler = () => 1;\n"})
+    def test_an_es_module_awaiting_at_its_top_level_loads_and_its_calls_see_what_it_awaited(self):
+        # Lambda's index.mjs often awaits its configuration at its top level:
+        # READY comes once that has settled.
+        source = (
+            "const config = await new Promise((resolve) => setTimeout(() => resolve({ stage: 'prod' }), 50));\n"
+            "export const handler = async (event) => ({ stage: config.stage, event });\n"
+        )
+        code_dir = self.make_code_dir({"index.mjs": source})
         client = self.spawn()
-        ready = client.load(code_dir, "index.handler", [code_dir])
-        self.assertFalse(ready["ok"])
-        self.assertIn("awaits at its top level", ready["error"])
-        self.assertIn("await inside the handler instead", ready["error"])
+        self.assertEqual(client.load(code_dir, "index.handler", [code_dir]), {"ok": True})
+        self.assertEqual(client.invoke(1, body=b"7").json(), {"stage": "prod", "event": 7})
+
+    def test_an_es_module_awaiting_at_its_top_level_fails_its_load_as_any_other(self):
+        for source, expected in [
+            ("await null;\nthrow new RangeError('no configuration');\nexport const handler = () => 1;\n",
+             ["cannot load module 'index'", "RangeError: no configuration", "index.mjs:2"]),
+            ("await null;\nexport const other = () => 1;\n",
+             ["module 'index' has no export 'handler'", "(it exports: other)"]),
+            ("await null;\nexport const handler = 42;\n",
+             ["'index.handler' is not a function (it is number)"]),
+        ]:
+            code_dir = self.make_code_dir({"index.mjs": source})
+            client = self.spawn()
+            ready = client.load(code_dir, "index.handler", [code_dir])
+            self.assertFalse(ready["ok"], source)
+            for text in expected:
+                self.assertIn(text, ready["error"], source)
 
     def test_a_handler_of_three_arguments_answers_through_its_callback(self):
         client = self.start("callbacks")

@@ -489,3 +489,54 @@ async fn build_timeout_is_enforced() {
         "stopped at the timeout"
     );
 }
+
+/// Lambda's `index.mjs` often awaits its configuration at its top level.
+/// Such a module loads in a fork of the Node zygote and in shims started
+/// from the snapshot (pooled, or started for the call that waits), which
+/// have no `import()` of their own; its first call sees what it awaited.
+/// A module whose top level fails is a failed deploy naming the error.
+#[tokio::test]
+async fn a_node_es_module_awaiting_at_its_top_level_loads_however_its_shim_starts() {
+    let forking = Server::start(Backend::Sqlite).await;
+    let pooled = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
+    let awaited = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_WARM_INSTANCES", "0"), ("SLESS_NODE_ZYGOTE", "false")],
+    )
+    .await;
+    let index = r#"import { greet } from 'greeter';
+const config = await new Promise((resolve) => setTimeout(() => resolve({ greeting: process.env.GREETING }), 20));
+export const handler = async (event) => ({ said: greet(config.greeting, event.name) });
+"#;
+    let files: &[(&str, &[u8])] = &[
+        ("index.mjs", index.as_bytes()),
+        (
+            "node_modules/greeter/package.json",
+            br#"{"name": "greeter", "main": "greet.js"}"#,
+        ),
+        (
+            "node_modules/greeter/greet.js",
+            b"exports.greet = (greeting, name) => `${greeting}, ${name}`;\n",
+        ),
+    ];
+    let failing =
+        "await null;\nthrow new Error('no configuration for ' + 'this stage');\nexport const handler = () => 1;\n";
+    for server in [&forking, &pooled, &awaited] {
+        let spec = json!({"runtime": "nodejs20", "entrypoint": "index.handler", "env": {"GREETING": "hello"}});
+        server.deploy("ns", "tla", spec, files).await;
+        let (status, _, text) = server.invoke(Method::POST, "/fn/ns/tla", r#"{"name": "you"}"#).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&text).unwrap(),
+            json!({"said": "hello, you"})
+        );
+
+        let spec = json!({"runtime": "nodejs20", "entrypoint": "index.handler"});
+        let function = server
+            .deploy_fails("ns", "tla-fails", spec, &[("index.mjs", failing.as_bytes())])
+            .await;
+        let message = function["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("no configuration for this stage"), "{message}");
+        assert!(message.contains("index.mjs:2"), "{message}");
+    }
+}
