@@ -51,6 +51,12 @@ fn main() -> anyhow::Result<()> {
             )
             .exit();
     }
+    // A descriptor the server inherited without close-on-exec (a shell's
+    // `exec 9>file`, a supervisor's socket) would pass to every process it
+    // starts: the zygotes, which run as root, and the builds, which run a
+    // tenant's install scripts. None of them is the server's to hand on.
+    // Still one thread here, as marking them all at once needs.
+    close_fds::set_fds_cloexec(3, &[]);
     init_tracing();
     // One thread gets the current-thread scheduler: no wake-ups across
     // threads, and a woken task runs after those already ready, so the frames

@@ -104,6 +104,9 @@ pub struct Server {
     /// Where the server's log (stderr) goes, appended across restarts;
     /// None: the test's own stderr.
     pub log_file: Option<std::path::PathBuf>,
+    /// A file the server is started holding open as fd 9, without
+    /// close-on-exec, as a shell's `exec 9<>FILE` leaves it.
+    pub inherits: Option<std::path::PathBuf>,
     client: reqwest::Client,
 }
 
@@ -126,6 +129,7 @@ impl Server {
             child: None,
             stdout_lines: Vec::new(),
             log_file: None,
+            inherits: None,
             client: reqwest::Client::new(),
         };
         server.extra_env.push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
@@ -150,6 +154,7 @@ impl Server {
             extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             child: None,
             stdout_lines: Vec::new(),
+            inherits: None,
             client: reqwest::Client::new(),
         };
         server.extra_env.push(("SLESS_ADMIN_TOKEN".into(), ADMIN.into()));
@@ -159,9 +164,20 @@ impl Server {
 
     /// Starts the binary on the same data dir / database.
     pub fn spawn(&mut self) {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sless"));
-        cmd.arg("server")
-            .env("SLESS_LISTEN", "127.0.0.1:0")
+        let mut cmd = match &self.inherits {
+            Some(file) => {
+                let mut shell = Command::new("/bin/sh");
+                shell.args(["-c", r#"exec 9<>"$0" && exec "$1" server"#]);
+                shell.arg(file).arg(env!("CARGO_BIN_EXE_sless"));
+                shell
+            }
+            None => {
+                let mut server = Command::new(env!("CARGO_BIN_EXE_sless"));
+                server.arg("server");
+                server
+            }
+        };
+        cmd.env("SLESS_LISTEN", "127.0.0.1:0")
             .env("SLESS_DATA_DIR", self.data_dir.path())
             .env("SLESS_LOG", "info")
             .env_remove("SLESS_ADMIN_TOKEN")
@@ -525,6 +541,7 @@ impl Server {
             child: None,
             stdout_lines: Vec::new(),
             log_file: None,
+            inherits: None,
             client: reqwest::Client::new(),
         };
         server.spawn();
@@ -558,6 +575,7 @@ impl Server {
             child: None,
             stdout_lines: Vec::new(),
             log_file: None,
+            inherits: None,
             client: reqwest::Client::new(),
         };
         server.spawn();

@@ -676,3 +676,122 @@ async fn two_servers_on_one_machine_never_share_a_sandbox_uid() {
     }
     assert!(uids[0].is_disjoint(&uids[1]), "two servers share a uid: {uids:?}");
 }
+
+/// The (device, inode) of every descriptor a process has, by /proc.
+fn descriptor_ids(pid: u32) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| std::fs::metadata(entry.path()).ok())
+        .map(|meta| (meta.dev(), meta.ino()))
+        .collect()
+}
+
+/// Every process below `root`, by the parent each names in /proc.
+fn descendants(root: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![root];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(parents.iter().filter(|(_, ppid)| *ppid == parent).map(|(pid, _)| *pid));
+        next += 1;
+    }
+    found.split_off(1)
+}
+
+/// What a server inherited without close-on-exec (a shell's `exec 9<>FILE`)
+/// reaches none of the processes it starts: not the zygotes, which run as
+/// root, not a handler, not a build's install scripts (run by the tenant's
+/// package.json).
+#[tokio::test]
+async fn a_descriptor_the_server_inherited_reaches_no_process_it_starts() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("inherited");
+    std::fs::write(&file, b"the operator's, not a tenant's\n").unwrap();
+    let meta = std::fs::metadata(&file).unwrap();
+    let inherited = (meta.dev(), meta.ino());
+    let mut server = Server::start(Backend::Sqlite).await;
+    server.inherits = Some(file.clone());
+    server.restart();
+    assert!(
+        descriptor_ids(server.pid()).contains(&inherited),
+        "the server was started holding the file"
+    );
+
+    // Each handler answers the ids of its descriptors, and the Node
+    // function's the ids its build's install script saw.
+    let py = br#"
+import json, os
+
+def handle(event, context):
+    ids = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            st = os.stat(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        ids.append([st.st_dev, st.st_ino])
+    return ids
+"#;
+    let ids_js = r#"const fs = require('fs');
+module.exports = () => fs.readdirSync('/proc/self/fd').flatMap((fd) => {
+  try { const st = fs.statSync(`/proc/self/fd/${fd}`); return [[st.dev, st.ino]]; } catch { return []; }
+});
+"#;
+    let js = "const ids = require('./ids.js');\nexports.handle = () => ({ now: ids(), build: JSON.parse(require('fs').readFileSync(__dirname + '/build-ids.json')) });\n";
+    let package = r#"{"name": "fds", "version": "1.0.0", "scripts": {"install": "node -e \"require('fs').writeFileSync('build-ids.json', JSON.stringify(require('./ids.js')()))\""}}"#;
+    server
+        .deploy("ns", "py", json!({"runtime": "python3.11"}), &[("handler.py", py)])
+        .await;
+    let files: &[(&str, &[u8])] = &[
+        ("handler.js", js.as_bytes()),
+        ("ids.js", ids_js.as_bytes()),
+        ("package.json", package.as_bytes()),
+    ];
+    server.deploy("ns", "js", json!({"runtime": "nodejs20"}), files).await;
+    let mut seen: Vec<(String, Vec<(u64, u64)>)> = Vec::new();
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/py", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    seen.push(("a Python handler".into(), serde_json::from_str(&text).unwrap()));
+    let (status, _, text) = server.invoke(Method::POST, "/fn/ns/js", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    seen.push((
+        "a Node handler".into(),
+        serde_json::from_value(answer["now"].clone()).unwrap(),
+    ));
+    seen.push((
+        "an npm install script".into(),
+        serde_json::from_value(answer["build"].clone()).unwrap(),
+    ));
+    for (name, ids) in &seen {
+        assert!(!ids.is_empty(), "{name} saw no descriptors at all");
+    }
+    let started = descendants(server.pid());
+    assert!(
+        started.len() >= 2,
+        "the server runs its zygotes and instances: {started:?}"
+    );
+    for pid in started {
+        let command = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let command = String::from_utf8_lossy(&command).replace('\0', " ");
+        seen.push((format!("process {pid} ({command})"), descriptor_ids(pid)));
+    }
+    for (name, ids) in seen {
+        assert!(!ids.contains(&inherited), "{name} holds the file the server inherited");
+    }
+}
