@@ -88,12 +88,16 @@ def deploy(api, name, runtime, filename, code, extra):
 
 
 def upload_and_wait(api, name, archive):
+    return upload_and_wait_in(api, "bench", name, archive)
+
+
+def upload_and_wait_in(api, namespace, name, archive):
     started = time.perf_counter()
-    status, body = api.call("PUT", f"/v1/namespaces/bench/functions/{name}/code", archive, "application/zip")
+    status, body = api.call("PUT", f"/v1/namespaces/{namespace}/functions/{name}/code", archive, "application/zip")
     assert status == 202, body
     code_hash = body["status"]["code_hash"]
     while True:
-        status, body = api.call("GET", f"/v1/namespaces/bench/functions/{name}")
+        status, body = api.call("GET", f"/v1/namespaces/{namespace}/functions/{name}")
         st = body["status"]
         if st.get("built_hash") == code_hash and st["phase"] == "Ready":
             return time.perf_counter() - started

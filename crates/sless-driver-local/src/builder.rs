@@ -151,6 +151,12 @@ impl Builder {
             .confine(uid, BUILD_GROUP, BUILD_LIMITS.tmp_bytes, install.is_some())
             .await
             .map_err(|e| BuildError::Internal(format!("confining the build: {e}")))?;
+        // A build's CPU is its namespace's, as its instances' is.
+        if let Some(group) = &confinement.cgroup {
+            group
+                .join_namespace(&job.key.namespace)
+                .map_err(|e| BuildError::Internal(format!("confining the build: {e}")))?;
+        }
         let at = Steps {
             work,
             confinement: &confinement,

@@ -7,18 +7,111 @@
 //! `sless-{server pid}/server` (a group with processes of its own cannot
 //! hand controllers down).
 //!
+//! CPU is shared by namespace, not by group: the groups of one namespace
+//! (its instances and builds) split one namespace's weight between them
+//! ([`Group::join_namespace`]), so a tenant running a hundred busy
+//! instances gets about the CPU of one running a single instance, not a
+//! hundred times it, when both want more than there is.
+//!
 //! **Invariant:** a limit that cannot be written is an error the caller
 //! turns into a failed start; nothing runs with a limit it asked for and
 //! did not get.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// CPU period of the quota (µs); the quota is one CPU's worth of it.
 const CPU_PERIOD_US: u64 = 100_000;
+
+/// The CPU weight (cgroup v2's `cpu.weight` scale, its largest) of one
+/// namespace, split between its groups; also the weight of a group that
+/// belongs to no namespace yet (a warm shim) and, under v2, of the server's
+/// own group, so the gateway weighs as much as one busy namespace.
+const NAMESPACE_WEIGHT: u64 = 10_000;
+
+/// The weight of each of a namespace's `members` groups: the namespace's,
+/// halved for each doubling of its groups (the next power of two), so a
+/// namespace's groups weigh between half and all of [`NAMESPACE_WEIGHT`]
+/// and a namespace's groups are weighed anew only when their count
+/// crosses a power of two.
+fn member_weight(members: usize) -> u64 {
+    (NAMESPACE_WEIGHT >> members.max(1).next_power_of_two().trailing_zeros()).max(1)
+}
+
+/// Writes a CPU weight on the v2 scale (1 to 10 000, 100 the default); v1's
+/// `cpu.shares` is that scale times 1024 / 100 (1024 the default).
+fn write_weight(cpu_dir: &Path, weight: u64, v2: bool) -> std::io::Result<()> {
+    if v2 {
+        write(&cpu_dir.join("cpu.weight"), &weight.to_string())
+    } else {
+        write(&cpu_dir.join("cpu.shares"), &(weight * 1024 / 100).max(2).to_string())
+    }
+}
+
+/// The groups of each namespace, by group number, with the CPU directory
+/// of each and the weight each was given.
+#[derive(Debug, Default)]
+struct Shares {
+    namespaces: Mutex<HashMap<String, Members>>,
+}
+
+#[derive(Debug, Default)]
+struct Members {
+    dirs: HashMap<u64, PathBuf>,
+    weight: u64,
+}
+
+impl Shares {
+    /// Adds group `id` to `namespace`: it gets the namespace's weight per
+    /// group, and the namespace's other groups too when that changed.
+    fn join(&self, namespace: &str, id: u64, cpu_dir: &Path, v2: bool) -> Result<(), String> {
+        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        let members = namespaces.entry(namespace.to_string()).or_default();
+        members.dirs.insert(id, cpu_dir.to_path_buf());
+        let weight = member_weight(members.dirs.len());
+        write_weight(cpu_dir, weight, v2).map_err(|e| format!("setting the CPU weight of a control group: {e}"))?;
+        if weight != members.weight {
+            members.weight = weight;
+            reweigh(members, Some(id), v2);
+        }
+        Ok(())
+    }
+
+    /// Takes group `id` out of `namespace`, weighing the rest anew when
+    /// their share per group changed.
+    fn leave(&self, namespace: &str, id: u64, v2: bool) {
+        let mut namespaces = self.namespaces.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(members) = namespaces.get_mut(namespace) else {
+            return;
+        };
+        members.dirs.remove(&id);
+        if members.dirs.is_empty() {
+            namespaces.remove(namespace);
+            return;
+        }
+        let weight = member_weight(members.dirs.len());
+        if weight != members.weight {
+            members.weight = weight;
+            reweigh(members, None, v2);
+        }
+    }
+}
+
+/// Writes `members.weight` to every group of a namespace but `done`. A
+/// group being removed may be gone already: nothing to weigh then.
+fn reweigh(members: &Members, done: Option<u64>, v2: bool) {
+    for (id, dir) in &members.dirs {
+        if Some(*id) != done {
+            if let Err(e) = write_weight(dir, members.weight, v2) {
+                tracing::debug!(group = %dir.display(), error = %e, "cannot set a control group's CPU weight");
+            }
+        }
+    }
+}
 
 /// The cgroup filesystem as mounted on this machine.
 #[derive(Debug)]
@@ -38,6 +131,7 @@ enum Layout {
 pub struct Cgroups {
     layout: Layout,
     next: AtomicU64,
+    shares: Arc<Shares>,
 }
 
 /// Limits of one group.
@@ -87,6 +181,8 @@ impl Cgroups {
             })?;
             write(&parent.join("cgroup.subtree_control"), "+memory +pids +cpu")
                 .map_err(|e| anyhow::anyhow!("enabling controllers in {}: {e}", parent.display()))?;
+            write_weight(&leaf, NAMESPACE_WEIGHT, true)
+                .map_err(|e| anyhow::anyhow!("setting the CPU weight of {}: {e}", leaf.display()))?;
             Layout::V2 { parent }
         } else {
             let mut parents = Vec::new();
@@ -121,13 +217,15 @@ impl Cgroups {
         Ok(Cgroups {
             layout,
             next: AtomicU64::new(0),
+            shares: Arc::default(),
         })
     }
 
     /// A new group with `limits`; its `procs` files are where a sandbox's
     /// first process writes its pid.
     pub fn create(&self, limits: GroupLimits) -> Result<Group, String> {
-        let name = self.next.fetch_add(1, Ordering::Relaxed).to_string();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let name = id.to_string();
         let dirs = match &self.layout {
             Layout::V1 { memory, pids, cpu } => vec![memory.join(&name), pids.join(&name), cpu.join(&name)],
             Layout::V2 { parent } => vec![parent.join(&name)],
@@ -135,6 +233,9 @@ impl Cgroups {
         let group = Group {
             v2: matches!(self.layout, Layout::V2 { .. }),
             dirs,
+            id,
+            shares: self.shares.clone(),
+            namespace: Mutex::new(None),
         };
         for dir in &group.dirs {
             std::fs::create_dir(dir).map_err(|e| format!("making a control group: {e}"))?;
@@ -148,6 +249,8 @@ impl Cgroups {
             group.write_limit("cpu", "cpu.cfs_period_us", &CPU_PERIOD_US.to_string())?;
             group.write_limit("cpu", "cpu.cfs_quota_us", &quota.to_string())?;
         }
+        write_weight(group.dir("cpu"), NAMESPACE_WEIGHT, group.v2)
+            .map_err(|e| format!("setting the CPU weight of a control group: {e}"))?;
         Ok(group)
     }
 }
@@ -159,9 +262,31 @@ pub struct Group {
     v2: bool,
     /// v1: memory, pids, cpu; v2: the one group.
     dirs: Vec<PathBuf>,
+    /// Its number, which names it.
+    id: u64,
+    shares: Arc<Shares>,
+    /// The namespace whose CPU weight it shares, once it has one.
+    namespace: Mutex<Option<String>>,
 }
 
 impl Group {
+    /// Makes the group one of `namespace`'s, which share one namespace's
+    /// CPU weight (the module's doc): a warm shim's group when the shim is
+    /// fitted to its function, a build's when it starts. Its weight and,
+    /// when theirs changed, the namespace's other groups' are set here.
+    pub fn join_namespace(&self, namespace: &str) -> Result<(), String> {
+        let mut joined = self.namespace.lock().unwrap_or_else(|e| e.into_inner());
+        if joined.as_deref() == Some(namespace) {
+            return Ok(());
+        }
+        if let Some(before) = joined.take() {
+            self.shares.leave(&before, self.id, self.v2);
+        }
+        self.shares.join(namespace, self.id, self.dir("cpu"), self.v2)?;
+        *joined = Some(namespace.to_string());
+        Ok(())
+    }
+
     /// The `cgroup.procs` files a process joins the group through.
     pub fn procs_files(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|d| d.join("cgroup.procs")).collect()
@@ -237,6 +362,9 @@ impl Group {
 
 impl Drop for Group {
     fn drop(&mut self) {
+        if let Some(namespace) = self.namespace.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            self.shares.leave(&namespace, self.id, self.v2);
+        }
         // The processes may still be exiting: removed off the caller's thread.
         Reaper::remove(std::mem::take(&mut self.dirs));
     }
@@ -394,6 +522,64 @@ mod tests {
         // Its removal would wait for files a real cgroupfs does not hold.
         std::mem::forget(group);
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// A namespace's groups share one namespace's CPU weight, weighed anew
+    /// as their count crosses a power of two; a group of no namespace yet
+    /// (a warm shim) and the server's own weigh as a whole namespace.
+    #[test]
+    fn a_namespace_s_groups_share_one_namespace_s_cpu_weight() {
+        let root = std::env::temp_dir().join(format!("sless-cgroup-shares-{:016x}", rand::random::<u64>()));
+        let base = root.join("sless.service");
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids").unwrap();
+        let cgroups = Cgroups::start_in(&root, "0::/sless.service\n", 4_000_002).unwrap();
+        let parent = base.join("sless-4000002");
+        let weight = |group: &Group| std::fs::read_to_string(group.dirs[0].join("cpu.weight")).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(parent.join("server/cpu.weight")).unwrap(),
+            "10000"
+        );
+        let limits = GroupLimits {
+            memory_bytes: 64 << 20,
+            processes: 64,
+            cpus: 1.0,
+        };
+        let groups: Vec<Group> = (0..6).map(|_| cgroups.create(limits).unwrap()).collect();
+        let weights = |groups: &[Group]| groups.iter().map(&weight).collect::<Vec<_>>();
+        assert!(weights(&groups).iter().all(|w| w == "10000"), "{:?}", weights(&groups));
+        for group in &groups[..3] {
+            group.join_namespace("busy").unwrap();
+        }
+        groups[3].join_namespace("quiet").unwrap();
+        groups[3].join_namespace("quiet").unwrap();
+        // Three of "busy" split it as four would: 2 500 each.
+        assert_eq!(weights(&groups), ["2500", "2500", "2500", "10000", "10000", "10000"]);
+        groups[4].join_namespace("busy").unwrap();
+        assert_eq!(weights(&groups), ["2500", "2500", "2500", "10000", "2500", "10000"]);
+        let mut groups = groups;
+        for gone in [4, 0] {
+            let group = groups.remove(gone);
+            drop_without_removing(group);
+        }
+        // Two of "busy" left: 5 000 each; "quiet" and the unfitted one as they were.
+        assert_eq!(weights(&groups), ["5000", "5000", "10000", "10000"]);
+        for group in groups {
+            drop_without_removing(group);
+        }
+        assert!(
+            cgroups.shares.namespaces.lock().unwrap().is_empty(),
+            "every namespace left"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// Drops a group as its end does (it leaves its namespace) but leaves
+    /// its directory, whose removal would wait for files a real cgroupfs
+    /// does not hold.
+    fn drop_without_removing(mut group: Group) {
+        group.dirs.clear();
+        drop(group);
     }
 
     /// Plain directories stand in for groups: one that cannot go yet (a

@@ -116,8 +116,8 @@ impl Confiner {
         })
     }
 
-    /// Fits a started (generic) sandbox to a function: its memory, its /tmp
-    /// size and its network (its namespace joins the tenant's hub, or
+    /// Fits a started (generic) sandbox to a function: its memory, its
+    /// share of the CPU (its namespace's, `cgroup`), its /tmp size and its network (its namespace joins the tenant's hub, or
     /// stays loopback only with `network: none`). Any failure is the instance's failure to start.
     pub async fn fit(
         &self,
@@ -129,6 +129,7 @@ impl Confiner {
     ) -> Result<(), String> {
         if let Some(group) = &confinement.cgroup {
             group.set_memory(memory_bytes)?;
+            group.join_namespace(namespace)?;
         }
         if let Some(scratch) = &confinement.scratch {
             scratch.resize(tmp_bytes)?;

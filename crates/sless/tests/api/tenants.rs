@@ -620,3 +620,126 @@ async fn job_runs_past_the_quota_wait_their_turn() {
         "SLESS_NS_MAX_JOB_RUNS is 1: the second run started before the first ended: {runs:?}"
     );
 }
+
+/// The memory limit (bytes) and CPU weight (cgroup v2's scale) of each
+/// control group of the server's sandboxes, read from the cgroup
+/// filesystem as the driver lays it out (v1: one tree per controller, the
+/// groups numbered alike in each; v2: one tree).
+fn sandbox_groups(server_pid: u32) -> Vec<(u64, u64)> {
+    let own = std::fs::read_to_string(format!("/proc/{server_pid}/cgroup")).unwrap();
+    let read = |path: std::path::PathBuf| -> Option<u64> { std::fs::read_to_string(path).ok()?.trim().parse().ok() };
+    let numbered = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                (entries.flatten())
+                    .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                    .filter(|name| name.parse::<u64>().is_ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        // The server moved into `sless-{pid}/server`.
+        let path = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+        let parent = root.join(path.trim_start_matches('/')).parent().unwrap().to_path_buf();
+        return (numbered(&parent).iter())
+            .filter_map(|name| {
+                Some((
+                    read(parent.join(name).join("memory.max"))?,
+                    read(parent.join(name).join("cpu.weight"))?,
+                ))
+            })
+            .collect();
+    }
+    let parent = |controller: &str| {
+        let path = own
+            .lines()
+            .find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                controllers.split(',').any(|c| c == controller).then_some(path)
+            })
+            .unwrap_or("/");
+        root.join(controller)
+            .join(path.trim_start_matches('/'))
+            .join(format!("sless-{server_pid}"))
+    };
+    let (memory, cpu) = (parent("memory"), parent("cpu"));
+    (numbered(&memory).iter())
+        .filter_map(|name| {
+            let shares = read(cpu.join(name).join("cpu.shares"))?;
+            Some((
+                read(memory.join(name).join("memory.limit_in_bytes"))?,
+                shares * 100 / 1024,
+            ))
+        })
+        .collect()
+}
+
+/// The CPU weights of the groups whose memory limit is `memory_mb`, sorted.
+fn weights_of(groups: &[(u64, u64)], memory_mb: u64) -> Vec<u64> {
+    let mut weights: Vec<u64> = (groups.iter())
+        .filter(|(memory, _)| *memory == memory_mb << 20)
+        .map(|(_, weight)| *weight)
+        .collect();
+    weights.sort();
+    weights
+}
+
+/// CPU is shared by namespace: the instances of a namespace split one
+/// namespace's weight (so a tenant running many busy instances cannot
+/// crowd out one running a single instance), and the split follows the
+/// count as instances come and go. Each function has a memory size of its
+/// own here, by which its instances' groups are told apart.
+#[tokio::test]
+async fn a_namespace_s_instances_share_one_namespace_s_cpu_weight() {
+    let server = std::sync::Arc::new(Server::start(Backend::Sqlite).await);
+    let slow = b"import time\ndef handle(event, context):\n    time.sleep(event.get('secs', 0))\n    return 'done'\n";
+    let busy = json!({"runtime": "python3.11", "memory_mb": 160, "concurrency": 1, "max_instances": 4});
+    server.deploy("busy", "slow", busy, &[("handler.py", slow)]).await;
+    let quiet = json!({"runtime": "python3.11", "memory_mb": 192});
+    server.deploy("quiet", "one", quiet, &[("handler.py", slow)]).await;
+    let (status, _, text) = server.invoke(Method::POST, "/fn/quiet/one", "{}").await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let server = server.clone();
+            tokio::spawn(async move { server.invoke(Method::POST, "/fn/busy/slow", r#"{"secs": 4}"#).await })
+        })
+        .collect();
+    // Three instances of "busy" (its deploy's checked one among them)
+    // split it as four would; "quiet"'s one has a whole namespace's.
+    super::harness::eventually(Duration::from_secs(20), || async {
+        let groups = sandbox_groups(server.pid());
+        let (busy, quiet) = (weights_of(&groups, 160), weights_of(&groups, 192));
+        if busy == [2500, 2500, 2500] && quiet == [10000] {
+            Ok(())
+        } else {
+            Err(format!("busy {busy:?}, quiet {quiet:?}"))
+        }
+    })
+    .await;
+    for call in calls {
+        let (status, _, text) = call.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{text}");
+    }
+    // Its function deleted, "busy"'s instances leave; a new function's one
+    // instance has the namespace's whole weight again.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/busy/functions/slow", None)
+        .await;
+    assert!(status.is_success(), "{body}");
+    let again = json!({"runtime": "python3.11", "memory_mb": 176});
+    server.deploy("busy", "again", again, &[("handler.py", slow)]).await;
+    super::harness::eventually(Duration::from_secs(30), || async {
+        let groups = sandbox_groups(server.pid());
+        let (gone, again) = (weights_of(&groups, 160), weights_of(&groups, 176));
+        if gone.is_empty() && again == [10000] {
+            Ok(())
+        } else {
+            Err(format!("deleted function's {gone:?}, new one's {again:?}"))
+        }
+    })
+    .await;
+}
