@@ -176,6 +176,10 @@ pub struct ShimProcess {
     /// Frames for the writer task, which owns stdin.
     outbox: mpsc::UnboundedSender<Bytes>,
     pending: Mutex<HashMap<u32, Pending>>,
+    /// What its handler printed from its LOAD to its first call (its
+    /// import, as Lambda's INIT): that call's output starts with it, so it
+    /// reaches the function's log. None outside that time.
+    init_logs: Mutex<Option<CappedLogs>>,
     ready: ReadySlot,
     next_id: AtomicU32,
     alive: AtomicBool,
@@ -273,6 +277,7 @@ impl ShimProcess {
             confinement,
             outbox,
             pending: Mutex::new(HashMap::new()),
+            init_logs: Mutex::new(None),
             ready: Mutex::new(None),
             next_id: AtomicU32::new(1),
             alive: AtomicBool::new(true),
@@ -393,8 +398,12 @@ impl ShimProcess {
                 match self.pending.lock().unwrap().get_mut(&f.id) {
                     Some(p) => p.logs.push(stream, text),
                     None => {
-                        // Output of no call (a thread of the handler's, say) goes to
-                        // the server's log, one line of it at most, within its budget.
+                        // Output of no call (the handler's import, a thread of its)
+                        // goes to the server's log, one line of it at most, within
+                        // its budget; before the first call, to that call's output too.
+                        if let Some(init) = self.init_logs.lock().unwrap().as_mut() {
+                            init.push(stream, text.clone());
+                        }
                         let line = log_line(text.trim_end());
                         if logs_within(&self.log_budget, self.id, line.len()) {
                             tracing::info!(target: "sless::function", instance = self.id, "{line}")
@@ -481,6 +490,7 @@ impl ShimProcess {
     pub async fn load(&self, load: &serde_json::Value, timeout: Duration) -> Result<(), String> {
         let (tx, rx) = oneshot::channel();
         *self.ready.lock().unwrap() = Some(tx);
+        *self.init_logs.lock().unwrap() = Some(CappedLogs::default());
         let payload = serde_json::to_vec(load).map_err(|e| e.to_string())?;
         self.send(frame::encode(kind::LOAD, 0, &payload))?;
         match tokio::time::timeout(timeout, rx).await {
@@ -498,13 +508,8 @@ impl ShimProcess {
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().unwrap().insert(
-            id,
-            Pending {
-                reply: tx,
-                logs: CappedLogs::default(),
-            },
-        );
+        let logs = self.init_logs.lock().unwrap().take().unwrap_or_default();
+        self.pending.lock().unwrap().insert(id, Pending { reply: tx, logs });
         frame::set_id(&mut frame, id);
         if let Err(e) = self.send(frame.freeze()) {
             self.pending.lock().unwrap().remove(&id);

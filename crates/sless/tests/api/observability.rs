@@ -442,3 +442,51 @@ async fn retention_keeps_the_newest_records() {
     .await;
     assert_eq!(kept[0]["id"], all[0]["id"], "the newest are kept");
 }
+
+/// What a handler prints as it loads (its import, Lambda's INIT) starts the
+/// output of the first call its instance serves, so it is in the
+/// function's log and that call's record; the next call's is its own.
+#[tokio::test]
+async fn what_a_handler_prints_as_it_loads_starts_its_first_call_s_output() {
+    let server = Server::start(Backend::Sqlite).await;
+    let py =
+        b"print('connecting at import')\n\ndef handle(event, context):\n    print('in call', event)\n    return 'ok'\n";
+    let js = b"console.log('connecting at import');\nexports.handle = (event) => { console.log('in call', event); return 'ok'; };\n";
+    for (name, runtime, file, code) in [
+        ("py", "python3.11", "handler.py", &py[..]),
+        ("js", "nodejs20", "handler.js", &js[..]),
+    ] {
+        server
+            .deploy("ns", name, json!({"runtime": runtime}), &[(file, code)])
+            .await;
+        for n in [1, 2] {
+            let (status, _, text) = server
+                .invoke(Method::POST, &format!("/fn/ns/{name}"), &n.to_string())
+                .await;
+            assert_eq!(status, StatusCode::OK, "{text}");
+        }
+        let records = server.records_until("ns", name, |records| records.len() == 2).await;
+        let printed = |record: &Value| -> String {
+            (record["logs"].as_array().unwrap().iter())
+                .map(|chunk| chunk["text"].as_str().unwrap().to_string())
+                .collect()
+        };
+        // Newest first.
+        assert_eq!(
+            printed(&records[1]),
+            "connecting at import\nin call 1\n",
+            "{name}: {}",
+            records[1]
+        );
+        assert_eq!(printed(&records[0]), "in call 2\n", "{name}: {}", records[0]);
+        let path = format!("/v1/namespaces/ns/functions/{name}/logs?tail=10");
+        let response = server
+            .request(Method::GET, &path, Some(&server.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let log = response.text().await.unwrap();
+        assert!(log.contains("connecting at import"), "{name}: {log}");
+    }
+}
