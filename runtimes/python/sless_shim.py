@@ -941,7 +941,8 @@ class Shim:
         loop, which then runs on a thread of its own."""
         try:
             result = self.function.handler(*args)
-            if type(result) not in PLAIN_RESULTS and asyncio.iscoroutine(result):
+            # asyncio (3.11) takes a generator for an old-style coroutine too.
+            if type(result) not in PLAIN_RESULTS and asyncio.iscoroutine(result) and not inspect.isgenerator(result):
                 self.run_loop()
                 result = asyncio.run_coroutine_threadsafe(result, self.loop).result()
         except BaseException as exc:

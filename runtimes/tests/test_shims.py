@@ -766,6 +766,7 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         "dep": 'import depmod\n\ndef handle(event, context):\n    return depmod.greet(event["name"])\n',
         "env": 'import os\n\ndef handle(event, context):\n    return os.environ["GREETING"]\n',
         "unserializable_in_object": "def handle(event, context):\n    return {'when': object()}\n",
+        "generator": "def handle(event, context):\n    return (n for n in range(3))\n",
     }
 
     REHEARSAL = (
@@ -907,6 +908,13 @@ class PythonShimTest(ShimContract, unittest.TestCase):
         self.assertEqual(output.status, 500)
         self.assertTrue(output.json()["error"].startswith(NOT_SERIALIZABLE), output.json())
         self.assertEqual(output.json()["request_id"], "req-obj")
+
+    def test_a_generator_a_sync_handler_returns_is_a_value_not_a_coroutine(self):
+        # asyncio (3.11) takes a generator for an old-style coroutine: the
+        # call failed with "Task got bad yield: 0".
+        output = self.start("generator").invoke(1, request_id="req-gen")
+        self.assertEqual(output.status, 500)
+        self.assertEqual(output.json()["error"], NOT_SERIALIZABLE + "Object of type generator is not JSON serializable")
 
     def test_a_malformed_invoke_header_is_a_500_and_the_shim_keeps_serving(self):
         client = self.start("echo")
