@@ -359,6 +359,21 @@ function bodyAndType(body, base64) {
   return [toJson(body), JSON_TYPE];
 }
 
+// The values of a list given as headers, as strings (null and undefined left out).
+function present(values) {
+  return values.filter((value) => value !== undefined && value !== null).map(String);
+}
+
+// Lambda's other ways to give headers: `multiValueHeaders` (REST APIs: a
+// header per value, in place of the same name in `headers`) and `cookies`
+// (function URLs, HTTP APIs: a Set-Cookie each, besides those in
+// `headers`). A name's value becomes a list: a header per value.
+function setValues(headers, name, values, replace) {
+  const key = Object.keys(headers).find((k) => k.toLowerCase() === name.toLowerCase()) ?? name;
+  const before = replace || headers[key] === undefined ? [] : [].concat(headers[key]);
+  headers[key] = before.concat(values);
+}
+
 function fullResponse(result) {
   const status = result.statusCode;
   if (status < 100 || status > 599) throw new BadReturn(`handler returned an invalid statusCode: ${status}`);
@@ -369,6 +384,18 @@ function fullResponse(result) {
   const headers = {};
   for (const [name, value] of Object.entries(given)) {
     if (value !== undefined && value !== null) headers[name] = String(value);
+  }
+  const multi = result.multiValueHeaders;
+  if (multi !== undefined && multi !== null) {
+    if (typeof multi !== 'object' || Array.isArray(multi) || !Object.values(multi).every(Array.isArray)) {
+      throw new BadReturn("handler returned 'multiValueHeaders' that is not an object of lists");
+    }
+    for (const [name, values] of Object.entries(multi)) setValues(headers, name, present(values), true);
+  }
+  const cookies = result.cookies;
+  if (cookies !== undefined && cookies !== null) {
+    if (!Array.isArray(cookies)) throw new BadReturn("handler returned 'cookies' that is not a list");
+    setValues(headers, 'set-cookie', present(cookies), false);
   }
   const [body, contentType] = bodyAndType(result.body, result.isBase64Encoded);
   if (contentType && !Object.keys(headers).some((name) => name.toLowerCase() === 'content-type')) {

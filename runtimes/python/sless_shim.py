@@ -746,6 +746,17 @@ def full_response(result):
     if not isinstance(headers, dict):
         raise BadReturn("handler returned 'headers' that is not an object")
     headers = {str(name): header_value(value) for name, value in headers.items() if value is not None}
+    multi = result.get("multiValueHeaders")
+    if multi is not None:
+        if not isinstance(multi, dict) or not all(isinstance(values, list) for values in multi.values()):
+            raise BadReturn("handler returned 'multiValueHeaders' that is not an object of lists")
+        for name, values in multi.items():
+            set_values(headers, str(name), [header_value(v) for v in values if v is not None], replace=True)
+    cookies = result.get("cookies")
+    if cookies is not None:
+        if not isinstance(cookies, list):
+            raise BadReturn("handler returned 'cookies' that is not a list")
+        set_values(headers, "set-cookie", [header_value(c) for c in cookies if c is not None], replace=False)
     body = result.get("body")
     if body is None:
         payload, content_type = b"", None
@@ -760,6 +771,16 @@ def full_response(result):
     if content_type and not any(name.lower() == "content-type" for name in headers):
         headers["content-type"] = content_type
     return output_head(status, headers), payload
+
+
+def set_values(headers, name, values, replace):
+    """Lambda's other ways to give headers: `multiValueHeaders` (REST
+    APIs: a header per value, in place of the same name in `headers`) and
+    `cookies` (function URLs, HTTP APIs: a Set-Cookie each, besides those
+    in `headers`). A name's value becomes a list: a header per value."""
+    key = next((k for k in headers if k.lower() == name.lower()), name)
+    before = [] if replace or key not in headers else headers[key]
+    headers[key] = (before if isinstance(before, list) else [before]) + values
 
 
 NOT_BASE64 = "handler returned isBase64Encoded with a body that is not base64 (standard alphabet, padded)"

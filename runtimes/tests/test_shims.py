@@ -303,6 +303,24 @@ class ShimContract:
         output = self.start("full_html").invoke(1)
         self.assertEqual((output.headers, output.body), ({"Content-Type": "text/html"}, b"<p>hi</p>"))
 
+    def test_lambda_s_cookies_and_multi_value_headers_are_a_header_per_value(self):
+        client = self.start("lambda_headers")
+        output = client.invoke(1, b'"ok"')
+        self.assertEqual(output.status, 200)
+        self.assertEqual(output.headers, {
+            "Set-Cookie": ["first=0", "a=1; Path=/", "b=2"],
+            "X-One": "a",
+            "X-Multi": ["m1", "m2"],
+            "X-Num": ["1"],
+            "content-type": "text/plain; charset=utf-8",
+        })
+        for inv_id, (event, error) in enumerate([
+            (b'"bad-cookies"', "handler returned 'cookies' that is not a list"),
+            (b'"bad-multi"', "handler returned 'multiValueHeaders' that is not an object of lists"),
+        ], start=2):
+            output = client.invoke(inv_id, event)
+            self.assertEqual((output.status, output.json()["error"]), (500, error))
+
     def test_full_response_with_bytes_body(self):
         output = self.start("full_bytes").invoke(1)
         self.assertEqual((output.headers, output.body), ({"content-type": "application/octet-stream"}, b"\x00\xffraw"))
@@ -638,6 +656,17 @@ class PythonShimTest(ShimContract, unittest.TestCase):
             '    return {"statusCode": 200, "headers": {"Content-Type": "text/html"}, "body": "<p>hi</p>"}\n'
         ),
         "full_bytes": 'def handle(event, context):\n    return {"statusCode": 200, "body": b"\\x00\\xffraw"}\n',
+        "lambda_headers": (
+            "def handle(event, context):\n"
+            "    if event == 'bad-cookies':\n"
+            "        return {'statusCode': 200, 'cookies': 'a=1'}\n"
+            "    if event == 'bad-multi':\n"
+            "        return {'statusCode': 200, 'multiValueHeaders': {'x': 'not a list'}}\n"
+            "    return {'statusCode': 200, 'body': 'ok',\n"
+            "            'headers': {'Set-Cookie': 'first=0', 'X-One': 'a', 'X-Multi': 'replaced'},\n"
+            "            'multiValueHeaders': {'x-multi': ['m1', 'm2', None], 'X-Num': [1]},\n"
+            "            'cookies': ['a=1; Path=/', 'b=2']}\n"
+        ),
         "raw_echo": 'def handle(event, context):\n    return {"statusCode": 200, "body": context.raw_body}\n',
         "base64": (
             "def handle(event, context):\n"
@@ -1057,6 +1086,16 @@ class NodeShimTest(ShimContract, unittest.TestCase):
             'exports.handle = () => ({ statusCode: 200, headers: { "Content-Type": "text/html" }, body: "<p>hi</p>" });\n'
         ),
         "full_bytes": "exports.handle = () => ({ statusCode: 200, body: Buffer.from([0, 255, 114, 97, 119]) });\n",
+        "lambda_headers": (
+            "exports.handle = (event) => {\n"
+            "  if (event === 'bad-cookies') return { statusCode: 200, cookies: 'a=1' };\n"
+            "  if (event === 'bad-multi') return { statusCode: 200, multiValueHeaders: { x: 'not a list' } };\n"
+            "  return { statusCode: 200, body: 'ok',\n"
+            "    headers: { 'Set-Cookie': 'first=0', 'X-One': 'a', 'X-Multi': 'replaced' },\n"
+            "    multiValueHeaders: { 'x-multi': ['m1', 'm2', null], 'X-Num': [1] },\n"
+            "    cookies: ['a=1; Path=/', 'b=2'] };\n"
+            "};\n"
+        ),
         "raw_echo": "exports.handle = (event, context) => ({ statusCode: 200, body: context.raw_body });\n",
         "base64": (
             "exports.handle = (event) =>\n"

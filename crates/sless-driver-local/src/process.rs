@@ -53,23 +53,64 @@ pub const MAX_RESPONSE_HEADERS: usize = 1000;
 pub const BAD_OUTPUT: &str = "bad output frame";
 
 /// The head's `headers` object as pairs, in the order sent (at most
-/// [`MAX_RESPONSE_HEADERS`]).
+/// [`MAX_RESPONSE_HEADERS`]): a name's value is a string, or a list of
+/// them for a header sent once per value (`Set-Cookie`).
 fn header_pairs<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<(String, String)>, D::Error> {
+    use serde::de::{DeserializeSeed, Error};
+
+    fn push<E: Error>(pairs: &mut Vec<(String, String)>, name: &str, value: String) -> Result<(), E> {
+        if pairs.len() == MAX_RESPONSE_HEADERS {
+            return Err(E::custom(format!(
+                "the answer has more than {MAX_RESPONSE_HEADERS} headers"
+            )));
+        }
+        pairs.push((name.to_string(), value));
+        Ok(())
+    }
+
+    /// One name's value (or values), pushed as they are read.
+    struct Values<'a> {
+        name: String,
+        pairs: &'a mut Vec<(String, String)>,
+    }
+    impl<'de> DeserializeSeed<'de> for Values<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+            deserializer.deserialize_any(self)
+        }
+    }
+    impl<'de> serde::de::Visitor<'de> for Values<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a header value: a string, or a list of strings")
+        }
+        fn visit_str<E: Error>(self, value: &str) -> Result<(), E> {
+            push(self.pairs, &self.name, value.to_string())
+        }
+        fn visit_string<E: Error>(self, value: String) -> Result<(), E> {
+            push(self.pairs, &self.name, value)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while let Some(value) = seq.next_element::<String>()? {
+                push(self.pairs, &self.name, value)?;
+            }
+            Ok(())
+        }
+    }
+
     struct Pairs;
     impl<'de> serde::de::Visitor<'de> for Pairs {
         type Value = Vec<(String, String)>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("an object of header names to strings")
+            f.write_str("an object of header names to strings or lists of strings")
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(2).min(MAX_RESPONSE_HEADERS));
-            while let Some(pair) = map.next_entry()? {
-                if pairs.len() == MAX_RESPONSE_HEADERS {
-                    return Err(serde::de::Error::custom(format!(
-                        "the answer has more than {MAX_RESPONSE_HEADERS} headers"
-                    )));
-                }
-                pairs.push(pair);
+            while let Some(name) = map.next_key::<String>()? {
+                map.next_value_seed(Values {
+                    name,
+                    pairs: &mut pairs,
+                })?;
             }
             Ok(pairs)
         }
@@ -800,6 +841,18 @@ mod tests {
         let (head, _) = parse_output(payload(r#"{"status":200}"#, b"")).unwrap();
         assert!(head.headers.is_empty());
         assert!(parse_output(payload(r#"{"status":200,"headers":{"a":1}}"#, b"")).is_err());
+        // A list is a header per value (Set-Cookie), in order; only strings.
+        let (head, _) = parse_output(payload(
+            r#"{"status":200,"headers":{"set-cookie":["a=1","b=2"],"x":"y","x-m":[]}}"#,
+            b"",
+        ))
+        .unwrap();
+        let names: Vec<_> = head.headers.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        assert_eq!(names, ["set-cookie=a=1", "set-cookie=b=2", "x=y"]);
+        for bad in [r#"["a",1]"#, r#"[["a"]]"#, r#"{"a":"b"}"#, "null"] {
+            let head = format!(r#"{{"status":200,"headers":{{"x":{bad}}}}}"#);
+            assert!(parse_output(payload(&head, b"")).is_err(), "{bad}");
+        }
     }
 
     /// An HTTP response's header map panics past some 24 000 names.
@@ -812,6 +865,11 @@ mod tests {
         };
         let (kept, _) = parse_output(payload(&head(MAX_RESPONSE_HEADERS), b"")).unwrap();
         assert_eq!(kept.headers.len(), MAX_RESPONSE_HEADERS);
+        // Values of a list count one each.
+        let values: Vec<String> = (0..=MAX_RESPONSE_HEADERS).map(|i| format!("c{i}=1")).collect();
+        let listed = serde_json::json!({"status": 200, "headers": {"set-cookie": values}}).to_string();
+        let error = parse_output(payload(&listed, b"")).err().unwrap().to_string();
+        assert!(error.contains("more than 1000 headers"), "{error}");
         let error = parse_output(payload(&head(30_000), b"")).err().unwrap();
         assert!(error.to_string().contains("more than 1000 headers"), "{error}");
     }

@@ -242,9 +242,10 @@ async fn serve(
                 if k.eq_ignore_ascii_case("set-cookie") {
                     v = scoped_cookie(&v, &format!("/fn/{}/{}", key.namespace, key.name));
                 }
-                // from_bytes lowercases the name.
+                // from_bytes lowercases the name. Appended: a header the
+                // handler gave once per value (its cookies) goes out so.
                 if let (Ok(k), Ok(v)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(&v)) {
-                    out.insert(k, v);
+                    out.append(k, v);
                 }
             }
             if let Ok(v) = HeaderValue::from_str(request_id) {

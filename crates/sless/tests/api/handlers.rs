@@ -540,3 +540,34 @@ export const handler = async (event) => ({ said: greet(config.greeting, event.na
         assert!(message.contains("index.mjs:2"), "{message}");
     }
 }
+
+/// Lambda's `cookies` (function URLs) and `multiValueHeaders` (REST APIs)
+/// reach the caller as a header per value, in both runtimes; cookies are
+/// scoped to the function like any Set-Cookie a handler sends.
+#[tokio::test]
+async fn lambda_s_cookies_and_multi_value_headers_reach_the_caller() {
+    let server = Server::start(Backend::Sqlite).await;
+    let py = b"def handle(event, context):\n    return {'statusCode': 200, 'body': 'ok', 'cookies': ['a=1; Path=/', 'b=2; Domain=example.com'],\n            'multiValueHeaders': {'X-Multi': ['m1', 'm2']}}\n";
+    let js = b"exports.handle = () => ({ statusCode: 200, body: 'ok', cookies: ['a=1; Path=/', 'b=2; Domain=example.com'],\n  multiValueHeaders: { 'X-Multi': ['m1', 'm2'] } });\n";
+    for (name, runtime, file, code) in [
+        ("py", "python3.11", "handler.py", &py[..]),
+        ("js", "nodejs20", "handler.js", &js[..]),
+    ] {
+        server
+            .deploy("ns", name, json!({"runtime": runtime}), &[(file, code)])
+            .await;
+        let (status, headers, text) = server.invoke(Method::GET, &format!("/fn/ns/{name}"), "").await;
+        assert_eq!((status, text.as_str()), (StatusCode::OK, "ok"));
+        let all = |header: &str| -> Vec<String> {
+            (headers.get_all(header).iter())
+                .map(|v| v.to_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(
+            all("set-cookie"),
+            [format!("a=1; Path=/fn/ns/{name}"), format!("b=2; Path=/fn/ns/{name}")],
+            "{name}"
+        );
+        assert_eq!(all("x-multi"), ["m1", "m2"], "{name}");
+    }
+}
