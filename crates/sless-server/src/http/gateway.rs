@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::Router;
 use futures::future::{BoxFuture, Either};
 use futures::FutureExt;
@@ -64,6 +64,12 @@ impl Service<Request> for App {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        // A 2xx to CONNECT turns the connection into a tunnel (hyper hands
+        // it over as upgraded): a handler's answer would end it, body unsent.
+        if request.method() == axum::http::Method::CONNECT {
+            let refused = Error::MethodNotAllowed("CONNECT is not served: sless is no proxy".into());
+            return Either::Left(Box::pin(std::future::ready(Ok(refused.into_response()))));
+        }
         match Target::of(request.uri().path()) {
             Some(target) => Either::Left(Box::pin(invoke(self.state.clone(), target, request).map(Ok))),
             None => Either::Right(self.router.call(request)),

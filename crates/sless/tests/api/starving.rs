@@ -315,3 +315,38 @@ async fn an_upload_is_checked_in_bounded_memory_whatever_it_unpacks_to() {
         "checking the upload grew the server's peak memory by {grown} KiB"
     );
 }
+
+/// CONNECT is refused wherever it is aimed: a 2xx to it would make the
+/// connection a tunnel (a handler's 200 at `/fn` used to end it, its body
+/// unsent), and sless is no proxy. The connection serves on after it.
+#[tokio::test]
+async fn connect_is_405_and_the_connection_serves_on() {
+    let server = Server::start(Backend::Sqlite).await;
+    let code = b"def handle(event, context):\n    return {'statusCode': 200, 'body': 'hi ' + context.method}\n";
+    server
+        .deploy(
+            "ns",
+            "hi",
+            serde_json::json!({"runtime": "python3.11"}),
+            &[("handler.py", code)],
+        )
+        .await;
+    for target in ["/fn/ns/hi", "127.0.0.1:22"] {
+        let mut stream = connect(&server).await;
+        let request = format!("CONNECT {target} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\nGET /fn/ns/hi HTTP/1.1\r\nhost: x\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        let mut chunk = vec![0; 4096];
+        while !String::from_utf8_lossy(&seen).contains("hi GET") {
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+                .await
+                .expect("both answers within 10 s")
+                .unwrap();
+            assert!(n > 0, "{target}: closed after {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        let seen = String::from_utf8_lossy(&seen);
+        assert!(seen.starts_with("HTTP/1.1 405"), "{target}: {seen}");
+        assert!(seen.contains("CONNECT is not served"), "{target}: {seen}");
+    }
+}
