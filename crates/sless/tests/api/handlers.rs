@@ -497,13 +497,7 @@ async fn build_timeout_is_enforced() {
 /// A module whose top level fails is a failed deploy naming the error.
 #[tokio::test]
 async fn a_node_es_module_awaiting_at_its_top_level_loads_however_its_shim_starts() {
-    let forking = Server::start(Backend::Sqlite).await;
-    let pooled = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
-    let awaited = Server::start_with(
-        Backend::Sqlite,
-        &[("SLESS_WARM_INSTANCES", "0"), ("SLESS_NODE_ZYGOTE", "false")],
-    )
-    .await;
+    let servers = Server::node_shim_starts().await;
     let index = r#"import { greet } from 'greeter';
 const config = await new Promise((resolve) => setTimeout(() => resolve({ greeting: process.env.GREETING }), 20));
 export const handler = async (event) => ({ said: greet(config.greeting, event.name) });
@@ -521,7 +515,7 @@ export const handler = async (event) => ({ said: greet(config.greeting, event.na
     ];
     let failing =
         "await null;\nthrow new Error('no configuration for ' + 'this stage');\nexport const handler = () => 1;\n";
-    for server in [&forking, &pooled, &awaited] {
+    for server in &servers {
         let spec = json!({"runtime": "nodejs20", "entrypoint": "index.handler", "env": {"GREETING": "hello"}});
         server.deploy("ns", "tla", spec, files).await;
         let (status, _, text) = server.invoke(Method::POST, "/fn/ns/tla", r#"{"name": "you"}"#).await;

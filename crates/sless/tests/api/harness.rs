@@ -137,6 +137,22 @@ impl Server {
         server
     }
 
+    /// Three servers, one per way a Node shim starts: a fork of the Node
+    /// zygote; from the startup snapshot, waiting in the pool; from the
+    /// snapshot, started for the cold start that waits for it (no warm
+    /// shims: it is told so by a variable it removes before the handler loads).
+    pub async fn node_shim_starts() -> [Server; 3] {
+        [
+            Server::start(Backend::Sqlite).await,
+            Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await,
+            Server::start_with(
+                Backend::Sqlite,
+                &[("SLESS_WARM_INSTANCES", "0"), ("SLESS_NODE_ZYGOTE", "false")],
+            )
+            .await,
+        ]
+    }
+
     /// [`Server::start_with`], with the server's log kept in a file of the
     /// data dir (`log_file`) for the test to read.
     pub async fn start_logged(backend: Backend, env: &[(&str, &str)]) -> Server {

@@ -332,15 +332,7 @@ exports.handle = async (event) => {
 /// before it forks: a handler sees nothing of either.
 #[tokio::test]
 async fn a_node_shim_s_rehearsal_leaves_no_trace() {
-    let forking = Server::start(Backend::Sqlite).await;
-    let pooled = Server::start_with(Backend::Sqlite, &[("SLESS_NODE_ZYGOTE", "false")]).await;
-    // No warm shims: each starts for a cold start that waits for it, and is
-    // told so by a variable it removes before the handler loads.
-    let awaited = Server::start_with(
-        Backend::Sqlite,
-        &[("SLESS_WARM_INSTANCES", "0"), ("SLESS_NODE_ZYGOTE", "false")],
-    )
-    .await;
+    let servers = Server::node_shim_starts().await;
     // The pool's shims say HELLO and rehearse 5 ms later, long before this.
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     let code = r#"let calls = 0;
@@ -360,7 +352,7 @@ const overwrite = () => {
   }
 };
 "#;
-    for server in [&forking, &pooled, &awaited] {
+    for server in &servers {
         let files: &[(&str, &[u8])] = &[("handler.js", code.as_bytes())];
         server
             .deploy("ns", "first", json!({"runtime": "nodejs20"}), files)
