@@ -162,8 +162,9 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_RESPONSE_BYTES", default_value_t = 6 * 1024 * 1024)]
     pub max_response_bytes: usize,
 
-    /// Connections open at once at most; beyond it a connection gets a 503
-    /// and is closed (also capped at half the open-files limit).
+    /// Connections open at once at most; beyond it the connection idle
+    /// longest is closed to make room, or, when every one serves a request,
+    /// the new one gets a 503 (also capped at half the open-files limit).
     #[arg(long, env = "SLESS_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
 

@@ -1,6 +1,7 @@
 //! The accept loop in front of the application: at most `max_connections`
-//! open at once (beyond it a connection gets a 503 and is closed, so
-//! descriptors stay for the instances), a request's head within
+//! open at once (beyond it the connection idle longest is closed to make
+//! room, or, when every one is serving a request, the new one gets a 503
+//! and is closed, so descriptors stay for the instances), a request's head within
 //! `header_timeout` of its first byte, a kept-alive connection idle between
 //! requests for `idle_timeout` at most (longer than clients keep pooled
 //! connections, so a client never sends on a connection the server is
@@ -12,7 +13,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
@@ -41,6 +42,8 @@ pub struct Limits {
 pub struct ConnectionStats {
     pub open: AtomicU64,
     pub refused: AtomicU64,
+    /// Idle connections closed to make room for new ones.
+    pub reclaimed: AtomicU64,
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then drains.
@@ -58,6 +61,7 @@ pub async fn serve<S>(
     S::Future: Send + 'static,
 {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let open = Arc::new(Open::default());
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::pin!(shutdown);
     let mut accept_errors = 0u64;
@@ -78,43 +82,243 @@ pub async fn serve<S>(
             _ = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            stats.refused.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(refuse(stream));
-            continue;
+        let connection = Connection {
+            app: app.clone(),
+            limits: limits.clone(),
+            stats: stats.clone(),
+            stop: stop_rx.clone(),
+            open: open.clone(),
         };
-        let (app, limits, stats, mut stop) = (app.clone(), limits.clone(), stats.clone(), stop_rx.clone());
-        stats.open.fetch_add(1, Ordering::Relaxed);
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let request = request.map(|body| Body::new(TimedBody::new(body, limits.body_timeout)));
-                app.clone().call(request)
-            });
-            let io = TokioIo::new(TimedWrites::new(stream, limits.write_timeout, limits.header_timeout));
-            // hyper's head timer runs from when it waits for a head, so
-            // it is the idle timeout; the head's own deadline runs from its
-            // first byte (`TimedWrites`).
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.idle_timeout)
-                .max_buf_size(MAX_HEAD_BYTES)
-                .serve_connection(io, service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
+        match slots.clone().try_acquire_owned() {
+            Ok(slot) => {
+                tokio::spawn(connection.serve(stream, slot));
             }
-            stats.open.fetch_sub(1, Ordering::Relaxed);
-            drop(slot);
-        });
+            // Full: the connection idle longest makes room (as nginx
+            // reuses its kept-alive ones), unless every one is serving a
+            // request.
+            Err(_) if open.close_idlest() => {
+                stats.reclaimed.fetch_add(1, Ordering::Relaxed);
+                let slots = slots.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(RECLAIM_WAIT, slots.acquire_owned()).await {
+                        Ok(Ok(slot)) => connection.serve(stream, slot).await,
+                        _ => {
+                            connection.stats.refused.fetch_add(1, Ordering::Relaxed);
+                            refuse(stream).await
+                        }
+                    }
+                });
+            }
+            Err(_) => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(refuse(stream));
+            }
+        }
     }
     drop(listener);
     let _ = stop_tx.send(true);
     // Every slot back means every connection closed.
     let _ = slots.acquire_many(limits.max_connections as u32).await;
+}
+
+/// How long a connection over the limit waits for the slot of the idle
+/// one it closed (it comes back as soon as that connection's task runs).
+const RECLAIM_WAIT: Duration = Duration::from_secs(1);
+
+/// What serving one connection needs.
+struct Connection<S> {
+    app: S,
+    limits: Limits,
+    stats: Arc<ConnectionStats>,
+    stop: watch::Receiver<bool>,
+    open: Arc<Open>,
+}
+
+impl<S> Connection<S>
+where
+    S: Service<axum::extract::Request, Response = axum::response::Response, Error = std::convert::Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    /// Serves requests on `stream` until it closes, is closed for being
+    /// idle longest when the server is full, or the server stops.
+    async fn serve(self, stream: TcpStream, slot: tokio::sync::OwnedSemaphorePermit) {
+        let Connection {
+            app,
+            limits,
+            stats,
+            mut stop,
+            open,
+        } = self;
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        let (id, this) = open.add();
+        let in_service = this.clone();
+        let body_timeout = limits.body_timeout;
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let request = request.map(|body| Body::new(TimedBody::new(body, body_timeout)));
+            // In service from its head until its answer's body is dropped
+            // (sent, or the connection gone).
+            let serving = Serving::start(in_service.clone());
+            let answer = app.clone().call(request);
+            async move {
+                let response = answer.await?;
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    Body::new(ServedBody {
+                        body,
+                        _serving: serving,
+                    })
+                }))
+            }
+        });
+        let io = TokioIo::new(TimedWrites::new(stream, limits.write_timeout, limits.header_timeout));
+        // hyper's head timer runs from when it waits for a head, so
+        // it is the idle timeout; the head's own deadline runs from its
+        // first byte (`TimedWrites`).
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.idle_timeout)
+            .max_buf_size(MAX_HEAD_BYTES)
+            .serve_connection(io, service);
+        tokio::pin!(connection);
+        loop {
+            tokio::select! {
+                _ = connection.as_mut() => break,
+                _ = async { stop.wait_for(|stop| *stop).await.is_ok() } => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                    break;
+                }
+                _ = this.close.notified() => {
+                    // Requests start and end only as the connection is
+                    // polled, here: none in service now means none is
+                    // lost (a head half read is dropped with it).
+                    if !this.in_service.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    this.closing.store(false, Ordering::Relaxed);
+                }
+            }
+        }
+        open.remove(id);
+        stats.open.fetch_sub(1, Ordering::Relaxed);
+        drop(slot);
+    }
+}
+
+/// The connections open, so that the one idle longest can be closed when
+/// a new one finds every slot taken.
+struct Open {
+    epoch: std::time::Instant,
+    next: AtomicU64,
+    conns: std::sync::Mutex<std::collections::HashMap<u64, Arc<OpenConnection>>>,
+}
+
+impl Default for Open {
+    fn default() -> Self {
+        Open {
+            epoch: std::time::Instant::now(),
+            next: AtomicU64::new(0),
+            conns: Default::default(),
+        }
+    }
+}
+
+/// One open connection as [`Open`] sees it.
+struct OpenConnection {
+    open: Arc<Open>,
+    /// A request is between its head and the end of its answer (HTTP/1
+    /// serves one at a time).
+    in_service: AtomicBool,
+    /// Milliseconds after `Open::epoch` since when none has been.
+    idle_since: AtomicU64,
+    /// Asked to close and not yet found busy.
+    closing: AtomicBool,
+    close: tokio::sync::Notify,
+}
+
+impl Open {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn add(self: &Arc<Self>) -> (u64, Arc<OpenConnection>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let connection = Arc::new(OpenConnection {
+            open: self.clone(),
+            in_service: AtomicBool::new(false),
+            idle_since: AtomicU64::new(self.now()),
+            closing: AtomicBool::new(false),
+            close: tokio::sync::Notify::new(),
+        });
+        self.conns.lock().unwrap().insert(id, connection.clone());
+        (id, connection)
+    }
+
+    fn remove(&self, id: u64) {
+        self.conns.lock().unwrap().remove(&id);
+    }
+
+    /// Asks the connection without a request in service for longest to
+    /// close: one kept alive between requests, one that never sent a whole
+    /// head. False when every connection is serving a request.
+    fn close_idlest(&self) -> bool {
+        let conns = self.conns.lock().unwrap();
+        let idlest = conns
+            .values()
+            .filter(|c| !c.in_service.load(Ordering::Relaxed) && !c.closing.load(Ordering::Relaxed))
+            .min_by_key(|c| c.idle_since.load(Ordering::Relaxed));
+        let Some(idlest) = idlest else {
+            return false;
+        };
+        idlest.closing.store(true, Ordering::Relaxed);
+        idlest.close.notify_one();
+        true
+    }
+}
+
+/// Marks its connection in service while it lives.
+struct Serving(Arc<OpenConnection>);
+
+impl Serving {
+    fn start(connection: Arc<OpenConnection>) -> Serving {
+        connection.in_service.store(true, Ordering::Relaxed);
+        Serving(connection)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.0.idle_since.store(self.0.open.now(), Ordering::Relaxed);
+        self.0.in_service.store(false, Ordering::Relaxed);
+    }
+}
+
+/// An answer's body, holding its connection in service until dropped.
+struct ServedBody {
+    body: Body,
+    _serving: Serving,
+}
+
+impl HttpBody for ServedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// The longest request head (request line and headers): hyper answers 431

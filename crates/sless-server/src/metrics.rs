@@ -187,6 +187,12 @@ impl Metrics {
              # TYPE sless_connections_refused_total counter\nsless_connections_refused_total {}",
             self.connections.refused.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            out,
+            "# HELP sless_connections_reclaimed_total Idle connections closed to make room over the connection limit.\n\
+             # TYPE sless_connections_reclaimed_total counter\nsless_connections_reclaimed_total {}",
+            self.connections.reclaimed.load(Ordering::Relaxed)
+        );
     }
 }
 

@@ -1,6 +1,6 @@
 //! Starving the server: schedules that never fire, responses too large to
 //! hold, clients that never finish a request or never read the answer, and
-//! more connections than the server keeps open. Each is bounded, and the
+//! more connections than the server keeps open (idle ones make room). Each is bounded, and the
 //! server keeps serving everyone else.
 
 use std::time::Duration;
@@ -228,6 +228,39 @@ async fn slow_clients_are_timed_out() {
     assert_eq!((status, body.as_str()), (StatusCode::OK, "xxxxx"));
 }
 
+/// Starts a function's creation whose body never ends: a connection in
+/// service (its handler reads the body) for as long as the body timeout.
+async fn held_in_service(server: &Server, name: &str) -> (TcpStream, String) {
+    let body = format!(r#"{{"name": "{name}", "runtime": "python3.11"}}"#);
+    let mut stream = connect(server).await;
+    let head = format!(
+        "POST /v1/namespaces/ns/functions HTTP/1.1\r\nhost: sless\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{}",
+        server.admin,
+        body.len(),
+        &body[..1]
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    (stream, body[1..].to_string())
+}
+
+/// A `GET /healthz` on a connection of its own, answered 200 and kept open.
+async fn healthz_kept_alive(server: &Server) -> TcpStream {
+    let mut stream = connect(server).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: sless\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("answered")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stream
+}
+
 #[tokio::test]
 async fn connections_over_the_cap_get_a_503_and_the_server_raises_its_files_limit() {
     let server = Server::start_with(
@@ -235,11 +268,10 @@ async fn connections_over_the_cap_get_a_503_and_the_server_raises_its_files_limi
         &[("SLESS_MAX_CONNECTIONS", "64"), ("SLESS_HEADER_TIMEOUT_SEC", "30")],
     )
     .await;
+    // Every connection serving a request: none can make room.
     let mut held = Vec::new();
-    for _ in 0..64 {
-        let mut stream = connect(&server).await;
-        stream.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
-        held.push(stream);
+    for i in 0..64 {
+        held.push(held_in_service(&server, &format!("held-{i}")).await);
     }
     let mut over = connect(&server).await;
     let answer = String::from_utf8_lossy(&read_to_close(&mut over, 10).await).into_owned();
@@ -268,6 +300,69 @@ async fn connections_over_the_cap_get_a_503_and_the_server_raises_its_files_limi
         .split_whitespace()
         .collect();
     assert_eq!(files[3], files[4], "soft limit raised to the hard one: {limits}");
+}
+
+#[tokio::test]
+async fn idle_connections_make_room_when_the_server_is_full() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_MAX_CONNECTIONS", "64"), ("SLESS_HEADER_TIMEOUT_SEC", "30")],
+    )
+    .await;
+    // The oldest connection serves a request (its body on the way)...
+    let (mut serving, rest) = held_in_service(&server, "kept").await;
+    // ...then come connections that hold a slot without a request in
+    // service: 31 that never send a byte, 16 kept alive after an answer,
+    // 16 with half a head.
+    let mut silent = Vec::new();
+    for _ in 0..31 {
+        silent.push(connect(&server).await);
+    }
+    let mut kept_alive = Vec::new();
+    for _ in 0..16 {
+        kept_alive.push(healthz_kept_alive(&server).await);
+    }
+    let mut half_heads = Vec::new();
+    for _ in 0..16 {
+        let mut stream = connect(&server).await;
+        stream.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+        half_heads.push(stream);
+    }
+
+    // The server is full, yet new callers are served: each closes the
+    // connection idle longest, and keeps its own open after its answer.
+    let mut callers = Vec::new();
+    for _ in 0..40 {
+        callers.push(healthz_kept_alive(&server).await);
+    }
+    // Idle longest went first: the silent ones, then those kept alive
+    // (the harness's own pooled connections, older still, may have gone
+    // before them); those sending half a head are newer, and stay.
+    for (i, stream) in silent.iter_mut().chain(kept_alive.iter_mut().take(6)).enumerate() {
+        let mut byte = [0; 1];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "idle connection {i} was left open: {read:?}"
+        );
+    }
+    for stream in &mut half_heads {
+        let mut byte = [0; 1];
+        let read = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut byte)).await;
+        assert!(read.is_err(), "a newer idle connection was closed first: {read:?}");
+    }
+    let reclaimed = server.metric("sless_connections_reclaimed_total").await;
+    assert!(reclaimed.is_some_and(|n| n >= 40.0), "{reclaimed:?}");
+
+    // The one in service was never closed: its body ends, it is answered.
+    serving.write_all(rest.as_bytes()).await.unwrap();
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), serving.read(&mut buf))
+        .await
+        .expect("the request in service is answered")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer}");
 }
 
 /// The server's peak resident memory in KiB (VmHWM).
