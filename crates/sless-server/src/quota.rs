@@ -12,11 +12,10 @@
 use std::time::Duration;
 
 use sless_api::{FunctionSpec, JobPhase, JobStatus};
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::cluster::turns::{NamespaceLock, TURN_WAIT};
 use crate::error::{Error, Result};
-use crate::state::{AppState, Gates};
+use crate::state::{AppState, Gates, Place};
 use crate::store::Kind;
 
 /// A namespace's turn, ended by dropping it.
@@ -24,7 +23,7 @@ pub struct Turn {
     // Fields drop in order: the replicas' lock is let go before this
     // replica's next turn in the namespace may ask for it.
     _replicas: Option<NamespaceLock>,
-    _here: OwnedSemaphorePermit,
+    _here: Place,
 }
 
 /// Waits for the namespace's turn to check a quota and make the change it
@@ -48,13 +47,18 @@ pub async fn turn(state: &AppState, ns: &str) -> Result<Turn> {
 /// This replica's turn in `ns`, waited for `within` at most: a change that
 /// hangs (a stuck store) holds up its namespace's others that long, and
 /// no other namespace's.
-async fn turn_here(turns: &Gates, ns: &str, within: Duration) -> Result<OwnedSemaphorePermit> {
-    tokio::time::timeout(within, turns.enter(ns)).await.map_err(|_| {
-        refused(
+async fn turn_here(turns: &Gates, ns: &str, within: Duration) -> Result<Place> {
+    match tokio::time::timeout(within, turns.enter(ns)).await {
+        Ok(Ok(place)) => Ok(place),
+        Ok(Err(full)) => Err(refused(
+            ns,
+            format_args!("{} of its other changes wait on this replica", full.waiting),
+        )),
+        Err(_) => Err(refused(
             ns,
             format_args!("its other changes on this replica held its turn for over {within:?}"),
-        )
-    })
+        )),
+    }
 }
 
 /// The 503 of a turn not had in time.

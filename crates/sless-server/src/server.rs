@@ -16,6 +16,10 @@ use crate::{auth, blobs, http, store};
 /// to `SLESS_MAX_UPLOAD_BYTES`, until checked); more wait their turn.
 const UPLOADS_PER_NAMESPACE: usize = 2;
 
+/// Code uploads of one namespace that wait for a turn (holding their
+/// connection, their bodies unread); more are refused (429) at once.
+const UPLOADS_WAITING_PER_NAMESPACE: usize = 8;
+
 /// Runs the server until a shutdown signal; returns once in-flight requests
 /// have finished (or the grace period ran out).
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -180,7 +184,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         admin_hash,
         secrets,
         follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
-        uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE),
+        uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE).waiting_at_most(UPLOADS_WAITING_PER_NAMESPACE),
         quota_turns: crate::state::Gates::new(1),
     });
     tracing::info!(%addr, database = %redact(&state.config.database_url()),

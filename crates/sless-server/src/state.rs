@@ -96,34 +96,132 @@ impl Drop for Slot {
 }
 
 /// Lets a few of each namespace's requests in at a time; the rest wait,
-/// holding nothing but their connection.
+/// holding nothing but their connection, up to a number of them.
 pub struct Gates {
     most: usize,
-    gates: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<tokio::sync::Semaphore>>>,
+    most_waiting: usize,
+    gates: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<Gate>>>,
+}
+
+/// One namespace's places, and how many wait for one.
+struct Gate {
+    places: Arc<tokio::sync::Semaphore>,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+/// A place behind a gate, given back when dropped.
+pub struct Place {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _gate: Arc<Gate>,
+}
+
+/// As many requests as a gate lets wait already wait.
+#[derive(Debug)]
+pub struct GateFull {
+    pub waiting: usize,
 }
 
 impl Gates {
+    /// `most` places per namespace; any number may wait for one.
     pub fn new(most: usize) -> Gates {
         Gates {
             most,
+            most_waiting: usize::MAX,
             gates: Default::default(),
         }
     }
 
-    /// Waits for one of `namespace`'s places; it is given back when dropped.
-    pub async fn enter(&self, namespace: &str) -> tokio::sync::OwnedSemaphorePermit {
+    /// At most `waiting` requests per namespace wait for a place; more are
+    /// refused at once.
+    pub fn waiting_at_most(self, waiting: usize) -> Gates {
+        Gates {
+            most_waiting: waiting,
+            ..self
+        }
+    }
+
+    pub fn most(&self) -> usize {
+        self.most
+    }
+
+    /// Waits for one of `namespace`'s places, or says at once that as many
+    /// as may wait already do.
+    pub async fn enter(&self, namespace: &str) -> Result<Place, GateFull> {
+        use std::sync::atomic::Ordering;
         let gate = {
             let mut gates = self.gates.lock().unwrap();
             match gates.get(namespace).and_then(std::sync::Weak::upgrade) {
                 Some(gate) => gate,
                 None => {
                     gates.retain(|_, gate| gate.strong_count() > 0);
-                    let gate = Arc::new(tokio::sync::Semaphore::new(self.most));
+                    let gate = Arc::new(Gate {
+                        places: Arc::new(tokio::sync::Semaphore::new(self.most)),
+                        waiting: Default::default(),
+                    });
                     gates.insert(namespace.to_string(), Arc::downgrade(&gate));
                     gate
                 }
             }
         };
-        gate.acquire_owned().await.expect("a gate is never closed")
+        if let Ok(permit) = gate.places.clone().try_acquire_owned() {
+            return Ok(Place {
+                _permit: permit,
+                _gate: gate,
+            });
+        }
+        let waiting = gate.waiting.fetch_add(1, Ordering::Relaxed);
+        // Counted down however the wait ends (had, or its request dropped).
+        struct Waits<'a>(&'a std::sync::atomic::AtomicUsize);
+        impl Drop for Waits<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        let waits = Waits(&gate.waiting);
+        if waiting >= self.most_waiting {
+            return Err(GateFull { waiting });
+        }
+        let permit = gate
+            .places
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("a gate is never closed");
+        drop(waits);
+        Ok(Place {
+            _permit: permit,
+            _gate: gate,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    /// A gate lets `most` in, `most_waiting` wait, and refuses more at
+    /// once; a wait given up (its request gone) is no longer counted.
+    #[tokio::test]
+    async fn a_gate_counts_those_waiting_until_they_stop() {
+        let gates = Gates::new(1).waiting_at_most(1);
+        let inside = gates.enter("a").now_or_never().expect("a free place is had at once");
+        assert!(inside.is_ok());
+        {
+            let mut waiting = Box::pin(gates.enter("a"));
+            assert!((&mut waiting).now_or_never().is_none(), "had a place that is taken");
+            match gates.enter("a").now_or_never() {
+                Some(Err(GateFull { waiting: 1 })) => {}
+                other => panic!("a second waiter was not refused: {:?}", other.map(|r| r.is_ok())),
+            }
+            // Another namespace's places are its own.
+            assert!(matches!(gates.enter("b").now_or_never(), Some(Ok(_))));
+        }
+        // The waiter above gave up: one may wait again, and has the place
+        // once it is given back.
+        let mut waiting = Box::pin(gates.enter("a"));
+        assert!((&mut waiting).now_or_never().is_none());
+        drop(inside);
+        assert!(waiting.await.is_ok());
     }
 }

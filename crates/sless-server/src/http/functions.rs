@@ -288,7 +288,8 @@ async fn remove_archives(state: &AppState, ns: &str, name: &str) {
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name")),
     request_body(content = Vec<u8>, content_type = "application/zip"),
     responses((status = 202, body = Function), (status = 400, body = sless_api::ErrorBody, description = "An upload rule was broken; `entry` and `rule` say which"),
-        (status = 404, body = sless_api::ErrorBody), (status = 413, body = sless_api::ErrorBody)),
+        (status = 404, body = sless_api::ErrorBody), (status = 413, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = "The namespace has as many uploads under way and waiting as it may")),
     security(("bearer" = [])))]
 pub async fn upload_code(
     State(state): State<Arc<AppState>>,
@@ -296,10 +297,17 @@ pub async fn upload_code(
     request: axum::extract::Request,
 ) -> Result<(StatusCode, Json<Function>)> {
     // A body is held whole until it is checked: a namespace reads a few at
-    // a time, the others waiting before their bytes are read (the body's
-    // timeout starts with its reading).
+    // a time, a few others waiting before their bytes are read (the body's
+    // timeout starts with its reading), and more are refused.
     RawBody::within_declared(&request, &state)?;
-    let _turn = state.uploads.enter(&ns).await;
+    let _turn = state.uploads.enter(&ns).await.map_err(|full| Error::TooManyRequests {
+        message: format!(
+            "namespace {ns} has {} code uploads under way and {} waiting, the most it may; try again when one is done",
+            state.uploads.most(),
+            full.waiting
+        ),
+        retry_after: 5,
+    })?;
     let RawBody(zip) = <RawBody as axum::extract::FromRequest<_>>::from_request(request, &state).await?;
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
     let status = state.deployer.upload(&FunctionKey::new(&ns, &name), zip).await?;

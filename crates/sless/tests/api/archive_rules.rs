@@ -153,7 +153,8 @@ async fn upload_size_limit_is_413(backend: Backend) {
 /// namespace's goes on. Seen through the body's timeout, which starts with
 /// its reading: three uploads that send their head and stop, two answered
 /// when their bodies time out, the third only once it had its turn and its
-/// own body timed out too.
+/// own body timed out too. Eight wait at most: the eleventh is refused at
+/// once.
 #[tokio::test]
 async fn a_namespace_has_two_uploads_under_way_at_most() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -169,17 +170,38 @@ async fn a_namespace_has_two_uploads_under_way_at_most() {
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
     let address = server.url.trim_start_matches("http://").to_string();
-    let mut stalled = Vec::new();
-    for _ in 0..3 {
-        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    // An upload that sends its head and two bytes of its body, then stops.
+    async fn stall(address: &str, admin: &str) -> tokio::net::TcpStream {
+        let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
         let head = format!(
             "PUT /v1/namespaces/ns/functions/fn1/code HTTP/1.1\r\nhost: {address}\r\n\
-             authorization: Bearer {}\r\ncontent-type: application/zip\r\ncontent-length: 1000000\r\n\r\nPK",
-            server.admin
+             authorization: Bearer {admin}\r\ncontent-type: application/zip\r\ncontent-length: 1000000\r\n\r\nPK"
         );
         stream.write_all(head.as_bytes()).await.unwrap();
-        stalled.push(stream);
+        stream
     }
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        stalled.push(stall(&address, &server.admin).await);
+    }
+    // Seven more wait behind the third; the eleventh upload is refused.
+    let mut queued = Vec::new();
+    for _ in 0..7 {
+        queued.push(stall(&address, &server.admin).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut refused = stall(&address, &server.admin).await;
+    let mut reply = vec![0; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(5), refused.read(&mut reply))
+        .await
+        .expect("the upload past those waiting waited too")
+        .unwrap();
+    let reply = String::from_utf8_lossy(&reply[..n]);
+    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
+    assert!(
+        reply.contains("namespace ns has 2 code uploads under way and 8 waiting"),
+        "{reply}"
+    );
     // Meanwhile another namespace's upload goes through.
     let zip = zip_of(&[("handler.py", b"def handle(e, c):\n    return 1\n")]);
     let (status, body) = server.upload("other", "fn1", zip).await;
