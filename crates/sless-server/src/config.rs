@@ -265,6 +265,14 @@ pub struct Config {
     #[arg(long, env = "SLESS_NS_MAX_TRIGGERS", default_value_t = 400)]
     pub ns_max_triggers: u32,
 
+    /// Calls of one namespace's functions through `/fn` under way at once
+    /// on this replica (each holds a connection, from its head to its
+    /// answer, queued or running); another is a 429, as Lambda's
+    /// concurrency limit. Keeps one tenant's slow functions, or a flood of
+    /// calls to them, from taking every connection the server has.
+    #[arg(long, env = "SLESS_NS_MAX_CALLS", default_value_t = 1000)]
+    pub ns_max_calls: u32,
+
     /// Pre-started generic interpreters kept per runtime for fast cold starts.
     #[arg(long, env = "SLESS_WARM_INSTANCES", default_value_t = 2)]
     pub warm_instances: usize,
@@ -553,6 +561,7 @@ impl Config {
             ("SLESS_NS_MAX_BUILDS", self.ns_max_builds, 1, 64),
             ("SLESS_NS_MAX_JOB_RUNS", self.ns_max_job_runs, 1, u32::MAX),
             ("SLESS_NS_MAX_TRIGGERS", self.ns_max_triggers, 1, u32::MAX),
+            ("SLESS_NS_MAX_CALLS", self.ns_max_calls, 1, u32::MAX),
         ] {
             if !(lo..=hi).contains(&value) {
                 anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");

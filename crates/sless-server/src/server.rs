@@ -166,6 +166,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         },
     )
     .await;
+    let ns_max_calls = config.ns_max_calls as usize;
     let state = Arc::new(AppState {
         config,
         store,
@@ -184,6 +185,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         admin_hash,
         secrets,
         follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
+        calls: Arc::new(crate::state::Slots::new(ns_max_calls)),
         uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE).waiting_at_most(UPLOADS_WAITING_PER_NAMESPACE),
         quota_turns: crate::state::Gates::new(1),
     });

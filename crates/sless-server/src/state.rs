@@ -36,6 +36,8 @@ pub struct AppState {
     pub secrets: Arc<crate::secrets::Secrets>,
     /// Log streams open (`logs?follow=true`), per namespace.
     pub follows: Arc<Slots>,
+    /// Calls through `/fn` under way, per namespace.
+    pub calls: Arc<Slots>,
     /// Code uploads under way (their bodies read and held), per namespace.
     pub uploads: Gates,
     /// Changes counted against a namespace's quotas, one at a time per
@@ -61,7 +63,10 @@ impl Slots {
     /// A slot of `namespace`'s, or None when it holds all of its own.
     pub fn take(self: &Arc<Self>, namespace: &str) -> Option<Slot> {
         let mut held = self.held.lock().unwrap();
-        let count = held.entry(namespace.to_string()).or_default();
+        let count = match held.get_mut(namespace) {
+            Some(count) => count,
+            None => held.entry(namespace.to_string()).or_default(),
+        };
         if *count >= self.most {
             return None;
         }

@@ -132,7 +132,7 @@ impl Target {
         (status = 202, body = sless_api::AsyncAccepted, description = "Asynchronous call stored; its record is at `Location`"),
         (status = 400, body = sless_api::ErrorBody, description = "A bad X-Sless-Invocation-Type"),
         (status = 404, body = sless_api::ErrorBody),
-        (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting, the namespace runs as many instances as its quotas allow (SLESS_NS_MAX_INSTANCES, SLESS_NS_MAX_MEMORY_MB), or its asynchronous backlog is full (SLESS_ASYNC_MAX_BACKLOG); Retry-After"),
+        (status = 413, body = sless_api::ErrorBody), (status = 429, body = sless_api::ErrorBody, description = "Too many requests waiting, the namespace has SLESS_NS_MAX_CALLS calls under way, or runs as many instances as its quotas allow (SLESS_NS_MAX_INSTANCES, SLESS_NS_MAX_MEMORY_MB), or its asynchronous backlog is full (SLESS_ASYNC_MAX_BACKLOG); Retry-After"),
         (status = 502, body = sless_api::ErrorBody, description = "The handler crashed or failed to start (details in the invocation record under request_id)"),
         (status = 503, body = sless_api::ErrorBody, description = super::openapi::invoke_unavailable()),
         (status = 504, body = sless_api::ErrorBody, description = "The handler ran past timeout_sec")))]
@@ -183,6 +183,15 @@ async fn serve(
             retry_after: None,
         });
     }
+    // Counted from here (its body is read next) until it is answered.
+    let _call = state.calls.take(&key.namespace).ok_or_else(|| Error::TooManyRequests {
+        message: format!(
+            "namespace {} has {} calls under way, the most it may at once (the server's SLESS_NS_MAX_CALLS); try again when some are done",
+            key.namespace,
+            state.calls.most()
+        ),
+        retry_after: 1,
+    })?;
     let asynchronous = is_asynchronous(&parts.headers)?;
     let (limit, what, setting) = if asynchronous {
         (

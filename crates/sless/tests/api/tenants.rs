@@ -743,3 +743,51 @@ async fn a_namespace_s_instances_share_one_namespace_s_cpu_weight() {
     })
     .await;
 }
+
+/// A namespace's calls through `/fn` under way at once are bounded (each
+/// holds a connection of the server's): past the bound a call is a 429
+/// naming it, another namespace's calls go on, and the namespace's calls
+/// are taken again once some are answered.
+#[tokio::test]
+async fn a_namespace_s_calls_under_way_are_bounded_and_leave_others_theirs() {
+    const SLOW: &[u8] =
+        b"import time\n\ndef handle(event, context):\n    time.sleep(event.get('s', 0))\n    return 'done'\n";
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_NS_MAX_CALLS", "2")]).await;
+    for ns in ["busy", "calm"] {
+        server
+            .deploy(
+                ns,
+                "slow",
+                json!({"runtime": "python3.11", "max_instances": 4}),
+                &[("handler.py", SLOW)],
+            )
+            .await;
+    }
+    let under_way: Vec<_> = (0..2)
+        .map(|_| {
+            let request = server.request(Method::POST, "/fn/busy/slow", None).body(r#"{"s": 4}"#);
+            tokio::spawn(async move {
+                let response = request.send().await.unwrap();
+                (response.status(), response.text().await.unwrap())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let (status, headers, body) = server.invoke(Method::POST, "/fn/busy/slow", "{}").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(
+        body.contains("namespace busy has 2 calls under way") && body.contains("SLESS_NS_MAX_CALLS"),
+        "{body}"
+    );
+    assert_eq!(headers["retry-after"], "1");
+    let (status, _, body) = server.invoke(Method::POST, "/fn/calm/slow", "{}").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"done\""));
+
+    for call in under_way {
+        let (status, body) = call.await.unwrap();
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "\"done\""));
+    }
+    let (status, _, body) = server.invoke(Method::POST, "/fn/busy/slow", "{}").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "\"done\""), "slots came back");
+}
