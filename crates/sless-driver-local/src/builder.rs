@@ -11,7 +11,7 @@ use sless_api::Runtime;
 use tokio::io::AsyncReadExt;
 
 use super::cgroup::GroupLimits;
-use super::confine::Confinement;
+use super::confine::{Confinement, Scratch};
 use super::launcher::Launcher;
 use super::sandbox::{make_owned_dir, Limits, Spec};
 use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
@@ -45,6 +45,8 @@ pub struct Builder {
     npm: String,
     /// Added to each build's environment.
     env: Vec<(String, String)>,
+    /// Most a build that installs writes into its directory.
+    max_build_bytes: u64,
 }
 
 impl Builder {
@@ -54,6 +56,7 @@ impl Builder {
         python: String,
         npm: String,
         env: Vec<(String, String)>,
+        max_build_bytes: u64,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&artifacts_dir)?;
         // Leftovers of builds and fetches interrupted by a crash.
@@ -73,6 +76,7 @@ impl Builder {
             python,
             npm,
             env,
+            max_build_bytes,
         })
     }
 
@@ -126,8 +130,22 @@ impl Builder {
     }
 
     async fn build_in(&self, job: &BuildJob, work: &Path, uid: Option<u32>) -> Result<String, BuildError> {
+        // Installing runs the code's own scripts (a package's setup.py,
+        // npm's install scripts), which could write until the server's disk
+        // is full: such a build runs in a sized tmpfs, copied to `work`
+        // once the install has ended. One that installs nothing writes the
+        // unpacked archive (bounded by the upload rules) and bytecode.
+        let deadline = tokio::time::Instant::now() + job.timeout;
+        let space = if installs(job) {
+            self.launcher
+                .build_space(uid, self.max_build_bytes)
+                .map_err(BuildError::Internal)?
+        } else {
+            None
+        };
+        let dir = space.as_ref().map_or(work, |space| space.path.as_path());
         let archive = job.archive.clone();
-        let target = work.to_path_buf();
+        let target = dir.to_path_buf();
         let files = tokio::task::spawn_blocking(move || unpack(&archive, &target, uid))
             .await
             .map_err(|e| BuildError::Internal(e.to_string()))?
@@ -135,12 +153,15 @@ impl Builder {
                 log_tail: format!("unpacking the archive: {e}"),
             })?;
         let mut log = format!("unpacked {files} files\n");
-        let install = install_step(job.runtime, work, &self.python, &self.npm);
+        let install = install_step(job.runtime, dir, &self.python, &self.npm);
         if install.is_none() {
             log.push_str("no dependencies to install\n");
         }
         let compile = compile_step(job.runtime, &self.python);
         if install.is_none() && compile.is_none() {
+            if let Some(space) = space {
+                self.copy_out(space, work, uid, deadline, job, &log).await?;
+            }
             return Ok(log);
         }
         // A network namespace like an instance's: the package registries
@@ -157,20 +178,39 @@ impl Builder {
                 .join_namespace(&job.key.namespace)
                 .map_err(|e| BuildError::Internal(format!("confining the build: {e}")))?;
         }
-        let at = Steps {
-            work,
-            confinement: &confinement,
-            deadline: tokio::time::Instant::now() + job.timeout,
-            timeout: job.timeout,
-        };
         if let Some((program, args)) = install {
+            let at = Steps {
+                work: dir,
+                confinement: &confinement,
+                deadline,
+                timeout: job.timeout,
+            };
             let status = self.run_step(program, args, &at, &mut log).await?;
+            if space.as_ref().is_some_and(Scratch::full) {
+                log.push_str(&format!(
+                    "the build wrote as much into the function's directory as it may: {} MiB (the server's SLESS_MAX_BUILD_MB)\n",
+                    self.max_build_bytes >> 20
+                ));
+                if status.success() {
+                    // Whatever it left out would be missed at run time.
+                    return Err(BuildError::Failed { log_tail: tail(&log) });
+                }
+            }
             if !status.success() {
                 return Err(BuildError::Failed {
                     log_tail: format!("{program} {}: {}", exit_text(status), tail(&log)),
                 });
             }
         }
+        if let Some(space) = space {
+            self.copy_out(space, work, uid, deadline, job, &log).await?;
+        }
+        let at = Steps {
+            work,
+            confinement: &confinement,
+            deadline,
+            timeout: job.timeout,
+        };
         if let Some((program, args)) = compile {
             let stopped = match self.compile_in_fork(&at, &mut log).await? {
                 Some(stopped) => stopped,
@@ -182,6 +222,26 @@ impl Builder {
             compiled(stopped, &mut log);
         }
         Ok(log)
+    }
+
+    /// Copies the build's directory from its tmpfs to `work` on disk and
+    /// unmounts the tmpfs.
+    async fn copy_out(
+        &self,
+        space: Scratch,
+        work: &Path,
+        uid: Option<u32>,
+        deadline: tokio::time::Instant,
+        job: &BuildJob,
+        log: &str,
+    ) -> Result<(), BuildError> {
+        copy_tree(&space.path, work, uid, deadline).await.map_err(|e| match e {
+            None => BuildError::TimedOut {
+                after: job.timeout,
+                log_tail: tail(log),
+            },
+            Some(e) => BuildError::Internal(format!("copying the build to disk: {e}")),
+        })
     }
 
     /// Runs the compile step (`PYTHON_COMPILE`) in a fork of the Python
@@ -270,6 +330,51 @@ impl Builder {
             }),
         }
     }
+}
+
+/// Whether the build runs an install step (the code holds the runtime's
+/// dependency file, `install_step`'s test, read from the archive).
+fn installs(job: &BuildJob) -> bool {
+    let file = match job.runtime {
+        Runtime::Python311 => "requirements.txt",
+        Runtime::Nodejs20 => "package.json",
+    };
+    zip::ZipArchive::new(std::io::Cursor::new(&job.archive[..]))
+        .is_ok_and(|archive| archive.index_for_name(file).is_some())
+}
+
+/// Copies a build's directory `from` (a tmpfs) into `to` on disk, as the
+/// build's uid (what the build left there is its code, symbolic links
+/// copied as links: done as root, a link swapped in by a process the build
+/// left behind could make it write anywhere). Err(None): past `deadline`.
+async fn copy_tree(
+    from: &Path,
+    to: &Path,
+    uid: Option<u32>,
+    deadline: tokio::time::Instant,
+) -> Result<(), Option<String>> {
+    let mut copy = tokio::process::Command::new("cp");
+    copy.arg("-a")
+        .arg("--")
+        .arg(from.join("."))
+        .arg(to)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(uid) = uid {
+        copy.uid(uid).gid(uid);
+    }
+    let copied = copy.output();
+    let output = tokio::time::timeout_at(deadline, copied)
+        .await
+        .map_err(|_| None)?
+        .map_err(|e| Some(format!("running cp: {e}")))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    let error = String::from_utf8_lossy(&output.stderr[..output.stderr.len().min(2000)]).into_owned();
+    Err(Some(format!("cp {}: {}", exit_text(output.status), error.trim())))
 }
 
 /// Where a build's steps run, and until when.

@@ -162,10 +162,28 @@ pub struct Scratch {
 
 impl Scratch {
     fn mount(path: PathBuf, uid: Option<u32>, bytes: u64) -> Result<Scratch, String> {
+        let scratch = Scratch::mount_sized(path, uid, bytes, 65_536, 0o700)
+            .map_err(|e| format!("mounting the instance's /tmp: {e}"))?;
+        for dir in ["tmp", "shm"] {
+            super::sandbox::make_owned_dir(&scratch.path.join(dir), uid)
+                .map_err(|e| format!("preparing the instance's /tmp: {e}"))?;
+        }
+        Ok(scratch)
+    }
+
+    /// A tmpfs of `bytes` and `inodes` at most at `path` (made here), its
+    /// root `uid`'s, of `mode`.
+    pub(crate) fn mount_sized(
+        path: PathBuf,
+        uid: Option<u32>,
+        bytes: u64,
+        inodes: u64,
+        mode: u32,
+    ) -> Result<Scratch, String> {
         use rustix::mount::{mount, MountFlags};
-        std::fs::create_dir_all(&path).map_err(|e| format!("making the scratch mount point: {e}"))?;
+        std::fs::create_dir_all(&path).map_err(|e| format!("making the mount point: {e}"))?;
         let owner = uid.map(|u| format!(",uid={u},gid={u}")).unwrap_or_default();
-        let options = std::ffi::CString::new(format!("size={bytes},mode=0700,nr_inodes=65536{owner}"))
+        let options = std::ffi::CString::new(format!("size={bytes},mode={mode:o},nr_inodes={inodes}{owner}"))
             .map_err(|e| e.to_string())?;
         mount(
             "sless-tmp",
@@ -174,13 +192,13 @@ impl Scratch {
             MountFlags::NOSUID | MountFlags::NODEV,
             Some(options.as_c_str()),
         )
-        .map_err(|e| format!("mounting the instance's /tmp: {e}"))?;
-        let scratch = Scratch { path };
-        for dir in ["tmp", "shm"] {
-            super::sandbox::make_owned_dir(&scratch.path.join(dir), uid)
-                .map_err(|e| format!("preparing the instance's /tmp: {e}"))?;
-        }
-        Ok(scratch)
+        .map_err(|e| e.to_string())?;
+        Ok(Scratch { path })
+    }
+
+    /// Whether it has (about) no room left, in bytes or in files.
+    pub fn full(&self) -> bool {
+        rustix::fs::statvfs(&self.path).is_ok_and(|at| at.f_bavail * at.f_bsize < 1 << 20 || at.f_favail == 0)
     }
 
     /// A new size (a tmpfs holding more than that refuses the remount).

@@ -9,7 +9,7 @@ use sless_api::Runtime;
 
 use super::cgroup::GroupLimits;
 use super::code_mount::{ArtifactHolds, CodeMounter};
-use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings};
+use super::confine::{unmount_all_under, Confinement, Confiner, IsolationSettings, Scratch};
 use super::network::HubOf;
 use super::process::ShimProcess;
 use super::sandbox::{make_owned_dir, Limits, Sandbox, Spec};
@@ -128,6 +128,10 @@ pub struct NodeStart {
 pub fn node_heap_for(memory_mb: u32) -> u32 {
     node_heap_mb(node_memory_class(memory_mb))
 }
+
+/// Files a build's directory may hold (`node_modules` trees run to tens of
+/// thousands; each costs the build's memory some).
+const BUILD_SPACE_INODES: u64 = 500_000;
 
 /// Knows where runtimes, shims and slots are, and how to start a shim.
 pub struct Launcher {
@@ -515,6 +519,22 @@ impl Launcher {
             .join(format!("build-{:016x}.tmp", rand::random::<u64>()));
         let hub = internet.then_some(HubOf::Builds);
         self.confiner.confine(uid, limits, scratch, tmp_bytes, hub).await
+    }
+
+    /// A tmpfs of `bytes` for a build's directory, among this server's
+    /// slots, `uid`'s; None when the server mounts none (not root).
+    pub fn build_space(&self, uid: Option<u32>, bytes: u64) -> Result<Option<Scratch>, String> {
+        if !self.confiner.mounts_tmpfs() {
+            return Ok(None);
+        }
+        let path = self
+            .scratch_dir
+            .join(format!("build-{:016x}.code", rand::random::<u64>()));
+        // As the directory it is copied into (`cp -a` gives it this mode):
+        // instances of other uids read an artifact.
+        Scratch::mount_sized(path, uid, bytes, BUILD_SPACE_INODES, 0o755)
+            .map(Some)
+            .map_err(|e| format!("mounting the build's directory: {e}"))
     }
 
     /// Runs Python `source` in a fork of the Python zygote confined as

@@ -72,6 +72,8 @@ pub struct LocalSettings {
     /// Added to the environment of every build (a package index or
     /// registry other than pip's and npm's defaults).
     pub build_env: Vec<(String, String)>,
+    /// Most a build writes into its function's directory (see `builder`).
+    pub max_build_bytes: u64,
     pub warm_per_runtime: usize,
     /// Fork Python instances from a zygote (see `zygote`).
     pub python_zygote: bool,
@@ -124,6 +126,7 @@ impl LocalDriver {
             settings.python.clone(),
             settings.npm.clone(),
             settings.build_env.clone(),
+            settings.max_build_bytes,
         )?;
         let warm = WarmPools::start(settings.warm_per_runtime, launcher.clone());
         tracing::info!(

@@ -156,6 +156,7 @@ async fn local_driver(dir: &std::path::Path, version: &Deployment) -> Arc<dyn Dr
             node: "/usr/bin/node".into(),
             npm: "/usr/bin/npm".into(),
             build_env: Vec::new(),
+            max_build_bytes: 1 << 30,
             warm_per_runtime: 1,
             python_zygote: false,
             node_zygote: false,

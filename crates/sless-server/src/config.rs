@@ -88,6 +88,15 @@ pub struct Config {
     #[arg(long, env = "SLESS_MAX_UNPACKED_BYTES", default_value_t = 250 * 1024 * 1024)]
     pub max_unpacked_bytes: u64,
 
+    /// Most a build may write into its function's directory, in MiB: the
+    /// unpacked archive and what installing its dependencies adds (a
+    /// package's setup.py or npm install script runs the tenant's code,
+    /// which could otherwise fill the server's disk). A build that
+    /// installs runs in a tmpfs of this size, counted towards its 4 GiB of
+    /// memory, and is copied to disk when it ends.
+    #[arg(long, env = "SLESS_MAX_BUILD_MB", default_value_t = 1024)]
+    pub max_build_mb: u64,
+
     /// Most entries a code archive may hold.
     #[arg(long, env = "SLESS_MAX_ARCHIVE_ENTRIES", default_value_t = 10_000)]
     pub max_archive_entries: usize,
@@ -567,6 +576,14 @@ impl Config {
                 anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");
             }
         }
+        let unpacked_mb = self.max_unpacked_bytes.div_ceil(1 << 20);
+        if !(unpacked_mb.max(64)..=3072).contains(&self.max_build_mb) {
+            anyhow::bail!(
+                "SLESS_MAX_BUILD_MB {}: expected a value between {} (SLESS_MAX_UNPACKED_BYTES, in MiB, or 64) and 3072 (a build has 4 GiB of memory, which its directory counts towards)",
+                self.max_build_mb,
+                unpacked_mb.max(64)
+            );
+        }
         sless_driver_local::PrivateEgress::parse_all(&self.private_egress).map_err(anyhow::Error::msg)?;
         crate::triggers::brokers::BrokerAllowList::parse(&self.amqp_allowed_hosts).map_err(anyhow::Error::msg)?;
         if let Some(token) = &self.metrics_token {
@@ -605,14 +622,15 @@ mod tests {
         config: Config,
     }
 
+    fn with(args: &[&str]) -> Result<(), String> {
+        let config = Command::try_parse_from(std::iter::once("sless").chain(args.iter().copied()))
+            .unwrap()
+            .config;
+        config.validate().map_err(|e| e.to_string())
+    }
+
     #[test]
     fn a_namespaces_async_share_is_at_most_the_servers_slots() {
-        let with = |args: &[&str]| {
-            let config = Command::try_parse_from(std::iter::once("sless").chain(args.iter().copied()))
-                .unwrap()
-                .config;
-            config.validate().map_err(|e| e.to_string())
-        };
         assert_eq!(
             with(&["--async-concurrency", "8", "--async-ns-concurrency", "8"]),
             Ok(())
@@ -620,6 +638,21 @@ mod tests {
         for share in ["0", "9"] {
             let error = with(&["--async-concurrency", "8", "--async-ns-concurrency", share]).unwrap_err();
             assert!(error.contains("SLESS_ASYNC_NS_CONCURRENCY"), "{error}");
+        }
+    }
+
+    /// A build's directory holds at least an unpacked archive, and fits in
+    /// the build's memory, which its tmpfs counts towards.
+    #[test]
+    fn a_build_s_directory_holds_an_archive_and_fits_its_memory() {
+        assert_eq!(with(&["--max-build-mb", "3072"]), Ok(()));
+        assert_eq!(
+            with(&["--max-build-mb", "100", "--max-unpacked-bytes", "104857600"]),
+            Ok(())
+        );
+        for (mb, unpacked) in [("3073", "1048576"), ("200", "262144000"), ("63", "1048576")] {
+            let error = with(&["--max-build-mb", mb, "--max-unpacked-bytes", unpacked]).unwrap_err();
+            assert!(error.starts_with(&format!("SLESS_MAX_BUILD_MB {mb}:")), "{error}");
         }
     }
 }

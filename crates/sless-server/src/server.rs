@@ -300,6 +300,7 @@ fn local_driver(
             node: config.node.clone(),
             npm: config.npm.clone(),
             build_env: config.build_env(),
+            max_build_bytes: config.max_build_mb << 20,
             warm_per_runtime: config.warm_instances,
             python_zygote: config.python_zygote,
             node_zygote: config.node_zygote,

@@ -787,3 +787,78 @@ module.exports = () => fs.readdirSync('/proc/self/fd').flatMap((fd) => {
         assert!(!ids.contains(&inherited), "{name} holds the file the server inherited");
     }
 }
+
+/// The largest file below `dir`, in bytes (0 when none).
+fn largest_file(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => largest_file(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// A build's install runs the tenant's own code (here npm's install script
+/// of its package.json), which could write until the server's disk is full:
+/// what a build writes into its function's directory is bounded
+/// (`SLESS_MAX_BUILD_MB`). One that writes past it fails saying so, the
+/// version before keeps serving and nothing of it stays on the server's
+/// disk; one that writes less serves what it wrote.
+#[tokio::test]
+async fn a_build_writes_no_more_than_its_bound_into_its_directory() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_MAX_BUILD_MB", "256")]).await;
+    let handler: &[u8] =
+        b"const fs = require('fs');\nexports.handle = async () => fs.statSync(__dirname + '/made').size;\n";
+    let writes = |mib: u32| {
+        format!(
+            r#"{{"name": "fill", "version": "1.0.0", "scripts": {{"install": "node -e \"const fs = require('fs'); const mib = Buffer.alloc(1 << 20, 7); const fd = fs.openSync('made', 'w'); for (let i = 0; i < {mib}; i++) fs.writeSync(fd, mib)\""}}}}"#
+        )
+    };
+    let under = writes(40);
+    server
+        .deploy(
+            "ns",
+            "fill",
+            json!({"runtime": "nodejs20"}),
+            &[("handler.js", handler), ("package.json", under.as_bytes())],
+        )
+        .await;
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/fill", "{}").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, (40u64 << 20).to_string().as_str())
+    );
+
+    let over = writes(1024);
+    let function = server
+        .deploy_fails(
+            "ns",
+            "fill",
+            json!({"runtime": "nodejs20"}),
+            &[("handler.js", handler), ("package.json", over.as_bytes())],
+        )
+        .await;
+    let message = function["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("as much into the function's directory as it may: 256 MiB")
+            && message.contains("SLESS_MAX_BUILD_MB"),
+        "{message}"
+    );
+    let largest = largest_file(server.data_dir.path());
+    assert!(
+        largest <= 40 << 20,
+        "the failed build left a file of {largest} bytes on the server's disk"
+    );
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/fill", "{}").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, (40u64 << 20).to_string().as_str()),
+        "the version before serves on"
+    );
+}
