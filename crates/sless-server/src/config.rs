@@ -151,6 +151,13 @@ pub struct Config {
     #[arg(long, env = "SLESS_ASYNC_MAX_BACKLOG", default_value_t = 200_000)]
     pub async_max_backlog: u64,
 
+    /// What the asynchronous events waiting per namespace hold at most, in
+    /// MiB (bodies, headers, paths and queries as stored); more are
+    /// refused with 429. Anyone may call `/fn` asynchronously: without it,
+    /// 200,000 events of 256 KiB were 50 GiB of one namespace's on disk.
+    #[arg(long, env = "SLESS_ASYNC_MAX_BACKLOG_MB", default_value_t = 1024)]
+    pub async_max_backlog_mb: u64,
+
     /// Asynchronous events this server delivers at once.
     #[arg(long, env = "SLESS_ASYNC_CONCURRENCY", default_value_t = 64)]
     pub async_concurrency: usize,
@@ -575,6 +582,9 @@ impl Config {
             if !(lo..=hi).contains(&value) {
                 anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");
             }
+        }
+        if self.async_max_backlog_mb == 0 {
+            anyhow::bail!("SLESS_ASYNC_MAX_BACKLOG_MB 0: expected at least 1 (MiB)");
         }
         let unpacked_mb = self.max_unpacked_bytes.div_ceil(1 << 20);
         if !(unpacked_mb.max(64)..=3072).contains(&self.max_build_mb) {

@@ -141,6 +141,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         ),
         crate::async_invoke::AsyncSettings {
             max_backlog: config.async_max_backlog,
+            max_backlog_bytes: config.async_max_backlog_mb << 20,
             delivery: crate::async_invoke::DeliverySettings {
                 concurrency: config.async_concurrency,
                 namespace_concurrency: config

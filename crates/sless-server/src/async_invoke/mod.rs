@@ -31,6 +31,8 @@ use sless_driver::FunctionKey;
 pub struct AsyncSettings {
     /// Events waiting per namespace at most (429 beyond).
     pub max_backlog: u64,
+    /// What they hold at most, in bytes as stored (429 beyond).
+    pub max_backlog_bytes: u64,
     pub delivery: DeliverySettings,
     /// Finished events are kept this long.
     pub retention: Duration,
@@ -59,11 +61,32 @@ pub struct AsyncInvocations {
 struct BacklogView {
     functions: Vec<Backlog>,
     /// Waiting events per namespace, as the bound sees them.
-    namespaces: HashMap<String, u64>,
+    namespaces: HashMap<String, Waiting>,
     /// Accepted, not yet stored.
-    storing: HashMap<String, u64>,
+    storing: HashMap<String, Waiting>,
     /// Accepted since the running count began (when one runs).
-    since: Option<HashMap<String, u64>>,
+    since: Option<HashMap<String, Waiting>>,
+}
+
+/// Events waiting, and what they hold as stored.
+#[derive(Debug, Default, Clone, Copy)]
+struct Waiting {
+    events: u64,
+    bytes: u64,
+}
+
+impl std::ops::AddAssign for Waiting {
+    fn add_assign(&mut self, other: Waiting) {
+        self.events += other.events;
+        self.bytes += other.bytes;
+    }
+}
+
+impl std::ops::SubAssign for Waiting {
+    fn sub_assign(&mut self, other: Waiting) {
+        self.events = self.events.saturating_sub(other.events);
+        self.bytes = self.bytes.saturating_sub(other.bytes);
+    }
 }
 
 impl AsyncInvocations {
@@ -115,23 +138,40 @@ impl AsyncInvocations {
     pub async fn accept(&self, mut event: NewEvent) -> Result<()> {
         let key = FunctionKey::new(&event.namespace, &event.function);
         event.parked_until = self.deliverer.parked_until(&key, &event).await;
+        let this = Waiting {
+            events: 1,
+            bytes: (event.body.len() + event.headers.len() + event.path.len() + event.query.len()) as u64,
+        };
         {
             let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
             let waiting = backlog.namespaces.entry(event.namespace.clone()).or_default();
-            if *waiting >= self.settings.max_backlog {
+            let full = if waiting.events >= self.settings.max_backlog {
+                Some(format!(
+                    "{} asynchronous events waiting, the most the server's SLESS_ASYNC_MAX_BACKLOG allows",
+                    waiting.events
+                ))
+            } else if waiting.bytes + this.bytes > self.settings.max_backlog_bytes {
+                let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+                Some(format!(
+                    "{:.2} MiB of asynchronous events waiting, and this one ({:.2} MiB) would take it past the server's SLESS_ASYNC_MAX_BACKLOG_MB of {} MiB",
+                    mib(waiting.bytes),
+                    mib(this.bytes),
+                    self.settings.max_backlog_bytes >> 20
+                ))
+            } else {
+                None
+            };
+            if let Some(full) = full {
                 self.refused.fetch_add(1, Ordering::Relaxed);
                 return Err(Error::TooManyRequests {
-                    message: format!(
-                        "namespace {:?} has {} asynchronous events waiting, the most the server's SLESS_ASYNC_MAX_BACKLOG allows; try again later",
-                        event.namespace, *waiting
-                    ),
+                    message: format!("namespace {:?} has {full}; try again later", event.namespace),
                     retry_after: 5,
                 });
             }
-            *waiting += 1;
-            *backlog.storing.entry(event.namespace.clone()).or_default() += 1;
+            *waiting += this;
+            *backlog.storing.entry(event.namespace.clone()).or_default() += this;
             if let Some(since) = &mut backlog.since {
-                *since.entry(event.namespace.clone()).or_default() += 1;
+                *since.entry(event.namespace.clone()).or_default() += this;
             }
         }
         let namespace = event.namespace.clone();
@@ -139,14 +179,14 @@ impl AsyncInvocations {
         {
             let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(n) = backlog.storing.get_mut(&namespace) {
-                *n -= 1;
-                if *n == 0 {
+                *n -= this;
+                if n.events == 0 {
                     backlog.storing.remove(&namespace);
                 }
             }
             if stored.is_err() {
                 if let Some(n) = backlog.namespaces.get_mut(&namespace) {
-                    *n = n.saturating_sub(1);
+                    *n -= this;
                 }
             }
         }
@@ -169,9 +209,12 @@ impl AsyncInvocations {
             let since = backlog.since.take().unwrap_or_default();
             match counted {
                 Ok(functions) => {
-                    let mut namespaces = HashMap::new();
+                    let mut namespaces: HashMap<String, Waiting> = HashMap::new();
                     for b in &functions {
-                        *namespaces.entry(b.namespace.clone()).or_default() += b.events;
+                        *namespaces.entry(b.namespace.clone()).or_default() += Waiting {
+                            events: b.events,
+                            bytes: b.bytes,
+                        };
                     }
                     for (namespace, n) in storing.into_iter().chain(since) {
                         *namespaces.entry(namespace).or_default() += n;
@@ -204,6 +247,17 @@ impl AsyncInvocations {
                 out,
                 "sless_async_backlog{{namespace=\"{}\",function=\"{}\"}} {}",
                 b.namespace, b.function, b.events
+            );
+        }
+        out.push_str(
+            "# HELP sless_async_backlog_bytes What the waiting asynchronous events hold as stored, by function.\n",
+        );
+        out.push_str("# TYPE sless_async_backlog_bytes gauge\n");
+        for b in &backlog.functions {
+            let _ = writeln!(
+                out,
+                "sless_async_backlog_bytes{{namespace=\"{}\",function=\"{}\"}} {}",
+                b.namespace, b.function, b.bytes
             );
         }
         out.push_str(

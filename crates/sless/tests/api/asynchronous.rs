@@ -725,7 +725,60 @@ async fn a_namespaces_slow_events_leave_slots_to_others(backend: Backend) {
     assert_eq!(running().await, 3, "busy holds its share of the 4 slots, no more");
 }
 
+/// Anyone may call `/fn` asynchronously, and each event is stored until
+/// delivered: what a namespace's waiting events hold is bounded
+/// (`SLESS_ASYNC_MAX_BACKLOG_MB`), as stored and as the store counts it
+/// again every second; past it an event is refused naming the bound,
+/// a smaller one that fits is taken, another namespace's too.
+async fn a_namespace_s_waiting_events_hold_no_more_than_its_bound(backend: Backend) {
+    let server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_BACKLOG_MB", "1")]).await;
+    for ns in ["ns", "other"] {
+        // Off (replicas 0): the events wait in the store.
+        server
+            .deploy(
+                ns,
+                "echo",
+                json!({"runtime": "python3.11", "replicas": 0}),
+                &[("handler.py", HANDLER)],
+            )
+            .await;
+    }
+    let big = "x".repeat(200 * 1024);
+    for n in 0..5 {
+        let (status, _, body) = send_event(&server, "/fn/ns/echo", &big).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "event {n}: {body}");
+    }
+    let refused = |body: &Value| {
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("namespace \"ns\" has 0.98 MiB of asynchronous events waiting, and this one (0.20 MiB)")
+                && error.contains("SLESS_ASYNC_MAX_BACKLOG_MB of 1 MiB"),
+            "{body}"
+        );
+    };
+    let (status, _, body) = send_event(&server, "/fn/ns/echo", &big).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    refused(&body);
+    let (status, _, body) = send_event(&server, "/fn/ns/echo", r#"{"small": 1}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "one that fits: {body}");
+    let (status, _, body) = send_event(&server, "/fn/other/echo", &big).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "another namespace's: {body}");
+    // As the store counts it (every second), the bound holds the same.
+    server
+        .wait_metric(r#"sless_async_backlog{namespace="ns",function="echo"}"#, 6.0, 20)
+        .await;
+    let bytes = server
+        .metric(r#"sless_async_backlog_bytes{namespace="ns",function="echo"}"#)
+        .await
+        .unwrap_or_default();
+    assert!(bytes > 5.0 * 200.0 * 1024.0, "counted {bytes} bytes");
+    let (status, _, body) = send_event(&server, "/fn/ns/echo", &big).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    refused(&body);
+}
+
 crate::both_stores!(
+    a_namespace_s_waiting_events_hold_no_more_than_its_bound,
     a_namespaces_slow_events_leave_slots_to_others,
     an_event_for_a_deleted_function_is_not_delivered_to_its_successor,
     an_event_too_old_fails_without_an_attempt,

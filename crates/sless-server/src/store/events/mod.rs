@@ -75,6 +75,8 @@ pub struct Backlog {
     pub namespace: String,
     pub function: String,
     pub events: u64,
+    /// What they hold as stored: body, headers, path and query.
+    pub bytes: u64,
     /// When the oldest one was accepted (microseconds).
     pub oldest: i64,
 }
@@ -159,7 +161,8 @@ const FINISH: &str = "UPDATE async_events SET status = $1, attempts = $2, due_at
 const WAKE: &str = "UPDATE async_events SET due_at = $1, updated_at = $1, claim = NULL \
      WHERE namespace = $2 AND function = $3 AND status = 'queued' AND claim = 'parked'";
 
-const BACKLOG: &str = "SELECT namespace, function, COUNT(*) AS events, MIN(created_at) AS oldest FROM async_events \
+const BACKLOG: &str = "SELECT namespace, function, COUNT(*) AS events, MIN(created_at) AS oldest, \
+     SUM(COALESCE(LENGTH(body), 0) + LENGTH(headers) + LENGTH(path) + LENGTH(query)) AS bytes FROM async_events \
      WHERE status IN ('queued', 'running') GROUP BY namespace, function";
 
 /// Microseconds since the epoch as a time.
@@ -246,6 +249,7 @@ where
         namespace: row.try_get("namespace")?,
         function: row.try_get("function")?,
         events: row.try_get::<i64, _>("events")?.max(0) as u64,
+        bytes: row.try_get::<i64, _>("bytes")?.max(0) as u64,
         oldest: row.try_get("oldest")?,
     })
 }
