@@ -14,6 +14,19 @@ use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
 
+/// The largest a cron trigger's `event` may be, as JSON: the leader reads
+/// every trigger of every namespace twice a second to see which are due,
+/// so a namespace's 400 triggers of 1 MiB each cost it (and every other
+/// tenant's schedules) that much every tick. EventBridge Scheduler takes
+/// 8 KiB of input; this is twice that.
+pub const MAX_CRON_EVENT_BYTES: usize = 16 * 1024;
+
+/// The longest a cron schedule may be.
+const MAX_SCHEDULE_CHARS: usize = 1024;
+
+/// The longest an amqp trigger's broker URL may be.
+const MAX_BROKER_URL_CHARS: usize = 2048;
+
 /// Checks a spec against its type's rules and fills defaults.
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {
     let mut spec: TriggerSpec = from_value("trigger", value)?;
@@ -62,16 +75,44 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                 .schedule
                 .as_deref()
                 .ok_or_else(|| Error::invalid("schedule", "schedule is required for a cron trigger"))?;
+            // Lists of values parse at any length; the loop reads them all.
+            if schedule.len() > MAX_SCHEDULE_CHARS {
+                return Err(Error::invalid(
+                    "schedule",
+                    format!(
+                        "schedule must be at most {MAX_SCHEDULE_CHARS} characters, got {}",
+                        schedule.len()
+                    ),
+                ));
+            }
             let timezone = spec.timezone.get_or_insert_with(|| "UTC".into());
             crate::triggers::schedule::checked(schedule, timezone)
                 .await
                 .map_err(|e| Error::invalid(e.field, e.message))?;
+            let event_bytes = spec.event.as_ref().map_or(0, |event| event.to_string().len());
+            if event_bytes > MAX_CRON_EVENT_BYTES {
+                return Err(Error::invalid(
+                    "event",
+                    format!(
+                        "a cron trigger's event must be at most {MAX_CRON_EVENT_BYTES} bytes as JSON, got {event_bytes}: every trigger is read twice a second to see which are due; pass a reference (a key, a URL) to larger data"
+                    ),
+                ));
+            }
         }
         TriggerType::Amqp => {
             let url = spec
                 .broker_url
                 .as_deref()
                 .ok_or_else(|| Error::invalid("broker_url", "broker_url is required for an amqp trigger"))?;
+            if url.len() > MAX_BROKER_URL_CHARS {
+                return Err(Error::invalid(
+                    "broker_url",
+                    format!(
+                        "broker_url must be at most {MAX_BROKER_URL_CHARS} characters, got {}",
+                        url.len()
+                    ),
+                ));
+            }
             if !(url.starts_with("amqp://") || url.starts_with("amqps://")) {
                 return Err(Error::invalid(
                     "broker_url",

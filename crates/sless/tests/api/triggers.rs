@@ -36,7 +36,21 @@ async fn trigger_api_and_validation(backend: Backend) {
     let (status, _) = create(&server, json!({"name": "web", "type": "http", "function": "echo"})).await;
     assert_eq!(status, StatusCode::CONFLICT);
 
+    // What the cron loop reads every tick is bounded.
+    let long_list = vec!["0"; 600].join(",");
     let bad = [
+        (
+            json!({"name": "t1", "type": "cron", "function": "echo", "schedule": "0 0 1 1 *", "event": {"blob": "x".repeat(16 * 1024)}}),
+            "a cron trigger's event must be at most 16384 bytes as JSON, got 16395",
+        ),
+        (
+            json!({"name": "t1", "type": "cron", "function": "echo", "schedule": format!("{long_list} * * * *")}),
+            "schedule must be at most 1024 characters, got 1207",
+        ),
+        (
+            json!({"name": "t1", "type": "amqp", "function": "echo", "queue": "q", "broker_url": format!("amqp://guest:{}@127.0.0.1:5672/%2f", "p".repeat(2100))}),
+            "broker_url must be at most 2048 characters",
+        ),
         (
             json!({"name": "t1", "type": "http", "function": "nope"}),
             "does not exist",
@@ -87,7 +101,7 @@ async fn trigger_api_and_validation(backend: Backend) {
 
     let (status, cron) = create(
         &server,
-        json!({"name": "tick", "type": "cron", "function": "echo", "schedule": "0 9 * * 1-5", "timezone": "Europe/Berlin", "event": {"k": 1}}),
+        json!({"name": "tick", "type": "cron", "function": "echo", "schedule": "0 9 * * 1-5", "timezone": "Europe/Berlin", "event": {"k": 1, "fill": "x".repeat(16 * 1024 - 30)}}),
     )
     .await;
     assert_eq!(status, StatusCode::CREATED, "{cron}");
