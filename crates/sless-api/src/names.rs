@@ -35,7 +35,7 @@ pub fn validate_name(what: &'static str, name: &str) -> Result<(), NameError> {
     } else {
         Err(NameError {
             what,
-            name: name.to_string(),
+            name: crate::text::echoed(name),
         })
     }
 }
@@ -52,5 +52,9 @@ mod tests {
         for bad in ["", "-a", "a-", "A", "a_b", "a.b", &"a".repeat(64), "é"] {
             assert!(validate_name("function", bad).is_err(), "{bad}");
         }
+        // A name of any length is echoed cut.
+        let long = validate_name("function", &"é".repeat(30_000)).unwrap_err().to_string();
+        assert!(long.len() < 400, "{} bytes", long.len());
+        assert!(long.contains("... (60000 bytes)"), "{long}");
     }
 }

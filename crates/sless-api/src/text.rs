@@ -17,6 +17,42 @@ pub fn clip(mut text: String, max: usize) -> String {
     text
 }
 
+/// The most bytes of a name a caller sent that an error about it echoes:
+/// a name is at most 63 characters when valid, and a request's head may
+/// carry 64 KiB of one.
+pub const ECHOED_NAME_BYTES: usize = 128;
+
+/// `name`, as a caller sent it, cut for an error to echo.
+pub fn echoed(name: &str) -> String {
+    let mut end = name.len().min(ECHOED_NAME_BYTES);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end < name.len() {
+        format!("{}... ({} bytes)", &name[..end], name.len())
+    } else {
+        name.to_string()
+    }
+}
+
+/// Displays the first `.1` bytes of `.0` (at a character boundary) and,
+/// when it is longer, how long it is: a path in the access log, say.
+pub struct Cut<'a>(pub &'a str, pub usize);
+
+impl std::fmt::Display for Cut<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Cut(text, max) = *self;
+        if text.len() <= max {
+            return f.write_str(text);
+        }
+        let mut end = max;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        write!(f, "{}[... cut, {} bytes]", &text[..end], text.len())
+    }
+}
+
 /// Text a tenant controls as one line of the server's log: `\r` and `\n`
 /// escaped, so it can neither overwrite a line on a terminal nor forge one.
 pub fn one_line(text: &str) -> Cow<'_, str> {
@@ -49,6 +85,15 @@ pub fn log_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cut_and_echoed_text_is_bounded_at_a_character_boundary() {
+        assert_eq!(Cut("/fn/a/b", 1024).to_string(), "/fn/a/b");
+        assert_eq!(Cut("ééé", 3).to_string(), "é[... cut, 6 bytes]");
+        assert_eq!(echoed("name"), "name");
+        let long = "é".repeat(100);
+        assert_eq!(echoed(&long), format!("{}... (200 bytes)", "é".repeat(64)));
+    }
 
     #[test]
     fn a_log_line_is_one_line_and_cut() {

@@ -30,7 +30,9 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let span = tracing::info_span!("request", method = %request.method(), path = %request.uri().path());
+        // A path may be 64 KiB long (the head's bound); the log keeps 1 KiB.
+        let path = sless_api::text::Cut(request.uri().path(), 1024);
+        let span = tracing::info_span!("request", method = %request.method(), path = %path);
         let started = Instant::now();
         let answer = self.0.call(request);
         Box::pin(

@@ -166,7 +166,8 @@ async fn serve(
         None => Selector::Latest,
         Some(text) => Selector::parse(text).ok_or_else(|| {
             Error::NotFound(format!(
-                "function {key} has no version or alias {text:?}: after '@' comes a version number or an alias name"
+                "function {key} has no version or alias {:?}: after '@' comes a version number or an alias name",
+                sless_api::text::echoed(text)
             ))
         })?,
     };

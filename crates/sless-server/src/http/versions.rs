@@ -72,7 +72,10 @@ fn version_number(text: &str) -> Result<u64> {
     text.parse::<u64>().ok().filter(|v| *v > 0).ok_or_else(|| {
         Error::invalid(
             "version",
-            format!("version {text:?} is not a version number (1 or more)"),
+            format!(
+                "version {:?} is not a version number (1 or more)",
+                sless_api::text::echoed(text)
+            ),
         )
     })
 }

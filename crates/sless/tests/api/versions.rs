@@ -213,6 +213,24 @@ async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
         .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/abc", None)
         .await;
     names_field(&answer, "version");
+    // A selector or a version of any length is echoed cut.
+    let long = "L".repeat(30_000);
+    let (status, _, body) = server.invoke(Method::POST, &format!("/fn/ns/vf@{long}"), "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body.len() < 600 && body.contains("... (30000 bytes)"),
+        "{} bytes",
+        body.len()
+    );
+    let (status, body) = server
+        .call(
+            Method::GET,
+            &format!("/v1/namespaces/ns/functions/vf/versions/{long}"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(body.to_string().len() < 600, "{} bytes", body.to_string().len());
     let (status, body) = server
         .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/9", None)
         .await;
