@@ -281,6 +281,12 @@ pub struct Config {
     #[arg(long, env = "SLESS_NS_MAX_TRIGGERS", default_value_t = 400)]
     pub ns_max_triggers: u32,
 
+    /// Jobs one namespace may hold (the leader reads every job of every
+    /// namespace as it starts and converges runs, each with its event and
+    /// its last result).
+    #[arg(long, env = "SLESS_NS_MAX_JOBS", default_value_t = 400)]
+    pub ns_max_jobs: u32,
+
     /// Calls of one namespace's functions through `/fn` under way at once
     /// on this replica (each holds a connection, from its head to its
     /// answer, queued or running); another is a 429, as Lambda's
@@ -578,6 +584,7 @@ impl Config {
             ("SLESS_NS_MAX_JOB_RUNS", self.ns_max_job_runs, 1, u32::MAX),
             ("SLESS_NS_MAX_TRIGGERS", self.ns_max_triggers, 1, u32::MAX),
             ("SLESS_NS_MAX_CALLS", self.ns_max_calls, 1, u32::MAX),
+            ("SLESS_NS_MAX_JOBS", self.ns_max_jobs, 1, u32::MAX),
         ] {
             if !(lo..=hi).contains(&value) {
                 anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");

@@ -110,6 +110,18 @@ pub async fn check_function(state: &AppState, ns: &str, name: &str, spec: &Funct
     Ok(())
 }
 
+/// Refuses a new job while the namespace holds its quota of them.
+pub async fn check_job(state: &AppState, ns: &str) -> Result<()> {
+    let held = state.store.list(Kind::Job, ns).await?.len() as u64;
+    let quota = u64::from(state.config.ns_max_jobs);
+    if held >= quota {
+        return Err(Error::Forbidden(format!(
+            "namespace {ns} is at its quota of {quota} jobs (the server's SLESS_NS_MAX_JOBS); delete one first"
+        )));
+    }
+    Ok(())
+}
+
 /// Refuses a new trigger while the namespace holds its quota of them.
 pub async fn check_trigger(state: &AppState, ns: &str) -> Result<()> {
     let held = state.store.list(Kind::Trigger, ns).await?.len() as u64;

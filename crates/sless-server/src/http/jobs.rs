@@ -14,6 +14,10 @@ use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::{Kind, Record};
 
+/// The largest a job's `event` may be, as JSON: it is stored with the job
+/// and read whenever the leader looks at the jobs.
+const MAX_JOB_EVENT_BYTES: usize = 256 * 1024;
+
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpec> {
     let spec: JobSpec = from_value("job", value)?;
     check_name("function", "function", &spec.function)?;
@@ -23,6 +27,15 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpe
             format!(
                 "function {:?} does not exist in namespace {ns:?}; a job names a function of its own namespace",
                 spec.function
+            ),
+        ));
+    }
+    let event_bytes = spec.event.to_string().len();
+    if event_bytes > MAX_JOB_EVENT_BYTES {
+        return Err(Error::invalid(
+            "event",
+            format!(
+                "a job's event must be at most {MAX_JOB_EVENT_BYTES} bytes as JSON (an asynchronous call's bound, as Lambda's), got {event_bytes}; pass a reference (a key, a URL) to larger data"
             ),
         ));
     }
@@ -47,6 +60,7 @@ pub async fn list(State(state): State<Arc<AppState>>, Path(ns): Path<String>) ->
 #[utoipa::path(post, path = "/v1/namespaces/{ns}/jobs", operation_id = "create_job", tag = "jobs",
     params(("ns" = String, Path, description = "Namespace")), request_body = sless_api::JobCreate,
     responses((status = 201, body = Job), (status = 400, body = sless_api::ErrorBody), (status = 409, body = sless_api::ErrorBody),
+        (status = 403, body = sless_api::ErrorBody, description = "The namespace holds as many jobs as its quota (SLESS_NS_MAX_JOBS) allows"),
         (status = 429, body = sless_api::ErrorBody, description = "The namespace runs as many jobs as its quota (SLESS_NS_MAX_JOB_RUNS) allows"),
         (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
@@ -60,6 +74,10 @@ pub async fn create(
     check_name("name", "job", &name)?;
     let spec = checked_spec(&state, &ns, Value::Object(body)).await?;
     let _turn = crate::quota::turn(&state, &ns).await?;
+    // A name taken already is the 409 below, whatever the quota.
+    if state.store.get(Kind::Job, &ns, &name).await?.is_none() {
+        crate::quota::check_job(&state, &ns).await?;
+    }
     if spec.run_id > 0 {
         crate::quota::check_job_run(&state, &ns, &name).await?;
     }

@@ -337,6 +337,7 @@ async fn namespace_quotas_are_refused_by_name() {
             ("SLESS_NS_MAX_INSTANCES", "6"),
             ("SLESS_NS_MAX_MEMORY_MB", "2048"),
             ("SLESS_NS_MAX_JOB_RUNS", "1"),
+            ("SLESS_NS_MAX_JOBS", "2"),
             ("SLESS_NS_MAX_TRIGGERS", "1"),
         ],
     )
@@ -413,6 +414,53 @@ async fn namespace_quotas_are_refused_by_name() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert!(
         body["error"].as_str().unwrap().contains("SLESS_NS_MAX_JOB_RUNS"),
+        "{body}"
+    );
+    // Jobs held, run or not: the second fits, the third is refused, a name
+    // taken is still a 409, another namespace's job is its own.
+    let idle = |name: &'static str| json!({"name": name, "function": "one", "run_id": 0});
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(idle("idle")))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(idle("third")))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("namespace ns is at its quota of 2 jobs (the server's SLESS_NS_MAX_JOBS)"),
+        "{body}"
+    );
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/jobs", Some(idle("idle")))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/other/jobs",
+            Some(json!({"name": "third", "function": "three", "run_id": 0})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // A job's event is stored with it: bounded as an asynchronous call's.
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/other/jobs",
+            Some(json!({"name": "big", "function": "three", "event": "x".repeat(300_000)})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(body["field"], "event");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("a job's event must be at most 262144 bytes as JSON"),
         "{body}"
     );
 
