@@ -154,6 +154,14 @@ fn default_tmp_mb() -> u32 {
     64
 }
 
+/// What a function's `env` may hold, names and values together: every
+/// replica reads every function's spec whenever the store changes, and
+/// every instance gets it.
+pub const MAX_ENV_BYTES: usize = 64 * 1024;
+
+/// The longest `entrypoint` (`module.function`, `file.export`).
+pub const MAX_ENTRYPOINT_CHARS: usize = 256;
+
 impl FunctionSpec {
     /// Limits that the JSON types alone cannot express.
     pub fn check(&self) -> Result<(), String> {
@@ -198,6 +206,15 @@ impl FunctionSpec {
                 ),
             ));
         }
+        if self.entrypoint.len() > MAX_ENTRYPOINT_CHARS {
+            return Err((
+                "entrypoint",
+                format!(
+                    "entrypoint must be at most {MAX_ENTRYPOINT_CHARS} characters, got {}",
+                    self.entrypoint.len()
+                ),
+            ));
+        }
         let bad_entrypoint = || {
             (
                 "entrypoint",
@@ -210,6 +227,15 @@ impl FunctionSpec {
         }
         if let Some(settings) = &self.async_settings {
             settings.check_field()?;
+        }
+        let env_bytes: usize = self.env.iter().map(|(key, value)| key.len() + value.len()).sum();
+        if env_bytes > MAX_ENV_BYTES {
+            return Err((
+                "env",
+                format!(
+                    "env holds {env_bytes} bytes of names and values, more than the {MAX_ENV_BYTES} a function may (Lambda takes 4 KiB): put larger values in a secret mounted as files (secret_files)"
+                ),
+            ));
         }
         for (key, value) in &self.env {
             if !is_variable_name(key) {

@@ -187,6 +187,17 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
             json!({"name": "ok", "runtime": "python3.11", "min_instances": 9, "max_instances": 2}),
             "min_instances",
         ),
+        // Every replica reads every spec whenever the store changes.
+        (
+            "/v1/namespaces/ns/functions",
+            json!({"name": "ok", "runtime": "python3.11", "env": {"A": "x".repeat(40_000), "B": "y".repeat(30_000)}}),
+            "env holds 70002 bytes of names and values, more than the 65536 a function may",
+        ),
+        (
+            "/v1/namespaces/ns/functions",
+            json!({"name": "ok", "runtime": "python3.11", "entrypoint": format!("{}.handle", "m".repeat(300))}),
+            "entrypoint must be at most 256 characters, got 307",
+        ),
     ];
     for (path, body, needle) in cases {
         let (status, err) = server.call(Method::POST, path, Some(body.clone())).await;
