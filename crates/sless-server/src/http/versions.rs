@@ -214,6 +214,9 @@ pub async fn patch_alias(
     Ok((StatusCode::OK, answer))
 }
 
+/// Aliases one function may have.
+const MAX_ALIASES_PER_FUNCTION: usize = 100;
+
 /// Checks an alias spec against the function's kept versions, stores it
 /// and routes by it here.
 async fn write_alias(
@@ -270,6 +273,19 @@ async fn write_alias(
         spec,
         updated_at: crate::store::now(),
     };
+    // Every replica holds every alias in memory and reads them all again
+    // whenever the store changes: a function has a bounded number.
+    let _turn = crate::quota::turn(state, ns).await?;
+    if state.store.alias(ns, name, alias).await?.is_none()
+        && state.store.aliases(ns, name).await?.len() >= MAX_ALIASES_PER_FUNCTION
+    {
+        return Err(Error::invalid(
+            "name",
+            format!(
+                "function {name:?} has {MAX_ALIASES_PER_FUNCTION} aliases already, the most it may; delete one first"
+            ),
+        ));
+    }
     let created = state.store.put_alias(&record).await?;
     state
         .routes

@@ -368,6 +368,24 @@ async fn an_alias_splits_moves_and_rolls_back(backend: Backend) {
     let (status, _, body) = server.invoke(Method::POST, "/fn/ns/af@live", "{}").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert!(body.contains("no alias \\\"live\\\""), "{body}");
+
+    // Every replica holds every alias: a function has 100 at most
+    // ("canary" and 99 more); moving one it has is still taken.
+    for n in 1..100 {
+        let (status, body) = put_alias(&server, "af", &format!("a{n}"), json!({"version": 3})).await;
+        assert_eq!(status, StatusCode::CREATED, "a{n}: {body}");
+    }
+    let (status, body) = put_alias(&server, "af", "one-more", json!({"version": 3})).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("has 100 aliases already, the most it may"),
+        "{body}"
+    );
+    let (status, body) = put_alias(&server, "af", "a7", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
 
 async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
