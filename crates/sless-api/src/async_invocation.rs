@@ -74,6 +74,9 @@ pub struct Destination {
     pub queue: Option<String>,
 }
 
+/// The longest broker URL a destination (or an amqp trigger) may name.
+pub const MAX_BROKER_URL_CHARS: usize = 2048;
+
 impl AsyncSettings {
     /// Limits the JSON types cannot express, naming the field (`async.…`).
     pub fn check_field(&self) -> Result<(), (&'static str, String)> {
@@ -130,6 +133,13 @@ impl Destination {
                 let queue = self.queue.as_deref().unwrap_or_default();
                 if queue.len() > 255 {
                     return Err("queue names are at most 255 bytes".into());
+                }
+                let url = self.broker_url.as_deref().unwrap_or_default();
+                if url.len() > MAX_BROKER_URL_CHARS {
+                    return Err(format!(
+                        "broker_url must be at most {MAX_BROKER_URL_CHARS} characters, got {}",
+                        url.len()
+                    ));
                 }
                 Ok(())
             }

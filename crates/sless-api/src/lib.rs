@@ -16,7 +16,7 @@ mod version;
 
 pub use async_invocation::{
     AsyncAccepted, AsyncInvocation, AsyncInvocationPage, AsyncSettings, AsyncStatus, Destination, DestinationType,
-    DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT,
+    DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT, MAX_BROKER_URL_CHARS,
 };
 pub use error::ErrorBody;
 pub use function::{

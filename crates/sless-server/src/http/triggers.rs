@@ -6,7 +6,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
-use sless_api::{validate_name, List, Trigger, TriggerSpec, TriggerType};
+use sless_api::{validate_name, List, Trigger, TriggerSpec, TriggerType, MAX_BROKER_URL_CHARS};
 
 use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject};
 use super::resource::{self, load, not_found, to_api};
@@ -23,9 +23,6 @@ pub const MAX_CRON_EVENT_BYTES: usize = 16 * 1024;
 
 /// The longest a cron schedule may be.
 const MAX_SCHEDULE_CHARS: usize = 1024;
-
-/// The longest an amqp trigger's broker URL may be.
-const MAX_BROKER_URL_CHARS: usize = 2048;
 
 /// Checks a spec against its type's rules and fills defaults.
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<TriggerSpec> {

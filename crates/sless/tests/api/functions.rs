@@ -198,6 +198,11 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
             json!({"name": "ok", "runtime": "python3.11", "entrypoint": format!("{}.handle", "m".repeat(300))}),
             "entrypoint must be at most 256 characters, got 307",
         ),
+        (
+            "/v1/namespaces/ns/functions",
+            json!({"name": "ok", "runtime": "python3.11", "async": {"on_failure": {"type": "amqp", "queue": "q", "broker_url": format!("amqp://u:{}@127.0.0.1:5672/%2f", "p".repeat(3000))}}}),
+            "broker_url must be at most 2048 characters",
+        ),
     ];
     for (path, body, needle) in cases {
         let (status, err) = server.call(Method::POST, path, Some(body.clone())).await;
