@@ -240,39 +240,36 @@ impl AsyncInvocations {
     pub fn render(&self, out: &mut String) {
         let now = now_micros();
         let backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
-        out.push_str("# HELP sless_async_backlog Asynchronous events waiting (queued or running), by function.\n");
-        out.push_str("# TYPE sless_async_backlog gauge\n");
-        for b in &backlog.functions {
-            let _ = writeln!(
-                out,
-                "sless_async_backlog{{namespace=\"{}\",function=\"{}\"}} {}",
-                b.namespace, b.function, b.events
-            );
-        }
-        out.push_str(
-            "# HELP sless_async_backlog_bytes What the waiting asynchronous events hold as stored, by function.\n",
+        let per_function = |out: &mut String, name: &str, help: &str, value: &dyn Fn(&Backlog) -> f64| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            for b in &backlog.functions {
+                let _ = writeln!(
+                    out,
+                    "{name}{{namespace=\"{}\",function=\"{}\"}} {}",
+                    b.namespace,
+                    b.function,
+                    value(b)
+                );
+            }
+        };
+        per_function(
+            out,
+            "sless_async_backlog",
+            "Asynchronous events waiting (queued or running), by function.",
+            &|b| b.events as f64,
         );
-        out.push_str("# TYPE sless_async_backlog_bytes gauge\n");
-        for b in &backlog.functions {
-            let _ = writeln!(
-                out,
-                "sless_async_backlog_bytes{{namespace=\"{}\",function=\"{}\"}} {}",
-                b.namespace, b.function, b.bytes
-            );
-        }
-        out.push_str(
-            "# HELP sless_async_oldest_event_age_seconds Age of the oldest waiting asynchronous event, by function.\n",
+        per_function(
+            out,
+            "sless_async_backlog_bytes",
+            "What the waiting asynchronous events hold as stored, by function.",
+            &|b| b.bytes as f64,
         );
-        out.push_str("# TYPE sless_async_oldest_event_age_seconds gauge\n");
-        for b in &backlog.functions {
-            let _ = writeln!(
-                out,
-                "sless_async_oldest_event_age_seconds{{namespace=\"{}\",function=\"{}\"}} {}",
-                b.namespace,
-                b.function,
-                (now - b.oldest).max(0) as f64 / 1e6
-            );
-        }
+        per_function(
+            out,
+            "sless_async_oldest_event_age_seconds",
+            "Age of the oldest waiting asynchronous event, by function.",
+            &|b| (now - b.oldest).max(0) as f64 / 1e6,
+        );
         drop(backlog);
         let stats = &self.deliverer.stats;
         out.push_str("# HELP sless_async_events_total Asynchronous events accepted and refused (backlog full), and attempts' outcomes on this replica.\n");
