@@ -562,6 +562,48 @@ fn make_dirs(root: &Path, path: &Path, own: &dyn Fn(&Path) -> std::io::Result<()
 mod tests {
     use super::*;
 
+    /// A build's directory is copied to disk as the build's uid, never as
+    /// the server's root: a file the uid cannot read (as a link a process
+    /// the build left behind swaps in could point at) is not copied.
+    #[tokio::test]
+    async fn a_build_is_copied_to_disk_as_its_own_uid() {
+        use std::os::unix::fs::PermissionsExt;
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "copying as another uid needs root"
+        );
+        const UID: u32 = 65534;
+        let root = std::env::temp_dir().join(format!("sless-copy-out-{:016x}", rand::random::<u64>()));
+        let (from, to) = (root.join("space"), root.join("work"));
+        make_owned_dir(&from, Some(UID)).unwrap();
+        make_owned_dir(&to, Some(UID)).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(from.join("handler.py"), "def handle(e, c):\n    return 1\n").unwrap();
+        std::os::unix::fs::chown(from.join("handler.py"), Some(UID), Some(UID)).unwrap();
+        std::os::unix::fs::symlink("handler.py", from.join("link.py")).unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+        copy_tree(&from, &to, Some(UID), deadline).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(to.join("handler.py")).unwrap(),
+            "def handle(e, c):\n    return 1\n"
+        );
+        assert!(
+            std::fs::symlink_metadata(to.join("link.py")).unwrap().is_symlink(),
+            "a link is copied as a link"
+        );
+
+        // Root's own file, which only root reads.
+        std::fs::write(from.join("secret"), "root's").unwrap();
+        std::fs::set_permissions(from.join("secret"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        let refused = copy_tree(&from, &to, Some(UID), deadline).await;
+        assert!(
+            matches!(&refused, Err(Some(e)) if e.contains("Permission denied")),
+            "{refused:?}"
+        );
+        assert!(!to.join("secret").exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     /// A step that writes without end costs the server a bounded buffer,
     /// and its log keeps the end of what it wrote.
     #[tokio::test]
