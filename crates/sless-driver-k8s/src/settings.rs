@@ -53,6 +53,9 @@ pub struct KubeSettings {
     /// registry pip and npm install from (`PIP_INDEX_URL`,
     /// `npm_config_registry`), when the server sets them.
     pub build_env: Vec<(String, String)>,
+    /// What a build may leave in its artifact's directory, in MiB (the
+    /// server's `SLESS_MAX_BUILD_MB`).
+    pub max_build_mb: u32,
 }
 
 impl KubeSettings {

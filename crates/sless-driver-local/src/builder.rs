@@ -187,10 +187,7 @@ impl Builder {
             };
             let status = self.run_step(program, args, &at, &mut log).await?;
             if space.as_ref().is_some_and(Scratch::full) {
-                log.push_str(&format!(
-                    "the build wrote as much into the function's directory as it may: {} MiB (the server's SLESS_MAX_BUILD_MB)\n",
-                    self.max_build_bytes >> 20
-                ));
+                log.push_str(&over_the_bound(self.max_build_bytes));
                 if status.success() {
                     // Whatever it left out would be missed at run time.
                     return Err(BuildError::Failed { log_tail: tail(&log) });
@@ -476,6 +473,14 @@ pub(crate) fn install_step<'a>(
         )),
         _ => None,
     }
+}
+
+/// The log's line for a build that wrote `max_bytes` into its directory.
+pub(crate) fn over_the_bound(max_bytes: u64) -> String {
+    format!(
+        "the build wrote as much into the function's directory as it may: {} MiB (the server's SLESS_MAX_BUILD_MB)\n",
+        max_bytes >> 20
+    )
 }
 
 pub(crate) fn exit_text(status: std::process::ExitStatus) -> String {

@@ -12,7 +12,7 @@ use std::process::Stdio;
 use sless_api::Runtime;
 use sless_driver::{BuildError, Fingerprint};
 
-use crate::builder::{compile_step, compiled, exit_text, install_step, read_tail, tail, unpack};
+use crate::builder::{compile_step, compiled, exit_text, install_step, over_the_bound, read_tail, tail, unpack};
 use sha2::{Digest, Sha256};
 
 /// Where pip and npm install from, passed on from the build's environment.
@@ -27,6 +27,9 @@ pub struct BuildSpec {
     pub npm: String,
     /// A writable directory; the artifact is made in it.
     pub work_dir: PathBuf,
+    /// What the install may leave in the artifact's directory, in bytes
+    /// (the server's `SLESS_MAX_BUILD_MB`); None: no bound but the pod's.
+    pub max_bytes: Option<u64>,
 }
 
 /// A finished build: the artifact's tarball, its sha256 and the build log.
@@ -59,6 +62,20 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
                     log_tail: format!("{program} {}: {}", exit_text(status), tail(&log)),
                 });
             }
+            if let Some(max_bytes) = spec.max_bytes {
+                let target = dir.clone();
+                let written = tokio::task::spawn_blocking(move || bytes_under(&target))
+                    .await
+                    .map_err(|e| BuildError::Internal(e.to_string()))?
+                    .map_err(|e| BuildError::Internal(format!("measuring the build's directory: {e}")))?;
+                if written > max_bytes {
+                    // The pod's volume bounds the install while it runs
+                    // (more loosely: the installers' downloads are there
+                    // too); what the artifact keeps is bounded here.
+                    log.push_str(&over_the_bound(max_bytes));
+                    return Err(BuildError::Failed { log_tail: tail(&log) });
+                }
+            }
         }
     }
     if let Some((program, args)) = compile_step(spec.runtime, &spec.python) {
@@ -71,6 +88,24 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
         .map_err(|e| BuildError::Internal(format!("packing the artifact: {e}")))?;
     let digest = hex::encode(Sha256::digest(&tarball));
     Ok(Packed { tarball, digest, log })
+}
+
+/// The bytes of the files under `dir` (links not followed).
+fn bytes_under(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                folders.push(entry.path());
+            } else if kind.is_file() {
+                total += entry.metadata()?.len();
+            }
+        }
+    }
+    Ok(total)
 }
 
 /// Runs one step of the build in `dir`, its output added to `log`.

@@ -210,6 +210,7 @@ impl FakeCluster {
             build: BuildMode::Artifact,
             image_build: None,
             build_env: Vec::new(),
+            max_build_mb: 1024,
         };
         // The object store the server uses, and its signer for build grants.
         let store = self.store.clone();

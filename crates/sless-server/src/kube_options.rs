@@ -165,7 +165,9 @@ impl KubeOptions {
         Ok(())
     }
 
-    fn settings(&self) -> sless_driver_k8s::KubeSettings {
+    /// The driver's settings; a build Job's environment and bound are the
+    /// server's own settings.
+    fn settings(&self, build_env: Vec<(String, String)>, max_build_mb: u32) -> sless_driver_k8s::KubeSettings {
         sless_driver_k8s::KubeSettings {
             control_plane_namespace: self.namespace.clone(),
             image_repo: self.image_repo.clone().unwrap_or_default(),
@@ -183,7 +185,8 @@ impl KubeOptions {
                 docker_config_secret: self.registry_secret.clone(),
                 insecure_registry: self.insecure_registry,
             }),
-            build_env: Vec::new(),
+            build_env,
+            max_build_mb,
         }
     }
 }
@@ -222,10 +225,9 @@ pub fn driver(
         warm: config.kube.warm_pool(),
         ..sless_driver_k8s::ServingSettings::default()
     };
-    let settings = sless_driver_k8s::KubeSettings {
-        build_env: config.build_env(),
-        ..config.kube.settings()
-    };
+    // Validated: 64 to 3072.
+    let max_build_mb = u32::try_from(config.max_build_mb).unwrap_or(u32::MAX);
+    let settings = config.kube.settings(config.build_env(), max_build_mb);
     Ok(sless_driver_k8s::KubeDriver::new(
         client, settings, serving, blobs, signer,
     ))

@@ -61,6 +61,7 @@ pub fn build_job(settings: &KubeSettings, input: BuildInput<'_>, owner: &Owner) 
                 env("SLESS_BUILD_CODE_HASH", input.code_hash),
                 env("SLESS_BUILD_ARTIFACT", input.artifact),
                 env("SLESS_INSTANCE_WORK_DIR", "/tmp/sless"),
+                env("SLESS_BUILD_MAX_MB", &settings.max_build_mb.to_string()),
             ]
             .into_iter()
             .chain(settings.build_env.iter().map(|(name, value)| env(name, value)))
@@ -83,13 +84,21 @@ pub fn build_job(settings: &KubeSettings, input: BuildInput<'_>, owner: &Owner) 
                 security_context: Some(restricted_pod()),
                 restart_policy: Some("Never".into()),
                 containers: vec![builder],
-                volumes: Some(vec![empty_dir("tmp", Some(4096))]),
+                volumes: Some(vec![empty_dir("tmp", Some(build_tmp_mb(settings.max_build_mb)))]),
                 image_pull_secrets: image_pull_secrets(settings),
                 ..PodSpec::default()
             },
         )),
         ..Job::default()
     }
+}
+
+/// The build pod's `/tmp` in MiB: the artifact's directory (which the
+/// build checks against `max_build_mb` when the install ends), as much
+/// again for what the installers download and unpack beside it while they
+/// run, and room for their caches. The kubelet evicts a pod past it.
+fn build_tmp_mb(max_build_mb: u32) -> u32 {
+    max_build_mb.saturating_mul(2).saturating_add(256)
 }
 
 /// One image build (image mode).

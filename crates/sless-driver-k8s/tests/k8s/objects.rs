@@ -23,6 +23,7 @@ pub fn settings() -> KubeSettings {
         build: BuildMode::Artifact,
         image_build: None,
         build_env: Vec::new(),
+        max_build_mb: 1024,
     }
 }
 
@@ -326,11 +327,35 @@ fn build_job() {
     };
     let settings = KubeSettings {
         build_env: vec![("npm_config_registry".into(), "http://npm-mirror.example/".into())],
+        max_build_mb: 256,
         ..settings()
     };
     let job = objects::build_job(&settings, input, &owner());
     let spec = job.spec.as_ref().unwrap();
     let builder = &spec.template.spec.as_ref().unwrap().containers[0];
+    let bound = builder.env.iter().flatten().find(|e| e.name == "SLESS_BUILD_MAX_MB");
+    assert_eq!(
+        bound.and_then(|e| e.value.as_deref()),
+        Some("256"),
+        "the server's SLESS_MAX_BUILD_MB bounds what the build keeps"
+    );
+    let tmp = spec
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "tmp");
+    let size = tmp
+        .and_then(|v| v.empty_dir.as_ref())
+        .and_then(|d| d.size_limit.as_ref());
+    assert_eq!(
+        size.map(|q| q.0.as_str()),
+        Some("768Mi"),
+        "the build's /tmp: its directory, as much again while installing, 256 MiB of caches"
+    );
     let registry = builder.env.iter().flatten().find(|e| e.name == "npm_config_registry");
     assert_eq!(
         registry.and_then(|e| e.value.as_deref()),

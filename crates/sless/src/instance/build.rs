@@ -40,6 +40,10 @@ pub struct BuildConfig {
     pub termination_log: PathBuf,
     #[arg(long, env = "SLESS_NPM", default_value = "/usr/bin/npm")]
     pub npm: String,
+    /// What the install may leave in the artifact's directory, in MiB
+    /// (the server's `SLESS_MAX_BUILD_MB`).
+    #[arg(long, env = "SLESS_BUILD_MAX_MB")]
+    pub build_max_mb: Option<u64>,
 }
 
 /// Runs the build; the exit code (0 built, 1 the build failed).
@@ -82,6 +86,7 @@ pub async fn run(config: &InstanceConfig, build: &BuildConfig) -> anyhow::Result
         python: config.python.clone(),
         npm: build.npm.clone(),
         work_dir: config.work_dir.join("build"),
+        max_bytes: build.build_max_mb.map(|mb| mb << 20),
     };
     match build_tarball(&spec, archive).await {
         Ok(packed) => {

@@ -167,6 +167,48 @@ async fn a_failed_install_says_why_and_exits_1() {
     assert_eq!(read(&bucket, &upload_key(&run.code_hash)).await, None);
 }
 
+/// An install runs the tenant's code (npm's install script here), which
+/// may write as much as it likes: a build Job keeps no more than the
+/// server's `SLESS_MAX_BUILD_MB` (passed as `SLESS_BUILD_MAX_MB`), failing
+/// as the local builder does, and uploads nothing; under it, it uploads.
+#[tokio::test]
+async fn a_build_that_writes_past_its_bound_fails_saying_so() {
+    let bucket = bucket().await;
+    let writes = |mib: u32| {
+        format!(
+            r#"{{"name": "fill", "version": "1.0.0", "scripts": {{"install": "node -e \"const fs = require('fs'); const mib = Buffer.alloc(1 << 20, 7); const fd = fs.openSync('made', 'w'); for (let i = 0; i < {mib}; i++) fs.writeSync(fd, mib)\""}}}}"#
+        )
+    };
+    let handler: &[u8] = b"exports.handle = async () => 'hi';\n";
+    let bound = [("SLESS_BUILD_RUNTIME", "nodejs20"), ("SLESS_BUILD_MAX_MB", "64")];
+    let over = writes(80);
+    let run = build_with(
+        &bucket,
+        &[("handler.js", handler), ("package.json", over.as_bytes())],
+        None,
+        &bound,
+    )
+    .await;
+    assert_eq!(run.out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&run.out.stderr);
+    assert!(
+        stderr.contains("the build wrote as much into the function's directory as it may: 64 MiB"),
+        "{stderr}"
+    );
+    assert_eq!(read(&bucket, &upload_key(&run.code_hash)).await, None);
+
+    let under = writes(40);
+    let run = build_with(
+        &bucket,
+        &[("handler.js", handler), ("package.json", under.as_bytes())],
+        None,
+        &bound,
+    )
+    .await;
+    assert!(run.out.status.success(), "{}", String::from_utf8_lossy(&run.out.stderr));
+    assert!(read(&bucket, &upload_key(&run.code_hash)).await.is_some());
+}
+
 /// The package index the server gives a build Job (SLESS_PIP_INDEX_URL)
 /// is the one pip asks: here an empty local index, so the requirement is
 /// not found there (and no registry on the internet is asked).
