@@ -222,6 +222,25 @@ impl Driver for LocalDriver {
         }
     }
 
+    async fn local_artifacts(&self) -> Result<Vec<Fingerprint>, DriverError> {
+        let dir = self.builder.artifacts_dir.clone();
+        let failed = move |e: std::io::Error| DriverError::Internal(format!("listing {}: {e}", dir.display()));
+        let mut found = Vec::new();
+        let mut entries = tokio::fs::read_dir(&self.builder.artifacts_dir)
+            .await
+            .map_err(&failed)?;
+        while let Some(entry) = entries.next_entry().await.map_err(&failed)? {
+            // Hidden: builds, fetches and retired artifacts (the builder's own).
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if !name.starts_with('.') && entry.file_type().await.map_err(&failed)?.is_dir() {
+                found.push(Fingerprint::from_stored(name));
+            }
+        }
+        Ok(found)
+    }
+
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
         let dir = self.builder.artifact_dir(&deployment.artifact);
         if !dir.is_dir() {

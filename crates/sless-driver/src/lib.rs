@@ -50,6 +50,12 @@ pub trait Driver: Send + Sync + 'static {
     /// Deletes an artifact no version uses any more; one already gone is
     /// not an error. The caller makes sure no deployed version runs it.
     async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError>;
+    /// The artifacts this driver keeps on this machine (built or fetched
+    /// here), which a server's start compares with the versions that use
+    /// them; none for a driver that keeps its artifacts elsewhere.
+    async fn local_artifacts(&self) -> Result<Vec<Fingerprint>, DriverError> {
+        Ok(Vec::new())
+    }
     /// Deploys version `deployment.version` of a function next to the
     /// versions already deployed, which keep serving. Deploying a version
     /// that runs already applies the new spec (scaling, env) to it: its

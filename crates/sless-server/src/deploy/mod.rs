@@ -318,11 +318,18 @@ impl Deployer {
         };
         let build_ms = started.elapsed().as_secs_f64() * 1000.0;
         // The function may have been deleted, re-uploaded or edited meanwhile.
+        // What such a build made is removed: nothing else ever would.
         let Some((spec, mut status, mut stored)) = self.load_stored(key).await? else {
+            if let Ok(built) = &result {
+                self.discard(key, code_hash, &built.artifact).await;
+            }
             return Ok(None);
         };
         if status.code_hash.as_deref() != Some(code_hash) {
             tracing::info!(function = %key, "a newer upload superseded this build");
+            if let Ok(built) = &result {
+                self.discard(key, code_hash, &built.artifact).await;
+            }
             return Ok(None);
         }
         let built = match result {
@@ -337,6 +344,7 @@ impl Deployer {
         let secrets = match self.versions.secrets().resolve(&key.namespace, &spec).await {
             Ok(secrets) => secrets,
             Err(e) => {
+                self.discard(key, code_hash, &built.artifact).await;
                 self.fail(key, &mut status, format!("the function cannot start: {e}"))
                     .await;
                 self.save(key, &status).await?;
@@ -357,6 +365,7 @@ impl Deployer {
             })
             .await;
         if let Err(e) = deployed {
+            self.discard(key, code_hash, &built.artifact).await;
             let mut message = e.to_string();
             if let DriverError::LoadFailed(_) = e {
                 if let Some(hint) = hints::load_hint(spec.runtime, &spec.entrypoint, &entry_names(&archive)) {
@@ -418,9 +427,11 @@ impl Deployer {
         if !swapped {
             // The status moved meanwhile (a new upload, a leader that took over).
             let Some((_, mut now)) = self.load(key).await? else {
+                self.discard(key, code_hash, &built.artifact).await;
                 return Ok(None);
             };
             if now.version >= version {
+                self.discard(key, code_hash, &built.artifact).await;
                 return Ok(None); // promoted meanwhile (a leader that took over)
             }
             promote_status(&mut now, &rollout);
@@ -534,6 +545,68 @@ impl Deployer {
             tracing::warn!(function = %key, error = %e, "stopping a deleted function's instances failed");
         }
         self.cluster.removed(key).await;
+    }
+
+    /// Removes the artifacts of a deleted function's versions (`built`,
+    /// their records forgotten) that no other function's version uses.
+    pub async fn discard_versions(&self, key: &FunctionKey, built: &[VersionRecord]) {
+        let mut seen = std::collections::HashSet::new();
+        for version in built.iter().filter(|v| seen.insert(v.artifact.as_str())) {
+            let artifact = Fingerprint::from_stored(version.artifact.clone());
+            self.discard(key, &version.code_hash, &artifact).await;
+        }
+    }
+
+    /// At start, before any build: removes this machine's artifacts that
+    /// no version uses (a crash between a build and its record, or a server
+    /// before this one, which kept failed builds' and deleted functions').
+    pub(crate) async fn sweep_artifacts(&self) {
+        let artifacts = match self.driver.local_artifacts().await {
+            Ok(artifacts) => artifacts,
+            Err(e) => return tracing::warn!(error = %e, "cannot list the artifacts on this machine"),
+        };
+        for artifact in artifacts {
+            match self.store.artifact_in_use(artifact.as_str()).await {
+                Ok(true) => {}
+                Ok(false) => match self.driver.remove_artifact(&artifact).await {
+                    Ok(()) => tracing::info!(%artifact, "artifact no version uses removed"),
+                    Err(e) => tracing::warn!(%artifact, error = %e, "removing an artifact no version uses failed"),
+                },
+                Err(e) => return tracing::warn!(error = %e, "cannot tell which artifacts versions use"),
+            }
+        }
+    }
+
+    /// Removes `artifact`, built from `code_hash` for `key` and named by
+    /// no version of it, unless a version of another function uses it or
+    /// another function's build of the same code is under way here
+    /// (artifacts are shared by every function built from the same code
+    /// with the same shims). A build whose version never went live (its
+    /// handler did not load, a newer upload superseded it, the function was
+    /// deleted meanwhile) and a deleted function's versions leave their
+    /// artifacts to this: nothing else would ever remove them, and a
+    /// tenant could fill the server's disk deploying code that fails.
+    async fn discard(&self, key: &FunctionKey, code_hash: &str, artifact: &Fingerprint) {
+        let building = self
+            .building
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(other, hash)| hash == code_hash && other != key);
+        if building {
+            return;
+        }
+        let removed = match self.store.artifact_in_use(artifact.as_str()).await {
+            Ok(true) => return,
+            Ok(false) => self.driver.remove_artifact(artifact).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match removed {
+            Ok(()) => tracing::info!(function = %key, %artifact, "artifact no version uses removed"),
+            Err(e) => {
+                tracing::warn!(function = %key, %artifact, error = %e, "removing an artifact no version uses failed")
+            }
+        }
     }
 }
 

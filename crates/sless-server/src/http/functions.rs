@@ -230,9 +230,11 @@ pub async fn delete(
     if !state.store.delete(Kind::Function, &ns, &name).await? {
         return Err(not_found(Kind::Function, &ns, &name));
     }
+    let built = state.store.versions(&ns, &name).await?;
     state.store.forget_versions(&ns, &name).await?;
     let key = FunctionKey::new(&ns, &name);
     state.deployer.remove(&key).await;
+    state.deployer.discard_versions(&key, &built).await;
     // What every replica served of it means nothing for a function of the
     // same name made later.
     state.cluster.forget_everywhere(&key).await;

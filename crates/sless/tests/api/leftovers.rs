@@ -207,3 +207,85 @@ async fn a_dead_servers_mounts_go_even_when_another_process_has_its_pid() {
     assert_eq!(mounts_under(&stale), Vec::<String>::new(), "a reused pid kept them");
     assert!(!stale.exists());
 }
+
+/// The artifacts on the server's disk (directories not hidden).
+fn artifacts(server: &Server) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(server.data_path().join("artifacts"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|name| !name.starts_with('.'))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A build's artifact is on the server's disk while a version uses it:
+/// a build whose handler does not load, and a deleted function's
+/// versions, leave nothing behind (a tenant deploying code that fails, or
+/// making and deleting functions, filled the disk a build at a time). An
+/// artifact is shared by every function built from the same code, so it
+/// stays while another function's version uses it.
+#[tokio::test]
+async fn an_artifact_stays_only_while_a_version_uses_it() {
+    let server = Server::start(Backend::Sqlite).await;
+    // Loads only with NEED set.
+    let needs: &[(&str, &[u8])] = &[(
+        "handler.py",
+        b"import os\nNEED = os.environ['NEED']\ndef handle(event, context):\n    return NEED\n",
+    )];
+    let with_need = json!({"runtime": "python3.11", "env": {"NEED": "yes"}});
+    let a = server.deploy("ns", "a", with_need.clone(), needs).await;
+    let shared = a["status"]["artifact"].as_str().unwrap().to_string();
+    assert_eq!(artifacts(&server), vec![shared.clone()]);
+
+    // The same code that does not load here: the artifact is a's too.
+    server
+        .deploy_fails("ns", "b", json!({"runtime": "python3.11"}), needs)
+        .await;
+    assert_eq!(artifacts(&server), vec![shared.clone()], "a's version uses it");
+    // Code of its own that never loads: nothing of it stays.
+    let fails: &[(&str, &[u8])] = &[("handler.py", b"raise RuntimeError('never loads')\n")];
+    server
+        .deploy_fails("ns", "c", json!({"runtime": "python3.11"}), fails)
+        .await;
+    assert_eq!(artifacts(&server), vec![shared.clone()]);
+
+    server.deploy("ns", "d", with_need, needs).await;
+    for name in ["a", "b", "c"] {
+        let (status, body) = server
+            .call(Method::DELETE, &format!("/v1/namespaces/ns/functions/{name}"), None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    }
+    assert_eq!(artifacts(&server), vec![shared], "d's version uses it");
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/d", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, r#""yes""#));
+    let (status, body) = server.call(Method::DELETE, "/v1/namespaces/ns/functions/d", None).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(artifacts(&server), Vec::<String>::new());
+}
+
+/// What a server before this one left among the artifacts that no version
+/// uses (a crash between a build and its record; a server that kept failed
+/// builds' and deleted functions' artifacts) goes at the next start; the
+/// artifacts versions use stay and serve.
+#[tokio::test]
+async fn an_artifact_no_version_uses_goes_at_the_next_start() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    deploy_and_call(&server, "kept").await;
+    let kept = artifacts(&server);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let left = server
+        .data_path()
+        .join("artifacts")
+        .join("0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(left.join("pkg")).unwrap();
+    std::fs::write(left.join("pkg/big.bin"), vec![7u8; 1 << 20]).unwrap();
+
+    server.kill9();
+    server.spawn();
+    assert_eq!(artifacts(&server), kept);
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/kept", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, r#""hello""#));
+}
