@@ -321,20 +321,21 @@ impl Deployer {
         // What such a build made is removed: nothing else ever would.
         let Some((spec, mut status, mut stored)) = self.load_stored(key).await? else {
             if let Ok(built) = &result {
-                self.discard(key, code_hash, &built.artifact).await;
+                self.made_no_version(key, code_hash, Some(&built.artifact)).await;
             }
             return Ok(None);
         };
         if status.code_hash.as_deref() != Some(code_hash) {
             tracing::info!(function = %key, "a newer upload superseded this build");
             if let Ok(built) = &result {
-                self.discard(key, code_hash, &built.artifact).await;
+                self.made_no_version(key, code_hash, Some(&built.artifact)).await;
             }
             return Ok(None);
         }
         let built = match result {
             Ok(built) => built,
             Err(e) => {
+                self.made_no_version(key, code_hash, None).await;
                 self.fail(key, &mut status, e.to_string()).await;
                 self.save(key, &status).await?;
                 return Ok(None);
@@ -344,7 +345,7 @@ impl Deployer {
         let secrets = match self.versions.secrets().resolve(&key.namespace, &spec).await {
             Ok(secrets) => secrets,
             Err(e) => {
-                self.discard(key, code_hash, &built.artifact).await;
+                self.made_no_version(key, code_hash, Some(&built.artifact)).await;
                 self.fail(key, &mut status, format!("the function cannot start: {e}"))
                     .await;
                 self.save(key, &status).await?;
@@ -365,7 +366,7 @@ impl Deployer {
             })
             .await;
         if let Err(e) = deployed {
-            self.discard(key, code_hash, &built.artifact).await;
+            self.made_no_version(key, code_hash, Some(&built.artifact)).await;
             let mut message = e.to_string();
             if let DriverError::LoadFailed(_) = e {
                 if let Some(hint) = hints::load_hint(spec.runtime, &spec.entrypoint, &entry_names(&archive)) {
@@ -427,11 +428,11 @@ impl Deployer {
         if !swapped {
             // The status moved meanwhile (a new upload, a leader that took over).
             let Some((_, mut now)) = self.load(key).await? else {
-                self.discard(key, code_hash, &built.artifact).await;
+                self.made_no_version(key, code_hash, Some(&built.artifact)).await;
                 return Ok(None);
             };
             if now.version >= version {
-                self.discard(key, code_hash, &built.artifact).await;
+                self.made_no_version(key, code_hash, Some(&built.artifact)).await;
                 return Ok(None); // promoted meanwhile (a leader that took over)
             }
             promote_status(&mut now, &rollout);
@@ -553,7 +554,7 @@ impl Deployer {
         let mut seen = std::collections::HashSet::new();
         for version in built.iter().filter(|v| seen.insert(v.artifact.as_str())) {
             let artifact = Fingerprint::from_stored(version.artifact.clone());
-            self.discard(key, &version.code_hash, &artifact).await;
+            self.discard_artifact(key, &version.code_hash, &artifact).await;
         }
     }
 
@@ -577,6 +578,32 @@ impl Deployer {
         }
     }
 
+    /// What a build of `code_hash` that made no version leaves is removed:
+    /// its artifact (when it made one, [`Deployer::discard_artifact`]) and
+    /// the uploaded archive, unless a version of the function was built
+    /// from the same code (pruning decides then). Nothing else would ever
+    /// remove them: a failed upload's archive stayed as long as its
+    /// function, each up to `SLESS_MAX_UPLOAD_BYTES`.
+    async fn made_no_version(&self, key: &FunctionKey, code_hash: &str, artifact: Option<&Fingerprint>) {
+        if let Some(artifact) = artifact {
+            self.discard_artifact(key, code_hash, artifact).await;
+        }
+        match self.store.versions(&key.namespace, &key.name).await {
+            Ok(versions) if versions.iter().any(|v| v.code_hash == code_hash) => return,
+            Ok(_) => {}
+            Err(e) => {
+                return tracing::warn!(function = %key, error = %e, "cannot tell whether a version uses an archive")
+            }
+        }
+        let archive = blobs::archive_key(&key.namespace, &key.name, code_hash);
+        match self.blobs.delete(&archive).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => {
+                tracing::warn!(function = %key, %code_hash, error = %e, "removing an archive no version uses failed")
+            }
+        }
+    }
+
     /// Removes `artifact`, built from `code_hash` for `key` and named by
     /// no version of it, unless a version of another function uses it or
     /// another function's build of the same code is under way here
@@ -586,7 +613,7 @@ impl Deployer {
     /// deleted meanwhile) and a deleted function's versions leave their
     /// artifacts to this: nothing else would ever remove them, and a
     /// tenant could fill the server's disk deploying code that fails.
-    async fn discard(&self, key: &FunctionKey, code_hash: &str, artifact: &Fingerprint) {
+    async fn discard_artifact(&self, key: &FunctionKey, code_hash: &str, artifact: &Fingerprint) {
         let building = self
             .building
             .lock()

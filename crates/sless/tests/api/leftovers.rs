@@ -220,10 +220,17 @@ fn artifacts(server: &Server) -> Vec<String> {
     names
 }
 
+/// The uploaded archives of a function kept on the server's disk.
+fn archives(server: &Server, function: &str) -> usize {
+    let dir = server.data_path().join("blobs/archives/ns").join(function);
+    std::fs::read_dir(dir).map_or(0, |entries| entries.count())
+}
+
 /// A build's artifact is on the server's disk while a version uses it:
 /// a build whose handler does not load, and a deleted function's
 /// versions, leave nothing behind (a tenant deploying code that fails, or
-/// making and deleting functions, filled the disk a build at a time). An
+/// making and deleting functions, filled the disk a build at a time), and
+/// the upload of a build that made no version goes too. An
 /// artifact is shared by every function built from the same code, so it
 /// stays while another function's version uses it.
 #[tokio::test]
@@ -250,9 +257,19 @@ async fn an_artifact_stays_only_while_a_version_uses_it() {
         .deploy_fails("ns", "c", json!({"runtime": "python3.11"}), fails)
         .await;
     assert_eq!(artifacts(&server), vec![shared.clone()]);
+    // An install that fails makes no artifact.
+    let install_fails: &[(&str, &[u8])] = &[("handler.py", HELLO), ("requirements.txt", b"./no-such-project\n")];
+    server
+        .deploy_fails("ns", "e", json!({"runtime": "python3.11"}), install_fails)
+        .await;
+    assert_eq!(artifacts(&server), vec![shared.clone()]);
+    // Nor do their uploads stay: they made no version, and a function
+    // failing upload after upload kept every archive.
+    let kept = ["a", "b", "c", "e"].map(|name| archives(&server, name));
+    assert_eq!(kept, [1, 0, 0, 0]);
 
     server.deploy("ns", "d", with_need, needs).await;
-    for name in ["a", "b", "c"] {
+    for name in ["a", "b", "c", "e"] {
         let (status, body) = server
             .call(Method::DELETE, &format!("/v1/namespaces/ns/functions/{name}"), None)
             .await;
