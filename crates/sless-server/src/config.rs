@@ -368,6 +368,12 @@ pub struct Config {
     #[arg(long, env = "SLESS_KEEP_VERSIONS", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub keep_versions: u32,
 
+    /// How often (seconds) a server removes the artifacts on its disk that
+    /// no version uses (a replica keeps its copies of versions the leader
+    /// pruned, and of deleted functions, until then).
+    #[arg(long, env = "SLESS_ARTIFACT_SWEEP_SEC", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub artifact_sweep_sec: u64,
+
     /// How often (milliseconds) the scheduler looks for due cron ticks.
     #[arg(long, env = "SLESS_CRON_TICK_MS", default_value_t = 500)]
     pub cron_tick_ms: u64,

@@ -117,6 +117,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         cluster.clone(),
     );
     deployer.restore_all().await?;
+    deployer.start_sweeping(Duration::from_secs(config.artifact_sweep_sec));
     let triggers = crate::triggers::Triggers::start(
         store.clone(),
         invoker.clone(),

@@ -558,24 +558,78 @@ impl Deployer {
         }
     }
 
-    /// At start, before any build: removes this machine's artifacts that
-    /// no version uses (a crash between a build and its record, or a server
-    /// before this one, which kept failed builds' and deleted functions').
+    /// Removes this machine's artifacts that no version uses and no build
+    /// under way here makes: at start (a crash between a build and its
+    /// record, or a server before this one, which kept failed builds' and
+    /// deleted functions'), then every `SLESS_ARTIFACT_SWEEP_SEC` (with
+    /// replicas, each keeps its copies of the versions the leader pruned
+    /// and of deleted functions until then).
     pub(crate) async fn sweep_artifacts(&self) {
         let artifacts = match self.driver.local_artifacts().await {
             Ok(artifacts) => artifacts,
             Err(e) => return tracing::warn!(error = %e, "cannot list the artifacts on this machine"),
         };
+        // Which are used is known for all of them before any goes: a store
+        // that cannot tell about one removes none.
+        let mut unused = Vec::new();
         for artifact in artifacts {
             match self.store.artifact_in_use(artifact.as_str()).await {
                 Ok(true) => {}
-                Ok(false) => match self.driver.remove_artifact(&artifact).await {
-                    Ok(()) => tracing::info!(%artifact, "artifact no version uses removed"),
-                    Err(e) => tracing::warn!(%artifact, error = %e, "removing an artifact no version uses failed"),
-                },
+                Ok(false) => unused.push(artifact),
                 Err(e) => return tracing::warn!(error = %e, "cannot tell which artifacts versions use"),
             }
         }
+        for artifact in unused {
+            // Looked at last, just before the removal: a build starting
+            // here reuses an artifact of its code that is on disk.
+            if self.being_built(&artifact).await {
+                continue;
+            }
+            match self.driver.remove_artifact(&artifact).await {
+                Ok(()) => tracing::info!(%artifact, "artifact no version uses removed"),
+                Err(e) => tracing::warn!(%artifact, error = %e, "removing an artifact no version uses failed"),
+            }
+        }
+    }
+
+    /// Runs [`Deployer::sweep_artifacts`] every `every`.
+    pub fn start_sweeping(self: &Arc<Self>, every: Duration) {
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.tick().await;
+            loop {
+                ticks.tick().await;
+                let Some(this) = this.upgrade() else { return };
+                this.sweep_artifacts().await;
+            }
+        });
+    }
+
+    /// Whether a build under way here is of the code `artifact` holds (an
+    /// artifact is named by its runtime, the shims and the code; the
+    /// builds under way are known by their code).
+    async fn being_built(&self, artifact: &Fingerprint) -> bool {
+        let codes: Vec<String> = self
+            .building
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, code)| code.clone())
+            .collect();
+        for code in codes {
+            for runtime in [sless_api::Runtime::Python311, sless_api::Runtime::Nodejs20] {
+                if self
+                    .driver
+                    .fingerprint(runtime, &code)
+                    .await
+                    .is_ok_and(|f| f == *artifact)
+                {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// What a build of `code_hash` that made no version leaves is removed:
@@ -614,17 +668,19 @@ impl Deployer {
     /// artifacts to this: nothing else would ever remove them, and a
     /// tenant could fill the server's disk deploying code that fails.
     async fn discard_artifact(&self, key: &FunctionKey, code_hash: &str, artifact: &Fingerprint) {
-        let building = self
-            .building
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|(other, hash)| hash == code_hash && other != key);
-        if building {
-            return;
-        }
-        let removed = match self.store.artifact_in_use(artifact.as_str()).await {
+        let used = self.store.artifact_in_use(artifact.as_str()).await;
+        // Looked at last, just before the removal: a build starting here
+        // reuses an artifact of its code that is on disk.
+        let building = || {
+            self.building
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(other, hash)| hash == code_hash && other != key)
+        };
+        let removed = match used {
             Ok(true) => return,
+            Ok(false) if building() => return,
             Ok(false) => self.driver.remove_artifact(artifact).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };

@@ -261,7 +261,9 @@ macro_rules! version_store {
                 }
 
                 async fn artifact_in_use(&self, artifact: &str) -> Result<bool> {
-                    let used: Option<i64> = sqlx::query_scalar(
+                    // `1` is an INT4 in PostgreSQL: read as an i64 it failed
+                    // there, and pruning kept every artifact.
+                    let used: Option<i32> = sqlx::query_scalar(
                         "SELECT 1 FROM function_versions WHERE artifact = $1 \
                          UNION ALL SELECT 1 FROM resources WHERE kind = 'function' AND status LIKE $2 LIMIT 1",
                     )

@@ -516,3 +516,33 @@ async fn a_function_deleted_and_made_again_serves_its_new_code_on_every_replica(
         );
     }
 }
+
+/// A replica keeps the artifacts it fetched only while a version uses
+/// them: the leader prunes an old version (`SLESS_KEEP_VERSIONS`) with its
+/// own copy, and the follower's copy goes at its next sweep
+/// (`SLESS_ARTIFACT_SWEEP_SEC`), where it stayed for as long as the
+/// follower ran.
+#[tokio::test]
+async fn a_follower_s_copy_of_a_pruned_version_goes_at_its_next_sweep() {
+    let cluster = replicas(2, &[("SLESS_KEEP_VERSIONS", "1"), ("SLESS_ARTIFACT_SWEEP_SEC", "1")]).await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+    create(a, "f").await;
+    let hash = upload(a, "f", 1).await;
+    a.wait_built("ns", "f", &hash).await;
+    assert_eq!(answer(b, "f").await, Some(1));
+    let first = b.artifacts();
+    assert_eq!(first.len(), 1, "the follower fetched version 1: {first:?}");
+
+    let hash = upload(a, "f", 2).await;
+    let function = a.wait_built("ns", "f", &hash).await;
+    let second = function["status"]["artifact"].as_str().unwrap().to_string();
+    assert_eq!(answer(b, "f").await, Some(2));
+    eventually(Duration::from_secs(30), || async {
+        match (a.artifacts(), b.artifacts()) {
+            (on_a, on_b) if on_a == [second.clone()] && on_b == [second.clone()] => Ok(()),
+            left => Err(format!("version 1's artifact is still on a replica: {left:?}")),
+        }
+    })
+    .await;
+    assert_eq!(answer(b, "f").await, Some(2));
+}

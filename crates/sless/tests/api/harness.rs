@@ -332,6 +332,19 @@ impl Server {
 }
 
 impl Server {
+    /// The artifacts on the server's disk (directories not hidden), sorted.
+    pub fn artifacts(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.data_path().join("artifacts"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// The data dir the server runs on (a replica's may be another's).
     pub fn data_path(&self) -> std::path::PathBuf {
         self.extra_env

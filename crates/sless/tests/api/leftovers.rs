@@ -208,18 +208,6 @@ async fn a_dead_servers_mounts_go_even_when_another_process_has_its_pid() {
     assert!(!stale.exists());
 }
 
-/// The artifacts on the server's disk (directories not hidden).
-fn artifacts(server: &Server) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(server.data_path().join("artifacts"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|name| !name.starts_with('.'))
-        .collect();
-    names.sort();
-    names
-}
-
 /// The uploaded archives of a function kept on the server's disk.
 fn archives(server: &Server, function: &str) -> usize {
     let dir = server.data_path().join("blobs/archives/ns").join(function);
@@ -244,25 +232,25 @@ async fn an_artifact_stays_only_while_a_version_uses_it() {
     let with_need = json!({"runtime": "python3.11", "env": {"NEED": "yes"}});
     let a = server.deploy("ns", "a", with_need.clone(), needs).await;
     let shared = a["status"]["artifact"].as_str().unwrap().to_string();
-    assert_eq!(artifacts(&server), vec![shared.clone()]);
+    assert_eq!(server.artifacts(), vec![shared.clone()]);
 
     // The same code that does not load here: the artifact is a's too.
     server
         .deploy_fails("ns", "b", json!({"runtime": "python3.11"}), needs)
         .await;
-    assert_eq!(artifacts(&server), vec![shared.clone()], "a's version uses it");
+    assert_eq!(server.artifacts(), vec![shared.clone()], "a's version uses it");
     // Code of its own that never loads: nothing of it stays.
     let fails: &[(&str, &[u8])] = &[("handler.py", b"raise RuntimeError('never loads')\n")];
     server
         .deploy_fails("ns", "c", json!({"runtime": "python3.11"}), fails)
         .await;
-    assert_eq!(artifacts(&server), vec![shared.clone()]);
+    assert_eq!(server.artifacts(), vec![shared.clone()]);
     // An install that fails makes no artifact.
     let install_fails: &[(&str, &[u8])] = &[("handler.py", HELLO), ("requirements.txt", b"./no-such-project\n")];
     server
         .deploy_fails("ns", "e", json!({"runtime": "python3.11"}), install_fails)
         .await;
-    assert_eq!(artifacts(&server), vec![shared.clone()]);
+    assert_eq!(server.artifacts(), vec![shared.clone()]);
     // Nor do their uploads stay: they made no version, and a function
     // failing upload after upload kept every archive.
     let kept = ["a", "b", "c", "e"].map(|name| archives(&server, name));
@@ -275,23 +263,22 @@ async fn an_artifact_stays_only_while_a_version_uses_it() {
             .await;
         assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     }
-    assert_eq!(artifacts(&server), vec![shared], "d's version uses it");
+    assert_eq!(server.artifacts(), vec![shared], "d's version uses it");
     let (status, _, body) = server.invoke(Method::GET, "/fn/ns/d", "").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""yes""#));
     let (status, body) = server.call(Method::DELETE, "/v1/namespaces/ns/functions/d", None).await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
-    assert_eq!(artifacts(&server), Vec::<String>::new());
+    assert_eq!(server.artifacts(), Vec::<String>::new());
 }
 
 /// What a server before this one left among the artifacts that no version
 /// uses (a crash between a build and its record; a server that kept failed
 /// builds' and deleted functions' artifacts) goes at the next start; the
 /// artifacts versions use stay and serve.
-#[tokio::test]
-async fn an_artifact_no_version_uses_goes_at_the_next_start() {
-    let mut server = Server::start(Backend::Sqlite).await;
+async fn an_artifact_no_version_uses_goes_at_the_next_start(backend: Backend) {
+    let mut server = Server::start(backend).await;
     deploy_and_call(&server, "kept").await;
-    let kept = artifacts(&server);
+    let kept = server.artifacts();
     assert_eq!(kept.len(), 1, "{kept:?}");
     let left = server
         .data_path()
@@ -302,7 +289,9 @@ async fn an_artifact_no_version_uses_goes_at_the_next_start() {
 
     server.kill9();
     server.spawn();
-    assert_eq!(artifacts(&server), kept);
+    assert_eq!(server.artifacts(), kept);
     let (status, _, body) = server.invoke(Method::GET, "/fn/ns/kept", "").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""hello""#));
 }
+
+crate::both_stores!(an_artifact_no_version_uses_goes_at_the_next_start);

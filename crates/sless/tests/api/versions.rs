@@ -407,10 +407,13 @@ async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
             .iter()
             .map(|v| v["version"].as_u64().unwrap())
             .collect();
-        if numbers == [4, 3, 1] {
+        let on_disk = server.artifacts().len();
+        if numbers == [4, 3, 1] && on_disk == 3 {
             Ok(())
         } else {
-            Err(format!("the newest two and the one an alias holds: {numbers:?}"))
+            Err(format!(
+                "the newest two and the one an alias holds: {numbers:?}, {on_disk} artifacts on disk"
+            ))
         }
     })
     .await;
@@ -434,6 +437,7 @@ async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
         .call(Method::GET, "/v1/namespaces/ns/functions/kf/versions", None)
         .await;
     assert_eq!(list["items"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(server.artifacts().len(), 1, "the deleted function's artifacts are gone");
     let (_, aliases) = server
         .call(Method::GET, "/v1/namespaces/ns/functions/kf/aliases", None)
         .await;
