@@ -10,6 +10,8 @@
 //! or built on two replicas) each store their own tarball under its own
 //! sha256, so neither overwrites what the other recorded; on one machine a
 //! lock per fingerprint makes the second reuse the first one's tarball.
+//! An artifact no version uses any more has all its tarballs deleted
+//! ([`SharedArtifacts::remove`]).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -78,6 +80,24 @@ impl SharedArtifacts {
             .await
             .map_err(|e| format!("listing artifacts: {e}"))?;
         Ok(first.is_some())
+    }
+
+    /// Deletes every tarball of `artifact` (no version uses it any more).
+    pub async fn remove(&self, artifact: &Fingerprint) -> Result<(), String> {
+        let prefix = Key::from(format!("artifacts/{artifact}"));
+        let tarballs: Vec<_> = self
+            .store
+            .list(Some(&prefix))
+            .try_collect()
+            .await
+            .map_err(|e| format!("listing artifact {artifact}: {e}"))?;
+        for tarball in tarballs {
+            match self.store.delete(&tarball.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(format!("deleting {}: {e}", tarball.location)),
+            }
+        }
+        Ok(())
     }
 
     /// Makes `dir` hold `artifact`: fetches its tarball with `digest`, checks

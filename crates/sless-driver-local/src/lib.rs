@@ -207,9 +207,17 @@ impl Driver for LocalDriver {
     }
 
     async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
+        self.remove_local_copy(artifact).await?;
+        match &self.shared {
+            Some(shared) => shared.remove(artifact).await.map_err(DriverError::Unavailable),
+            None => Ok(()),
+        }
+    }
+
+    async fn remove_local_copy(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
         let dir = self.builder.artifact_dir(artifact);
         // The digest beside it goes too (a later build stores its own
-        // tarball); tarballs in the object store stay for other replicas.
+        // tarball).
         let _ = tokio::fs::remove_file(format!("{}.sha256", dir.display())).await;
         // Instances that mounted it keep it until they end (code_mount.rs);
         // those it was linked into hold hard links of their own.

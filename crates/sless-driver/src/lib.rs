@@ -56,6 +56,12 @@ pub trait Driver: Send + Sync + 'static {
     async fn local_artifacts(&self) -> Result<Vec<Fingerprint>, DriverError> {
         Ok(Vec::new())
     }
+    /// Removes this machine's copy of an artifact no version uses (one of
+    /// [`Driver::local_artifacts`]), leaving what other machines fetch it
+    /// from; [`Driver::remove_artifact`] removes that too.
+    async fn remove_local_copy(&self, _artifact: &Fingerprint) -> Result<(), DriverError> {
+        Ok(())
+    }
     /// Deploys version `deployment.version` of a function next to the
     /// versions already deployed, which keep serving. Deploying a version
     /// that runs already applies the new spec (scaling, env) to it: its

@@ -585,7 +585,9 @@ impl Deployer {
             if self.being_built(&artifact).await {
                 continue;
             }
-            match self.driver.remove_artifact(&artifact).await {
+            // This machine's copy only: the leader removes the shared one
+            // when it prunes or discards, knowing the builds under way.
+            match self.driver.remove_local_copy(&artifact).await {
                 Ok(()) => tracing::info!(%artifact, "artifact no version uses removed"),
                 Err(e) => tracing::warn!(%artifact, error = %e, "removing an artifact no version uses failed"),
             }

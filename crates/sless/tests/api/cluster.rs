@@ -519,9 +519,9 @@ async fn a_function_deleted_and_made_again_serves_its_new_code_on_every_replica(
 
 /// A replica keeps the artifacts it fetched only while a version uses
 /// them: the leader prunes an old version (`SLESS_KEEP_VERSIONS`) with its
-/// own copy, and the follower's copy goes at its next sweep
-/// (`SLESS_ARTIFACT_SWEEP_SEC`), where it stayed for as long as the
-/// follower ran.
+/// own copy and its tarball in the bucket, and the follower's copy goes at
+/// its next sweep (`SLESS_ARTIFACT_SWEEP_SEC`), where it stayed for as
+/// long as the follower ran.
 #[tokio::test]
 async fn a_follower_s_copy_of_a_pruned_version_goes_at_its_next_sweep() {
     let cluster = replicas(2, &[("SLESS_KEEP_VERSIONS", "1"), ("SLESS_ARTIFACT_SWEEP_SEC", "1")]).await;
@@ -544,5 +544,15 @@ async fn a_follower_s_copy_of_a_pruned_version_goes_at_its_next_sweep() {
         }
     })
     .await;
+    // And in the bucket: the leader removed version 1's tarball as it
+    // pruned it (a follower's sweep removes only its own copy).
+    let tarballs = cluster.s3.keys("sless/artifacts/");
+    assert!(
+        !tarballs.is_empty()
+            && tarballs
+                .iter()
+                .all(|k| k.starts_with(&format!("sless/artifacts/{second}/"))),
+        "{tarballs:?}"
+    );
     assert_eq!(answer(b, "f").await, Some(2));
 }
