@@ -569,17 +569,16 @@ impl Deployer {
             Ok(artifacts) => artifacts,
             Err(e) => return tracing::warn!(error = %e, "cannot list the artifacts on this machine"),
         };
-        // Which are used is known for all of them before any goes: a store
-        // that cannot tell about one removes none.
-        let mut unused = Vec::new();
-        for artifact in artifacts {
-            match self.store.artifact_in_use(artifact.as_str()).await {
-                Ok(true) => {}
-                Ok(false) => unused.push(artifact),
-                Err(e) => return tracing::warn!(error = %e, "cannot tell which artifacts versions use"),
-            }
+        if artifacts.is_empty() {
+            return;
         }
-        for artifact in unused {
+        // Which are used is known for all of them before any goes: a store
+        // that cannot tell removes none.
+        let used = match self.store.artifacts_in_use().await {
+            Ok(used) => used,
+            Err(e) => return tracing::warn!(error = %e, "cannot tell which artifacts versions use"),
+        };
+        for artifact in artifacts.into_iter().filter(|a| !used.contains(a.as_str())) {
             // Looked at last, just before the removal: a build starting
             // here reuses an artifact of its code that is on disk.
             if self.being_built(&artifact).await {

@@ -57,6 +57,11 @@ pub trait VersionStore: Send + Sync {
     /// Whether any function's version or status still names `artifact`
     /// (artifacts are content-addressed: functions with the same code share one).
     async fn artifact_in_use(&self, artifact: &str) -> Result<bool>;
+    /// Every artifact a function's version or status names, in two reads
+    /// (what a sweep of many artifacts asks, where one
+    /// [`VersionStore::artifact_in_use`] each would read every status each
+    /// time).
+    async fn artifacts_in_use(&self) -> Result<std::collections::HashSet<String>>;
     /// Forgets every version and alias of a deleted function.
     async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()>;
 }
@@ -272,6 +277,28 @@ macro_rules! version_store {
                     .fetch_optional(&self.pool)
                     .await?;
                     Ok(used.is_some())
+                }
+
+                async fn artifacts_in_use(&self) -> Result<std::collections::HashSet<String>> {
+                    let mut used: std::collections::HashSet<String> =
+                        sqlx::query_scalar("SELECT DISTINCT artifact FROM function_versions")
+                            .fetch_all(&self.pool)
+                            .await?
+                            .into_iter()
+                            .collect();
+                    let statuses: Vec<String> = sqlx::query_scalar("SELECT status FROM resources WHERE kind = 'function'")
+                        .fetch_all(&self.pool)
+                        .await?;
+                    for status in statuses {
+                        let Ok(status) = serde_json::from_str::<serde_json::Value>(&status) else { continue };
+                        // The serving version's, and the one rolling out.
+                        for named in [&status["artifact"], &status["rollout"]["artifact"]] {
+                            if let Some(artifact) = named.as_str() {
+                                used.insert(artifact.to_string());
+                            }
+                        }
+                    }
+                    Ok(used)
                 }
 
                 async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()> {
