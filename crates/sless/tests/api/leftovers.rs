@@ -220,7 +220,7 @@ fn archives(server: &Server, function: &str) -> usize {
 /// making and deleting functions, filled the disk a build at a time), and
 /// the upload of a build that made no version goes too. An
 /// artifact is shared by every function built from the same code, so it
-/// stays while another function's version uses it.
+/// stays while another function's version uses it, another tenant's too.
 #[tokio::test]
 async fn an_artifact_stays_only_while_a_version_uses_it() {
     let server = Server::start(Backend::Sqlite).await;
@@ -256,17 +256,20 @@ async fn an_artifact_stays_only_while_a_version_uses_it() {
     let kept = ["a", "b", "c", "e"].map(|name| archives(&server, name));
     assert_eq!(kept, [1, 0, 0, 0]);
 
-    server.deploy("ns", "d", with_need, needs).await;
+    // Another tenant's function with the same code.
+    server.deploy("other", "d", with_need, needs).await;
     for name in ["a", "b", "c", "e"] {
         let (status, body) = server
             .call(Method::DELETE, &format!("/v1/namespaces/ns/functions/{name}"), None)
             .await;
         assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     }
-    assert_eq!(server.artifacts(), vec![shared], "d's version uses it");
-    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/d", "").await;
+    assert_eq!(server.artifacts(), vec![shared], "the other tenant's version uses it");
+    let (status, _, body) = server.invoke(Method::GET, "/fn/other/d", "").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""yes""#));
-    let (status, body) = server.call(Method::DELETE, "/v1/namespaces/ns/functions/d", None).await;
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/other/functions/d", None)
+        .await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     assert_eq!(server.artifacts(), Vec::<String>::new());
 }
