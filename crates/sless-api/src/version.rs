@@ -27,6 +27,15 @@ pub struct FunctionVersion {
     /// while it was the newest version.
     pub spec: FunctionSpec,
     pub built_at: DateTime<Utc>,
+    /// What the built artifact takes, installed dependencies included: its
+    /// files on the server's disk, or its tarball in the object store
+    /// (Kubernetes). Counts towards the namespace's storage quota; 0 for
+    /// versions built before sizes were recorded.
+    #[serde(default)]
+    pub artifact_bytes: u64,
+    /// The size of the zip the version was built from (also counted).
+    #[serde(default)]
+    pub archive_bytes: u64,
     /// Whether the plain URL (`$latest`) calls this version.
     #[serde(default)]
     pub latest: bool,

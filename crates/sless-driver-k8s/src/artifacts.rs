@@ -26,8 +26,9 @@ impl Artifacts {
         Artifacts { store }
     }
 
-    /// The sha256 of a stored tarball of `artifact`, if there is one.
-    pub async fn digest(&self, artifact: &Fingerprint) -> Result<Option<String>, DriverError> {
+    /// The sha256 of a stored tarball of `artifact` and its size, if there
+    /// is one.
+    pub async fn digest(&self, artifact: &Fingerprint) -> Result<Option<(String, u64)>, DriverError> {
         let prefix = Key::from(format!("artifacts/{artifact}"));
         let first = self
             .store
@@ -39,7 +40,7 @@ impl Artifacts {
             meta.location
                 .filename()
                 .and_then(|file| file.strip_suffix(".tar.gz"))
-                .map(str::to_string)
+                .map(|digest| (digest.to_string(), meta.size))
         }))
     }
 
@@ -75,26 +76,31 @@ impl Artifacts {
 
     /// Accepts the tarball a build uploaded to `upload_key` as `artifact`
     /// if its sha256 is `reported`, what the build says it made; returns
-    /// that sha256. The bytes hashed here are the bytes stored under
+    /// that sha256 and the tarball's size. The bytes hashed here are the bytes stored under
     /// `artifacts/{artifact}/{sha256}.tar.gz`, so a pod writing its staging
     /// key again later changes nothing. A tarball another replica accepted
     /// first (the two shared the Job) is taken as it is.
-    pub async fn accept(&self, artifact: &Fingerprint, upload_key: &str, reported: &str) -> Result<String, BuildError> {
+    pub async fn accept(
+        &self,
+        artifact: &Fingerprint,
+        upload_key: &str,
+        reported: &str,
+    ) -> Result<(String, u64), BuildError> {
         let internal = |e: object_store::Error| BuildError::Internal(format!("reading the uploaded artifact: {e}"));
         let accepted = Key::from(format!("artifacts/{artifact}/{reported}.tar.gz"));
-        if self.exists(&accepted).await.map_err(internal)? {
-            return Ok(reported.to_string());
+        if let Some(size) = self.size(&accepted).await.map_err(internal)? {
+            return Ok((reported.to_string(), size));
         }
         let upload = match self.store.get(&Key::from(upload_key)).await {
             Ok(upload) => upload,
-            Err(object_store::Error::NotFound { .. }) if self.exists(&accepted).await.map_err(internal)? => {
-                return Ok(reported.to_string())
-            }
-            Err(object_store::Error::NotFound { .. }) => {
-                return Err(BuildError::Failed {
-                    log_tail: "the build reported success but uploaded no artifact".into(),
-                })
-            }
+            Err(object_store::Error::NotFound { .. }) => match self.size(&accepted).await.map_err(internal)? {
+                Some(size) => return Ok((reported.to_string(), size)),
+                None => {
+                    return Err(BuildError::Failed {
+                        log_tail: "the build reported success but uploaded no artifact".into(),
+                    })
+                }
+            },
             Err(e) => return Err(internal(e)),
         };
         if upload.meta.size > MAX_ARTIFACT_BYTES {
@@ -106,6 +112,7 @@ impl Artifacts {
             });
         }
         let tarball = upload.bytes().await.map_err(internal)?;
+        let size = tarball.len() as u64;
         let actual = hex::encode(Sha256::digest(&tarball));
         if actual != reported {
             return Err(BuildError::Failed {
@@ -119,13 +126,14 @@ impl Artifacts {
             .await
             .map_err(|e| BuildError::Internal(format!("storing the artifact: {e}")))?;
         self.drop_archive(upload_key).await;
-        Ok(actual)
+        Ok((actual, size))
     }
 
-    async fn exists(&self, key: &Key) -> Result<bool, object_store::Error> {
+    /// The size of the object at `key`, if there is one.
+    async fn size(&self, key: &Key) -> Result<Option<u64>, object_store::Error> {
         match self.store.head(key).await {
-            Ok(_) => Ok(true),
-            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Ok(meta) => Ok(Some(meta.size)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -36,11 +36,12 @@ pub async fn build(
     artifact: Fingerprint,
 ) -> Result<Built, BuildError> {
     let internal = |e: sless_driver::DriverError| BuildError::Internal(e.to_string());
-    if let Some(digest) = artifacts.digest(&artifact).await.map_err(internal)? {
+    if let Some((digest, bytes)) = artifacts.digest(&artifact).await.map_err(internal)? {
         return Ok(Built {
             artifact,
             digest: Some(digest),
             log_tail: String::new(),
+            bytes,
         });
     }
     let archive_key = Artifacts::archive_key(&artifact, &job.code_hash);
@@ -57,18 +58,19 @@ pub async fn build(
             Ok((reported, log_tail)) => artifacts
                 .accept(&artifact, &upload_key, &reported)
                 .await
-                .map(|digest| (digest, log_tail)),
+                .map(|stored| (stored, log_tail)),
             Err(e) => Err(e),
         },
         Err(e) => Err(internal(e)),
     };
     artifacts.drop_archive(&archive_key).await;
     artifacts.drop_archive(&upload_key).await;
-    let (digest, log_tail) = built?;
+    let ((digest, bytes), log_tail) = built?;
     Ok(Built {
         artifact,
         digest: Some(digest),
         log_tail,
+        bytes,
     })
 }
 

@@ -178,6 +178,24 @@ fn record_digest(dir: &Path, digest: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, &file)
 }
 
+/// The bytes of the files under `dir` (links not followed).
+pub(crate) fn bytes_under(dir: &Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                folders.push(entry.path());
+            } else if kind.is_file() {
+                total += entry.metadata()?.len();
+            }
+        }
+    }
+    Ok(total)
+}
+
 /// The directory as a gzipped tarball (symlinks kept as links, modes kept).
 pub(crate) fn pack(dir: &Path) -> std::io::Result<Vec<u8>> {
     let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

@@ -94,11 +94,7 @@ impl Builder {
     pub async fn build(&self, job: BuildJob, artifact: Fingerprint) -> Result<Built, BuildError> {
         let dir = self.artifact_dir(&artifact);
         if dir.is_dir() {
-            return Ok(Built {
-                artifact,
-                digest: None,
-                log_tail: "same code built before; reusing the artifact".into(),
-            });
+            return built(artifact, dir, "same code built before; reusing the artifact".into()).await;
         }
         let uid = self.launcher.sandbox.allocate_uid();
         let work = self
@@ -116,11 +112,7 @@ impl Builder {
                         return Err(BuildError::Internal(format!("saving artifact: {e}")));
                     }
                 }
-                Ok(Built {
-                    artifact,
-                    digest: None,
-                    log_tail: tail(&log),
-                })
+                built(artifact, dir, tail(&log)).await
             }
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&work);
@@ -327,6 +319,20 @@ impl Builder {
             }),
         }
     }
+}
+
+/// The build of `artifact`, kept in `dir`, measured.
+async fn built(artifact: Fingerprint, dir: PathBuf, log_tail: String) -> Result<Built, BuildError> {
+    let bytes = tokio::task::spawn_blocking(move || crate::artifacts::bytes_under(&dir))
+        .await
+        .map_err(|e| BuildError::Internal(e.to_string()))?
+        .map_err(|e| BuildError::Internal(format!("measuring the artifact: {e}")))?;
+    Ok(Built {
+        artifact,
+        digest: None,
+        log_tail,
+        bytes,
+    })
 }
 
 /// Whether the build runs an install step (the code holds the runtime's

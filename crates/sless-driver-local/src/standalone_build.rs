@@ -64,7 +64,7 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
             }
             if let Some(max_bytes) = spec.max_bytes {
                 let target = dir.clone();
-                let written = tokio::task::spawn_blocking(move || bytes_under(&target))
+                let written = tokio::task::spawn_blocking(move || crate::artifacts::bytes_under(&target))
                     .await
                     .map_err(|e| BuildError::Internal(e.to_string()))?
                     .map_err(|e| BuildError::Internal(format!("measuring the build's directory: {e}")))?;
@@ -88,24 +88,6 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
         .map_err(|e| BuildError::Internal(format!("packing the artifact: {e}")))?;
     let digest = hex::encode(Sha256::digest(&tarball));
     Ok(Packed { tarball, digest, log })
-}
-
-/// The bytes of the files under `dir` (links not followed).
-fn bytes_under(dir: &Path) -> std::io::Result<u64> {
-    let mut total = 0;
-    let mut folders = vec![dir.to_path_buf()];
-    while let Some(folder) = folders.pop() {
-        for entry in std::fs::read_dir(&folder)? {
-            let entry = entry?;
-            let kind = entry.file_type()?;
-            if kind.is_dir() {
-                folders.push(entry.path());
-            } else if kind.is_file() {
-                total += entry.metadata()?.len();
-            }
-        }
-    }
-    Ok(total)
 }
 
 /// Runs one step of the build in `dir`, its output added to `log`.

@@ -64,6 +64,10 @@ pub struct Built {
     pub digest: Option<String>,
     /// The end of the build log.
     pub log_tail: String,
+    /// What the artifact takes where it is kept: its files on the disk
+    /// that built it (local), its tarball in the object store (Kubernetes).
+    /// A namespace's versions are held to a sum of these.
+    pub bytes: u64,
 }
 
 /// Why a build produced no artifact.

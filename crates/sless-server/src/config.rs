@@ -287,6 +287,13 @@ pub struct Config {
     #[arg(long, env = "SLESS_NS_MAX_JOBS", default_value_t = 400)]
     pub ns_max_jobs: u32,
 
+    /// What one namespace's kept versions may take, in MiB: their artifacts
+    /// (installed dependencies included) and uploaded archives. A build
+    /// that would take the namespace past it fails, and the version before
+    /// keeps serving. 75 GiB, as Lambda's code storage per account.
+    #[arg(long, env = "SLESS_NS_MAX_STORAGE_MB", default_value_t = 76_800)]
+    pub ns_max_storage_mb: u32,
+
     /// Calls of one namespace's functions through `/fn` under way at once
     /// on this replica (each holds a connection, from its head to its
     /// answer, queued or running); another is a 429, as Lambda's
@@ -591,6 +598,7 @@ impl Config {
             ("SLESS_NS_MAX_TRIGGERS", self.ns_max_triggers, 1, u32::MAX),
             ("SLESS_NS_MAX_CALLS", self.ns_max_calls, 1, u32::MAX),
             ("SLESS_NS_MAX_JOBS", self.ns_max_jobs, 1, u32::MAX),
+            ("SLESS_NS_MAX_STORAGE_MB", self.ns_max_storage_mb, 1, u32::MAX),
         ] {
             if !(lo..=hi).contains(&value) {
                 anyhow::bail!("{name} {value}: expected a value between {lo} and {hi}");

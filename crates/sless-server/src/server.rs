@@ -113,6 +113,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             archive_rules,
             code_check,
             namespace_builds: config.ns_max_builds as usize,
+            namespace_storage_bytes: u64::from(config.ns_max_storage_mb) << 20,
         },
         cluster.clone(),
     );

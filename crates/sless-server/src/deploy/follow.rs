@@ -183,6 +183,9 @@ impl Deployer {
             artifact_digest: status.artifact_digest.clone(),
             spec: spec.clone(),
             built_at: status.last_built_at.unwrap_or_else(crate::store::now),
+            // Not known for an older server's build (counted as 0).
+            artifact_bytes: 0,
+            archive_bytes: 0,
         };
         if let Err(e) = self.store.put_version(&record).await {
             tracing::warn!(function = %key, error = %e, "recording the serving version failed");

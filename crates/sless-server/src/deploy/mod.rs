@@ -13,6 +13,7 @@
 
 mod follow;
 mod hints;
+mod storage;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -58,6 +59,8 @@ pub struct Deployer {
     /// one of `builds`: one namespace never holds them all.
     namespace_builds: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
     namespace_build_slots: usize,
+    /// What one namespace's kept versions may take (`SLESS_NS_MAX_STORAGE_MB`).
+    namespace_storage_bytes: u64,
     /// Uploads being checked.
     checking: tokio::sync::Semaphore,
     cluster: Arc<Cluster>,
@@ -72,6 +75,8 @@ pub struct UploadChecks {
     pub code_check: Arc<dyn CodeValidator>,
     /// Builds one namespace runs at once.
     pub namespace_builds: usize,
+    /// What one namespace's kept versions may take, in bytes.
+    pub namespace_storage_bytes: u64,
 }
 
 impl Deployer {
@@ -96,6 +101,7 @@ impl Deployer {
             builds: tokio::sync::Semaphore::new(CONCURRENT_BUILDS),
             namespace_builds: Default::default(),
             namespace_build_slots: checks.namespace_builds.max(1),
+            namespace_storage_bytes: checks.namespace_storage_bytes,
             checking: tokio::sync::Semaphore::new(CONCURRENT_CHECKS),
             cluster,
             building: Default::default(),
@@ -334,22 +340,29 @@ impl Deployer {
         }
         let built = match result {
             Ok(built) => built,
-            Err(e) => {
-                self.made_no_version(key, code_hash, None).await;
-                self.fail(key, &mut status, e.to_string()).await;
-                self.save(key, &status).await?;
-                return Ok(None);
-            }
+            Err(e) => return self.refuse(key, code_hash, None, &mut status, e.to_string()).await,
         };
         let version = status.version + 1;
+        let new = storage::NewVersion {
+            key,
+            code_hash,
+            artifact: &built.artifact,
+            artifact_bytes: built.bytes,
+            archive_bytes: archive.len() as u64,
+        };
+        let keep = self.versions.keep();
+        if let Some(over) = storage::over_quota(&*self.store, &new, keep, self.namespace_storage_bytes).await? {
+            return self
+                .refuse(key, code_hash, Some(&built.artifact), &mut status, over)
+                .await;
+        }
         let secrets = match self.versions.secrets().resolve(&key.namespace, &spec).await {
             Ok(secrets) => secrets,
             Err(e) => {
-                self.made_no_version(key, code_hash, Some(&built.artifact)).await;
-                self.fail(key, &mut status, format!("the function cannot start: {e}"))
+                let message = format!("the function cannot start: {e}");
+                return self
+                    .refuse(key, code_hash, Some(&built.artifact), &mut status, message)
                     .await;
-                self.save(key, &status).await?;
-                return Ok(None);
             }
         };
         let checking = std::time::Instant::now();
@@ -366,16 +379,15 @@ impl Deployer {
             })
             .await;
         if let Err(e) = deployed {
-            self.made_no_version(key, code_hash, Some(&built.artifact)).await;
             let mut message = e.to_string();
             if let DriverError::LoadFailed(_) = e {
                 if let Some(hint) = hints::load_hint(spec.runtime, &spec.entrypoint, &entry_names(&archive)) {
                     message = format!("{hint}\n{message}");
                 }
             }
-            self.fail(key, &mut status, message).await;
-            self.save(key, &status).await?;
-            return Ok(None);
+            return self
+                .refuse(key, code_hash, Some(&built.artifact), &mut status, message)
+                .await;
         }
         let check_ms = checking.elapsed().as_secs_f64() * 1000.0;
         let checked = std::time::Instant::now();
@@ -415,6 +427,8 @@ impl Deployer {
             artifact_digest: rollout.artifact_digest.clone(),
             spec: spec_value.clone(),
             built_at: status.last_built_at.unwrap_or_else(crate::store::now),
+            artifact_bytes: built.bytes,
+            archive_bytes: archive.len() as u64,
         };
         // The version is recorded with (or before) its Ready: from then on
         // it can be called by number and named by aliases. Usually the
@@ -461,6 +475,23 @@ impl Deployer {
         if let Some(old) = before.filter(|old| *old != version) {
             self.versions.demoted(VersionRef::new(key.clone(), old)).await;
         }
+    }
+
+    /// Ends a build of `code_hash` that makes no version (`artifact`: what
+    /// it built, if anything): what it left is removed, and the function's
+    /// status says why, as failed.
+    async fn refuse(
+        &self,
+        key: &FunctionKey,
+        code_hash: &str,
+        artifact: Option<&Fingerprint>,
+        status: &mut FunctionStatus,
+        message: String,
+    ) -> Result<Option<(u64, Option<String>)>> {
+        self.made_no_version(key, code_hash, artifact).await;
+        self.fail(key, status, message).await;
+        self.save(key, status).await?;
+        Ok(None)
     }
 
     /// Marks a build failed; the serving version, if any, stays.

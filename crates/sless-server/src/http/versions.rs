@@ -35,6 +35,8 @@ fn version_api(record: VersionRecord, latest: u64, aliases: &[AliasRecord]) -> R
         artifact_digest: record.artifact_digest,
         spec,
         built_at: record.built_at,
+        artifact_bytes: record.artifact_bytes,
+        archive_bytes: record.archive_bytes,
         latest: record.version == latest,
         aliases: aliases
             .iter()
@@ -291,6 +293,9 @@ async fn write_alias(
         .routes
         .set_alias(&FunctionKey::new(ns, name), alias, Split::of(&record.spec));
     tracing::info!(namespace = ns, function = name, alias, version = record.spec.version, weights = ?record.spec.weights, "alias set");
+    if !created {
+        prune_released(state, ns, name).await;
+    }
     let status = if created { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(alias_api(state, record))))
 }
@@ -314,5 +319,27 @@ pub async fn delete_alias(
     }
     state.routes.set_alias(&FunctionKey::new(&ns, &name), &alias, None);
     tracing::info!(namespace = %ns, function = %name, %alias, "alias deleted");
+    prune_released(&state, &ns, &name).await;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Removes the versions of a function an alias no longer holds that its
+/// next deploy would prune (past `SLESS_KEEP_VERSIONS`), now: the
+/// namespace's storage quota counts every version kept, so deleting or
+/// moving an alias gives its room back at once.
+async fn prune_released(state: &AppState, ns: &str, name: &str) {
+    let key = FunctionKey::new(ns, name);
+    let pruned = async {
+        let Some(record) = state.store.get(Kind::Function, ns, name).await? else {
+            return Ok(());
+        };
+        let status: sless_api::FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+        state
+            .versions
+            .prune(&key, status.version, status.code_hash.as_deref())
+            .await
+    };
+    if let Err(e) = pruned.await {
+        tracing::warn!(function = %key, error = %e, "pruning the versions an alias held failed");
+    }
 }

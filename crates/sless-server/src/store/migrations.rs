@@ -14,6 +14,7 @@ pub const SQLITE: Migrations = &[
     (7, include_str!("../../migrations/sqlite/0007_secrets.sql")),
     (8, include_str!("../../migrations/sqlite/0008_async_parked.sql")),
     (9, include_str!("../../migrations/sqlite/0009_async_fair.sql")),
+    (10, include_str!("../../migrations/sqlite/0010_version_bytes.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -27,6 +28,7 @@ pub const POSTGRES: Migrations = &[
     (8, include_str!("../../migrations/postgres/0008_secrets.sql")),
     (9, include_str!("../../migrations/postgres/0009_async_parked.sql")),
     (10, include_str!("../../migrations/postgres/0010_async_fair.sql")),
+    (11, include_str!("../../migrations/postgres/0011_version_bytes.sql")),
 ];
 
 #[cfg(test)]

@@ -22,6 +22,23 @@ pub struct VersionRecord {
     /// The spec it runs with (a `FunctionSpec` as JSON).
     pub spec: Value,
     pub built_at: DateTime<Utc>,
+    /// What its artifact takes ([`sless_driver::Built::bytes`]; 0 for
+    /// versions recorded before sizes were).
+    pub artifact_bytes: u64,
+    /// The size of the uploaded archive it was built from.
+    pub archive_bytes: u64,
+}
+
+/// What one version keeps, without its spec: what a namespace's storage
+/// is summed from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionSize {
+    pub function: String,
+    pub version: u64,
+    pub code_hash: String,
+    pub artifact: String,
+    pub artifact_bytes: u64,
+    pub archive_bytes: u64,
 }
 
 /// One alias as stored.
@@ -62,6 +79,11 @@ pub trait VersionStore: Send + Sync {
     /// [`VersionStore::artifact_in_use`] each would read every status each
     /// time).
     async fn artifacts_in_use(&self) -> Result<std::collections::HashSet<String>>;
+    /// What every version of a namespace's functions keeps, by function,
+    /// newest first.
+    async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>>;
+    /// Every alias of a namespace's functions.
+    async fn namespace_aliases(&self, namespace: &str) -> Result<Vec<AliasRecord>>;
     /// Forgets every version and alias of a deleted function.
     async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()>;
 }
@@ -72,8 +94,9 @@ macro_rules! insert_version {
     ($v:expr) => {
         sqlx::query(
             "INSERT INTO function_versions \
-             (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             (namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at, \
+              artifact_bytes, archive_bytes) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (namespace, function, version) DO NOTHING",
         )
         .bind(&$v.namespace)
@@ -84,6 +107,8 @@ macro_rules! insert_version {
         .bind(&$v.artifact_digest)
         .bind($v.spec.to_string())
         .bind($crate::store::sql::time_text(&$v.built_at))
+        .bind($crate::store::versions::stored_bytes($v.artifact_bytes))
+        .bind($crate::store::versions::stored_bytes($v.archive_bytes))
     };
 }
 
@@ -96,7 +121,7 @@ macro_rules! version_store {
 
             use super::$store;
             use $crate::error::{Error, Result};
-            use $crate::store::versions::{AliasRecord, VersionRecord, VersionStore};
+            use $crate::store::versions::{read_bytes, AliasRecord, VersionRecord, VersionSize, VersionStore};
 
             type DbRow = <$crate::store::sql::sqlx_db!($store) as sqlx::Database>::Row;
 
@@ -113,6 +138,8 @@ macro_rules! version_store {
                     spec: serde_json::from_str(row.try_get::<&str, _>("spec")?)
                         .map_err(|e| Error::internal(format!("bad version spec in store: {e}")))?,
                     built_at: parse_time(row.try_get::<&str, _>("built_at")?)?,
+                    artifact_bytes: read_bytes(row.try_get("artifact_bytes")?),
+                    archive_bytes: read_bytes(row.try_get("archive_bytes")?),
                 })
             }
 
@@ -130,8 +157,8 @@ macro_rules! version_store {
                 })
             }
 
-            const VERSION_COLUMNS: &str =
-                "namespace, function, version, code_hash, artifact, artifact_digest, spec, built_at";
+            const VERSION_COLUMNS: &str = "namespace, function, version, code_hash, artifact, artifact_digest, spec, \
+                 built_at, artifact_bytes, archive_bytes";
             const ALIAS_COLUMNS: &str = "namespace, function, name, version, weights, updated_at";
 
             #[async_trait]
@@ -301,6 +328,34 @@ macro_rules! version_store {
                     Ok(used)
                 }
 
+                async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>> {
+                    let rows = sqlx::query(
+                        "SELECT function, version, code_hash, artifact, artifact_bytes, archive_bytes \
+                         FROM function_versions WHERE namespace = $1 ORDER BY function, version DESC",
+                    )
+                    .bind(namespace)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok(VersionSize {
+                                function: row.try_get("function")?,
+                                version: row.try_get::<i64, _>("version")? as u64,
+                                code_hash: row.try_get("code_hash")?,
+                                artifact: row.try_get("artifact")?,
+                                artifact_bytes: read_bytes(row.try_get("artifact_bytes")?),
+                                archive_bytes: read_bytes(row.try_get("archive_bytes")?),
+                            })
+                        })
+                        .collect()
+                }
+
+                async fn namespace_aliases(&self, namespace: &str) -> Result<Vec<AliasRecord>> {
+                    let sql = format!("SELECT {ALIAS_COLUMNS} FROM function_aliases WHERE namespace = $1");
+                    let rows = sqlx::query(&sql).bind(namespace).fetch_all(&self.pool).await?;
+                    rows.iter().map(alias_of).collect()
+                }
+
                 async fn forget_versions(&self, namespace: &str, function: &str) -> Result<()> {
                     let mut tx = self.pool.begin().await?;
                     sqlx::query("DELETE FROM function_aliases WHERE namespace = $1 AND function = $2")
@@ -322,3 +377,13 @@ macro_rules! version_store {
 }
 
 pub(crate) use {insert_version, version_store};
+
+/// A size as a column holds it (BIGINT: signed).
+pub(crate) fn stored_bytes(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// A size read from a column.
+pub(crate) fn read_bytes(stored: i64) -> u64 {
+    u64::try_from(stored).unwrap_or(0)
+}

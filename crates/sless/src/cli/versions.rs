@@ -6,6 +6,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 use sless_api::{Alias, AliasSpec};
 
+use super::archive::human_bytes;
 use super::context::ConnArgs;
 use super::output::{age, print_json, say, time, Details, OutputFormat, Table};
 
@@ -62,13 +63,16 @@ pub async fn list(args: VersionsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         eprintln!("function {} has no built version yet", args.function);
         return Ok(());
     }
-    let mut table = Table::new(&["VERSION", "LATEST", "ALIASES", "CODE", "BUILT"]);
+    // SIZE is what the version keeps (its artifact and its upload), what
+    // the namespace's storage quota counts.
+    let mut table = Table::new(&["VERSION", "LATEST", "ALIASES", "CODE", "SIZE", "BUILT"]);
     for v in &versions {
         table.row(vec![
             v.version.to_string(),
             if v.latest { "*".into() } else { String::new() },
             v.aliases.join(","),
             v.code_hash.chars().take(12).collect(),
+            human_bytes(v.artifact_bytes + v.archive_bytes),
             time(Some(v.built_at)),
         ]);
     }

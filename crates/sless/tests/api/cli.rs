@@ -319,6 +319,10 @@ async fn deploy_python_dir_then_invoke_and_redeploy() {
         serde_json::from_str::<Value>(&run.stdout).unwrap()["greeting"],
         "HEY you"
     );
+    // `sless versions` lists both, with what each keeps.
+    let listed = user.ok(&["versions", "echo"]).stdout;
+    assert!(listed.contains("SIZE"), "{listed}");
+    assert_eq!(listed.matches(" KiB ").count(), 2, "{listed}");
     let function = user.ok(&["get", "echo", "-o", "json"]).json();
     assert_eq!(function["env"], json!({"GREETING": "hey"}));
     assert_eq!(function["memory_mb"], 128, "flags left out leave the spec alone");

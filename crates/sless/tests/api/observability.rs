@@ -66,11 +66,13 @@ async fn records_stored_before_chunks_survive_the_upgrade(backend: Backend) {
         Backend::Sqlite => include_str!("../../../sless-server/migrations/sqlite/0002_invocations.sql"),
         Backend::Postgres => include_str!("../../../sless-server/migrations/postgres/0002_invocations.sql"),
     };
-    // Ids start with the start time; an hour ago is inside retention.
+    // Ids start with the start time; an hour ago is inside retention. The
+    // chunks' migrations (3 and 4) apply again; the later ones' changes
+    // stay as they are (an added column cannot be added twice).
     let micros = chrono::Utc::now().timestamp_micros() - 3_600_000_000;
     let (older, newer) = (format!("{micros:016x}deadbeef"), format!("{:016x}cafef00d", micros + 1));
     let downgrade = format!(
-        "DROP TABLE invocation_chunks; DELETE FROM schema_migrations WHERE version >= 3; {old_schema}
+        "DROP TABLE invocation_chunks; DELETE FROM schema_migrations WHERE version IN (3, 4); {old_schema}
          INSERT INTO invocations VALUES ('{older}', 'ns', 'old', 3, 'cron', 'req-1',
            '2026-11-30T10:00:00.123456Z', 12.5, 'error', 'boom', 10, 20, TRUE,
            '[{{\"stream\":\"stdout\",\"text\":\"hi\\n\"}}]', FALSE),

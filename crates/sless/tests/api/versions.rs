@@ -173,48 +173,121 @@ crate::both_stores!(
     an_alias_splits_moves_and_rolls_back,
     old_versions_go_unless_an_alias_holds_them,
     pruning_keeps_an_artifact_a_kept_version_shares,
+    a_namespace_keeps_no_more_than_its_storage_quota,
 );
 
 /// Versions of the same code share an artifact: a prune that removes
 /// several versions leaves the artifact while a version it has not reached
 /// yet shares it, and goes on to the older ones. (On PostgreSQL, telling
-/// that an artifact was in use failed, and the prune stopped there.)
+/// that an artifact was in use failed, and the prune stopped there.) The
+/// prune here is the one deleting an alias causes: the versions it held
+/// past `SLESS_KEEP_VERSIONS` go at once.
 async fn pruning_keeps_an_artifact_a_kept_version_shares(backend: Backend) {
     let server = Server::start_with(backend, &[("SLESS_KEEP_VERSIONS", "1")]).await;
-    // Versions 1 to 4 run the code of v 1, 2, 3 and 2 again; aliases hold
-    // 1 and 2 while 3 and 4 are built, then go.
+    // Versions 1 to 3 run the code of v 1, 2 and 2 again; one alias holds
+    // 1 and 2 while 3 is built, then goes.
     deploy(&server, "sf", 1).await;
-    assert_eq!(
-        put_alias(&server, "sf", "p1", json!({"version": 1})).await.0,
-        StatusCode::CREATED
-    );
+    let (status, body) = put_alias(&server, "sf", "both", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
     deploy(&server, "sf", 2).await;
-    assert_eq!(
-        put_alias(&server, "sf", "p2", json!({"version": 2})).await.0,
-        StatusCode::CREATED
-    );
-    deploy(&server, "sf", 3).await;
+    let (status, body) = put_alias(&server, "sf", "both", json!({"version": 1, "weights": {"2": 0.5}})).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     deploy(&server, "sf", 2).await;
-    for alias in ["p1", "p2"] {
-        let path = format!("/v1/namespaces/ns/functions/sf/aliases/{alias}");
-        let (status, body) = server.call(Method::DELETE, &path, None).await;
-        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(version_numbers(&server, "sf").await, [3, 2, 1]);
+    // The prune removes 2 and 1 in one pass; 2 shares 3's artifact.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/sf/aliases/both", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let numbers = version_numbers(&server, "sf").await;
+    let on_disk = server.artifacts().len();
+    assert_eq!(
+        (numbers, on_disk),
+        (vec![3], 1),
+        "only version 3 and its artifact are kept"
+    );
+    assert_eq!(v_of(&server, "sf").await, 2);
+}
+
+/// 400 KiB that do not compress: a version of [`big_code`] keeps about
+/// 800 KiB (its artifact and its uploaded archive).
+fn ballast() -> Vec<u8> {
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    (0..400 * 1024)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// Deploys the handler answering `{"v": v}` with [`ballast`] beside it, in
+/// namespace `ns`; returns the function once its build ended.
+async fn deploy_big(server: &Server, ns: &str, name: &str, v: u32, ready: bool) -> Value {
+    let ballast = ballast();
+    let files: &[(&str, &[u8])] = &[("handler.py", &code(v)), ("ballast.bin", &ballast)];
+    let spec = json!({"runtime": "python3.11"});
+    if ready {
+        server.deploy(ns, name, spec, files).await
+    } else {
+        server.deploy_fails(ns, name, spec, files).await
     }
-    // Version 5 prunes 4, 2 and 1 in one pass; 4 and 2 share an artifact.
-    deploy(&server, "sf", 5).await;
-    eventually(std::time::Duration::from_secs(10), || async {
-        let numbers = version_numbers(&server, "sf").await;
-        let on_disk = server.artifacts().len();
-        if numbers == [5] && on_disk == 1 {
-            Ok(())
-        } else {
-            Err(format!(
-                "only version 5 is kept: {numbers:?}, {on_disk} artifacts on disk"
-            ))
-        }
-    })
+}
+
+/// A namespace's kept versions take no more than `SLESS_NS_MAX_STORAGE_MB`:
+/// a build past it fails, saying so, and leaves nothing; versions the
+/// build's prune removes do not count, those an alias holds do, and
+/// deleting the alias gives their room back at once. An artifact two
+/// functions share counts once; another namespace has its own quota.
+async fn a_namespace_keeps_no_more_than_its_storage_quota(backend: Backend) {
+    let server = Server::start_with(
+        backend,
+        &[("SLESS_KEEP_VERSIONS", "2"), ("SLESS_NS_MAX_STORAGE_MB", "3")],
+    )
     .await;
-    assert_eq!(v_of(&server, "sf").await, 5);
+    deploy_big(&server, "ns", "big", 1, true).await;
+    let (status, body) = put_alias(&server, "big", "pin", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    // Three versions kept (4, 3 and the pinned 1) after 4's prune: 2.4 MiB.
+    for v in 2..=4 {
+        deploy_big(&server, "ns", "big", v, true).await;
+    }
+    assert_eq!(version_numbers(&server, "big").await, [4, 3, 1]);
+    let (_, version) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/big/versions/4", None)
+        .await;
+    for field in ["artifact_bytes", "archive_bytes"] {
+        let bytes = version[field].as_u64().unwrap();
+        assert!((400 * 1024..500 * 1024).contains(&bytes), "{field}: {version}");
+    }
+
+    // A fourth would be 3.2 MiB: refused, and nothing of it stays.
+    let refused = deploy_big(&server, "ns", "other", 9, false).await;
+    let message = refused["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("namespace ns would keep 3.")
+            && message.contains("over its quota of 3.0 MiB (the server's SLESS_NS_MAX_STORAGE_MB)"),
+        "{message}"
+    );
+    assert_eq!(refused["status"]["version"], 0, "{refused}");
+    assert_eq!(server.artifacts().len(), 3, "the refused build's artifact is gone");
+    // Another namespace's quota is its own.
+    deploy_big(&server, "elsewhere", "other", 9, true).await;
+
+    // Without the alias, version 1 goes at once: the same build fits.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/big/aliases/pin", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(version_numbers(&server, "big").await, [4, 3]);
+    deploy_big(&server, "ns", "other", 9, true).await;
+    assert_eq!(v_of(&server, "other").await, 9);
+    // Another function of the same code shares the artifact, which counts
+    // once: only its upload is more (2.8 MiB).
+    deploy_big(&server, "ns", "twin", 4, true).await;
+    assert_eq!(server.artifacts().len(), 3, "big 4 and 3, other 9 (with elsewhere's)");
 }
 
 async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
