@@ -1,4 +1,5 @@
-//! Versions (read-only) and aliases: create or move, patch, delete.
+//! Versions (listed, fetched, deleted) and aliases: create or move, patch,
+//! delete.
 
 use reqwest::Method;
 use serde_json::Value;
@@ -20,6 +21,14 @@ impl Client {
     pub async fn get_version(&self, ns: &str, function: &str, version: u64) -> Result<FunctionVersion> {
         let version = version.to_string();
         self.get_json(self.ns_url(ns, &["functions", function, "versions", &version]))
+            .await
+    }
+
+    /// `DELETE /v1/namespaces/{ns}/functions/{name}/versions/{version}`:
+    /// not the serving version, nor one an alias points at.
+    pub async fn delete_version(&self, ns: &str, function: &str, version: u64) -> Result<()> {
+        let version = version.to_string();
+        self.delete(self.ns_url(ns, &["functions", function, "versions", &version]))
             .await
     }
 

@@ -16,7 +16,7 @@ use sless_driver::{Deployment, Driver, Fingerprint, FunctionKey, VersionRef};
 
 use crate::error::{Error, Result};
 use crate::routes::{Routes, Split};
-use crate::store::Store;
+use crate::store::{Store, VersionRecord};
 
 /// A version no alias points at is retired here after this long without a call.
 pub const IDLE: Duration = Duration::from_secs(300);
@@ -355,25 +355,50 @@ impl Versions {
         let mut kept_code: HashSet<&str> = kept.iter().map(|(_, v)| v.code_hash.as_str()).collect();
         kept_code.extend(current_code);
         for (_, version) in &gone {
-            self.store
-                .delete_version(&key.namespace, &key.name, version.version)
-                .await?;
-            self.retire(&VersionRef::new(key.clone(), version.version)).await;
-            // Artifacts are shared by every version and function built from
-            // the same code with the same shims.
-            if !self.store.artifact_in_use(&version.artifact).await? {
-                let artifact = Fingerprint::from_stored(version.artifact.clone());
-                if let Err(e) = self.driver.remove_artifact(&artifact).await {
-                    tracing::warn!(function = %key, version = version.version, error = %e, "removing an old artifact failed");
-                }
-            }
-            if !kept_code.contains(version.code_hash.as_str()) {
-                let archive = crate::blobs::archive_key(&key.namespace, &key.name, &version.code_hash);
-                if let Err(e) = self.blobs.delete(&archive).await {
-                    tracing::warn!(function = %key, version = version.version, error = %e, "removing an old archive failed");
-                }
-            }
+            self.drop_version(key, version, &kept_code).await?;
             tracing::info!(function = %key, version = version.version, keep = self.keep, "version no longer kept");
+        }
+        Ok(())
+    }
+
+    /// Deletes one version a user no longer wants (not the serving one,
+    /// none an alias names: the caller checked, in the namespace's turn),
+    /// as a prune would; `current_code` is the code the function waits
+    /// for or serves, whose upload stays.
+    pub async fn delete(&self, key: &FunctionKey, version: &VersionRecord, current_code: Option<&str>) -> Result<()> {
+        let others = self.store.versions(&key.namespace, &key.name).await?;
+        let mut kept_code: HashSet<&str> = others
+            .iter()
+            .filter(|v| v.version != version.version)
+            .map(|v| v.code_hash.as_str())
+            .collect();
+        kept_code.extend(current_code);
+        self.drop_version(key, version, &kept_code).await?;
+        tracing::info!(function = %key, version = version.version, "version deleted");
+        Ok(())
+    }
+
+    /// Deletes `version`'s record, retires it here and removes its
+    /// artifact unless another version uses it, and its upload unless a
+    /// version in `kept_code` was built from the same code.
+    async fn drop_version(&self, key: &FunctionKey, version: &VersionRecord, kept_code: &HashSet<&str>) -> Result<()> {
+        self.store
+            .delete_version(&key.namespace, &key.name, version.version)
+            .await?;
+        self.retire(&VersionRef::new(key.clone(), version.version)).await;
+        // Artifacts are shared by every version and function built from
+        // the same code with the same shims.
+        if !self.store.artifact_in_use(&version.artifact).await? {
+            let artifact = Fingerprint::from_stored(version.artifact.clone());
+            if let Err(e) = self.driver.remove_artifact(&artifact).await {
+                tracing::warn!(function = %key, version = version.version, error = %e, "removing an old artifact failed");
+            }
+        }
+        if !kept_code.contains(version.code_hash.as_str()) {
+            let archive = crate::blobs::archive_key(&key.namespace, &key.name, &version.code_hash);
+            if let Err(e) = self.blobs.delete(&archive).await {
+                tracing::warn!(function = %key, version = version.version, error = %e, "removing an old archive failed");
+            }
         }
         Ok(())
     }

@@ -72,7 +72,8 @@ pub(super) async fn over_quota(
     Ok(Some(format!(
         "namespace {namespace} would keep {} of built code with this version ({}), over its quota of {} \
          (the server's SLESS_NS_MAX_STORAGE_MB): {versions} versions, {} of artifacts and {} of uploaded \
-         archives. Delete functions it no longer needs, or aliases that hold old versions, and deploy again",
+         archives. Delete versions (`sless versions NAME --rm N`) or functions it no longer needs, or aliases \
+         that hold old versions, and deploy again",
         mib(total),
         mib(new.artifact_bytes + new.archive_bytes),
         mib(quota),

@@ -100,7 +100,7 @@ fn router(state: Arc<AppState>) -> Router {
         )
         .route(
             "/v1/namespaces/{ns}/functions/{name}/versions/{version}",
-            get(versions::get_version),
+            get(versions::get_version).delete(versions::delete_version),
         )
         .route(
             "/v1/namespaces/{ns}/functions/{name}/aliases",

@@ -44,6 +44,7 @@ use crate::versions::{AWAITED_FOR, MAX_BY_NUMBER};
         super::whoami::whoami,
         super::versions::list_versions,
         super::versions::get_version,
+        super::versions::delete_version,
         super::versions::list_aliases,
         super::versions::get_alias,
         super::versions::put_alias,

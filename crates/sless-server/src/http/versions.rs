@@ -124,6 +124,57 @@ pub async fn get_version(
     Ok(Json(version_api(record, latest, &aliases)?))
 }
 
+/// Delete a version no longer needed: its record, its artifact (unless
+/// another version uses it) and its upload. Not the version the function
+/// serves, nor one an alias points at (409): move those first. What a
+/// namespace keeps counts towards `SLESS_NS_MAX_STORAGE_MB`.
+#[utoipa::path(delete, path = "/v1/namespaces/{ns}/functions/{name}/versions/{version}", operation_id = "delete_version", tag = "versions",
+    params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"),
+        ("version" = u64, Path, description = "Version number")),
+    responses((status = 204), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 409, body = sless_api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn delete_version(
+    State(state): State<Arc<AppState>>,
+    Path((ns, name, version)): Path<(String, String, String)>,
+) -> Result<StatusCode> {
+    let record = load(&state, Kind::Function, &ns, &name).await?;
+    let version = version_number(&version)?;
+    // In the turn an alias is written in: none can point at it meanwhile.
+    let _turn = crate::quota::turn(&state, &ns).await?;
+    let status: sless_api::FunctionStatus = serde_json::from_value(record.status).map_err(Error::internal)?;
+    let stored = state
+        .store
+        .version(&ns, &name, version)
+        .await?
+        .ok_or_else(|| no_version(&ns, &name, version))?;
+    if version == status.version {
+        return Err(Error::Conflict(format!(
+            "version {version} is what function {name:?} serves ($latest): deploy a newer one first, or delete the function"
+        )));
+    }
+    let holding: Vec<String> = state
+        .store
+        .aliases(&ns, &name)
+        .await?
+        .into_iter()
+        .filter(|a| a.spec.versions().contains(&version))
+        .map(|a| a.name)
+        .collect();
+    if !holding.is_empty() {
+        return Err(Error::Conflict(format!(
+            "version {version} of function {name:?} is what alias {} points at: move or delete it first",
+            holding.join(", ")
+        )));
+    }
+    let key = FunctionKey::new(&ns, &name);
+    state
+        .versions
+        .delete(&key, &stored, status.code_hash.as_deref())
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 fn no_version(ns: &str, name: &str, version: u64) -> Error {
     Error::NotFound(format!(
         "function {name:?} in namespace {ns:?} has no version {version} (or it is no longer kept)"
@@ -250,6 +301,10 @@ async fn write_alias(
     let other = spec
         .split()
         .map_err(|(field, message)| Error::invalid(field, message))?;
+    // Every replica holds every alias in memory and reads them all again
+    // whenever the store changes: a function has a bounded number. The
+    // versions it names are looked up in the turn a version is deleted in.
+    let _turn = crate::quota::turn(state, ns).await?;
     for (field, version) in std::iter::once(("version", spec.version)).chain(other.map(|(v, _)| ("weights", v))) {
         if state.store.version(ns, name, version).await?.is_none() {
             return Err(Error::invalid(
@@ -275,9 +330,6 @@ async fn write_alias(
         spec,
         updated_at: crate::store::now(),
     };
-    // Every replica holds every alias in memory and reads them all again
-    // whenever the store changes: a function has a bounded number.
-    let _turn = crate::quota::turn(state, ns).await?;
     if state.store.alias(ns, name, alias).await?.is_none()
         && state.store.aliases(ns, name).await?.len() >= MAX_ALIASES_PER_FUNCTION
     {

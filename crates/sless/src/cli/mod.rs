@@ -53,8 +53,8 @@ pub enum Command {
     /// Run functions once with an event, and manage those jobs.
     #[command(subcommand)]
     Job(jobs::JobCommand),
-    /// List a function's built versions (call one with `/fn/{ns}/{name}@{version}`).
-    Versions(versions::VersionsArgs),
+    /// List a function's built versions (call one with `/fn/{ns}/{name}@{version}`), or delete one (`--rm N`).
+    Versions(versions::ListArgs),
     /// Point aliases at versions (`/fn/{ns}/{name}@{alias}`), with an optional canary.
     #[command(subcommand)]
     Alias(versions::AliasCommand),

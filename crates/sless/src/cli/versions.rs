@@ -1,6 +1,6 @@
-//! `sless versions FUNCTION` and `sless alias set|ls|get|rm`: the built
-//! versions of a function, and the aliases that point at them (with an
-//! optional canary share to a second version).
+//! `sless versions FUNCTION [--rm N]` and `sless alias set|ls|get|rm`: the
+//! built versions of a function (one deleted), and the aliases that point
+//! at them (with an optional canary share to a second version).
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
@@ -14,6 +14,17 @@ use super::output::{age, print_json, say, time, Details, OutputFormat, Table};
 pub struct VersionsArgs {
     /// Function name.
     pub function: String,
+}
+
+#[derive(Args)]
+pub struct ListArgs {
+    /// Function name.
+    pub function: String,
+    /// Delete this version instead (not the serving one, nor one an alias
+    /// points at): its artifact and upload go, and the room they took in
+    /// the namespace's storage quota.
+    #[arg(long, value_name = "VERSION")]
+    pub rm: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -52,9 +63,16 @@ pub struct SetArgs {
     pub canary: Option<String>,
 }
 
-/// `sless versions FUNCTION`.
-pub async fn list(args: VersionsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+/// `sless versions FUNCTION [--rm N]`.
+pub async fn list(args: ListArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let cx = conn.context()?;
+    if let Some(version) = args.rm {
+        cx.client.delete_version(&cx.namespace, &args.function, version).await?;
+        if cx.output == OutputFormat::Table {
+            say(format_args!("version {version} of {} deleted", args.function))?;
+        }
+        return Ok(());
+    }
     let versions = cx.client.list_versions(&cx.namespace, &args.function).await?;
     if cx.output == OutputFormat::Json {
         return print_json(&versions);

@@ -323,6 +323,12 @@ async fn deploy_python_dir_then_invoke_and_redeploy() {
     let listed = user.ok(&["versions", "echo"]).stdout;
     assert!(listed.contains("SIZE"), "{listed}");
     assert_eq!(listed.matches(" KiB ").count(), 2, "{listed}");
+    let run = user.fails(&["versions", "echo", "--rm", "2"]);
+    assert!(run.stderr.contains("serves ($latest)"), "{}", run.stderr);
+    let run = user.ok(&["versions", "echo", "--rm", "1"]);
+    assert_eq!(run.stdout.trim(), "version 1 of echo deleted");
+    let listed = user.ok(&["versions", "echo"]).stdout;
+    assert_eq!(listed.matches(" KiB ").count(), 1, "{listed}");
     let function = user.ok(&["get", "echo", "-o", "json"]).json();
     assert_eq!(function["env"], json!({"GREETING": "hey"}));
     assert_eq!(function["memory_mb"], 128, "flags left out leave the spec alone");

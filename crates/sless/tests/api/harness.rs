@@ -345,6 +345,12 @@ impl Server {
         names
     }
 
+    /// The uploaded archives of a function kept on the server's disk.
+    pub fn archives(&self, ns: &str, function: &str) -> usize {
+        let dir = self.data_path().join("blobs/archives").join(ns).join(function);
+        std::fs::read_dir(dir).map_or(0, |entries| entries.count())
+    }
+
     /// The data dir the server runs on (a replica's may be another's).
     pub fn data_path(&self) -> std::path::PathBuf {
         self.extra_env

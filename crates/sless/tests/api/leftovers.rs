@@ -208,12 +208,6 @@ async fn a_dead_servers_mounts_go_even_when_another_process_has_its_pid() {
     assert!(!stale.exists());
 }
 
-/// The uploaded archives of a function kept on the server's disk.
-fn archives(server: &Server, function: &str) -> usize {
-    let dir = server.data_path().join("blobs/archives/ns").join(function);
-    std::fs::read_dir(dir).map_or(0, |entries| entries.count())
-}
-
 /// A build's artifact is on the server's disk while a version uses it:
 /// a build whose handler does not load, and a deleted function's
 /// versions, leave nothing behind (a tenant deploying code that fails, or
@@ -253,7 +247,7 @@ async fn an_artifact_stays_only_while_a_version_uses_it() {
     assert_eq!(server.artifacts(), vec![shared.clone()]);
     // Nor do their uploads stay: they made no version, and a function
     // failing upload after upload kept every archive.
-    let kept = ["a", "b", "c", "e"].map(|name| archives(&server, name));
+    let kept = ["a", "b", "c", "e"].map(|name| server.archives("ns", name));
     assert_eq!(kept, [1, 0, 0, 0]);
 
     // Another tenant's function with the same code.

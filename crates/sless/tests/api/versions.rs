@@ -2,7 +2,9 @@
 //! be listed, fetched and called by number; an alias points at a version
 //! or splits calls between two, moves atomically (rollback is moving it
 //! back) and keeps its versions serving while `$latest` moves on; old
-//! versions beyond `SLESS_KEEP_VERSIONS` go unless an alias holds them;
+//! versions beyond `SLESS_KEEP_VERSIONS` go unless an alias holds them,
+//! and so does a version deleted by hand; a namespace's versions keep no
+//! more than its storage quota;
 //! a version that finds no room to start is refused, saying why; and an
 //! alias moved through one replica routes on the other.
 
@@ -162,6 +164,13 @@ async fn version_numbers(server: &Server, function: &str) -> Vec<u64> {
         .collect()
 }
 
+/// An answer of `status` whose error says `text`.
+fn refused(answer: &(StatusCode, Value), status: StatusCode, text: &str) {
+    assert_eq!(answer.0, status, "{}", answer.1);
+    let error = answer.1["error"].as_str().unwrap_or_default();
+    assert!(error.contains(text), "{error:?} does not say {text:?}");
+}
+
 /// A 400 whose body names `field`.
 fn names_field(answer: &(StatusCode, Value), field: &str) {
     assert_eq!(answer.0, StatusCode::BAD_REQUEST, "{}", answer.1);
@@ -174,6 +183,7 @@ crate::both_stores!(
     old_versions_go_unless_an_alias_holds_them,
     pruning_keeps_an_artifact_a_kept_version_shares,
     a_namespace_keeps_no_more_than_its_storage_quota,
+    a_version_goes_unless_it_serves_or_an_alias_holds_it,
 );
 
 /// Versions of the same code share an artifact: a prune that removes
@@ -207,6 +217,40 @@ async fn pruning_keeps_an_artifact_a_kept_version_shares(backend: Backend) {
         "only version 3 and its artifact are kept"
     );
     assert_eq!(v_of(&server, "sf").await, 2);
+}
+
+/// A version no longer needed can be deleted, with its artifact and its
+/// upload; not the one the function serves, nor one an alias points at,
+/// and the answers say which and why.
+async fn a_version_goes_unless_it_serves_or_an_alias_holds_it(backend: Backend) {
+    let server = Server::start(backend).await;
+    for v in 1..=3 {
+        deploy(&server, "df", v).await;
+    }
+    let (status, body) = put_alias(&server, "df", "live", json!({"version": 3, "weights": {"2": 0.1}})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let delete = |version: &'static str| {
+        let server = &server;
+        async move {
+            let path = format!("/v1/namespaces/ns/functions/df/versions/{version}");
+            server.call(Method::DELETE, &path, None).await
+        }
+    };
+    let serving = "version 3 is what function \"df\" serves ($latest)";
+    refused(&delete("3").await, StatusCode::CONFLICT, serving);
+    refused(&delete("2").await, StatusCode::CONFLICT, "is what alias live points at");
+    assert_eq!(delete("9").await.0, StatusCode::NOT_FOUND);
+    names_field(&delete("two").await, "version");
+    assert_eq!((server.artifacts().len(), server.archives("ns", "df")), (3, 3));
+
+    let (status, body) = delete("1").await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    assert_eq!(version_numbers(&server, "df").await, [3, 2]);
+    assert_eq!((server.artifacts().len(), server.archives("ns", "df")), (2, 2));
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/df@1", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(v_of(&server, "df@2").await, 2);
+    assert_eq!(delete("1").await.0, StatusCode::NOT_FOUND);
 }
 
 /// 400 KiB that do not compress: a version of [`big_code`] keeps about
@@ -508,14 +552,10 @@ async fn an_alias_splits_moves_and_rolls_back(backend: Backend) {
         let (status, body) = put_alias(&server, "af", &format!("a{n}"), json!({"version": 3})).await;
         assert_eq!(status, StatusCode::CREATED, "a{n}: {body}");
     }
-    let (status, body) = put_alias(&server, "af", "one-more", json!({"version": 3})).await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(
-        body["error"]
-            .as_str()
-            .unwrap()
-            .contains("has 100 aliases already, the most it may"),
-        "{body}"
+    refused(
+        &put_alias(&server, "af", "one-more", json!({"version": 3})).await,
+        StatusCode::BAD_REQUEST,
+        "has 100 aliases already, the most it may",
     );
     let (status, body) = put_alias(&server, "af", "a7", json!({"version": 1})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
