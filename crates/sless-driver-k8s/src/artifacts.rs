@@ -44,6 +44,11 @@ impl Artifacts {
         }))
     }
 
+    /// Every artifact with a tarball here, with when it was last written.
+    pub async fn stored(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, DriverError> {
+        sless_driver::stored_artifacts(&*self.store).await
+    }
+
     /// Deletes every tarball of `artifact`.
     pub async fn remove(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
         let prefix = Key::from(format!("artifacts/{artifact}"));

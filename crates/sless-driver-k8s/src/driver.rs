@@ -176,6 +176,10 @@ impl Driver for KubeDriver {
         self.artifacts.remove(artifact).await
     }
 
+    async fn stored_artifacts(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, DriverError> {
+        self.artifacts.stored().await
+    }
+
     async fn deploy(&self, deployment: Deployment) -> Result<(), DriverError> {
         let key = &deployment.key;
         let digest = deployment.digest.clone().ok_or_else(|| {

@@ -82,6 +82,11 @@ impl SharedArtifacts {
         Ok(first.is_some())
     }
 
+    /// Every artifact with a tarball here, with when it was last written.
+    pub async fn stored(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, sless_driver::DriverError> {
+        sless_driver::stored_artifacts(&*self.store).await
+    }
+
     /// Deletes every tarball of `artifact` (no version uses it any more).
     pub async fn remove(&self, artifact: &Fingerprint) -> Result<(), String> {
         let prefix = Key::from(format!("artifacts/{artifact}"));

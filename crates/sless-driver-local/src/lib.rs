@@ -214,6 +214,13 @@ impl Driver for LocalDriver {
         }
     }
 
+    async fn stored_artifacts(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, DriverError> {
+        match &self.shared {
+            Some(shared) => shared.stored().await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     async fn remove_local_copy(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
         let dir = self.builder.artifact_dir(artifact);
         // The digest beside it goes too (a later build stores its own

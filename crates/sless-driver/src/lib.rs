@@ -16,6 +16,7 @@ mod error;
 mod invoke;
 mod key;
 pub mod pool;
+mod stored;
 
 use async_trait::async_trait;
 use sless_api::Runtime;
@@ -25,6 +26,7 @@ pub use deploy::{Deployment, FunctionLoad, SecretFile, SecretValues};
 pub use error::DriverError;
 pub use invoke::{Invocation, InvocationResult, InvokeError, LogChunk, OutputStream, RunId, TriggerKind};
 pub use key::{FunctionKey, VersionRef};
+pub use stored::stored_artifacts;
 
 /// The execution backend. Chosen once at start; nothing above it knows
 /// which one runs. Every operation that can fail says so.
@@ -61,6 +63,13 @@ pub trait Driver: Send + Sync + 'static {
     /// from; [`Driver::remove_artifact`] removes that too.
     async fn remove_local_copy(&self, _artifact: &Fingerprint) -> Result<(), DriverError> {
         Ok(())
+    }
+    /// The artifacts this driver keeps in a shared object store (where
+    /// replicas or pods fetch them), each with when it was last written
+    /// there: what the leader compares with the versions that use them.
+    /// None for a driver that keeps none there.
+    async fn stored_artifacts(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, DriverError> {
+        Ok(Vec::new())
     }
     /// Deploys version `deployment.version` of a function next to the
     /// versions already deployed, which keep serving. Deploying a version

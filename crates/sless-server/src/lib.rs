@@ -21,6 +21,7 @@ pub mod kube_options;
 pub mod listener;
 pub mod live_log;
 pub mod metrics;
+mod periodic;
 pub mod quota;
 pub mod record;
 pub mod routes;

@@ -315,16 +315,7 @@ impl Versions {
 
     /// Runs [`Versions::sweep`] every [`SWEEP_PERIOD`].
     pub fn start_sweeping(self: &Arc<Self>) {
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(SWEEP_PERIOD);
-            every.tick().await;
-            loop {
-                every.tick().await;
-                let Some(this) = this.upgrade() else { return };
-                this.sweep().await;
-            }
-        });
+        crate::periodic::every(self, SWEEP_PERIOD, |this| async move { this.sweep().await });
     }
 
     /// How many versions of a function keep their artifacts.

@@ -114,11 +114,12 @@ impl Deployer {
         )
     }
 
-    /// At start: remove the artifacts here that no version uses, then
+    /// At start: remove the artifacts here that no version uses (and on
+    /// the leader, what the object store keeps that nothing uses), then
     /// serve every built version again (on a replica that never built it,
     /// its artifact is fetched).
     pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
-        self.sweep_artifacts().await;
+        self.sweep().await;
         for record in self.store.list_all(Kind::Function).await? {
             let key = FunctionKey::new(&record.namespace, &record.name);
             let Some((spec, status)) = decoded(&key, &record) else {

@@ -14,6 +14,7 @@
 mod follow;
 mod hints;
 mod storage;
+mod sweep;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -587,81 +588,6 @@ impl Deployer {
             let artifact = Fingerprint::from_stored(version.artifact.clone());
             self.discard_artifact(key, &version.code_hash, &artifact).await;
         }
-    }
-
-    /// Removes this machine's artifacts that no version uses and no build
-    /// under way here makes: at start (a crash between a build and its
-    /// record, or a server before this one, which kept failed builds' and
-    /// deleted functions'), then every `SLESS_ARTIFACT_SWEEP_SEC` (with
-    /// replicas, each keeps its copies of the versions the leader pruned
-    /// and of deleted functions until then).
-    pub(crate) async fn sweep_artifacts(&self) {
-        let artifacts = match self.driver.local_artifacts().await {
-            Ok(artifacts) => artifacts,
-            Err(e) => return tracing::warn!(error = %e, "cannot list the artifacts on this machine"),
-        };
-        if artifacts.is_empty() {
-            return;
-        }
-        // Which are used is known for all of them before any goes: a store
-        // that cannot tell removes none.
-        let used = match self.store.artifacts_in_use().await {
-            Ok(used) => used,
-            Err(e) => return tracing::warn!(error = %e, "cannot tell which artifacts versions use"),
-        };
-        for artifact in artifacts.into_iter().filter(|a| !used.contains(a.as_str())) {
-            // Looked at last, just before the removal: a build starting
-            // here reuses an artifact of its code that is on disk.
-            if self.being_built(&artifact).await {
-                continue;
-            }
-            // This machine's copy only: the leader removes the shared one
-            // when it prunes or discards, knowing the builds under way.
-            match self.driver.remove_local_copy(&artifact).await {
-                Ok(()) => tracing::info!(%artifact, "artifact no version uses removed"),
-                Err(e) => tracing::warn!(%artifact, error = %e, "removing an artifact no version uses failed"),
-            }
-        }
-    }
-
-    /// Runs [`Deployer::sweep_artifacts`] every `every`.
-    pub fn start_sweeping(self: &Arc<Self>, every: Duration) {
-        let this = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.tick().await;
-            loop {
-                ticks.tick().await;
-                let Some(this) = this.upgrade() else { return };
-                this.sweep_artifacts().await;
-            }
-        });
-    }
-
-    /// Whether a build under way here is of the code `artifact` holds (an
-    /// artifact is named by its runtime, the shims and the code; the
-    /// builds under way are known by their code).
-    async fn being_built(&self, artifact: &Fingerprint) -> bool {
-        let codes: Vec<String> = self
-            .building
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, code)| code.clone())
-            .collect();
-        for code in codes {
-            for runtime in [sless_api::Runtime::Python311, sless_api::Runtime::Nodejs20] {
-                if self
-                    .driver
-                    .fingerprint(runtime, &code)
-                    .await
-                    .is_ok_and(|f| f == *artifact)
-                {
-                    return true;
-                }
-            }
-        }
-        false
     }
 
     /// What a build of `code_hash` that made no version leaves is removed:

@@ -79,6 +79,11 @@ pub trait VersionStore: Send + Sync {
     /// [`VersionStore::artifact_in_use`] each would read every status each
     /// time).
     async fn artifacts_in_use(&self) -> Result<std::collections::HashSet<String>>;
+    /// Every upload a function's version was built from, or its status
+    /// names (the code it waits for, serves or rolls out), as
+    /// `(namespace, function, code_hash)`: the archives in use, in two reads.
+    /// A function whose status does not read has [`ANY_CODE`] in use.
+    async fn codes_in_use(&self) -> Result<std::collections::HashSet<(String, String, String)>>;
     /// What every version of a namespace's functions keeps, by function,
     /// newest first.
     async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>>;
@@ -328,6 +333,31 @@ macro_rules! version_store {
                     Ok(used)
                 }
 
+                async fn codes_in_use(&self) -> Result<std::collections::HashSet<(String, String, String)>> {
+                    let mut used: std::collections::HashSet<(String, String, String)> =
+                        sqlx::query_as("SELECT DISTINCT namespace, function, code_hash FROM function_versions")
+                            .fetch_all(&self.pool)
+                            .await?
+                            .into_iter()
+                            .collect();
+                    let statuses: Vec<(String, String, String)> =
+                        sqlx::query_as("SELECT namespace, name, status FROM resources WHERE kind = 'function'")
+                            .fetch_all(&self.pool)
+                            .await?;
+                    for (namespace, name, status) in statuses {
+                        let Ok(status) = serde_json::from_str::<serde_json::Value>(&status) else {
+                            // Unreadable: every upload of the function stays.
+                            used.insert((namespace, name, $crate::store::versions::ANY_CODE.to_string()));
+                            continue;
+                        };
+                        let named = [&status["code_hash"], &status["built_hash"], &status["rollout"]["built_hash"]];
+                        for code in named.into_iter().filter_map(serde_json::Value::as_str) {
+                            used.insert((namespace.clone(), name.clone(), code.to_string()));
+                        }
+                    }
+                    Ok(used)
+                }
+
                 async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>> {
                     let rows = sqlx::query(
                         "SELECT function, version, code_hash, artifact, artifact_bytes, archive_bytes \
@@ -377,6 +407,10 @@ macro_rules! version_store {
 }
 
 pub(crate) use {insert_version, version_store};
+
+/// The code hash [`VersionStore::codes_in_use`] names for every upload of
+/// a function whose status does not read (no sha256 is `*`).
+pub const ANY_CODE: &str = "*";
 
 /// A size as a column holds it (BIGINT: signed).
 pub(crate) fn stored_bytes(bytes: u64) -> i64 {

@@ -291,4 +291,86 @@ async fn an_artifact_no_version_uses_goes_at_the_next_start(backend: Backend) {
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""hello""#));
 }
 
-crate::both_stores!(an_artifact_no_version_uses_goes_at_the_next_start);
+/// The files under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            if entry.path().is_dir() {
+                folders.push(entry.path());
+            } else {
+                files.push(entry.path());
+            }
+        }
+    }
+    files
+}
+
+/// Writes `path` (and its folders), last modified two hours ago when `old`.
+fn leave(path: &Path, old: bool) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, b"left behind").unwrap();
+    if old {
+        backdate(path);
+    }
+}
+
+/// Makes `path` look two hours old.
+fn backdate(path: &Path) {
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    let file = std::fs::File::options().write(true).open(path).unwrap();
+    file.set_modified(two_hours_ago).unwrap();
+}
+
+/// What the object store keeps that nothing uses goes at the leader's
+/// next sweep once it is an hour old: an upload no version was built from
+/// and no function waits for (servers before this one kept failed
+/// uploads), a deleted function's, and (PostgreSQL, where artifacts are
+/// stored there for the replicas) an artifact's tarball no version uses.
+/// What is younger, or used, stays however old.
+async fn what_the_object_store_keeps_unused_goes_once_an_hour_old(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    deploy_and_call(&server, "kept").await;
+    let blobs = server.data_path().join("blobs");
+    let used = files_under(&blobs);
+    let uploads = blobs.join("archives/ns");
+    let upload = |function: &str, hash: char| {
+        uploads
+            .join(function)
+            .join(format!("{}.zip", hash.to_string().repeat(64)))
+    };
+    let fresh = upload("kept", 'b');
+    let stale = [
+        upload("kept", 'a'),
+        upload("gone", 'c'),
+        blobs.join(format!(
+            "artifacts/0123456789abcdef0123456789abcdef/{}.tar.gz",
+            "d".repeat(64)
+        )),
+    ];
+    leave(&fresh, false);
+    for path in &stale {
+        leave(path, true);
+    }
+    for path in &used {
+        backdate(path);
+    }
+
+    server.kill9();
+    server.spawn();
+    let left = files_under(&blobs);
+    assert!(left.contains(&fresh), "{left:?}");
+    assert!(used.iter().all(|path| left.contains(path)), "{used:?} of {left:?}");
+    let swept = [true, true, backend == Backend::Postgres];
+    for (path, swept) in stale.iter().zip(swept) {
+        assert_eq!(left.contains(path), !swept, "{path:?} in {left:?}");
+    }
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/kept", "").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, r#""hello""#));
+}
+
+crate::both_stores!(
+    an_artifact_no_version_uses_goes_at_the_next_start,
+    what_the_object_store_keeps_unused_goes_once_an_hour_old,
+);

@@ -1,0 +1,180 @@
+//! What nothing uses goes: this machine's artifacts no version uses (every
+//! server), and on the leader, what the object store keeps that no version
+//! or function uses (uploads, artifacts' tarballs), once an hour old.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+use sless_driver::Fingerprint;
+
+use super::Deployer;
+use crate::store::versions::ANY_CODE;
+
+/// How old something in the object store is before a sweep may take it
+/// for unused: an upload is stored before its function says it is
+/// building it, and a build's tarball before its version is recorded.
+pub(crate) const STORED_GRACE: Duration = Duration::from_secs(3600);
+
+/// Which copies of an artifact a sweep removes.
+#[derive(Debug, Clone, Copy)]
+enum Copies {
+    /// This machine's (every server's sweep).
+    Local,
+    /// Every copy, the object store's too (the leader's).
+    All,
+}
+
+impl Deployer {
+    /// One sweep: at start, then every `SLESS_ARTIFACT_SWEEP_SEC`.
+    pub(crate) async fn sweep(&self) {
+        self.sweep_artifacts().await;
+        if self.cluster.is_leader() {
+            self.sweep_store().await;
+        }
+    }
+
+    /// Removes this machine's artifacts that no version uses and no build
+    /// under way here makes: at start (a crash between a build and its
+    /// record, or a server before this one, which kept failed builds' and
+    /// deleted functions'), then every `SLESS_ARTIFACT_SWEEP_SEC` (with
+    /// replicas, each keeps its copies of the versions the leader pruned
+    /// and of deleted functions until then).
+    async fn sweep_artifacts(&self) {
+        match self.driver.local_artifacts().await {
+            // This machine's copy only: the leader removes the shared one
+            // when it prunes or discards, knowing the builds under way.
+            Ok(artifacts) => self.remove_unused(artifacts, Copies::Local).await,
+            Err(e) => tracing::warn!(error = %e, "cannot list the artifacts on this machine"),
+        }
+    }
+
+    /// Removes the `copies` of each of `artifacts` that no version uses and
+    /// no build under way here makes.
+    async fn remove_unused(&self, artifacts: Vec<Fingerprint>, copies: Copies) {
+        if artifacts.is_empty() {
+            return;
+        }
+        // Which are used is known for all of them before any goes: a store
+        // that cannot tell removes none.
+        let used = match self.store.artifacts_in_use().await {
+            Ok(used) => used,
+            Err(e) => return tracing::warn!(error = %e, "cannot tell which artifacts versions use"),
+        };
+        for artifact in artifacts.into_iter().filter(|a| !used.contains(a.as_str())) {
+            // Looked at last, just before the removal: a build starting
+            // here reuses an artifact of its code that is on disk.
+            if self.being_built(&artifact).await {
+                continue;
+            }
+            let removed = match copies {
+                Copies::Local => self.driver.remove_local_copy(&artifact).await,
+                Copies::All => self.driver.remove_artifact(&artifact).await,
+            };
+            match removed {
+                Ok(()) => tracing::info!(%artifact, ?copies, "artifact no version uses removed"),
+                Err(e) => tracing::warn!(%artifact, ?copies, error = %e, "removing an artifact no version uses failed"),
+            }
+        }
+    }
+
+    /// Runs [`Deployer::sweep`] every `every`.
+    pub fn start_sweeping(self: &Arc<Self>, every: Duration) {
+        crate::periodic::every(self, every, |this| async move { this.sweep().await });
+    }
+
+    /// Whether a build under way here is of the code `artifact` holds (an
+    /// artifact is named by its runtime, the shims and the code; the
+    /// builds under way are known by their code).
+    async fn being_built(&self, artifact: &Fingerprint) -> bool {
+        let codes: Vec<String> = self
+            .building
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, code)| code.clone())
+            .collect();
+        for code in codes {
+            for runtime in [sless_api::Runtime::Python311, sless_api::Runtime::Nodejs20] {
+                if self
+                    .driver
+                    .fingerprint(runtime, &code)
+                    .await
+                    .is_ok_and(|f| f == *artifact)
+                {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// Removes, on the leader, what the object store has kept for over
+    /// [`STORED_GRACE`] that nothing uses: uploads no version was built
+    /// from and no function waits for, serves or rolls out, and the
+    /// tarballs of artifacts no version uses and no build under way here
+    /// makes. Servers before this one left both (a failed upload's
+    /// archive; every tarball they ever published), and so does a crash
+    /// between a write and its record.
+    async fn sweep_store(&self) {
+        let Some(cutoff) = SystemTime::now().checked_sub(STORED_GRACE) else {
+            return;
+        };
+        if let Err(e) = self.sweep_archives(cutoff.into()).await {
+            tracing::warn!(error = %e, "sweeping the uploads no version uses failed");
+        }
+        let stored = match self.driver.stored_artifacts().await {
+            Ok(stored) => stored,
+            Err(e) => return tracing::warn!(error = %e, "cannot list the artifacts in the object store"),
+        };
+        let stale: Vec<Fingerprint> = stored
+            .into_iter()
+            .filter(|(_, written)| *written < cutoff)
+            .map(|(artifact, _)| artifact)
+            .collect();
+        self.remove_unused(stale, Copies::All).await;
+    }
+
+    /// Deletes the uploads written before `cutoff` that no version was
+    /// built from and no function's status names.
+    async fn sweep_archives(&self, cutoff: chrono::DateTime<chrono::Utc>) -> crate::error::Result<()> {
+        let mut stale = Vec::new();
+        let mut listing = self.blobs.list(Some(&Path::from("archives")));
+        while let Some(meta) = listing.try_next().await? {
+            if meta.last_modified < cutoff {
+                stale.push(meta.location);
+            }
+        }
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let used = self.store.codes_in_use().await?;
+        let in_use = |ns: &str, function: &str, code: &str| {
+            [code, ANY_CODE]
+                .iter()
+                .any(|code| used.contains(&(ns.to_string(), function.to_string(), code.to_string())))
+        };
+        for location in stale {
+            // archives/{namespace}/{function}/{code_hash}.zip
+            let parts: Vec<String> = location.parts().map(|p| p.as_ref().to_string()).collect();
+            let [_, ns, function, file] = parts.as_slice() else {
+                continue;
+            };
+            let Some(code) = file.strip_suffix(".zip") else {
+                continue;
+            };
+            if in_use(ns, function, code) {
+                continue;
+            }
+            match self.blobs.delete(&location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    tracing::info!(%location, "upload no version uses removed")
+                }
+                Err(e) => tracing::warn!(%location, error = %e, "removing an upload no version uses failed"),
+            }
+        }
+        Ok(())
+    }
+}
