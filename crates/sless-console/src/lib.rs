@@ -49,6 +49,7 @@ const FILES: &[(&str, &[u8])] = assets![
     "js/views/logs.js",
     "js/views/invocations.js",
     "js/views/metrics.js",
+    "js/views/versions.js",
     "js/views/triggers.js",
     "js/views/jobs.js",
     "vendor/uPlot.esm.js",

@@ -318,6 +318,56 @@ async fn console_end_to_end() {
     );
     browser.screenshot("11-jobs").await;
 
+    // Versions: what each keeps, an alias set (a bad name refused next to
+    // its field), and a version deleted once no alias holds it.
+    let again = format!("{HANDLER}# version 2\n");
+    server
+        .deploy(
+            "demo",
+            "hello",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", again.as_bytes())],
+        )
+        .await;
+    go(&browser, "#/ns/demo/functions/hello/versions").await;
+    browser.wait_text("[data-row=v2]", "latest", 20).await;
+    assert!(browser.text("[data-row=v1]").await.contains("KiB"));
+    browser.fill("#alias-name", "9live").await;
+    browser.fill("#alias-version", "1").await;
+    browser.click("#set-alias").await;
+    browser
+        .wait_text("[data-field=name] .field-error", "must start with a letter", 20)
+        .await;
+    browser.fill("#alias-name", "live").await;
+    browser.fill("#alias-version", "1").await;
+    browser.click("#set-alias").await;
+    browser.wait_text("#aliases-card [data-row=live]", "v1", 20).await;
+    browser.wait_text("[data-row=v1]", "live", 20).await;
+    let disabled = browser
+        .js(
+            "return ['v1', 'v2'].map((v) => document.querySelector(`[data-delete=${v}]`).disabled)",
+            json!([]),
+        )
+        .await;
+    assert_eq!(disabled, json!([true, true]), "held by an alias; serving");
+    browser.screenshot("12-versions").await;
+    browser.js("window.confirm = () => true;", json!([])).await;
+    browser.click("[data-delete=live]").await;
+    browser.wait("[data-delete=v1]:not([disabled])", 20).await;
+    browser.click("[data-delete=v1]").await;
+    browser
+        .wait_until(
+            "version 1 gone",
+            "return !document.querySelector('[data-row=v1]') && !!document.querySelector('[data-row=v2]')",
+            json!([]),
+            20,
+        )
+        .await;
+    let (_, listed) = server
+        .call(Method::GET, "/v1/namespaces/demo/functions/hello/versions", None)
+        .await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "{listed}");
+
     assert_page_clean(&browser).await;
 
     // Sign out: the token is gone and the pages need signing in again.

@@ -1,5 +1,6 @@
 // One function: a header with its phase, and tabs for the overview (spec,
-// status, last build log), code, invoke, live log, invocations and metrics.
+// status, last build log), code, versions and aliases, invoke, live log,
+// invocations and metrics.
 
 import { h, replace, badge, facts, table } from "../dom.js";
 import { get, del, ns } from "../api.js";
@@ -10,10 +11,12 @@ import { invokePanel } from "./invoke.js";
 import { logsPanel } from "./logs.js";
 import { invocationsPanel } from "./invocations.js";
 import { metricsPanel } from "./metrics.js";
+import { versionsPanel } from "./versions.js";
 
 const TABS = [
   ["overview", "Overview"],
   ["code", "Code"],
+  ["versions", "Versions"],
   ["invoke", "Invoke"],
   ["logs", "Live log"],
   ["invocations", "Invocations"],
@@ -162,6 +165,9 @@ export async function functionView(main, base) {
     }
     case "code":
       await deployPanel(panel, ctx, fn);
+      break;
+    case "versions":
+      await versionsPanel(panel, ctx);
       break;
     case "invoke":
       invokePanel(panel, ctx, fn);
