@@ -63,26 +63,72 @@ pub(super) async fn over_quota(
             .entry((size.function.as_str(), size.code_hash.as_str()))
             .or_insert(size.archive_bytes);
     }
-    let artifact_bytes: u64 = artifacts.values().sum();
-    let archive_bytes: u64 = archives.values().sum();
-    let total = artifact_bytes + archive_bytes;
-    if total <= quota {
-        return Ok(None);
-    }
-    Ok(Some(format!(
-        "namespace {namespace} would keep {} of built code with this version ({}), over its quota of {} \
-         (the server's SLESS_NS_MAX_STORAGE_MB): {versions} versions, {} of artifacts and {} of uploaded \
+    let kept = Kept {
+        versions,
+        artifact_bytes: artifacts.values().sum(),
+        archive_bytes: archives.values().sum(),
+    };
+    let total = kept.artifact_bytes + kept.archive_bytes;
+    Ok((total > quota).then(|| refusal(namespace, &kept, new.artifact_bytes + new.archive_bytes, quota)))
+}
+
+/// What a namespace would keep with a new version.
+struct Kept {
+    versions: usize,
+    artifact_bytes: u64,
+    archive_bytes: u64,
+}
+
+/// Why a version of `new_bytes` may not be kept: `kept` (with it) is over
+/// `quota`.
+fn refusal(namespace: &str, kept: &Kept, new_bytes: u64, quota: u64) -> String {
+    let total = kept.artifact_bytes + kept.archive_bytes;
+    // Just over the quota reads as the quota in MiB: then the bytes say it.
+    let (total_text, quota_text) = match (mib(total), mib(quota)) {
+        (over, at) if over == at => (format!("{over} ({total} bytes)"), format!("{at} ({quota} bytes)")),
+        texts => texts,
+    };
+    format!(
+        "namespace {namespace} would keep {total_text} of built code with this version ({}), over its quota of \
+         {quota_text} (the server's SLESS_NS_MAX_STORAGE_MB): {} versions, {} of artifacts and {} of uploaded \
          archives. Delete versions (`sless versions NAME --rm N`) or functions it no longer needs, or aliases \
          that hold old versions, and deploy again",
-        mib(total),
-        mib(new.artifact_bytes + new.archive_bytes),
-        mib(quota),
-        mib(artifact_bytes),
-        mib(archive_bytes),
-    )))
+        mib(new_bytes),
+        kept.versions,
+        mib(kept.artifact_bytes),
+        mib(kept.archive_bytes),
+    )
 }
 
 /// `bytes` in MiB, for a message.
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_the_quota_and_bytes_where_mib_would_read_the_same() {
+        let quota = 200 << 20;
+        let kept = |total: u64| Kept {
+            versions: 4,
+            artifact_bytes: total - 1000,
+            archive_bytes: 1000,
+        };
+        let just_over = refusal("t", &kept(quota + 2000), 50 << 20, quota);
+        assert!(
+            just_over.starts_with(
+                "namespace t would keep 200.0 MiB (209717200 bytes) of built code with this version (50.0 MiB), \
+                 over its quota of 200.0 MiB (209715200 bytes) (the server's SLESS_NS_MAX_STORAGE_MB): 4 versions"
+            ),
+            "{just_over}"
+        );
+        let well_over = refusal("t", &kept(quota * 2), 50 << 20, quota);
+        assert!(
+            well_over.contains("would keep 400.0 MiB of built code") && well_over.contains("quota of 200.0 MiB (the"),
+            "{well_over}"
+        );
+    }
 }
