@@ -30,7 +30,8 @@ pub struct FunctionVersion {
     /// What the built artifact takes, installed dependencies included: its
     /// files on the server's disk, or its tarball in the object store
     /// (Kubernetes). Counts towards the namespace's storage quota; 0 for
-    /// versions built before sizes were recorded.
+    /// a version built before sizes were recorded, until the leader's next
+    /// sweep measures it.
     #[serde(default)]
     pub artifact_bytes: u64,
     /// The size of the zip the version was built from (also counted).

@@ -176,6 +176,10 @@ impl Driver for KubeDriver {
         self.artifacts.remove(artifact).await
     }
 
+    async fn artifact_bytes(&self, artifact: &Fingerprint) -> Result<Option<u64>, DriverError> {
+        Ok(self.artifacts.digest(artifact).await?.map(|(_, bytes)| bytes))
+    }
+
     async fn stored_artifacts(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, DriverError> {
         self.artifacts.stored().await
     }

@@ -214,6 +214,18 @@ impl Driver for LocalDriver {
         }
     }
 
+    async fn artifact_bytes(&self, artifact: &Fingerprint) -> Result<Option<u64>, DriverError> {
+        let dir = self.builder.artifact_dir(artifact);
+        if !dir.is_dir() {
+            return Ok(None);
+        }
+        tokio::task::spawn_blocking(move || artifacts::bytes_under(&dir))
+            .await
+            .map_err(|e| DriverError::Internal(e.to_string()))?
+            .map(Some)
+            .map_err(|e| DriverError::Internal(format!("measuring artifact {artifact}: {e}")))
+    }
+
     async fn stored_artifacts(&self) -> Result<Vec<(Fingerprint, std::time::SystemTime)>, DriverError> {
         match &self.shared {
             Some(shared) => shared.stored().await,

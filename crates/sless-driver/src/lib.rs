@@ -64,6 +64,11 @@ pub trait Driver: Send + Sync + 'static {
     async fn remove_local_copy(&self, _artifact: &Fingerprint) -> Result<(), DriverError> {
         Ok(())
     }
+    /// What `artifact` takes where this driver keeps it ([`Built::bytes`]),
+    /// if it is there: how versions recorded before sizes were get theirs.
+    async fn artifact_bytes(&self, _artifact: &Fingerprint) -> Result<Option<u64>, DriverError> {
+        Ok(None)
+    }
     /// The artifacts this driver keeps in a shared object store (where
     /// replicas or pods fetch them), each with when it was last written
     /// there: what the leader compares with the versions that use them.

@@ -184,7 +184,8 @@ impl Deployer {
             artifact_digest: status.artifact_digest.clone(),
             spec: spec.clone(),
             built_at: status.last_built_at.unwrap_or_else(crate::store::now),
-            // Not known for an older server's build (counted as 0).
+            // Not known for an older server's build: the leader's sweep
+            // measures it.
             artifact_bytes: 0,
             archive_bytes: 0,
         };

@@ -33,6 +33,42 @@ impl Deployer {
         self.sweep_artifacts().await;
         if self.cluster.is_leader() {
             self.sweep_store().await;
+            self.measure_unsized().await;
+        }
+    }
+
+    /// Gives the versions recorded before sizes were (0 bytes, which the
+    /// storage quota would not count) what their artifact and upload take,
+    /// where they are still there to measure.
+    async fn measure_unsized(&self) {
+        let versions = match self.store.unsized_versions().await {
+            Ok(versions) => versions,
+            Err(e) => return tracing::warn!(error = %e, "cannot read the versions without sizes"),
+        };
+        for mut version in versions {
+            let artifact = Fingerprint::from_stored(version.artifact.clone());
+            version.artifact_bytes = match self.driver.artifact_bytes(&artifact).await {
+                Ok(bytes) => bytes.unwrap_or(0),
+                Err(e) => {
+                    tracing::warn!(%artifact, error = %e, "cannot measure an artifact");
+                    continue;
+                }
+            };
+            let archive = crate::blobs::archive_key(&version.namespace, &version.function, &version.code_hash);
+            version.archive_bytes = match self.blobs.head(&archive).await {
+                Ok(meta) => meta.size,
+                Err(object_store::Error::NotFound { .. }) => 0,
+                Err(e) => {
+                    tracing::warn!(%archive, error = %e, "cannot measure an upload");
+                    continue;
+                }
+            };
+            if version.artifact_bytes + version.archive_bytes == 0 {
+                continue;
+            }
+            if let Err(e) = self.store.set_version_bytes(&version).await {
+                tracing::warn!(function = %version.function, version = version.version, error = %e, "recording a version's size failed");
+            }
         }
     }
 

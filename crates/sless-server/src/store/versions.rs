@@ -23,7 +23,7 @@ pub struct VersionRecord {
     pub spec: Value,
     pub built_at: DateTime<Utc>,
     /// What its artifact takes ([`sless_driver::Built::bytes`]; 0 for
-    /// versions recorded before sizes were).
+    /// versions recorded before sizes were, until a sweep measures them).
     pub artifact_bytes: u64,
     /// The size of the uploaded archive it was built from.
     pub archive_bytes: u64,
@@ -33,6 +33,7 @@ pub struct VersionRecord {
 /// is summed from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VersionSize {
+    pub namespace: String,
     pub function: String,
     pub version: u64,
     pub code_hash: String,
@@ -87,6 +88,10 @@ pub trait VersionStore: Send + Sync {
     /// What every version of a namespace's functions keeps, by function,
     /// newest first.
     async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>>;
+    /// The versions recorded before their sizes were (both 0).
+    async fn unsized_versions(&self) -> Result<Vec<VersionSize>>;
+    /// Records what a version keeps (once measured).
+    async fn set_version_bytes(&self, version: &VersionSize) -> Result<()>;
     /// Every alias of a namespace's functions.
     async fn namespace_aliases(&self, namespace: &str) -> Result<Vec<AliasRecord>>;
     /// Forgets every version and alias of a deleted function.
@@ -143,6 +148,18 @@ macro_rules! version_store {
                     spec: serde_json::from_str(row.try_get::<&str, _>("spec")?)
                         .map_err(|e| Error::internal(format!("bad version spec in store: {e}")))?,
                     built_at: parse_time(row.try_get::<&str, _>("built_at")?)?,
+                    artifact_bytes: read_bytes(row.try_get("artifact_bytes")?),
+                    archive_bytes: read_bytes(row.try_get("archive_bytes")?),
+                })
+            }
+
+            fn size_of(row: &DbRow) -> Result<VersionSize> {
+                Ok(VersionSize {
+                    namespace: row.try_get("namespace")?,
+                    function: row.try_get("function")?,
+                    version: row.try_get::<i64, _>("version")? as u64,
+                    code_hash: row.try_get("code_hash")?,
+                    artifact: row.try_get("artifact")?,
                     artifact_bytes: read_bytes(row.try_get("artifact_bytes")?),
                     archive_bytes: read_bytes(row.try_get("archive_bytes")?),
                 })
@@ -360,24 +377,38 @@ macro_rules! version_store {
 
                 async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>> {
                     let rows = sqlx::query(
-                        "SELECT function, version, code_hash, artifact, artifact_bytes, archive_bytes \
+                        "SELECT namespace, function, version, code_hash, artifact, artifact_bytes, archive_bytes \
                          FROM function_versions WHERE namespace = $1 ORDER BY function, version DESC",
                     )
                     .bind(namespace)
                     .fetch_all(&self.pool)
                     .await?;
-                    rows.iter()
-                        .map(|row| {
-                            Ok(VersionSize {
-                                function: row.try_get("function")?,
-                                version: row.try_get::<i64, _>("version")? as u64,
-                                code_hash: row.try_get("code_hash")?,
-                                artifact: row.try_get("artifact")?,
-                                artifact_bytes: read_bytes(row.try_get("artifact_bytes")?),
-                                archive_bytes: read_bytes(row.try_get("archive_bytes")?),
-                            })
-                        })
-                        .collect()
+                    rows.iter().map(size_of).collect()
+                }
+
+                async fn unsized_versions(&self) -> Result<Vec<VersionSize>> {
+                    let rows = sqlx::query(
+                        "SELECT namespace, function, version, code_hash, artifact, artifact_bytes, archive_bytes \
+                         FROM function_versions WHERE artifact_bytes = 0 AND archive_bytes = 0",
+                    )
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter().map(size_of).collect()
+                }
+
+                async fn set_version_bytes(&self, v: &VersionSize) -> Result<()> {
+                    sqlx::query(
+                        "UPDATE function_versions SET artifact_bytes = $1, archive_bytes = $2 \
+                         WHERE namespace = $3 AND function = $4 AND version = $5",
+                    )
+                    .bind($crate::store::versions::stored_bytes(v.artifact_bytes))
+                    .bind($crate::store::versions::stored_bytes(v.archive_bytes))
+                    .bind(&v.namespace)
+                    .bind(&v.function)
+                    .bind(v.version as i64)
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(())
                 }
 
                 async fn namespace_aliases(&self, namespace: &str) -> Result<Vec<AliasRecord>> {

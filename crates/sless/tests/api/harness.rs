@@ -345,6 +345,23 @@ impl Server {
         names
     }
 
+    /// Runs `sql` on the server's database (what an older server left, a
+    /// record changed behind its back).
+    pub async fn run_sql(&self, sql: &str) {
+        use sqlx::Connection;
+        match &self.db {
+            Some(db) => {
+                let mut conn = sqlx::PgConnection::connect(&db.url()).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            }
+            None => {
+                let url = format!("sqlite://{}", self.data_dir.path().join("sless.db").display());
+                let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+
     /// The uploaded archives of a function kept on the server's disk.
     pub fn archives(&self, ns: &str, function: &str) -> usize {
         let dir = self.data_path().join("blobs/archives").join(ns).join(function);

@@ -370,7 +370,29 @@ async fn what_the_object_store_keeps_unused_goes_once_an_hour_old(backend: Backe
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""hello""#));
 }
 
+/// A version recorded before sizes were (0 bytes: the storage quota would
+/// not count it) gets them at the leader's next sweep, from its artifact
+/// and its upload.
+async fn a_version_recorded_without_sizes_is_measured(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    deploy_and_call(&server, "kept").await;
+    let path = "/v1/namespaces/ns/functions/kept/versions/1";
+    let (_, measured) = server.call(Method::GET, path, None).await;
+    assert!(measured["artifact_bytes"].as_u64() > Some(0), "{measured}");
+    assert!(measured["archive_bytes"].as_u64() > Some(0), "{measured}");
+    server.kill9();
+    server
+        .run_sql("UPDATE function_versions SET artifact_bytes = 0, archive_bytes = 0")
+        .await;
+    server.spawn();
+    let (_, version) = server.call(Method::GET, path, None).await;
+    for field in ["artifact_bytes", "archive_bytes"] {
+        assert_eq!(version[field], measured[field], "{field}: {version}");
+    }
+}
+
 crate::both_stores!(
+    a_version_recorded_without_sizes_is_measured,
     an_artifact_no_version_uses_goes_at_the_next_start,
     what_the_object_store_keeps_unused_goes_once_an_hour_old,
 );

@@ -79,19 +79,7 @@ async fn records_stored_before_chunks_survive_the_upgrade(backend: Backend) {
            ('{newer}', 'ns', 'old', 4, 'http', 'req-2',
            '2026-11-30T10:00:00.123457Z', 1, '200', NULL, 0, 2, FALSE, '[]', TRUE);"
     );
-    match &server.db {
-        Some(db) => {
-            use sqlx::Connection;
-            let mut conn = sqlx::PgConnection::connect(&db.url()).await.unwrap();
-            sqlx::raw_sql(&downgrade).execute(&mut conn).await.unwrap();
-        }
-        None => {
-            use sqlx::Connection;
-            let url = format!("sqlite://{}", server.data_dir.path().join("sless.db").display());
-            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-            sqlx::raw_sql(&downgrade).execute(&mut conn).await.unwrap();
-        }
-    }
+    server.run_sql(&downgrade).await;
     server.spawn();
     let items = invocations(&server, "old", 2).await;
     let expected = json!([
