@@ -253,6 +253,11 @@ async fn bad_config_is_refused_with_its_name() {
     assert!(err.contains("worker-threads") && err.contains("'0'"), "{err}");
     let err = refused_start("SLESS_ARTIFACT_SWEEP_SEC", "0");
     assert!(err.contains("artifact-sweep-sec") && err.contains("'0'"), "{err}");
+    let err = refused_start("SLESS_NS_MAX_STORAGE_MB", "0");
+    assert!(
+        err.contains("SLESS_NS_MAX_STORAGE_MB 0: expected a value between 1"),
+        "{err}"
+    );
     for name in ["SLESS_PIP_INDEX_URL", "SLESS_NPM_REGISTRY"] {
         let err = refused_start(name, "ftp://mirror.example/");
         assert!(err.contains(name) && err.contains("http:// or https://"), "{err}");
