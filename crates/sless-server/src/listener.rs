@@ -87,6 +87,7 @@ pub async fn serve<S>(
             limits: limits.clone(),
             stats: stats.clone(),
             stop: stop_rx.clone(),
+            accepted_at: open.now(),
             open: open.clone(),
         };
         match slots.clone().try_acquire_owned() {
@@ -132,6 +133,9 @@ struct Connection<S> {
     stats: Arc<ConnectionStats>,
     stop: watch::Receiver<bool>,
     open: Arc<Open>,
+    /// When it was accepted ([`Open::now`]): what its idle time counts
+    /// from, however late its task first runs.
+    accepted_at: u64,
 }
 
 impl<S> Connection<S>
@@ -151,9 +155,10 @@ where
             stats,
             mut stop,
             open,
+            accepted_at,
         } = self;
         stats.open.fetch_add(1, Ordering::Relaxed);
-        let (id, this) = open.add();
+        let (id, this) = open.add(accepted_at);
         let in_service = this.clone();
         let body_timeout = limits.body_timeout;
         let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -243,12 +248,15 @@ impl Open {
         self.epoch.elapsed().as_millis() as u64
     }
 
-    fn add(self: &Arc<Self>) -> (u64, Arc<OpenConnection>) {
+    /// Registers a connection accepted at `accepted_at`: idle since then
+    /// (a burst of accepts spawns tasks that run in no set order, and the
+    /// one accepted first is the one idle longest).
+    fn add(self: &Arc<Self>, accepted_at: u64) -> (u64, Arc<OpenConnection>) {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let connection = Arc::new(OpenConnection {
             open: self.clone(),
             in_service: AtomicBool::new(false),
-            idle_since: AtomicU64::new(self.now()),
+            idle_since: AtomicU64::new(accepted_at),
             closing: AtomicBool::new(false),
             close: tokio::sync::Notify::new(),
         });
@@ -570,4 +578,25 @@ pub fn raise_open_files_limit() -> u64 {
         }
     }
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The connection accepted first is closed first, though its task
+    /// registered it after a later one's (tasks spawned in a burst run in
+    /// no set order).
+    #[test]
+    fn the_connection_accepted_first_is_the_idlest() {
+        let open = Arc::new(Open::default());
+        let first_accepted = open.now();
+        std::thread::sleep(Duration::from_millis(5));
+        let (_, later) = open.add(open.now());
+        std::thread::sleep(Duration::from_millis(5));
+        let (_, first) = open.add(first_accepted);
+        assert!(open.close_idlest());
+        assert!(first.closing.load(Ordering::Relaxed), "the later one was closed first");
+        assert!(!later.closing.load(Ordering::Relaxed));
+    }
 }
