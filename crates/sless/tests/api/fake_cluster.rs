@@ -152,6 +152,17 @@ async fn a_build_job_uploads_through_its_grant_and_what_the_server_accepted_serv
     assert_eq!(hex::encode(Sha256::digest(&stored)), digest);
     assert_eq!(cluster.s3.keys("sless/builds"), Vec::<String>::new());
     assert!(cluster.s3.keys("sless/artifacts").iter().any(|k| k.contains(&digest)));
+    // What it takes (the storage quota's figure) is its tarball, whether
+    // built now or found stored; the leader's sweep lists it.
+    assert_eq!(built.bytes, stored.len() as u64);
+    let again = build(&driver, &[("handler.py", HANDLER.as_bytes())]).await.unwrap();
+    assert_eq!(
+        (again.bytes, again.digest.as_deref()),
+        (built.bytes, Some(digest.as_str()))
+    );
+    assert_eq!(driver.artifact_bytes(&built.artifact).await.unwrap(), Some(built.bytes));
+    let listed = driver.stored_artifacts().await.unwrap();
+    assert!(listed.iter().any(|(a, _)| *a == built.artifact), "{listed:?}");
     let version = Deployment {
         artifact: built.artifact,
         digest: Some(digest),
