@@ -51,21 +51,7 @@ impl Artifacts {
 
     /// Deletes every tarball of `artifact`.
     pub async fn remove(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
-        let prefix = Key::from(format!("artifacts/{artifact}"));
-        let keys: Vec<Key> = self
-            .store
-            .list(Some(&prefix))
-            .map_ok(|meta| meta.location)
-            .try_collect()
-            .await
-            .map_err(|e| DriverError::Unavailable(format!("listing artifacts: {e}")))?;
-        for key in keys {
-            match self.store.delete(&key).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(DriverError::Unavailable(format!("deleting {key}: {e}"))),
-            }
-        }
-        Ok(())
+        sless_driver::remove_stored_artifact(&*self.store, artifact).await
     }
 
     /// Where the archive of a build of `artifact` from `code_hash` waits.

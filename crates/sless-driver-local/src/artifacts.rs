@@ -88,21 +88,8 @@ impl SharedArtifacts {
     }
 
     /// Deletes every tarball of `artifact` (no version uses it any more).
-    pub async fn remove(&self, artifact: &Fingerprint) -> Result<(), String> {
-        let prefix = Key::from(format!("artifacts/{artifact}"));
-        let tarballs: Vec<_> = self
-            .store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(|e| format!("listing artifact {artifact}: {e}"))?;
-        for tarball in tarballs {
-            match self.store.delete(&tarball.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(format!("deleting {}: {e}", tarball.location)),
-            }
-        }
-        Ok(())
+    pub async fn remove(&self, artifact: &Fingerprint) -> Result<(), sless_driver::DriverError> {
+        sless_driver::remove_stored_artifact(&*self.store, artifact).await
     }
 
     /// Makes `dir` hold `artifact`: fetches its tarball with `digest`, checks

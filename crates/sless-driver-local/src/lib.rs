@@ -209,7 +209,7 @@ impl Driver for LocalDriver {
     async fn remove_artifact(&self, artifact: &Fingerprint) -> Result<(), DriverError> {
         self.remove_local_copy(artifact).await?;
         match &self.shared {
-            Some(shared) => shared.remove(artifact).await.map_err(DriverError::Unavailable),
+            Some(shared) => shared.remove(artifact).await,
             None => Ok(()),
         }
     }

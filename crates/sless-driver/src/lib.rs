@@ -26,7 +26,7 @@ pub use deploy::{Deployment, FunctionLoad, SecretFile, SecretValues};
 pub use error::DriverError;
 pub use invoke::{Invocation, InvocationResult, InvokeError, LogChunk, OutputStream, RunId, TriggerKind};
 pub use key::{FunctionKey, VersionRef};
-pub use stored::stored_artifacts;
+pub use stored::{remove_stored_artifact, stored_artifacts};
 
 /// The execution backend. Chosen once at start; nothing above it knows
 /// which one runs. Every operation that can fail says so.

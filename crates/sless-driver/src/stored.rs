@@ -1,14 +1,14 @@
 //! Artifacts kept in an object store as
 //! `artifacts/{fingerprint}/{sha256}.tar.gz`, where replicas (local
 //! driver) or pods (Kubernetes) fetch them: the listing a leader's sweep
-//! compares with the versions that use them.
+//! compares with the versions that use them, and their removal.
 
 use std::collections::HashMap;
 use std::time::SystemTime;
 
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::{DriverError, Fingerprint};
 
@@ -34,4 +34,23 @@ pub async fn stored_artifacts(store: &dyn ObjectStore) -> Result<Vec<(Fingerprin
         .into_iter()
         .map(|(fingerprint, written)| (Fingerprint::from_stored(fingerprint), written.into()))
         .collect())
+}
+
+/// Deletes every tarball of `artifact` in `store` (no version uses it any
+/// more); one already gone is not an error.
+pub async fn remove_stored_artifact(store: &dyn ObjectStore, artifact: &Fingerprint) -> Result<(), DriverError> {
+    let prefix = Path::from(format!("artifacts/{artifact}"));
+    let keys: Vec<Path> = store
+        .list(Some(&prefix))
+        .map_ok(|meta| meta.location)
+        .try_collect()
+        .await
+        .map_err(|e| DriverError::Unavailable(format!("listing artifact {artifact}: {e}")))?;
+    for key in keys {
+        match store.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(DriverError::Unavailable(format!("deleting {key}: {e}"))),
+        }
+    }
+    Ok(())
 }

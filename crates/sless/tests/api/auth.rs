@@ -17,6 +17,12 @@ fn namespaced_endpoints(ns: &str) -> Vec<(Method, String)> {
         (Method::DELETE, format!("/v1/namespaces/{ns}/functions/f")),
         (Method::PUT, format!("/v1/namespaces/{ns}/functions/f/code")),
         (Method::GET, format!("/v1/namespaces/{ns}/functions/f/stats")),
+        (Method::GET, format!("/v1/namespaces/{ns}/functions/f/versions")),
+        (Method::GET, format!("/v1/namespaces/{ns}/functions/f/versions/1")),
+        (Method::DELETE, format!("/v1/namespaces/{ns}/functions/f/versions/1")),
+        (Method::GET, format!("/v1/namespaces/{ns}/functions/f/aliases")),
+        (Method::PUT, format!("/v1/namespaces/{ns}/functions/f/aliases/live")),
+        (Method::DELETE, format!("/v1/namespaces/{ns}/functions/f/aliases/live")),
     ]
 }
 

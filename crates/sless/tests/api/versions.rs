@@ -242,6 +242,12 @@ async fn a_version_goes_unless_it_serves_or_an_alias_holds_it(backend: Backend) 
     assert_eq!(delete("9").await.0, StatusCode::NOT_FOUND);
     names_field(&delete("two").await, "version");
     assert_eq!((server.artifacts().len(), server.archives("ns", "df")), (3, 3));
+    // Another tenant's token deletes nothing here.
+    let other = server.token_for(&["other"]).await;
+    let path = "/v1/namespaces/ns/functions/df/versions/1";
+    let (status, body) = server.call_as(Some(&other), Method::DELETE, path, None).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(version_numbers(&server, "df").await, [3, 2, 1]);
 
     let (status, body) = delete("1").await;
     assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
