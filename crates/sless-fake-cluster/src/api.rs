@@ -47,7 +47,7 @@ impl Cluster {
                "spec": {"containers": [{"name": "instance",
                                         "ports": [{"name": "frames", "containerPort": pod.frames},
                                                   {"name": "ready", "containerPort": pod.ready_port}]}]},
-               "status": {"phase": phase, "podIP": "127.0.0.1",
+               "status": {"phase": phase, "podIP": pod.ip.to_string(),
                           "conditions": [{"type": "Ready", "status": ready}]}})
     }
 
@@ -123,7 +123,7 @@ impl Cluster {
                     .into_iter()
                     .map(|pod| {
                         json!({"metadata": {"name": format!("{service}-{}", pod.frames)}, "addressType": "IPv4",
-                               "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}],
+                               "endpoints": [{"addresses": [pod.ip.to_string()], "conditions": {"ready": true}}],
                                "ports": [{"name": "frames", "port": pod.frames, "protocol": "TCP"}]})
                     })
                     .collect();
@@ -356,7 +356,7 @@ impl Cluster {
                        "spec": {"containers": [{"name": "instance",
                                                 "ports": [{"name": "frames", "containerPort": pod.frames},
                                                           {"name": "ready", "containerPort": pod.ready_port}]}]},
-                       "status": {"phase": "Running", "podIP": "127.0.0.1",
+                       "status": {"phase": "Running", "podIP": pod.ip.to_string(),
                                   "conditions": [{"type": "Ready", "status": ready}]}})
             })
             .collect();
@@ -409,10 +409,10 @@ impl Cluster {
         let claimed = self.claimed.lock().unwrap();
         let items: Vec<Value> = claimed
             .iter()
-            .map(|(name, (_, claim))| {
+            .map(|(name, (pod, claim))| {
                 json!({"metadata": {"name": name, "namespace": "sless-warm", "resourceVersion": "2",
                                     "labels": claim["labels"], "annotations": claim["annotations"]},
-                       "status": {"phase": "Running", "podIP": "127.0.0.1"}})
+                       "status": {"phase": "Running", "podIP": pod.ip.to_string()}})
             })
             .collect();
         (

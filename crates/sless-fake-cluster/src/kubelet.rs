@@ -1,5 +1,5 @@
 //! The stand-in kubelet: a Deployment's pods as real `sless instance`
-//! processes on 127.0.0.1 (started with the applied template's
+//! processes, each on a loopback address of its own (started with the applied template's
 //! environment, restarted when they die, probed on `/ready` as the
 //! readiness probe does); a build Job's pod as `sless instance build`, a
 //! run Job's as a one-shot `sless instance` (it ends after one answer).
@@ -7,6 +7,8 @@
 //! everything in it (the handler's shim too).
 
 use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::net::Ipv4Addr;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,9 +18,13 @@ use serde_json::{json, Value};
 use crate::cluster::Cluster;
 
 /// An instance pod: `sless instance` in a process group of its own, its
-/// frame and readiness ports, and whether its readiness probe passed.
+/// IP, frame and readiness ports, and whether its readiness probe passed.
 pub(crate) struct Pod {
     pub(crate) child: Child,
+    /// A loopback address of its own, as a pod has its own IP: a port it
+    /// was given cannot be taken meanwhile by anything else on the machine
+    /// (other tests' connections, on 127.0.0.1).
+    pub(crate) ip: Ipv4Addr,
     pub(crate) frames: u16,
     pub(crate) ready_port: u16,
     pub(crate) ready: bool,
@@ -147,6 +153,15 @@ impl Drop for BuildPod {
     }
 }
 
+/// A random loopback address outside 127.0.0.0/16 (where tests' own
+/// servers listen).
+fn pod_ip() -> Ipv4Addr {
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u32(std::process::id());
+    let [a, b, c, ..] = random.finish().to_le_bytes();
+    Ipv4Addr::new(127, a.max(1), b, c.clamp(1, 254))
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -158,7 +173,7 @@ fn free_port() -> u16 {
 impl Cluster {
     pub(crate) fn start_pod(&self, template: &PodTemplate) -> Pod {
         let dir = tempfile::tempdir().unwrap();
-        let (frames, ready_port) = (free_port(), free_port());
+        let (ip, frames, ready_port) = (pod_ip(), free_port(), free_port());
         let mut cmd = Command::new(&self.sless);
         cmd.arg("instance")
             .env_clear()
@@ -194,8 +209,8 @@ impl Cluster {
         cmd.envs(env.iter().map(|(k, v)| (k, v)));
         cmd.env("SLESS_INSTANCE_CODE_DIR", dir.path().join("code/app"))
             .env("SLESS_INSTANCE_WORK_DIR", dir.path().join("tmp"))
-            .env("SLESS_INSTANCE_LISTEN", format!("127.0.0.1:{frames}"))
-            .env("SLESS_INSTANCE_READY_LISTEN", format!("127.0.0.1:{ready_port}"))
+            .env("SLESS_INSTANCE_LISTEN", format!("{ip}:{frames}"))
+            .env("SLESS_INSTANCE_READY_LISTEN", format!("{ip}:{ready_port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
@@ -207,6 +222,7 @@ impl Cluster {
         };
         Pod {
             child: cmd.spawn().expect("start sless instance"),
+            ip,
             frames,
             ready_port,
             ready: false,
@@ -287,7 +303,7 @@ impl Cluster {
 
     /// Probes every pod's `/ready`, as the kubelet's readiness probe.
     pub(crate) async fn probe(&self) {
-        let ports: Vec<(String, usize, u16)> = {
+        let ports: Vec<(String, usize, (Ipv4Addr, u16))> = {
             let workloads = self.workloads.lock().unwrap();
             workloads
                 .iter()
@@ -295,7 +311,7 @@ impl Cluster {
                     w.pods
                         .iter()
                         .enumerate()
-                        .map(move |(i, p)| (name.clone(), i, p.ready_port))
+                        .map(move |(i, p)| (name.clone(), i, (p.ip, p.ready_port)))
                 })
                 .collect()
         };
@@ -308,16 +324,16 @@ impl Cluster {
                 .get_mut(&name)
                 .and_then(|w| w.pods.get_mut(index))
             {
-                if pod.ready_port == port {
+                if (pod.ip, pod.ready_port) == port {
                     pod.ready = ready && Instant::now() >= pod.unready_until;
                 }
             }
         }
-        let runs: Vec<(String, u16)> = {
+        let runs: Vec<(String, (Ipv4Addr, u16))> = {
             let jobs = self.jobs.lock().unwrap();
             jobs.iter()
                 .filter_map(|(name, job)| match job {
-                    JobPod::Run(pod) => Some((name.clone(), pod.ready_port)),
+                    JobPod::Run(pod) => Some((name.clone(), (pod.ip, pod.ready_port))),
                     JobPod::Build(_) => None,
                 })
                 .collect()
@@ -325,7 +341,7 @@ impl Cluster {
         for (name, port) in runs {
             let ready = ready(port).await;
             if let Some(JobPod::Run(pod)) = self.jobs.lock().unwrap().get_mut(&name) {
-                if pod.ready_port == port {
+                if (pod.ip, pod.ready_port) == port {
                     pod.ready = ready;
                 }
             }
@@ -333,10 +349,10 @@ impl Cluster {
     }
 }
 
-async fn ready(port: u16) -> bool {
+async fn ready(port: (Ipv4Addr, u16)) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let check = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut stream = tokio::net::TcpStream::connect(port).await.ok()?;
         stream.write_all(b"GET /ready HTTP/1.1\r\nhost: x\r\n\r\n").await.ok()?;
         let mut text = String::new();
         stream.read_to_string(&mut text).await.ok()?;

@@ -1,6 +1,6 @@
 //! The Kubernetes driver's data path on this machine: `KubeDriver` →
 //! EndpointSlices → frames over TCP → real `sless instance` processes on
-//! 127.0.0.1 that fetch their artifact from the real S3 server.
+//! loopback addresses of their own (127.x.y.z, one a pod) that fetch their artifact from the real S3 server.
 //!
 //! **The API server and the kubelet here are stand-ins** (there is no
 //! cluster on the project's machines): a test-only stand-in for the few

@@ -74,19 +74,22 @@ async fn cancelling_a_job_run_deletes_its_job_and_stops_its_pod() {
     let mark = marks.path().join("in-the-handler");
     let cancelled = run(3);
     let running = run_once(&a, &cancelled, json!({"mark": mark}));
+    tokio::pin!(running);
+    let reached = eventually(Duration::from_secs(30), || async {
+        let pid = std::fs::read_to_string(&mark).unwrap_or_default();
+        pid.parse::<u32>()
+            .map_err(|_| "the run has not reached its handler".to_string())
+    });
+    let handler = tokio::select! {
+        ended = &mut running => panic!("the run ended before its handler was reached: {ended:?}"),
+        handler = reached => handler,
+    };
     let cancel = async {
-        let handler: u32 = eventually(Duration::from_secs(30), || async {
-            let pid = std::fs::read_to_string(&mark).unwrap_or_default();
-            pid.parse()
-                .map_err(|_| "the run has not reached its handler".to_string())
-        })
-        .await;
         assert_eq!(cluster.jobs().len(), 1, "the run's Job is there while it runs");
         b.cancel_run(&cancelled).await.unwrap();
         assert_eq!(cluster.jobs(), vec![], "cancelled: its Job is gone");
-        handler
     };
-    let (ended, handler) = tokio::join!(running, cancel);
+    let (ended, ()) = tokio::join!(running, cancel);
     assert!(matches!(ended, Err(InvokeError::Crashed { .. })), "{ended:?}");
     // The handler went with its pod (dead, or dead and not yet reaped).
     eventually(Duration::from_secs(10), || async {
