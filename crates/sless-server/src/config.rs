@@ -272,6 +272,18 @@ pub struct Config {
     #[arg(long, env = "SLESS_NS_MAX_BUILDS", default_value_t = 1)]
     pub ns_max_builds: u32,
 
+    /// How long a build holds one of the server's two build slots: one
+    /// still running after that runs on as a long build (beside them, up
+    /// to SLESS_MAX_LONG_BUILDS) and its slot goes to the next build, so
+    /// slow builds of a few namespaces do not hold every other one back.
+    #[arg(long, env = "SLESS_BUILD_SHARE_SEC", default_value_t = 60)]
+    pub build_share_sec: u32,
+
+    /// Long builds (past SLESS_BUILD_SHARE_SEC) run at once at most,
+    /// beside the two build slots; more keep their slot until one ends.
+    #[arg(long, env = "SLESS_MAX_LONG_BUILDS", default_value_t = 2)]
+    pub max_long_builds: u32,
+
     /// Job runs one namespace has under way at once; another is a 429.
     #[arg(long, env = "SLESS_NS_MAX_JOB_RUNS", default_value_t = 4)]
     pub ns_max_job_runs: u32,
@@ -594,6 +606,8 @@ impl Config {
             ("SLESS_NS_MAX_INSTANCES", self.ns_max_instances, 1, u32::MAX),
             ("SLESS_NS_MAX_MEMORY_MB", self.ns_max_memory_mb, 16, u32::MAX),
             ("SLESS_NS_MAX_BUILDS", self.ns_max_builds, 1, 64),
+            ("SLESS_BUILD_SHARE_SEC", self.build_share_sec, 1, 86_400),
+            ("SLESS_MAX_LONG_BUILDS", self.max_long_builds, 0, 64),
             ("SLESS_NS_MAX_JOB_RUNS", self.ns_max_job_runs, 1, u32::MAX),
             ("SLESS_NS_MAX_TRIGGERS", self.ns_max_triggers, 1, u32::MAX),
             ("SLESS_NS_MAX_CALLS", self.ns_max_calls, 1, u32::MAX),

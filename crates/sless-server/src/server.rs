@@ -113,6 +113,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             archive_rules,
             code_check,
             namespace_builds: config.ns_max_builds as usize,
+            build_share: Duration::from_secs(config.build_share_sec.into()),
+            long_builds: config.max_long_builds as usize,
             namespace_storage_bytes: u64::from(config.ns_max_storage_mb) << 20,
         },
         cluster.clone(),

@@ -56,6 +56,10 @@ pub struct Deployer {
     archive_rules: ArchiveRules,
     code_check: Arc<dyn CodeValidator>,
     builds: tokio::sync::Semaphore,
+    /// How long a build holds one of `builds` before it moves to
+    /// `long_builds` (if one is free) and its slot goes to the next.
+    build_share: Duration,
+    long_builds: tokio::sync::Semaphore,
     /// Build slots of each namespace (`SLESS_NS_MAX_BUILDS`), taken before
     /// one of `builds`: one namespace never holds them all.
     namespace_builds: std::sync::Mutex<std::collections::HashMap<String, Arc<tokio::sync::Semaphore>>>,
@@ -76,6 +80,10 @@ pub struct UploadChecks {
     pub code_check: Arc<dyn CodeValidator>,
     /// Builds one namespace runs at once.
     pub namespace_builds: usize,
+    /// How long a build holds one of the server's build slots.
+    pub build_share: Duration,
+    /// Builds past their share running at once at most.
+    pub long_builds: usize,
     /// What one namespace's kept versions may take, in bytes.
     pub namespace_storage_bytes: u64,
 }
@@ -100,6 +108,8 @@ impl Deployer {
             archive_rules: checks.archive_rules,
             code_check: checks.code_check,
             builds: tokio::sync::Semaphore::new(CONCURRENT_BUILDS),
+            build_share: checks.build_share,
+            long_builds: tokio::sync::Semaphore::new(checks.long_builds),
             namespace_builds: Default::default(),
             namespace_build_slots: checks.namespace_builds.max(1),
             namespace_storage_bytes: checks.namespace_storage_bytes,
@@ -162,6 +172,22 @@ impl Deployer {
         if let Err(e) = noted.await {
             tracing::warn!(function = %key, error = %e, "noting a running build failed");
         }
+    }
+
+    /// Once the build in `slot` has had its share of the build slots,
+    /// swaps its slot for a long build's when one is free (the slot goes
+    /// to the next build waiting); never returns.
+    async fn run_on_as_long<'a>(
+        &'a self,
+        key: &FunctionKey,
+        slot: &std::sync::Mutex<tokio::sync::SemaphorePermit<'a>>,
+    ) {
+        tokio::time::sleep(self.build_share.saturating_sub(BUILD_NOTICE_AFTER)).await;
+        if let Ok(long) = self.long_builds.acquire().await {
+            *slot.lock().unwrap() = long;
+            tracing::info!(function = %key, "a build past its share of the build slots runs on as a long build");
+        }
+        std::future::pending().await
     }
 
     /// Writes a function's status; returns it as stored.
@@ -284,7 +310,8 @@ impl Deployer {
             .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(self.namespace_build_slots)))
             .clone();
         let _own_permit = own.acquire().await.map_err(Error::internal)?;
-        let _permit = self.builds.acquire().await.map_err(Error::internal)?;
+        // Held to the end: a short build's slot, or a long build's.
+        let slot = std::sync::Mutex::new(self.builds.acquire().await.map_err(Error::internal)?);
         let Some((spec, status)) = self.load(key).await? else {
             return Ok(None);
         };
@@ -313,15 +340,17 @@ impl Deployer {
             archive: archive.clone(),
             timeout: Duration::from_secs(u64::from(spec.build_timeout_sec)),
         });
-        tokio::pin!(build);
         // A build that takes a while (dependencies to install) says so in
-        // the status; a quick one writes nothing more.
+        // the status; a quick one writes nothing more. One past its share
+        // gives its slot to the next build.
+        let aside = async {
+            tokio::time::sleep(BUILD_NOTICE_AFTER).await;
+            self.note_build_running(key, code_hash, spec.runtime, started_at).await;
+            self.run_on_as_long(key, &slot).await;
+        };
         let result = tokio::select! {
-            result = &mut build => result,
-            () = tokio::time::sleep(BUILD_NOTICE_AFTER) => {
-                self.note_build_running(key, code_hash, spec.runtime, started_at).await;
-                build.await
-            }
+            result = build => result,
+            () = aside => unreachable!("runs until the build ends"),
         };
         let build_ms = started.elapsed().as_secs_f64() * 1000.0;
         // The function may have been deleted, re-uploaded or edited meanwhile.

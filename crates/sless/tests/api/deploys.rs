@@ -309,3 +309,85 @@ async fn a_long_build_says_it_runs() {
     let (status, _, body) = server.invoke(Method::GET, "/fn/ns/slow", "").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "\"built\""));
 }
+
+/// Slow builds of a few namespaces do not hold every other namespace's
+/// back: a build past its share of the server's two build slots
+/// (`SLESS_BUILD_SHARE_SEC`) hands its slot to the next build and runs on
+/// as a long build, up to `SLESS_MAX_LONG_BUILDS` at once; past those, a
+/// slow build keeps its slot, and the next waits for one to end.
+#[tokio::test]
+async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_BUILD_SHARE_SEC", "1"), ("SLESS_MAX_LONG_BUILDS", "1")],
+    )
+    .await;
+    // Each in a namespace of its own: one namespace builds one at a time.
+    let upload = |ns: &'static str, slow: bool| {
+        let server = &server;
+        async move {
+            let (runtime, files): (&str, Vec<(&str, &[u8])>) = if slow {
+                (
+                    "nodejs20",
+                    vec![
+                        (
+                            "package.json",
+                            br#"{"name": "slow", "version": "1.0.0", "private": true, "scripts": {"preinstall": "sleep 25"}}"#,
+                        ),
+                        ("handler.js", b"exports.handle = () => 'built';\n"),
+                    ],
+                )
+            } else {
+                (
+                    "python3.11",
+                    vec![("handler.py", b"def handle(event, context):\n    return 'quick'\n")],
+                )
+            };
+            let (status, created) = server
+                .call(
+                    Method::POST,
+                    &format!("/v1/namespaces/{ns}/functions"),
+                    Some(json!({"name": "f", "runtime": runtime})),
+                )
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+            let (status, uploaded) = server.upload(ns, "f", super::harness::zip_of(&files)).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+            if slow {
+                server
+                    .wait_for(&format!("/v1/namespaces/{ns}/functions/f"), 20, |f| {
+                        message(f).contains("npm installs the dependencies")
+                    })
+                    .await;
+            }
+            uploaded["status"]["code_hash"].as_str().unwrap().to_string()
+        }
+    };
+    let phases = |namespaces: &'static [&'static str]| {
+        let server = &server;
+        async move {
+            let mut phases = Vec::new();
+            for ns in namespaces {
+                let (_, f) = server
+                    .call(Method::GET, &format!("/v1/namespaces/{ns}/functions/f"), None)
+                    .await;
+                phases.push(f["status"]["phase"].as_str().unwrap().to_string());
+            }
+            phases
+        }
+    };
+    // a and b hold both slots; a second on, one of them is a long build.
+    tokio::join!(upload("a", true), upload("b", true));
+    let quick = upload("c", false).await;
+    server.wait_built("c", "f", &quick).await;
+    assert_eq!(phases(&["a", "b"]).await, ["Building"; 2], "c did not wait for a or b");
+    // d takes the slot c had; the one long build's slot is taken, so b
+    // and d keep theirs, and e waits.
+    upload("d", true).await;
+    let waiting = upload("e", false).await;
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let (_, e) = server.call(Method::GET, "/v1/namespaces/e/functions/f", None).await;
+    assert!(message(&e).contains("waiting for the build"), "{e}");
+    assert_eq!(phases(&["a", "b", "d"]).await, ["Building"; 3]);
+    server.wait_built("e", "f", &waiting).await;
+}

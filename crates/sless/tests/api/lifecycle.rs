@@ -258,6 +258,16 @@ async fn bad_config_is_refused_with_its_name() {
         err.contains("SLESS_NS_MAX_STORAGE_MB 0: expected a value between 1"),
         "{err}"
     );
+    let err = refused_start("SLESS_BUILD_SHARE_SEC", "0");
+    assert!(
+        err.contains("SLESS_BUILD_SHARE_SEC 0: expected a value between 1"),
+        "{err}"
+    );
+    let err = refused_start("SLESS_MAX_LONG_BUILDS", "65");
+    assert!(
+        err.contains("SLESS_MAX_LONG_BUILDS 65: expected a value between 0 and 64"),
+        "{err}"
+    );
     for name in ["SLESS_PIP_INDEX_URL", "SLESS_NPM_REGISTRY"] {
         let err = refused_start(name, "ftp://mirror.example/");
         assert!(err.contains(name) && err.contains("http:// or https://"), "{err}");
