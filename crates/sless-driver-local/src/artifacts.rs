@@ -106,9 +106,7 @@ impl SharedArtifacts {
             .get(&key)
             .await
             .map_err(|e| format!("fetching artifact {key}: {e}"))?
-            .bytes()
-            .await
-            .map_err(|e| format!("fetching artifact {key}: {e}"))?;
+            .into_stream();
         unpack_checked(tarball, dir, digest)
             .await
             .map_err(|e| format!("artifact {key} {e}"))?;
@@ -117,29 +115,41 @@ impl SharedArtifacts {
     }
 }
 
-/// Checks that `tarball`'s sha256 is `digest`, unpacks it beside `dir` and
-/// renames it into place (a reader sees all or nothing), then records the
-/// digest. Nothing to do when `dir` is there.
-pub(crate) async fn unpack_checked(tarball: bytes::Bytes, dir: &Path, digest: &str) -> Result<(), String> {
+/// Receives a tarball as `chunks` into a file beside `dir`, hashing it on
+/// the way (never whole in memory: an artifact may be far larger than the
+/// memory of the pod that fetches it), checks that its sha256 is `digest`,
+/// unpacks it beside `dir` and renames it into place (a reader sees all or
+/// nothing), then records the digest. Nothing to do when `dir` is there.
+pub(crate) async fn unpack_checked<S, E>(chunks: S, dir: &Path, digest: &str) -> Result<(), String>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
     if dir.is_dir() {
         return Ok(());
     }
-    let got = hex::encode(Sha256::digest(&tarball));
-    if got != digest {
-        return Err(format!(
-            "is corrupt: its sha256 is {got}, the version recorded {digest}"
-        ));
-    }
     let parent = dir.parent().ok_or("artifact directory has no parent")?.to_path_buf();
-    let work = parent.join(format!(".fetch-{:08x}", rand::random::<u32>()));
-    let target = work.clone();
-    tokio::task::spawn_blocking(move || unpack(&tarball, &target))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| {
-            let _ = std::fs::remove_dir_all(&work);
-            format!("could not be unpacked: {e}")
-        })?;
+    let name = format!(".fetch-{:08x}", rand::random::<u32>());
+    let (work, tarball) = (parent.join(&name), parent.join(format!("{name}.tar.gz")));
+    let unpacked = async {
+        let got = receive(chunks, &tarball).await?;
+        if got != digest {
+            return Err(format!(
+                "is corrupt: its sha256 is {got}, the version recorded {digest}"
+            ));
+        }
+        let (from, target) = (tarball.clone(), work.clone());
+        tokio::task::spawn_blocking(move || unpack(std::fs::File::open(&from)?, &target))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&work);
+                format!("could not be unpacked: {e}")
+            })
+    }
+    .await;
+    let _ = std::fs::remove_file(&tarball);
+    unpacked?;
     if let Err(e) = std::fs::rename(&work, dir) {
         let _ = std::fs::remove_dir_all(&work);
         if !dir.is_dir() {
@@ -147,6 +157,26 @@ pub(crate) async fn unpack_checked(tarball: bytes::Bytes, dir: &Path, digest: &s
         }
     }
     record_digest(dir, digest).map_err(|e| format!("recording the artifact's digest: {e}"))
+}
+
+/// Writes `chunks` to `path`; returns their sha256.
+async fn receive<S, E>(mut chunks: S, path: &Path) -> Result<String, String>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let saving = |e: std::io::Error| format!("could not be saved: {e}");
+    let mut file = tokio::fs::File::create(path).await.map_err(saving)?;
+    let mut hasher = Sha256::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| format!("could not be fetched: {e}"))?;
+        hasher.update(&chunk);
+        file.write_all(&chunk).await.map_err(saving)?;
+    }
+    file.flush().await.map_err(saving)?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// The file beside an artifact directory that holds its tarball's sha256.
@@ -198,9 +228,9 @@ pub(crate) fn pack(dir: &Path) -> std::io::Result<Vec<u8>> {
     tar.into_inner()?.finish()
 }
 
-fn unpack(tarball: &[u8], dir: &Path) -> std::io::Result<()> {
+fn unpack(tarball: impl std::io::Read, dir: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(tarball));
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(tarball)));
     archive.set_preserve_permissions(true);
     archive.set_overwrite(false);
     archive.unpack(dir)?;
@@ -250,6 +280,19 @@ mod tests {
             Path::new("handler.py")
         );
         assert_eq!(recorded_digest(&elsewhere).as_deref(), Some(digest.as_str()));
+        let beside = |dir: &Path| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(dir.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            beside(&elsewhere),
+            ["f00d", "f00d.sha256"],
+            "the tarball it came as is gone"
+        );
 
         let wrong = "0".repeat(64);
         let third = root.join("c").join("f00d");
@@ -264,6 +307,11 @@ mod tests {
         let refused = shared.fetch(&third, &artifact, &wrong).await.unwrap_err();
         assert!(refused.contains("corrupt"), "{refused}");
         assert!(!third.exists());
+        assert_eq!(
+            beside(&third),
+            Vec::<String>::new(),
+            "nothing left of the refused tarball"
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -59,17 +59,7 @@ impl Builder {
         max_build_bytes: u64,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(&artifacts_dir)?;
-        // Leftovers of builds and fetches interrupted by a crash.
-        for entry in std::fs::read_dir(&artifacts_dir)?.flatten() {
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let retired_by_gone = name
-                .strip_prefix(RETIRED)
-                .is_some_and(|owner| super::owner::is_gone(owner) != Some(false));
-            if name.starts_with(".build-") || name.starts_with(".fetch-") || retired_by_gone {
-                let _ = std::fs::remove_dir_all(entry.path());
-            }
-        }
+        remove_leftovers(&artifacts_dir)?;
         Ok(Builder {
             artifacts_dir,
             launcher,
@@ -569,9 +559,46 @@ fn make_dirs(root: &Path, path: &Path, own: &dyn Fn(&Path) -> std::io::Result<()
     own(path)
 }
 
+/// Removes the leftovers of builds and fetches interrupted by a crash
+/// from `artifacts_dir`.
+fn remove_leftovers(artifacts_dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(artifacts_dir)?.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let retired_by_gone = name
+            .strip_prefix(RETIRED)
+            .is_some_and(|owner| super::owner::is_gone(owner) != Some(false));
+        if name.starts_with(".build-") || name.starts_with(".fetch-") || retired_by_gone {
+            // A fetch's tarball is a file beside its directory.
+            let _ = std::fs::remove_dir_all(entry.path()).or_else(|_| std::fs::remove_file(entry.path()));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a crash left of builds and fetches goes at the start (a
+    /// fetch's directory and the tarball it was coming as); artifacts stay.
+    #[test]
+    fn a_crashs_leftovers_go_and_artifacts_stay() {
+        let root = std::env::temp_dir().join(format!("sless-leftovers-{:016x}", rand::random::<u64>()));
+        for dir in [".build-f00d-0000abcd", ".fetch-0000abcd", "f00d"] {
+            std::fs::create_dir_all(root.join(dir).join("pkg")).unwrap();
+        }
+        std::fs::write(root.join(".fetch-0000abcd.tar.gz"), b"part of a tarball").unwrap();
+        std::fs::write(root.join("f00d.sha256"), "0".repeat(64)).unwrap();
+        remove_leftovers(&root).unwrap();
+        let mut left: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let _ = std::fs::remove_dir_all(&root);
+        assert_eq!(left, ["f00d", "f00d.sha256"]);
+    }
 
     /// A build's directory is copied to disk as the build's uid, never as
     /// the server's root: a file the uid cannot read (as a link a process

@@ -274,10 +274,15 @@ pub async fn fetch_artifact(
         .await
 }
 
-/// Makes `dir` hold the artifact tarball `tarball` after checking that its
-/// sha256 is `digest` (a generic instance fetched it from a presigned URL).
-pub async fn unpack_artifact(tarball: bytes::Bytes, dir: &Path, digest: &str) -> Result<(), String> {
-    crate::artifacts::unpack_checked(tarball, dir, digest).await
+/// Makes `dir` hold the artifact tarball that `chunks` bring after
+/// checking that its sha256 is `digest` (a generic instance fetches it
+/// from a presigned URL); it is never whole in memory.
+pub async fn unpack_artifact<S, E>(chunks: S, dir: &Path, digest: &str) -> Result<(), String>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    crate::artifacts::unpack_checked(chunks, dir, digest).await
 }
 
 /// The frames answering invocation `id` over TCP (`sless instance` to a

@@ -102,21 +102,10 @@ impl FakeCluster {
         let s3 = S3Server::start().await;
         // What the artifact reader Secret gives a pod.
         let s3_env = s3.env();
-        // The artifact as a build stores it.
+        let store = sless_server::blobs::open(&s3.blob_settings()).await.unwrap();
         let code = tempfile::tempdir().unwrap();
         std::fs::write(code.path().join("handler.py"), HANDLER).unwrap();
-        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
-        tar.append_dir_all(".", code.path()).unwrap();
-        let tarball = tar.into_inner().unwrap().finish().unwrap();
-        let digest = hex::encode(Sha256::digest(&tarball));
-        let store = sless_server::blobs::open(&s3.blob_settings()).await.unwrap();
-        store
-            .put(
-                &object_store::path::Path::from(format!("artifacts/{FINGERPRINT}/{digest}.tar.gz")),
-                tarball.into(),
-            )
-            .await
-            .unwrap();
+        let digest = store_artifact(&*store, FINGERPRINT, code.path()).await;
         let cluster = Arc::new(Cluster {
             sless: sless.into(),
             s3_env,
@@ -218,6 +207,12 @@ impl FakeCluster {
         KubeDriver::new(kube::Client::new(service, "default"), settings, serving, store, signer)
     }
 
+    /// Stores the files in `dir` as the artifact `fingerprint`, as a build
+    /// does; returns its tarball's sha256.
+    pub async fn store_artifact(&self, fingerprint: &str, dir: &std::path::Path) -> String {
+        store_artifact(&*self.store, fingerprint, dir).await
+    }
+
     /// Version `n` of demo/hello, whose handler sees `WHICH=v{n}`.
     pub fn version(&self, n: u64) -> Deployment {
         let spec = serde_json::from_value(json!({"runtime": "python3.11", "env": {"WHICH": format!("v{n}")},
@@ -309,6 +304,21 @@ fn quick_serving() -> ServingSettings {
 }
 
 /// The function every version here is of: demo/hello.
+async fn store_artifact(store: &dyn object_store::ObjectStore, fingerprint: &str, dir: &std::path::Path) -> String {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast()));
+    tar.append_dir_all(".", dir).unwrap();
+    let tarball = tar.into_inner().unwrap().finish().unwrap();
+    let digest = hex::encode(Sha256::digest(&tarball));
+    store
+        .put(
+            &object_store::path::Path::from(format!("artifacts/{fingerprint}/{digest}.tar.gz")),
+            tarball.into(),
+        )
+        .await
+        .unwrap();
+    digest
+}
+
 pub fn key() -> FunctionKey {
     FunctionKey::new("demo", "hello")
 }

@@ -268,8 +268,8 @@ fn read_only(dir: &std::path::Path) -> std::io::Result<()> {
 }
 
 /// The artifact's tarball from its presigned URL (never printed: it is a
-/// credential while it lasts).
-async fn fetch(url: &str) -> anyhow::Result<bytes::Bytes> {
+/// credential while it lasts), as it comes.
+async fn fetch(url: &str) -> anyhow::Result<impl futures::Stream<Item = Result<bytes::Bytes, String>> + Unpin> {
     let response = reqwest::Client::new()
         .get(url)
         .timeout(FETCH_TIMEOUT)
@@ -280,10 +280,13 @@ async fn fetch(url: &str) -> anyhow::Result<bytes::Bytes> {
     if !status.is_success() {
         anyhow::bail!("fetching the artifact: the object store answered {status}");
     }
-    response
-        .bytes()
-        .await
-        .map_err(|e| anyhow::anyhow!("fetching the artifact: {}", e.without_url()))
+    Ok(Box::pin(futures::stream::try_unfold(
+        response,
+        |mut response| async move {
+            let chunk = response.chunk().await.map_err(|e| e.without_url().to_string())?;
+            Ok(chunk.map(|chunk| (chunk, response)))
+        },
+    )))
 }
 
 /// Compares two secrets in time independent of where they differ.

@@ -87,6 +87,17 @@ where
 /// cluster's, shared.
 pub use sless_fake_cluster::S3Server;
 
+/// The most memory process `pid` has had resident (its VmHWM), in bytes.
+pub fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"));
+    kib << 10
+}
+
 pub fn hex_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }

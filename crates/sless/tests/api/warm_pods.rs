@@ -15,8 +15,8 @@ use sless_driver_k8s::objects::WarmPool;
 use sless_driver_k8s::KubeDriver;
 use sless_fake_cluster::FakeCluster;
 
-use super::fake_cluster::start;
-use super::harness::{event_call, eventually};
+use super::fake_cluster::{noisy_artifact, start, NOISE_BYTES};
+use super::harness::{event_call, eventually, peak_memory};
 
 const POOL: WarmPool = WarmPool {
     pods: 2,
@@ -119,6 +119,36 @@ async fn a_cold_function_takes_a_generic_pod_and_the_pool_refills() {
         }
     })
     .await;
+}
+
+/// A generic pod fetches the artifact of the function that claims it as
+/// it comes (from its presigned URL), never whole in memory.
+#[tokio::test]
+async fn a_generic_pod_fetches_its_artifact_as_it_comes() {
+    let cluster = start().await;
+    cluster.set_function_pod_start(Duration::from_secs(60));
+    let driver = cluster.replica_warm(POOL);
+    let (artifact, digest) = noisy_artifact(&cluster).await;
+    driver
+        .deploy(Deployment {
+            artifact,
+            digest: Some(digest),
+            ..function(&cluster, "noisy", 128)
+        })
+        .await
+        .unwrap();
+    let generic = full_pool(&cluster).await;
+    let before: std::collections::BTreeMap<u32, u64> = generic.iter().map(|&pid| (pid, peak_memory(pid))).collect();
+    let answer = call(&driver, "noisy").await;
+    let instance = instance_of(&answer);
+    assert!(generic.contains(&instance), "{answer} not from {generic:?}");
+    let (before, after) = (before[&instance], peak_memory(instance));
+    assert!(
+        after < before + NOISE_BYTES / 2,
+        "the generic pod's peak went from {} to {} MiB",
+        before >> 20,
+        after >> 20
+    );
 }
 
 /// A claimed pod left by a replica that died before deleting it (its
