@@ -12,9 +12,18 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_driver::{BuildError, DriverError, Fingerprint};
 
-/// The largest artifact tarball the server accepts from a build (it is
-/// read whole to be hashed and stored).
+/// The largest artifact tarball the server accepts from a build.
 pub const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+
+fn too_big(size: u64) -> BuildError {
+    BuildError::Failed {
+        log_tail: format!("the built artifact is {size} bytes, over the {MAX_ARTIFACT_BYTES} bytes accepted"),
+    }
+}
+
+fn reading(e: object_store::Error) -> BuildError {
+    BuildError::Internal(format!("reading the uploaded artifact: {e}"))
+}
 
 /// Built artifacts and build inputs in the object store.
 pub struct Artifacts {
@@ -67,44 +76,74 @@ impl Artifacts {
 
     /// Accepts the tarball a build uploaded to `upload_key` as `artifact`
     /// if its sha256 is `reported`, what the build says it made; returns
-    /// that sha256 and the tarball's size. The bytes hashed here are the bytes stored under
-    /// `artifacts/{artifact}/{sha256}.tar.gz`, so a pod writing its staging
-    /// key again later changes nothing. A tarball another replica accepted
-    /// first (the two shared the Job) is taken as it is.
+    /// that sha256 and the tarball's size. The upload is copied first
+    /// where the build's grant cannot write, and that copy is hashed as it
+    /// is read (never whole in memory: it may be 1 GiB) and becomes
+    /// `artifacts/{artifact}/{sha256}.tar.gz`, so a pod writing its
+    /// staging key again meanwhile or later changes nothing. A tarball
+    /// another replica accepted first (the two shared the Job) is taken as
+    /// it is.
     pub async fn accept(
         &self,
         artifact: &Fingerprint,
         upload_key: &str,
         reported: &str,
     ) -> Result<(String, u64), BuildError> {
-        let internal = |e: object_store::Error| BuildError::Internal(format!("reading the uploaded artifact: {e}"));
         let accepted = Key::from(format!("artifacts/{artifact}/{reported}.tar.gz"));
-        if let Some(size) = self.size(&accepted).await.map_err(internal)? {
+        if let Some(size) = self.size(&accepted).await.map_err(reading)? {
             return Ok((reported.to_string(), size));
         }
-        let upload = match self.store.get(&Key::from(upload_key)).await {
-            Ok(upload) => upload,
-            Err(object_store::Error::NotFound { .. }) => match self.size(&accepted).await.map_err(internal)? {
-                Some(size) => return Ok((reported.to_string(), size)),
-                None => {
-                    return Err(BuildError::Failed {
-                        log_tail: "the build reported success but uploaded no artifact".into(),
-                    })
-                }
-            },
-            Err(e) => return Err(internal(e)),
+        // Gone: another replica that shared the Job accepted it first.
+        let uploaded_nothing = || async {
+            match self.size(&accepted).await.map_err(reading)? {
+                Some(size) => Ok((reported.to_string(), size)),
+                None => Err(BuildError::Failed {
+                    log_tail: "the build reported success but uploaded no artifact".into(),
+                }),
+            }
         };
-        if upload.meta.size > MAX_ARTIFACT_BYTES {
-            return Err(BuildError::Failed {
-                log_tail: format!(
-                    "the built artifact is {} bytes, over the {MAX_ARTIFACT_BYTES} bytes accepted",
-                    upload.meta.size
-                ),
-            });
+        let upload = Key::from(upload_key);
+        match self.size(&upload).await.map_err(reading)? {
+            None => return uploaded_nothing().await,
+            Some(size) if size > MAX_ARTIFACT_BYTES => return Err(too_big(size)),
+            Some(_) => {}
         }
-        let tarball = upload.bytes().await.map_err(internal)?;
-        let size = tarball.len() as u64;
-        let actual = hex::encode(Sha256::digest(&tarball));
+        let checking = Key::from(format!("{upload_key}.checking"));
+        match self.store.copy(&upload, &checking).await {
+            Ok(()) => {}
+            Err(object_store::Error::NotFound { .. }) => return uploaded_nothing().await,
+            Err(e) => return Err(reading(e)),
+        }
+        let accepting = async {
+            let size = self.check(&checking, reported).await?;
+            self.store
+                .rename(&checking, &accepted)
+                .await
+                .map_err(|e| BuildError::Internal(format!("storing the artifact: {e}")))?;
+            Ok(size)
+        };
+        let accepted = accepting.await;
+        if accepted.is_err() {
+            self.drop_archive(checking.as_ref()).await;
+        }
+        self.drop_archive(upload_key).await;
+        accepted.map(|size| (reported.to_string(), size))
+    }
+
+    /// The size of the tarball at `key`, once its sha256, read as it
+    /// comes, is `reported`.
+    async fn check(&self, key: &Key, reported: &str) -> Result<u64, BuildError> {
+        let upload = self.store.get(key).await.map_err(reading)?;
+        let size = upload.meta.size;
+        if size > MAX_ARTIFACT_BYTES {
+            return Err(too_big(size));
+        }
+        let mut hasher = Sha256::new();
+        let mut chunks = upload.into_stream();
+        while let Some(chunk) = chunks.try_next().await.map_err(reading)? {
+            hasher.update(&chunk);
+        }
+        let actual = hex::encode(hasher.finalize());
         if actual != reported {
             return Err(BuildError::Failed {
                 log_tail: format!(
@@ -112,12 +151,7 @@ impl Artifacts {
                 ),
             });
         }
-        self.store
-            .put(&accepted, tarball.into())
-            .await
-            .map_err(|e| BuildError::Internal(format!("storing the artifact: {e}")))?;
-        self.drop_archive(upload_key).await;
-        Ok((actual, size))
+        Ok(size)
     }
 
     /// The size of the object at `key`, if there is one.

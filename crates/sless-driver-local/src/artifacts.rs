@@ -55,18 +55,32 @@ impl SharedArtifacts {
         if let Some(digest) = recorded_digest(dir) {
             return Ok(digest);
         }
-        let source = dir.to_path_buf();
-        let tarball = tokio::task::spawn_blocking(move || pack(&source))
+        let parent = dir.parent().ok_or("artifact directory has no parent")?;
+        let tarball = parent.join(format!(".pack-{:08x}.tar.gz", rand::random::<u32>()));
+        let stored = self.store_packed(dir, artifact, &tarball).await;
+        let _ = std::fs::remove_file(&tarball);
+        let digest = stored?;
+        record_digest(dir, &digest).map_err(|e| format!("recording the artifact's digest: {e}"))?;
+        tracing::info!(%artifact, %digest, "artifact stored in the object store");
+        Ok(digest)
+    }
+
+    /// Packs `dir` into the file `tarball`, then streams that into the
+    /// store; returns its sha256.
+    async fn store_packed(&self, dir: &Path, artifact: &Fingerprint, tarball: &Path) -> Result<String, String> {
+        let (source, to) = (dir.to_path_buf(), tarball.to_path_buf());
+        let (digest, _) = tokio::task::spawn_blocking(move || pack(&source, &to))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| format!("packing the artifact: {e}"))?;
-        let digest = hex::encode(Sha256::digest(&tarball));
-        self.store
-            .put(&Self::key(artifact, &digest), tarball.into())
-            .await
-            .map_err(|e| format!("storing the artifact: {e}"))?;
-        record_digest(dir, &digest).map_err(|e| format!("recording the artifact's digest: {e}"))?;
-        tracing::info!(%artifact, %digest, "artifact stored in the object store");
+        let storing = |e: std::io::Error| format!("storing the artifact: {e}");
+        let mut file = tokio::fs::File::open(tarball).await.map_err(storing)?;
+        let mut upload = object_store::buffered::BufWriter::new(self.store.clone(), Self::key(artifact, &digest));
+        if let Err(e) = tokio::io::copy(&mut file, &mut upload).await {
+            let _ = upload.abort().await;
+            return Err(storing(e));
+        }
+        tokio::io::AsyncWriteExt::shutdown(&mut upload).await.map_err(storing)?;
         Ok(digest)
     }
 
@@ -219,13 +233,42 @@ pub(crate) fn bytes_under(dir: &Path) -> std::io::Result<u64> {
 }
 
 /// The directory as a gzipped tarball (symlinks kept as links, modes kept).
-pub(crate) fn pack(dir: &Path) -> std::io::Result<Vec<u8>> {
-    let encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let mut tar = tar::Builder::new(encoder);
+/// Packs `dir` into the gzipped tarball `to` (never whole in memory: an
+/// artifact may be 1 GiB); returns its sha256 and size.
+pub(crate) fn pack(dir: &Path, to: &Path) -> std::io::Result<(String, u64)> {
+    let file = std::io::BufWriter::new(std::fs::File::create(to)?);
+    let hashing = Hashing {
+        inner: file,
+        hasher: Sha256::new(),
+        bytes: 0,
+    };
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(hashing, flate2::Compression::fast()));
     tar.follow_symlinks(false);
     tar.mode(tar::HeaderMode::Complete);
     tar.append_dir_all(".", dir)?;
-    tar.into_inner()?.finish()
+    let mut hashing = tar.into_inner()?.finish()?;
+    std::io::Write::flush(&mut hashing.inner)?;
+    Ok((hex::encode(hashing.hasher.finalize()), hashing.bytes))
+}
+
+/// Writes through to `inner`, hashing and counting what passes.
+struct Hashing<W> {
+    inner: W,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 fn unpack(tarball: impl std::io::Read, dir: &Path) -> std::io::Result<()> {

@@ -568,8 +568,8 @@ fn remove_leftovers(artifacts_dir: &Path) -> std::io::Result<()> {
         let retired_by_gone = name
             .strip_prefix(RETIRED)
             .is_some_and(|owner| super::owner::is_gone(owner) != Some(false));
-        if name.starts_with(".build-") || name.starts_with(".fetch-") || retired_by_gone {
-            // A fetch's tarball is a file beside its directory.
+        if [".build-", ".fetch-", ".pack-"].iter().any(|p| name.starts_with(p)) || retired_by_gone {
+            // A fetch's tarball, or one being stored, is a file.
             let _ = std::fs::remove_dir_all(entry.path()).or_else(|_| std::fs::remove_file(entry.path()));
         }
     }
@@ -581,7 +581,8 @@ mod tests {
     use super::*;
 
     /// What a crash left of builds and fetches goes at the start (a
-    /// fetch's directory and the tarball it was coming as); artifacts stay.
+    /// fetch's directory and the tarball it was coming as, a tarball being
+    /// stored); artifacts stay.
     #[test]
     fn a_crashs_leftovers_go_and_artifacts_stay() {
         let root = std::env::temp_dir().join(format!("sless-leftovers-{:016x}", rand::random::<u64>()));
@@ -589,6 +590,7 @@ mod tests {
             std::fs::create_dir_all(root.join(dir).join("pkg")).unwrap();
         }
         std::fs::write(root.join(".fetch-0000abcd.tar.gz"), b"part of a tarball").unwrap();
+        std::fs::write(root.join(".pack-0000abcd.tar.gz"), b"part of a tarball").unwrap();
         std::fs::write(root.join("f00d.sha256"), "0".repeat(64)).unwrap();
         remove_leftovers(&root).unwrap();
         let mut left: Vec<String> = std::fs::read_dir(&root)

@@ -13,7 +13,6 @@ use sless_api::Runtime;
 use sless_driver::{BuildError, Fingerprint};
 
 use crate::builder::{compile_step, compiled, exit_text, install_step, over_the_bound, read_tail, tail, unpack};
-use sha2::{Digest, Sha256};
 
 /// Where pip and npm install from, passed on from the build's environment.
 const INDEX_VARIABLES: [&str; 2] = ["PIP_INDEX_URL", "npm_config_registry"];
@@ -32,10 +31,12 @@ pub struct BuildSpec {
     pub max_bytes: Option<u64>,
 }
 
-/// A finished build: the artifact's tarball, its sha256 and the build log.
+/// A finished build: the artifact's tarball (a file in the work
+/// directory), its sha256 and size, and the build log.
 #[derive(Debug)]
 pub struct Packed {
-    pub tarball: Vec<u8>,
+    pub tarball: PathBuf,
+    pub bytes: u64,
     pub digest: String,
     pub log: String,
 }
@@ -82,12 +83,18 @@ pub async fn build_tarball(spec: &BuildSpec, archive: bytes::Bytes) -> Result<Pa
         let status = run_step(spec, &dir, program, &args, &mut log).await?;
         compiled((!status.success()).then(|| exit_text(status)), &mut log);
     }
-    let tarball = tokio::task::spawn_blocking(move || crate::artifacts::pack(&dir))
+    let tarball = spec.work_dir.join(format!("{}.tar.gz", spec.artifact));
+    let to = tarball.clone();
+    let (digest, bytes) = tokio::task::spawn_blocking(move || crate::artifacts::pack(&dir, &to))
         .await
         .map_err(|e| BuildError::Internal(e.to_string()))?
         .map_err(|e| BuildError::Internal(format!("packing the artifact: {e}")))?;
-    let digest = hex::encode(Sha256::digest(&tarball));
-    Ok(Packed { tarball, digest, log })
+    Ok(Packed {
+        tarball,
+        bytes,
+        digest,
+        log,
+    })
 }
 
 /// Runs one step of the build in `dir`, its output added to `log`.

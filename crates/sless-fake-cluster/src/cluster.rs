@@ -33,6 +33,9 @@ pub(crate) struct Cluster {
     /// real cluster's scheduling and image pull keep it (zero unless a
     /// test sets it; generic pods are the ones a pool keeps started).
     pub(crate) function_pod_start: Mutex<Duration>,
+    /// The most memory a build pod's process has had resident (VmHWM, as
+    /// the kubelet's passes saw it while it ran), in bytes.
+    pub(crate) build_peak: Mutex<u64>,
 }
 
 impl Cluster {

@@ -296,6 +296,14 @@ impl Cluster {
                 }
             }
         }
+        for job in self.jobs.lock().unwrap().values_mut() {
+            if let JobPod::Build(pod) = job {
+                if let Some(peak) = peak_memory(pod.child.id()) {
+                    let mut most = self.build_peak.lock().unwrap();
+                    *most = (*most).max(peak);
+                }
+            }
+        }
         let mut terminating = self.terminating.lock().unwrap();
         terminating.extend(stopping);
         terminating.retain_mut(|t| t.pod.ended().is_none() && Instant::now() < t.deadline);
@@ -347,6 +355,21 @@ impl Cluster {
             }
         }
     }
+}
+
+/// The most memory process `pid` has had resident (its VmHWM), in bytes,
+/// while it runs.
+pub fn peak_memory(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
 }
 
 async fn ready(port: (Ipv4Addr, u16)) -> bool {

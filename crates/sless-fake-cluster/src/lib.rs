@@ -44,6 +44,7 @@ use sless_driver::{Deployment, Fingerprint, FunctionKey};
 use sless_driver_k8s::{BuildMode, KubeDriver, KubeSettings, ServingSettings};
 
 use crate::cluster::Cluster;
+pub use crate::kubelet::peak_memory;
 pub use crate::s3::{S3Server, S3_KEY, S3_SECRET};
 
 /// The fingerprint of the artifact the cluster starts with.
@@ -115,6 +116,7 @@ impl FakeCluster {
             terminating: Mutex::new(Vec::new()),
             claimed: Mutex::new(BTreeMap::new()),
             function_pod_start: Mutex::new(Duration::ZERO),
+            build_peak: Mutex::new(0),
         });
         let kubelet = tokio::spawn({
             let cluster = cluster.clone();
@@ -242,6 +244,12 @@ impl FakeCluster {
     /// warm pod that a cold start takes.
     pub fn set_function_pod_start(&self, start: Duration) {
         *self.cluster.function_pod_start.lock().unwrap() = start;
+    }
+
+    /// The most memory a build pod's process had resident since the last
+    /// call (its VmHWM, as the kubelet's passes saw it), in bytes.
+    pub fn take_build_peak(&self) -> u64 {
+        std::mem::take(&mut *self.cluster.build_peak.lock().unwrap())
     }
 
     /// The pids of the ready generic pods of every warm pool.

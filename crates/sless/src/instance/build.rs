@@ -91,7 +91,16 @@ pub async fn run(config: &InstanceConfig, build: &BuildConfig) -> anyhow::Result
     match build_tarball(&spec, archive).await {
         Ok(packed) => {
             print!("{}", packed.log);
-            transfer(http.put(upload_url).body(packed.tarball), "uploading the artifact").await?;
+            // Streamed from its file, as long as it says (a presigned PUT
+            // takes no chunked body).
+            let tarball = tokio::fs::File::open(&packed.tarball)
+                .await
+                .context("reading the packed artifact")?;
+            let upload = http
+                .put(upload_url)
+                .header(reqwest::header::CONTENT_LENGTH, packed.bytes)
+                .body(tarball);
+            transfer(upload, "uploading the artifact").await?;
             std::fs::write(&build.termination_log, &packed.digest)
                 .with_context(|| format!("writing {}", build.termination_log.display()))?;
             tracing::info!(artifact, digest = %packed.digest, "artifact built and uploaded");

@@ -15,6 +15,7 @@ use std::time::Duration;
 use object_store::ObjectStoreExt;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use sless_api::Runtime;
 use sless_driver::{Deployment, Driver, InvokeError, VersionRef};
 use sless_driver_k8s::KubeDriver;
 use sless_fake_cluster::{key, FakeCluster, HANDLER};
@@ -138,19 +139,7 @@ async fn a_build_job_uploads_through_its_grant_and_what_the_server_accepted_serv
     );
     // The accepted artifact is what its digest says; the build's archive
     // and upload are gone.
-    let stored = cluster
-        .store
-        .get(&object_store::path::Path::from(format!(
-            "artifacts/{}/{digest}.tar.gz",
-            built.artifact
-        )))
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    assert_eq!(hex::encode(Sha256::digest(&stored)), digest);
-    assert_eq!(cluster.s3.keys("sless/builds"), Vec::<String>::new());
+    let stored = accepted(&cluster, &built.artifact, &digest).await;
     assert!(cluster.s3.keys("sless/artifacts").iter().any(|k| k.contains(&digest)));
     // What it takes (the storage quota's figure) is its tarball, whether
     // built now or found stored; the leader's sweep lists it.
@@ -222,13 +211,90 @@ async fn a_pod_fetches_its_artifact_as_it_comes_never_whole_in_memory() {
     );
 }
 
-/// Builds `files` through `driver`.
+/// A build pod packs its artifact into a file and streams it up, never
+/// whole in memory (it has 1 GiB, and an artifact may be as large): with
+/// 96 MiB that do not compress (written by npm's preinstall) its peak is a
+/// fraction of that above a bare build's, and what the server accepted is
+/// what the build hashed.
+#[tokio::test]
+async fn a_build_pod_streams_its_artifact_never_whole_in_memory() {
+    let cluster = start().await;
+    let driver = cluster.replica();
+    let package = |script: &str| {
+        format!(r#"{{"name": "noisy", "version": "1.0.0", "private": true, "scripts": {{"preinstall": "{script}"}}}}"#)
+    };
+    let handler: &[u8] = b"exports.handle = () => 'built';\n";
+    let bare = package("true");
+    build_as(
+        Runtime::Nodejs20,
+        &driver,
+        &[("package.json", bare.as_bytes()), ("handler.js", handler)],
+    )
+    .await
+    .unwrap();
+    let bare = cluster.take_build_peak();
+    let noisy = package(&format!("head -c {NOISE_BYTES} /dev/urandom > noise.bin"));
+    let built = build_as(
+        Runtime::Nodejs20,
+        &driver,
+        &[("package.json", noisy.as_bytes()), ("handler.js", handler)],
+    )
+    .await
+    .unwrap();
+    let noisy = cluster.take_build_peak();
+    assert!(bare > 0, "the kubelet saw the build pods");
+    assert!(
+        noisy < bare + NOISE_BYTES / 2,
+        "the build pod's peak was {} MiB, a bare build's {} MiB",
+        noisy >> 20,
+        bare >> 20
+    );
+    assert!(
+        built.bytes > NOISE_BYTES,
+        "the noise is in the artifact: {}",
+        built.bytes
+    );
+    accepted(&cluster, &built.artifact, &built.digest.unwrap()).await;
+}
+
+/// The tarball of `artifact` the server accepted, once its sha256 is
+/// `digest` and nothing of its build is left under `builds/`.
+async fn accepted(cluster: &FakeCluster, artifact: &sless_driver::Fingerprint, digest: &str) -> bytes::Bytes {
+    let stored = cluster
+        .store
+        .get(&object_store::path::Path::from(format!(
+            "artifacts/{artifact}/{digest}.tar.gz"
+        )))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(hex::encode(Sha256::digest(&stored)), digest);
+    assert_eq!(
+        cluster.s3.keys("sless/builds"),
+        Vec::<String>::new(),
+        "nothing staged is left"
+    );
+    stored
+}
+
+/// Builds `files` through `driver`, for Python.
 async fn build(driver: &KubeDriver, files: &[(&str, &[u8])]) -> Result<sless_driver::Built, sless_driver::BuildError> {
+    build_as(Runtime::Python311, driver, files).await
+}
+
+/// Builds `files` through `driver` for `runtime`.
+async fn build_as(
+    runtime: Runtime,
+    driver: &KubeDriver,
+    files: &[(&str, &[u8])],
+) -> Result<sless_driver::Built, sless_driver::BuildError> {
     let archive = super::harness::zip_of(files);
     driver
         .build(sless_driver::BuildJob {
             key: key(),
-            runtime: sless_api::Runtime::Python311,
+            runtime,
             code_hash: hex::encode(Sha256::digest(&archive)),
             archive: archive.into(),
             timeout: Duration::from_secs(120),

@@ -87,15 +87,9 @@ where
 /// cluster's, shared.
 pub use sless_fake_cluster::S3Server;
 
-/// The most memory process `pid` has had resident (its VmHWM), in bytes.
+/// The most memory process `pid` (running) has had resident, in bytes.
 pub fn peak_memory(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib = status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
-        .and_then(|value| value.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or_else(|| panic!("no VmHWM in /proc/{pid}/status"));
-    kib << 10
+    sless_fake_cluster::peak_memory(pid).unwrap_or_else(|| panic!("no VmHWM for process {pid}"))
 }
 
 pub fn hex_id() -> String {
