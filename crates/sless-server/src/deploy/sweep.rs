@@ -18,6 +18,13 @@ use crate::store::versions::ANY_CODE;
 /// building it, and a build's tarball before its version is recorded.
 pub(crate) const STORED_GRACE: Duration = Duration::from_secs(3600);
 
+/// How old a key under `builds/` (a Kubernetes build Job's archive, its
+/// upload, the copy of it being checked) is before it is a crash's
+/// leftover: each goes when its build ends, and a build runs at most for
+/// the widest `build_timeout_sec` any server accepts (2 h), after its
+/// pod's start allowance (5 min).
+pub(crate) const BUILD_LEFTOVER_AGE: Duration = Duration::from_secs(3 * 3600);
+
 /// Which copies of an artifact a sweep removes.
 #[derive(Debug, Clone, Copy)]
 enum Copies {
@@ -161,6 +168,9 @@ impl Deployer {
         if let Err(e) = self.sweep_archives(cutoff.into()).await {
             tracing::warn!(error = %e, "sweeping the uploads no version uses failed");
         }
+        if let Err(e) = self.sweep_build_leftovers().await {
+            tracing::warn!(error = %e, "sweeping what builds left in the object store failed");
+        }
         let stored = match self.driver.stored_artifacts().await {
             Ok(stored) => stored,
             Err(e) => return tracing::warn!(error = %e, "cannot list the artifacts in the object store"),
@@ -173,16 +183,39 @@ impl Deployer {
         self.remove_unused(stale, Copies::All).await;
     }
 
-    /// Deletes the uploads written before `cutoff` that no version was
-    /// built from and no function's status names.
-    async fn sweep_archives(&self, cutoff: chrono::DateTime<chrono::Utc>) -> crate::error::Result<()> {
+    /// The keys under `prefix` written before `cutoff`.
+    async fn written_before(
+        &self,
+        prefix: &str,
+        cutoff: chrono::DateTime<chrono::Utc>,
+    ) -> crate::error::Result<Vec<Path>> {
         let mut stale = Vec::new();
-        let mut listing = self.blobs.list(Some(&Path::from("archives")));
+        let mut listing = self.blobs.list(Some(&Path::from(prefix)));
         while let Some(meta) = listing.try_next().await? {
             if meta.last_modified < cutoff {
                 stale.push(meta.location);
             }
         }
+        Ok(stale)
+    }
+
+    /// Deletes what builds left under `builds/` (a server that crashed
+    /// while a build Job ran) once [`BUILD_LEFTOVER_AGE`] old: no build
+    /// is still under way by then.
+    async fn sweep_build_leftovers(&self) -> crate::error::Result<()> {
+        let Some(cutoff) = SystemTime::now().checked_sub(BUILD_LEFTOVER_AGE) else {
+            return Ok(());
+        };
+        for location in self.written_before("builds", cutoff.into()).await? {
+            self.remove_stored(&location, "what a build left").await;
+        }
+        Ok(())
+    }
+
+    /// Deletes the uploads written before `cutoff` that no version was
+    /// built from and no function's status names.
+    async fn sweep_archives(&self, cutoff: chrono::DateTime<chrono::Utc>) -> crate::error::Result<()> {
+        let stale = self.written_before("archives", cutoff).await?;
         if stale.is_empty() {
             return Ok(());
         }
@@ -204,13 +237,16 @@ impl Deployer {
             if in_use(ns, function, code) {
                 continue;
             }
-            match self.blobs.delete(&location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
-                    tracing::info!(%location, "upload no version uses removed")
-                }
-                Err(e) => tracing::warn!(%location, error = %e, "removing an upload no version uses failed"),
-            }
+            self.remove_stored(&location, "an upload no version uses").await;
         }
         Ok(())
+    }
+
+    /// Deletes `location` from the object store, logging it as `what`.
+    async fn remove_stored(&self, location: &Path, what: &str) {
+        match self.blobs.delete(location).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => tracing::info!(%location, "{what}: removed"),
+            Err(e) => tracing::warn!(%location, error = %e, "{what}: removing it failed"),
+        }
     }
 }

@@ -318,9 +318,13 @@ fn leave(path: &Path, old: bool) {
 
 /// Makes `path` look two hours old.
 fn backdate(path: &Path) {
-    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+    backdate_by(path, Duration::from_secs(7200));
+}
+
+/// Makes `path` look `age` old.
+fn backdate_by(path: &Path, age: Duration) {
     let file = std::fs::File::options().write(true).open(path).unwrap();
-    file.set_modified(two_hours_ago).unwrap();
+    file.set_modified(std::time::SystemTime::now() - age).unwrap();
 }
 
 /// What the object store keeps that nothing uses goes at the leader's
@@ -353,6 +357,15 @@ async fn what_the_object_store_keeps_unused_goes_once_an_hour_old(backend: Backe
     for path in &stale {
         leave(path, true);
     }
+    // What a Kubernetes build Job left (its archive, its upload, the copy
+    // being checked) goes once no build can still be under way: 3 hours.
+    let build = |file: &str| blobs.join(format!("builds/0123456789abcdef0123456789abcdef/{file}"));
+    let (running, crashed) = (build("e.zip"), [build("f.zip"), build("f.tar.gz.checking")]);
+    leave(&running, true);
+    for path in &crashed {
+        leave(path, false);
+        backdate_by(path, Duration::from_secs(4 * 3600));
+    }
     for path in &used {
         backdate(path);
     }
@@ -366,6 +379,8 @@ async fn what_the_object_store_keeps_unused_goes_once_an_hour_old(backend: Backe
     for (path, swept) in stale.iter().zip(swept) {
         assert_eq!(left.contains(path), !swept, "{path:?} in {left:?}");
     }
+    assert!(left.contains(&running), "a build may run 2 hours: {left:?}");
+    assert!(crashed.iter().all(|path| !left.contains(path)), "{left:?}");
     let (status, _, body) = server.invoke(Method::GET, "/fn/ns/kept", "").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, r#""hello""#));
 }
