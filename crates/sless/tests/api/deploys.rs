@@ -323,7 +323,7 @@ async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
     )
     .await;
     // Each in a namespace of its own: one namespace builds one at a time.
-    let upload = |ns: &'static str, slow: bool| {
+    let upload = |ns: &'static str, name: &'static str, slow: bool| {
         let server = &server;
         async move {
             let (runtime, files): (&str, Vec<(&str, &[u8])>) = if slow {
@@ -347,15 +347,15 @@ async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
                 .call(
                     Method::POST,
                     &format!("/v1/namespaces/{ns}/functions"),
-                    Some(json!({"name": "f", "runtime": runtime})),
+                    Some(json!({"name": name, "runtime": runtime})),
                 )
                 .await;
             assert_eq!(status, StatusCode::CREATED, "{created}");
-            let (status, uploaded) = server.upload(ns, "f", super::harness::zip_of(&files)).await;
+            let (status, uploaded) = server.upload(ns, name, super::harness::zip_of(&files)).await;
             assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
             if slow {
                 server
-                    .wait_for(&format!("/v1/namespaces/{ns}/functions/f"), 20, |f| {
+                    .wait_for(&format!("/v1/namespaces/{ns}/functions/{name}"), 20, |f| {
                         message(f).contains("npm installs the dependencies")
                     })
                     .await;
@@ -377,17 +377,28 @@ async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
         }
     };
     // a and b hold both slots; a second on, one of them is a long build.
-    tokio::join!(upload("a", true), upload("b", true));
-    let quick = upload("c", false).await;
+    tokio::join!(upload("a", "f", true), upload("b", "f", true));
+    let quick = upload("c", "f", false).await;
     server.wait_built("c", "f", &quick).await;
     assert_eq!(phases(&["a", "b"]).await, ["Building"; 2], "c did not wait for a or b");
     // d takes the slot c had; the one long build's slot is taken, so b
     // and d keep theirs, and e waits.
-    upload("d", true).await;
-    let waiting = upload("e", false).await;
+    upload("d", "f", true).await;
+    let waiting = upload("e", "f", false).await;
+    // b's second build waits for b's own slot, and says so.
+    let second = upload("b", "g", false).await;
     tokio::time::sleep(std::time::Duration::from_secs(4)).await;
     let (_, e) = server.call(Method::GET, "/v1/namespaces/e/functions/f", None).await;
-    assert!(message(&e).contains("waiting for the build"), "{e}");
+    assert!(
+        message(&e).contains("for a build slot: the server's 2 build slots are taken"),
+        "{e}"
+    );
+    let (_, g) = server.call(Method::GET, "/v1/namespaces/b/functions/g", None).await;
+    assert!(
+        message(&g).contains("for a build slot of namespace b: it builds 1 at once (the server's SLESS_NS_MAX_BUILDS)"),
+        "{g}"
+    );
     assert_eq!(phases(&["a", "b", "d"]).await, ["Building"; 3]);
     server.wait_built("e", "f", &waiting).await;
+    server.wait_built("b", "g", &second).await;
 }
