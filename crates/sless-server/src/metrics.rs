@@ -38,8 +38,29 @@ pub struct Metrics {
     functions: Mutex<BTreeMap<String, BTreeMap<String, FunctionSeries>>>,
     pub builds_succeeded: AtomicU64,
     pub builds_failed: AtomicU64,
+    /// Builds waiting for a slot (the namespace's or the server's), holding
+    /// one of the server's, holding a long build's.
+    pub builds_waiting: AtomicU64,
+    pub builds_running: AtomicU64,
+    pub builds_long: AtomicU64,
     /// Connections open, and refused over the limit.
     pub connections: std::sync::Arc<crate::listener::ConnectionStats>,
+}
+
+/// One more on `gauge` while it lives.
+pub struct Held<'a>(&'a AtomicU64);
+
+impl<'a> Held<'a> {
+    pub fn on(gauge: &'a AtomicU64) -> Held<'a> {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Held(gauge)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Metrics {
@@ -176,6 +197,20 @@ impl Metrics {
             "sless_builds_total{{result=\"failed\"}} {}",
             self.builds_failed.load(Ordering::Relaxed)
         );
+        out.push_str(
+            "# HELP sless_builds Builds under way: waiting for a slot, in one of the server's two, or past their share in a long build's.\n# TYPE sless_builds gauge\n",
+        );
+        for (state, gauge) in [
+            ("waiting", &self.builds_waiting),
+            ("running", &self.builds_running),
+            ("long", &self.builds_long),
+        ] {
+            let _ = writeln!(
+                out,
+                "sless_builds{{state=\"{state}\"}} {}",
+                gauge.load(Ordering::Relaxed)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP sless_connections Open client connections.\n# TYPE sless_connections gauge\nsless_connections {}",

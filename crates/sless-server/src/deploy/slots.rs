@@ -10,7 +10,15 @@ use sless_driver::FunctionKey;
 
 use super::{Deployer, BUILD_NOTICE_AFTER, CONCURRENT_BUILDS};
 use crate::error::{Error, Result};
+use crate::metrics::Held;
 use crate::store::Kind;
+
+/// A build slot held: one of the server's two, or a long build's, each
+/// counted in the metrics while held.
+pub(super) struct Slot<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    _counted: Held<'a>,
+}
 
 impl Deployer {
     /// Says in the status of a function still waiting for the build of
@@ -62,7 +70,8 @@ impl Deployer {
         &self,
         key: &FunctionKey,
         code_hash: &str,
-    ) -> Result<(tokio::sync::OwnedSemaphorePermit, tokio::sync::SemaphorePermit<'_>)> {
+    ) -> Result<(tokio::sync::OwnedSemaphorePermit, Slot<'_>)> {
+        let _waiting = Held::on(&self.metrics.builds_waiting);
         let own = self
             .namespace_builds
             .lock()
@@ -87,7 +96,13 @@ impl Deployer {
                 )
             })
             .await?;
-        Ok((own, server))
+        Ok((
+            own,
+            Slot {
+                _permit: server,
+                _counted: Held::on(&self.metrics.builds_running),
+            },
+        ))
     }
 
     /// Waits for `permit`; past [`BUILD_NOTICE_AFTER`], says so with
@@ -111,14 +126,13 @@ impl Deployer {
     /// Once the build in `slot` has had its share of the build slots,
     /// swaps its slot for a long build's when one is free (the slot goes
     /// to the next build waiting); never returns.
-    pub(super) async fn run_on_as_long<'a>(
-        &'a self,
-        key: &FunctionKey,
-        slot: &std::sync::Mutex<tokio::sync::SemaphorePermit<'a>>,
-    ) {
+    pub(super) async fn run_on_as_long<'a>(&'a self, key: &FunctionKey, slot: &std::sync::Mutex<Slot<'a>>) {
         tokio::time::sleep(self.build_share.saturating_sub(BUILD_NOTICE_AFTER)).await;
         if let Ok(long) = self.long_builds.acquire().await {
-            *slot.lock().unwrap() = long;
+            *slot.lock().unwrap() = Slot {
+                _permit: long,
+                _counted: Held::on(&self.metrics.builds_long),
+            };
             tracing::info!(function = %key, "a build past its share of the build slots runs on as a long build");
         }
         std::future::pending().await

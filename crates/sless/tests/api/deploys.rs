@@ -399,6 +399,13 @@ async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
         "{g}"
     );
     assert_eq!(phases(&["a", "b", "d"]).await, ["Building"; 3]);
+    // The metrics count them: e and b/g waiting, b and d in the server's
+    // slots, a in the long build's.
+    for (state, builds) in [("waiting", 2.0), ("running", 2.0), ("long", 1.0)] {
+        let series = format!("sless_builds{{state=\"{state}\"}}");
+        assert_eq!(server.metric(&series).await, Some(builds), "{series}");
+    }
     server.wait_built("e", "f", &waiting).await;
     server.wait_built("b", "g", &second).await;
+    assert_eq!(server.metric("sless_builds{state=\"waiting\"}").await, Some(0.0));
 }
