@@ -12,12 +12,20 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_driver::{BuildError, DriverError, Fingerprint};
 
-/// The largest artifact tarball the server accepts from a build.
-pub const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
+/// The largest artifact tarball the server accepts from a build whose
+/// directory may hold `max_build_mb` MiB (`SLESS_MAX_BUILD_MB`): twice
+/// that and 64 MiB, room for tar's header and padding of each file of a
+/// tree of many small ones (gzip grows what does not compress by less
+/// than 0.1%). A tarball is never whole in memory.
+pub fn max_artifact_bytes(max_build_mb: u32) -> u64 {
+    (2 * u64::from(max_build_mb) + 64) << 20
+}
 
-fn too_big(size: u64) -> BuildError {
+fn too_big(size: u64, max: u64) -> BuildError {
     BuildError::Failed {
-        log_tail: format!("the built artifact is {size} bytes, over the {MAX_ARTIFACT_BYTES} bytes accepted"),
+        log_tail: format!(
+            "the built artifact is {size} bytes, over the {max} bytes accepted (twice the server's SLESS_MAX_BUILD_MB and 64 MiB)"
+        ),
     }
 }
 
@@ -28,11 +36,16 @@ fn reading(e: object_store::Error) -> BuildError {
 /// Built artifacts and build inputs in the object store.
 pub struct Artifacts {
     store: Arc<dyn ObjectStore>,
+    /// The largest tarball `accept` takes ([`max_artifact_bytes`]).
+    max_bytes: u64,
 }
 
 impl Artifacts {
-    pub fn new(store: Arc<dyn ObjectStore>) -> Artifacts {
-        Artifacts { store }
+    pub fn new(store: Arc<dyn ObjectStore>, max_build_mb: u32) -> Artifacts {
+        Artifacts {
+            store,
+            max_bytes: max_artifact_bytes(max_build_mb),
+        }
     }
 
     /// The sha256 of a stored tarball of `artifact` and its size, if there
@@ -78,7 +91,7 @@ impl Artifacts {
     /// if its sha256 is `reported`, what the build says it made; returns
     /// that sha256 and the tarball's size. The upload is copied first
     /// where the build's grant cannot write, and that copy is hashed as it
-    /// is read (never whole in memory: it may be 1 GiB) and becomes
+    /// is read (never whole in memory: it may be gigabytes) and becomes
     /// `artifacts/{artifact}/{sha256}.tar.gz`, so a pod writing its
     /// staging key again meanwhile or later changes nothing. A tarball
     /// another replica accepted first (the two shared the Job) is taken as
@@ -105,7 +118,7 @@ impl Artifacts {
         let upload = Key::from(upload_key);
         match self.size(&upload).await.map_err(reading)? {
             None => return uploaded_nothing().await,
-            Some(size) if size > MAX_ARTIFACT_BYTES => return Err(too_big(size)),
+            Some(size) if size > self.max_bytes => return Err(too_big(size, self.max_bytes)),
             Some(_) => {}
         }
         let checking = Key::from(format!("{upload_key}.checking"));
@@ -135,8 +148,8 @@ impl Artifacts {
     async fn check(&self, key: &Key, reported: &str) -> Result<u64, BuildError> {
         let upload = self.store.get(key).await.map_err(reading)?;
         let size = upload.meta.size;
-        if size > MAX_ARTIFACT_BYTES {
-            return Err(too_big(size));
+        if size > self.max_bytes {
+            return Err(too_big(size, self.max_bytes));
         }
         let mut hasher = Sha256::new();
         let mut chunks = upload.into_stream();

@@ -58,6 +58,7 @@ impl KubeDriver {
     ) -> KubeDriver {
         sless_driver_local::frame::set_max_frame(serving.max_response_bytes);
         let endpoints = serving.watch_endpoints.then(|| EndpointCache::watch(client.clone()));
+        let artifacts = Artifacts::new(store, settings.max_build_mb);
         let cluster = Arc::new(Cluster::new(client, settings));
         let versions = Arc::new(RwLock::new(HashMap::new()));
         if let Some(idle) = serving.idle_timeout {
@@ -77,7 +78,7 @@ impl KubeDriver {
             warm,
             endpoints,
             cluster,
-            artifacts: Artifacts::new(store),
+            artifacts,
             signer,
             serving,
             versions,

@@ -29,6 +29,7 @@ mod runs;
 mod settings;
 pub mod warm;
 
+pub use artifacts::max_artifact_bytes;
 pub use driver::KubeDriver;
 pub use gateway::ServingSettings;
 pub use settings::{BuildMode, ImageBuild, KubeSettings};

@@ -192,6 +192,37 @@ async fn an_upload_that_is_not_what_the_build_reported_is_refused() {
     assert_eq!(stored(&s).await, Vec::<String>::new(), "nothing accepted, nothing left");
 }
 
+/// An upload larger than a tarball of a build within SLESS_MAX_BUILD_MB
+/// can be (`max_artifact_bytes`: twice it and 64 MiB) is refused by its
+/// size, before it is copied or read, and goes.
+#[tokio::test]
+async fn an_upload_larger_than_any_build_makes_is_refused() {
+    let mut s = scenario_of(
+        sless_driver_k8s::KubeSettings {
+            max_build_mb: 1,
+            ..settings()
+        },
+        None,
+    );
+    let max = sless_driver_k8s::max_artifact_bytes(1);
+    assert_eq!(max, 66 << 20);
+    let too_big = vec![0u8; max as usize + 1];
+    let (names, digest) = (build_names(&s).await, hex::encode(Sha256::digest(&too_big)));
+    let (built, ()) = tokio::join!(
+        s.driver.build(build_job(b"zip bytes")),
+        build_succeeds(&mut s.api, &s.store, names, Some(&too_big), &digest)
+    );
+    let Err(BuildError::Failed { log_tail }) = built else {
+        panic!("a refused build, not {built:?}")
+    };
+    assert!(
+        log_tail.contains(&format!("{} bytes, over the {max} bytes accepted", max + 1))
+            && log_tail.contains("SLESS_MAX_BUILD_MB"),
+        "{log_tail}"
+    );
+    assert_eq!(stored(&s).await, Vec::<String>::new(), "nothing accepted, nothing left");
+}
+
 #[tokio::test]
 async fn a_build_that_uploaded_nothing_fails() {
     let mut s = scenario();
