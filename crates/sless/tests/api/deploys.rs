@@ -393,6 +393,11 @@ async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
         message(&e).contains("for a build slot: the server's 2 build slots are taken"),
         "{e}"
     );
+    // Which other namespaces' builds hold the slots is theirs: e is told
+    // the slots are taken, not by whom.
+    for other in ["namespace a", "namespace b", "namespace d"] {
+        assert!(!message(&e).contains(other), "{e}");
+    }
     let (_, g) = server.call(Method::GET, "/v1/namespaces/b/functions/g", None).await;
     assert!(
         message(&g).contains("for a build slot of namespace b: it builds 1 at once (the server's SLESS_NS_MAX_BUILDS)"),

@@ -182,6 +182,19 @@ pub(super) async fn noisy_artifact(cluster: &FakeCluster) -> (sless_driver::Fing
     (sless_driver::Fingerprint::from_stored(fingerprint), digest)
 }
 
+/// Panics unless `noisy`, the peak memory of `pod` with the noise of
+/// [`noisy_artifact`], is within half of that noise above `bare`, its peak
+/// without: it never held the tarball whole.
+pub(super) fn assert_never_whole(pod: &str, bare: u64, noisy: u64) {
+    assert!(
+        noisy < bare + NOISE_BYTES / 2,
+        "{pod}'s peak was {} MiB with {} MiB of noise, {} MiB without",
+        noisy >> 20,
+        NOISE_BYTES >> 20,
+        bare >> 20
+    );
+}
+
 /// A pod fetches its artifact into its code volume as it comes, never
 /// whole in memory: the fetch of a real pod is given 256 MiB, and an
 /// artifact may be up to SLESS_MAX_BUILD_MB (1 GiB). Here 96 MiB that do
@@ -203,12 +216,7 @@ async fn a_pod_fetches_its_artifact_as_it_comes_never_whole_in_memory() {
         assert_eq!(invoke(&driver, n, json!({})).await.unwrap()["which"], format!("v{n}"));
     }
     let [bare, noisy] = [1, 2].map(|n| peak_memory(cluster.pids(n)[0]));
-    assert!(
-        noisy < bare + NOISE_BYTES / 2,
-        "the instance's peak was {} MiB, one with the bare handler's {} MiB",
-        noisy >> 20,
-        bare >> 20
-    );
+    assert_never_whole("the instance", bare, noisy);
 }
 
 /// A build pod packs its artifact into a file and streams it up, never
@@ -243,12 +251,7 @@ async fn a_build_pod_streams_its_artifact_never_whole_in_memory() {
     .unwrap();
     let noisy = cluster.take_build_peak();
     assert!(bare > 0, "the kubelet saw the build pods");
-    assert!(
-        noisy < bare + NOISE_BYTES / 2,
-        "the build pod's peak was {} MiB, a bare build's {} MiB",
-        noisy >> 20,
-        bare >> 20
-    );
+    assert_never_whole("the build pod", bare, noisy);
     assert!(
         built.bytes > NOISE_BYTES,
         "the noise is in the artifact: {}",
