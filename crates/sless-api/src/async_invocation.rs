@@ -130,10 +130,7 @@ impl Destination {
                 if self.function.is_some() {
                     return Err("an amqp destination takes no function".into());
                 }
-                let queue = self.queue.as_deref().unwrap_or_default();
-                if queue.len() > 255 {
-                    return Err("queue names are at most 255 bytes".into());
-                }
+                check_queue_name("queue", self.queue.as_deref().unwrap_or_default())?;
                 let url = self.broker_url.as_deref().unwrap_or_default();
                 if url.len() > MAX_BROKER_URL_CHARS {
                     return Err(format!(
@@ -145,6 +142,24 @@ impl Destination {
             }
         }
     }
+}
+
+/// A RabbitMQ queue's name, as `field` (an AMQP short string: 1 to 255
+/// bytes; no control characters, which no broker shows readably).
+pub fn check_queue_name(field: &str, queue: &str) -> Result<(), String> {
+    if queue.trim().is_empty() {
+        return Err(format!("{field} is empty; it names a RabbitMQ queue"));
+    }
+    if queue.len() > 255 {
+        return Err(format!(
+            "{field} is {} bytes; a queue's name is at most 255",
+            queue.len()
+        ));
+    }
+    if queue.chars().any(char::is_control) {
+        return Err(format!("{field} has a control character; a queue's name cannot"));
+    }
+    Ok(())
 }
 
 /// Where an asynchronous event is in its life.

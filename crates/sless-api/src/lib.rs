@@ -15,8 +15,8 @@ mod trigger;
 mod version;
 
 pub use async_invocation::{
-    AsyncAccepted, AsyncInvocation, AsyncInvocationPage, AsyncSettings, AsyncStatus, Destination, DestinationType,
-    DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT, MAX_BROKER_URL_CHARS,
+    check_queue_name, AsyncAccepted, AsyncInvocation, AsyncInvocationPage, AsyncSettings, AsyncStatus, Destination,
+    DestinationType, DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT, MAX_BROKER_URL_CHARS,
 };
 pub use error::ErrorBody;
 pub use function::{

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel, Connection};
 use serde_json::{json, Map, Value};
 
 use crate::store::events::{time_of, NewEvent};
@@ -134,7 +134,7 @@ impl Publisher {
                 channel.clone()
             }
             _ => {
-                let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+                let connection = crate::triggers::brokers::connect(url).await?;
                 let channel = connection.create_channel().await?;
                 channel.confirm_select(ConfirmSelectOptions::default()).await?;
                 *held = Some((connection, channel.clone()));

@@ -121,23 +121,13 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                 .brokers
                 .check(url)
                 .map_err(|e| Error::BadRequest(format!("broker_url: {e}")))?;
-            match spec.queue.as_deref() {
-                Some(q) if !q.trim().is_empty() && q.len() <= 255 => {}
-                _ => {
-                    return Err(Error::invalid(
-                        "queue",
-                        "queue is required for an amqp trigger (1-255 characters)",
-                    ))
-                }
-            }
-            // A queue name is an AMQP short string.
+            let Some(queue) = spec.queue.as_deref() else {
+                return Err(Error::invalid("queue", "queue is required for an amqp trigger"));
+            };
+            sless_api::check_queue_name("queue", queue).map_err(|e| Error::invalid("queue", e))?;
             if let Some(dead) = spec.dead_letter_queue.as_deref() {
-                if dead.trim().is_empty() || dead.len() > 255 {
-                    return Err(Error::invalid(
-                        "dead_letter_queue",
-                        format!("dead_letter_queue must be 1-255 characters, got {}", dead.len()),
-                    ));
-                }
+                sless_api::check_queue_name("dead_letter_queue", dead)
+                    .map_err(|e| Error::invalid("dead_letter_queue", e))?;
             }
             if let Some(p) = spec.prefetch {
                 if !(1..=1000).contains(&p) {

@@ -16,7 +16,7 @@ use lapin::options::{
     QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{BasicProperties, Channel};
 use sless_api::TriggerSpec;
 
 use crate::invoker::{Invoker, Run};
@@ -121,7 +121,7 @@ impl Worker {
     }
 
     async fn consume(self: Arc<Self>) -> lapin::Result<()> {
-        let connection = Connection::connect(&self.url, ConnectionProperties::default()).await?;
+        let connection = super::brokers::connect(&self.url).await?;
         let channel = connection.create_channel().await?;
         channel.confirm_select(ConfirmSelectOptions::default()).await?;
         channel.basic_qos(self.prefetch, BasicQosOptions::default()).await?;

@@ -4,6 +4,11 @@
 //! broker not on the list is refused before any connection, with no detail
 //! of what is there.
 
+use std::io;
+use std::time::Duration;
+
+use lapin::{Connection, ConnectionProperties};
+
 /// `host` or `host:port` entries; empty allows no broker at all.
 #[derive(Debug, Clone, Default)]
 pub struct BrokerAllowList {
@@ -23,6 +28,7 @@ impl BrokerAllowList {
     /// Whether a trigger may connect to `url`; the error is for the tenant.
     pub fn check(&self, url: &str) -> Result<(), String> {
         let (host, port) = broker_address(url)?;
+        check_client_settings(url)?;
         let allowed = self
             .entries
             .iter()
@@ -39,6 +45,54 @@ impl BrokerAllowList {
         Err(format!(
             "broker {host}:{port} is not one this server may connect to (the operator's SLESS_AMQP_ALLOWED_HOSTS)"
         ))
+    }
+}
+
+/// What the AMQP client takes from `url` within what the protocol carries:
+/// the virtual host is a short string (the client panics past 255 bytes)
+/// and no frame is smaller than 4096 bytes (a smaller `frame_max` never
+/// connects).
+fn check_client_settings(url: &str) -> Result<(), String> {
+    let uri: lapin::uri::AMQPUri = url.parse().map_err(|e: String| {
+        let reason = if e.contains(url) { "it does not parse".into() } else { e };
+        format!("broker_url is not a URL the AMQP client can use: {reason}")
+    })?;
+    if uri.vhost.len() > 255 {
+        return Err(format!(
+            "broker_url's virtual host is {} bytes; AMQP allows at most 255",
+            uri.vhost.len()
+        ));
+    }
+    if let Some(frame_max) = uri.query.frame_max.filter(|&f| f < MIN_FRAME_MAX) {
+        return Err(format!(
+            "broker_url's frame_max is {frame_max}; AMQP's frames are at least {MIN_FRAME_MAX} bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// AMQP 0-9-1's `frame-min-size`.
+const MIN_FRAME_MAX: u32 = 4096;
+
+/// How long a connection to a broker may take (TCP, TLS and the AMQP
+/// handshake): one that never completes (TLS spoken to a plain port, say)
+/// is an error its trigger or event shows, not a wait without end.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects to `url` within [`CONNECT_TIMEOUT`].
+pub async fn connect(url: &str) -> lapin::Result<Connection> {
+    match tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        Connection::connect(url, ConnectionProperties::default()),
+    )
+    .await
+    {
+        Ok(connected) => connected,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no AMQP handshake within {} s", CONNECT_TIMEOUT.as_secs()),
+        )
+        .into()),
     }
 }
 
@@ -122,5 +176,24 @@ mod tests {
             .unwrap_err()
             .contains("no RabbitMQ broker"));
         assert!(BrokerAllowList::parse(&["host:port".into()]).is_err());
+    }
+
+    /// The client panicked on a virtual host past 255 bytes, and a tiny
+    /// frame_max never connected: both are refused before any connection.
+    #[test]
+    fn what_the_client_cannot_carry_is_refused() {
+        let list = BrokerAllowList::parse(&["127.0.0.1:5672".into()]).unwrap();
+        let base = "amqp://guest:guest@127.0.0.1:5672/";
+        assert!(list.check(&format!("{base}{}", "v".repeat(255))).is_ok());
+        let long = list.check(&format!("{base}{}", "v".repeat(256))).unwrap_err();
+        assert!(long.contains("virtual host is 256 bytes"), "{long}");
+        // Percent-encoded, as the client decodes it.
+        let encoded = list.check(&format!("{base}{}", "%41".repeat(256))).unwrap_err();
+        assert!(encoded.contains("256 bytes"), "{encoded}");
+        let tiny = list.check(&format!("{base}%2f?frame_max=0")).unwrap_err();
+        assert!(tiny.contains("frame_max is 0"), "{tiny}");
+        assert!(list.check(&format!("{base}%2f?frame_max=131072")).is_ok());
+        let bad = list.check(&format!("{base}%2f?heartbeat=x")).unwrap_err();
+        assert!(bad.contains("not a URL the AMQP client can use"), "{bad}");
     }
 }
