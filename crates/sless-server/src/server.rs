@@ -153,7 +153,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                     .unwrap_or(config.async_concurrency - config.async_concurrency / 4),
                 retry_base: Duration::from_millis(config.async_retry_base_ms),
                 lease: Duration::from_secs(60),
-                max_response_bytes: config.async_max_event_bytes,
+                max_outcome_bytes: config.async_max_event_bytes,
             },
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
             single: !config.shared(),

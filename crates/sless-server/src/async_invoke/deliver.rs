@@ -39,6 +39,21 @@ const THROTTLE_BACKOFF: Duration = Duration::from_secs(1);
 /// wake, or while its triggers had it disabled).
 const REWAKE: Duration = Duration::from_secs(10);
 
+/// An outcome event's headers.
+const OUTCOME_HEADERS: &str = r#"[["content-type","application/json"]]"#;
+
+/// What a function's parked events were woken for.
+#[derive(Debug, PartialEq)]
+enum Woke {
+    /// It can run this version.
+    Runs(VersionRef),
+    /// It cannot run, and was made at this time: the events accepted
+    /// before are a deleted function's.
+    Predecessor(i64),
+    /// It was deleted.
+    Gone,
+}
+
 /// How delivery runs.
 #[derive(Debug, Clone)]
 pub struct DeliverySettings {
@@ -50,8 +65,9 @@ pub struct DeliverySettings {
     pub retry_base: Duration,
     /// How long a claim holds an event; renewed every third of it.
     pub lease: Duration,
-    /// The most of a successful answer's body a destination receives.
-    pub max_response_bytes: usize,
+    /// The most bytes an outcome record takes as JSON (the asynchronous
+    /// event's limit): the request's body and the answer are cut to fit.
+    pub max_outcome_bytes: usize,
 }
 
 /// Counters for `/metrics`.
@@ -89,15 +105,16 @@ pub struct Deliverer {
     finished: Mutex<Vec<Finish>>,
     finish_now: Notify,
     functions: Mutex<HashMap<FunctionKey, (Instant, Option<Found>)>>,
-    /// Functions that could run when their parked events were last woken:
-    /// the version they ran, and when.
-    woken: Mutex<HashMap<FunctionKey, (VersionRef, Instant)>>,
+    /// What each function's parked events were last woken for, and when.
+    woken: Mutex<HashMap<FunctionKey, (Woke, Instant)>>,
     /// Wakes the claim loop.
     wake: Arc<Notify>,
     /// This replica's prefix of claim tokens, and the count after it.
     token: String,
     claims: AtomicU64,
     pub stats: DeliveryStats,
+    /// Bounds the outcomes stored for destination functions, as accepted events are.
+    backlog: Arc<super::Backlogs>,
 }
 
 impl Deliverer {
@@ -108,6 +125,7 @@ impl Deliverer {
         publisher: Publisher,
         settings: DeliverySettings,
         wake: Arc<Notify>,
+        backlog: Arc<super::Backlogs>,
     ) -> Arc<Deliverer> {
         let deliverer = Arc::new(Deliverer {
             events,
@@ -127,6 +145,7 @@ impl Deliverer {
             token: crate::record::hex_id(&[(rand::random::<u64>(), 16)]),
             claims: AtomicU64::new(0),
             stats: DeliveryStats::default(),
+            backlog,
         });
         tokio::spawn(deliverer.clone().claim_loop(wake));
         tokio::spawn(deliverer.clone().finish_loop());
@@ -324,7 +343,7 @@ impl Deliverer {
                 finish.succeeded_attempt = Some(claimed.attempts);
                 finish.last_status = Some(answer.status);
                 self.stats.succeeded.fetch_add(1, Ordering::Relaxed);
-                let body = &answer.body[..answer.body.len().min(self.settings.max_response_bytes)];
+                let body = &answer.body[..answer.body.len().min(self.settings.max_outcome_bytes)];
                 self.send_outcome(&mut finish, event, &settings, Condition::Success, Some(body))
                     .await;
                 return finish;
@@ -403,25 +422,55 @@ impl Deliverer {
             finish.last_status,
             finish.last_error.as_deref(),
             response,
+            self.settings.max_outcome_bytes,
         );
         let body = serde_json::to_vec(&record).expect("plain JSON");
         match destination.kind {
             DestinationType::Function => {
+                let name = destination.function.clone().unwrap_or_default();
+                let target = FunctionKey::new(&event.namespace, &name);
+                match self.function(&target).await {
+                    Ok(Some(_)) => {}
+                    // Stored for no function, it would wait under its name
+                    // (and go to whichever function is made under it later).
+                    Ok(None) => {
+                        finish.destination_error = Some(format!(
+                            "the destination function {target} does not exist; the outcome was not sent"
+                        ));
+                        return;
+                    }
+                    Err(e) => {
+                        finish.destination_error = Some(crate::bounds::clip(
+                            format!("reading the destination function {target} failed: {e}"),
+                            crate::bounds::MAX_ERROR_BYTES,
+                        ));
+                        return;
+                    }
+                }
                 let created_at = now_micros();
-                finish.then = Some(NewEvent {
+                let then = NewEvent {
                     id: super::event_id(created_at),
                     namespace: event.namespace.clone(),
-                    function: destination.function.clone().unwrap_or_default(),
+                    function: name,
                     request_id: event.request_id.clone(),
                     method: "POST".into(),
                     path: String::new(),
                     query: String::new(),
-                    headers: r#"[["content-type","application/json"]]"#.into(),
+                    headers: OUTCOME_HEADERS.into(),
                     body: body.into(),
                     created_at,
                     source: Some(event.id.clone()),
                     parked_until: None,
-                });
+                };
+                // The source event's caller makes this one too: it counts in
+                // the namespace's bounds as theirs would, until stored.
+                if let Err(full) = self.backlog.admit(&then) {
+                    finish.destination_error = Some(format!(
+                        "the outcome was not sent to {target}: the namespace has {full}"
+                    ));
+                    return;
+                }
+                finish.then = Some(then);
             }
             DestinationType::Amqp => {
                 let url = destination.broker_url.as_deref().unwrap_or_default();
@@ -445,35 +494,44 @@ impl Deliverer {
     }
 
     /// Wakes the parked events of those of `functions` (the ones with a
-    /// backlog) that can run now: on, with a ready version. Each is woken
-    /// when it becomes able to run, and again every [`REWAKE`].
+    /// backlog) that are due an attempt: all of them when the function can
+    /// run (on, with a ready version) or is gone (they fail, "no longer
+    /// exists"); those accepted before it was made when it cannot run (a
+    /// deleted function's, made again under its name: they fail too). Each
+    /// is woken when that changes, and again every [`REWAKE`].
     pub async fn wake_parked(&self, functions: impl Iterator<Item = FunctionKey>) {
         for key in functions {
-            let version = match self.function(&key).await {
-                Ok(Some(found)) if found.spec.replicas != Some(0) => self.invoker.routes.latest(&key),
-                Ok(_) => None,
+            let woke = match self.function(&key).await {
+                Ok(Some(found)) => match self.invoker.routes.latest(&key) {
+                    Some(version) if found.spec.replicas != Some(0) => Woke::Runs(version),
+                    _ => Woke::Predecessor(found.created_at),
+                },
+                Ok(None) => Woke::Gone,
                 Err(e) => {
                     tracing::warn!(function = %key, error = %e, "reading a function to wake its events failed");
                     continue;
                 }
             };
-            let Some(version) = version else {
-                self.woken.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
-                continue;
-            };
             if let Some((last, at)) = self.woken.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-                if *last == version && at.elapsed() < REWAKE {
+                if *last == woke && at.elapsed() < REWAKE {
                     continue;
                 }
             }
-            match self.events.wake(&key.namespace, &key.name, now_micros()).await {
+            let before = match woke {
+                Woke::Predecessor(created_at) => created_at,
+                Woke::Runs(_) | Woke::Gone => i64::MAX,
+            };
+            match self.events.wake(&key.namespace, &key.name, before, now_micros()).await {
                 Ok(woken) => {
                     if woken > 0 {
                         tracing::info!(function = %key, events = woken, "parked asynchronous events are due again");
                         self.wake.notify_one();
                     }
                     let mut memo = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
-                    memo.insert(key, (version, Instant::now()));
+                    if memo.len() > 10_000 {
+                        memo.retain(|_, (_, at)| at.elapsed() < REWAKE);
+                    }
+                    memo.insert(key, (woke, Instant::now()));
                 }
                 Err(e) => tracing::warn!(function = %key, error = %e, "waking parked asynchronous events failed"),
             }
@@ -518,6 +576,9 @@ impl Deliverer {
                     let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
                     for finish in &batch {
                         held.remove(&finish.id);
+                        if let Some(then) = &finish.then {
+                            self.backlog.stored(&then.namespace, super::Waiting::of(then), true);
+                        }
                     }
                 }
                 Err(e) => {

@@ -36,7 +36,12 @@ impl Condition {
 
 /// What a destination receives: the event (its request, the body as text
 /// when it is UTF-8, else as `body_hex`), the condition, the attempts, the
-/// last status and error, and on success the handler's answer.
+/// last status and error, and on success the handler's answer. Its JSON
+/// takes at most `budget` bytes beyond what the rest of it needs (the
+/// request's head, within the event's own bound): the request's body
+/// first, since a dead letter is for replaying it, then the answer, each
+/// cut to what is left and marked `body_truncated` where it was. Escaped,
+/// a body of control characters takes six times its size.
 pub fn outcome(
     event: &NewEvent,
     condition: Condition,
@@ -44,6 +49,7 @@ pub fn outcome(
     status: Option<u16>,
     error: Option<&str>,
     response: Option<&[u8]>,
+    budget: usize,
 ) -> Value {
     let headers: Vec<(String, String)> = serde_json::from_str(&event.headers).unwrap_or_default();
     let mut request = Map::new();
@@ -51,10 +57,6 @@ pub fn outcome(
     request.insert("path".into(), json!(event.path));
     request.insert("query".into(), json!(event.query));
     request.insert("headers".into(), json!(headers.into_iter().collect::<HashMap<_, _>>()));
-    match std::str::from_utf8(&event.body) {
-        Ok(text) => request.insert("body".into(), json!(text)),
-        Err(_) => request.insert("body_hex".into(), json!(hex::encode(&event.body))),
-    };
     let mut record = json!({
         "id": event.id,
         "namespace": event.namespace,
@@ -67,10 +69,52 @@ pub fn outcome(
         "created_at": time_of(event.created_at),
         "request": request,
     });
+    let mut left = budget;
+    match std::str::from_utf8(&event.body) {
+        Ok(text) => {
+            let kept = fit_json(text, &mut left);
+            record["request"]["body"] = json!(kept);
+            if kept.len() < text.len() {
+                record["request"]["body_truncated"] = json!(true);
+            }
+        }
+        Err(_) => {
+            let kept = event.body.len().min(left / 2);
+            left -= kept * 2;
+            record["request"]["body_hex"] = json!(hex::encode(&event.body[..kept]));
+            if kept < event.body.len() {
+                record["request"]["body_truncated"] = json!(true);
+            }
+        }
+    }
     if let Some(body) = response {
-        record["response"] = json!({ "status": status, "body": String::from_utf8_lossy(body) });
+        let text = String::from_utf8_lossy(body);
+        let kept = fit_json(&text, &mut left);
+        record["response"] = json!({ "status": status, "body": kept });
+        if kept.len() < text.len() {
+            record["response"]["body_truncated"] = json!(true);
+        }
     }
     record
+}
+
+/// The longest start of `text` whose JSON string (escaped as serde_json
+/// escapes) takes at most `left` bytes; `left` is lowered by that.
+fn fit_json<'a>(text: &'a str, left: &mut usize) -> &'a str {
+    let mut end = 0;
+    for (at, c) in text.char_indices() {
+        let size = match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if c < ' ' => 6,
+            c => c.len_utf8(),
+        };
+        if size > *left {
+            break;
+        }
+        *left -= size;
+        end = at + c.len_utf8();
+    }
+    &text[..end]
 }
 
 /// A broker URL's connection and confirming channel, once made.
@@ -182,6 +226,101 @@ mod tests {
         assert!(links.len() <= MAX_LINKS, "{} links kept", links.len());
         for (n, link) in in_use.iter().enumerate() {
             assert!(Arc::ptr_eq(&links[&url(n)], link), "link {n}, in use, was closed");
+        }
+    }
+
+    fn event(body: &[u8]) -> NewEvent {
+        NewEvent {
+            id: "e1".into(),
+            namespace: "ns".into(),
+            function: "f".into(),
+            request_id: "r1".into(),
+            method: "POST".into(),
+            path: "/".into(),
+            query: String::new(),
+            headers: r#"[["content-type","text/plain"]]"#.into(),
+            body: bytes::Bytes::copy_from_slice(body),
+            created_at: 0,
+            source: None,
+            parked_until: None,
+        }
+    }
+
+    /// A body of control characters takes six times its size as JSON: an
+    /// event and an answer at the event's bound made an outcome of 3 MiB.
+    #[test]
+    fn an_outcome_fits_its_budget_request_first() {
+        const BUDGET: usize = 256 * 1024;
+        let noise = vec![1u8; BUDGET];
+        let record = outcome(
+            &event(&noise),
+            Condition::Success,
+            1,
+            Some(200),
+            None,
+            Some(&noise),
+            BUDGET,
+        );
+        let size = serde_json::to_vec(&record).unwrap().len();
+        assert!(size <= BUDGET + 1024, "{size} bytes");
+        let kept = record["request"]["body"].as_str().unwrap();
+        assert!(
+            kept.len() > BUDGET / 7 && kept.bytes().all(|b| b == 1),
+            "{}",
+            kept.len()
+        );
+        assert_eq!(record["request"]["body_truncated"], true);
+        assert_eq!(record["response"]["body"], "", "the request took the budget");
+        assert_eq!(record["response"]["body_truncated"], true);
+
+        // Binary bodies go as hex, two characters a byte.
+        let record = outcome(
+            &event(&[0xff; 1000]),
+            Condition::RetriesExhausted,
+            3,
+            None,
+            None,
+            None,
+            1000,
+        );
+        assert_eq!(record["request"]["body_hex"].as_str().unwrap().len(), 1000);
+        assert_eq!(record["request"]["body_truncated"], true);
+
+        // What fits is sent whole, with nothing marked.
+        let record = outcome(
+            &event(br#"{"a": "\u00e9"}"#),
+            Condition::Success,
+            1,
+            Some(200),
+            None,
+            Some("ok\n".as_bytes()),
+            BUDGET,
+        );
+        assert_eq!(record["request"]["body"], r#"{"a": "\u00e9"}"#);
+        assert_eq!(record["response"]["body"], "ok\n");
+        assert!(
+            record["request"].get("body_truncated").is_none() && record["response"].get("body_truncated").is_none()
+        );
+    }
+
+    #[test]
+    fn fitting_counts_what_escaping_adds() {
+        for text in [
+            "plain",
+            "quote \" and \\ back",
+            "tab\tnew\nline",
+            "\u{1}\u{1f}ctl",
+            "é ü 😀",
+            "",
+        ] {
+            let escaped = serde_json::to_string(text).unwrap().len() - 2;
+            let mut left = escaped;
+            assert_eq!(fit_json(text, &mut left), text, "{text:?}");
+            assert_eq!(left, 0, "{text:?}");
+            let mut short = escaped.saturating_sub(1);
+            let kept = fit_json(text, &mut short);
+            assert!(text.is_empty() || kept.len() < text.len(), "{text:?}");
+            assert!(serde_json::to_string(kept).unwrap().len() - 2 <= escaped.saturating_sub(1));
         }
     }
 }

@@ -49,7 +49,7 @@ pub struct AsyncInvocations {
     settings: AsyncSettings,
     /// The backlog as last counted (every second), and per namespace what
     /// this replica accepted since.
-    backlog: Mutex<BacklogView>,
+    backlog: Arc<Backlogs>,
     pub accepted: AtomicU64,
     pub refused: AtomicU64,
 }
@@ -68,11 +68,78 @@ struct BacklogView {
     since: Option<HashMap<String, Waiting>>,
 }
 
+/// The backlog's view and the bounds each namespace's waiting events
+/// keep: the events accepted, and the outcomes stored for a destination
+/// function (`deliver`), which the caller of the source event made too.
+pub(crate) struct Backlogs {
+    view: Mutex<BacklogView>,
+    max_events: u64,
+    max_bytes: u64,
+}
+
+impl Backlogs {
+    /// Counts `event` in its namespace when it fits both bounds, until it
+    /// is [`stored`](Self::stored) and counted from the store; otherwise
+    /// says what is full.
+    fn admit(&self, event: &NewEvent) -> Result<(), String> {
+        let (namespace, this) = (event.namespace.as_str(), Waiting::of(event));
+        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        let waiting = view.namespaces.entry(namespace.to_string()).or_default();
+        if waiting.events >= self.max_events {
+            return Err(format!(
+                "{} asynchronous events waiting, the most the server's SLESS_ASYNC_MAX_BACKLOG allows",
+                waiting.events
+            ));
+        }
+        if waiting.bytes + this.bytes > self.max_bytes {
+            let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+            return Err(format!(
+                "{:.2} MiB of asynchronous events waiting, and this one ({:.2} MiB) would take it past the server's SLESS_ASYNC_MAX_BACKLOG_MB of {} MiB",
+                mib(waiting.bytes),
+                mib(this.bytes),
+                self.max_bytes >> 20
+            ));
+        }
+        *waiting += this;
+        *view.storing.entry(namespace.to_string()).or_default() += this;
+        if let Some(since) = &mut view.since {
+            *since.entry(namespace.to_string()).or_default() += this;
+        }
+        Ok(())
+    }
+
+    /// `this` of `namespace`, admitted, is stored now (`written`), or will not be.
+    fn stored(&self, namespace: &str, this: Waiting, written: bool) {
+        let mut view = self.view.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = view.storing.get_mut(namespace) {
+            *n -= this;
+            if n.events == 0 {
+                view.storing.remove(namespace);
+            }
+        }
+        if !written {
+            if let Some(n) = view.namespaces.get_mut(namespace) {
+                *n -= this;
+            }
+        }
+    }
+}
+
 /// Events waiting, and what they hold as stored.
 #[derive(Debug, Default, Clone, Copy)]
-struct Waiting {
+pub(super) struct Waiting {
     events: u64,
     bytes: u64,
+}
+
+impl Waiting {
+    /// One event, with what the store's count measures of it.
+    pub(super) fn of(event: &NewEvent) -> Waiting {
+        Waiting {
+            events: 1,
+            bytes: (event.body.len() + event.headers.len() + event.path.len() + event.query.len()) as u64,
+        }
+    }
 }
 
 impl std::ops::AddAssign for Waiting {
@@ -109,6 +176,11 @@ impl AsyncInvocations {
         }
         let written = Arc::new(Notify::new());
         let acceptor = accept::Acceptor::start(events.clone(), written.clone());
+        let backlog = Arc::new(Backlogs {
+            view: Mutex::new(BacklogView::default()),
+            max_events: settings.max_backlog,
+            max_bytes: settings.max_backlog_bytes,
+        });
         let deliverer = deliver::Deliverer::start(
             events.clone(),
             store,
@@ -116,13 +188,14 @@ impl AsyncInvocations {
             publisher,
             settings.delivery.clone(),
             written,
+            backlog.clone(),
         );
         let this = Arc::new(AsyncInvocations {
             events,
             acceptor,
             deliverer,
             settings,
-            backlog: Mutex::new(BacklogView::default()),
+            backlog,
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         });
@@ -138,58 +211,16 @@ impl AsyncInvocations {
     pub async fn accept(&self, mut event: NewEvent) -> Result<()> {
         let key = FunctionKey::new(&event.namespace, &event.function);
         event.parked_until = self.deliverer.parked_until(&key, &event).await;
-        let this = Waiting {
-            events: 1,
-            bytes: (event.body.len() + event.headers.len() + event.path.len() + event.query.len()) as u64,
-        };
-        {
-            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
-            let waiting = backlog.namespaces.entry(event.namespace.clone()).or_default();
-            let full = if waiting.events >= self.settings.max_backlog {
-                Some(format!(
-                    "{} asynchronous events waiting, the most the server's SLESS_ASYNC_MAX_BACKLOG allows",
-                    waiting.events
-                ))
-            } else if waiting.bytes + this.bytes > self.settings.max_backlog_bytes {
-                let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
-                Some(format!(
-                    "{:.2} MiB of asynchronous events waiting, and this one ({:.2} MiB) would take it past the server's SLESS_ASYNC_MAX_BACKLOG_MB of {} MiB",
-                    mib(waiting.bytes),
-                    mib(this.bytes),
-                    self.settings.max_backlog_bytes >> 20
-                ))
-            } else {
-                None
-            };
-            if let Some(full) = full {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                return Err(Error::TooManyRequests {
-                    message: format!("namespace {:?} has {full}; try again later", event.namespace),
-                    retry_after: 5,
-                });
-            }
-            *waiting += this;
-            *backlog.storing.entry(event.namespace.clone()).or_default() += this;
-            if let Some(since) = &mut backlog.since {
-                *since.entry(event.namespace.clone()).or_default() += this;
-            }
+        if let Err(full) = self.backlog.admit(&event) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::TooManyRequests {
+                message: format!("namespace {:?} has {full}; try again later", event.namespace),
+                retry_after: 5,
+            });
         }
-        let namespace = event.namespace.clone();
+        let (namespace, this) = (event.namespace.clone(), Waiting::of(&event));
         let stored = self.acceptor.store(event).await;
-        {
-            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(n) = backlog.storing.get_mut(&namespace) {
-                *n -= this;
-                if n.events == 0 {
-                    backlog.storing.remove(&namespace);
-                }
-            }
-            if stored.is_err() {
-                if let Some(n) = backlog.namespaces.get_mut(&namespace) {
-                    *n -= this;
-                }
-            }
-        }
+        self.backlog.stored(&namespace, this, stored.is_ok());
         stored?;
         self.accepted.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -199,13 +230,13 @@ impl AsyncInvocations {
     /// in it that can run again.
     async fn count_backlog(&self) {
         let storing = {
-            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut backlog = self.backlog.view.lock().unwrap_or_else(PoisonError::into_inner);
             backlog.since = Some(HashMap::new());
             backlog.storing.clone()
         };
         let counted = self.events.backlog().await;
         let waiting: Vec<FunctionKey> = {
-            let mut backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut backlog = self.backlog.view.lock().unwrap_or_else(PoisonError::into_inner);
             let since = backlog.since.take().unwrap_or_default();
             match counted {
                 Ok(functions) => {
@@ -239,7 +270,7 @@ impl AsyncInvocations {
     /// Appends the asynchronous path's series to `/metrics`.
     pub fn render(&self, out: &mut String) {
         let now = now_micros();
-        let backlog = self.backlog.lock().unwrap_or_else(PoisonError::into_inner);
+        let backlog = self.backlog.view.lock().unwrap_or_else(PoisonError::into_inner);
         let per_function = |out: &mut String, name: &str, help: &str, value: &dyn Fn(&Backlog) -> f64| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
             for b in &backlog.functions {

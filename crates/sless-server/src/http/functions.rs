@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sless_api::{validate_name, Function, FunctionSpec, FunctionStatus, List};
 
 use super::body::{check_name, from_value, merge_patch, take_identity, to_value, JsonObject, RawBody};
@@ -130,6 +130,7 @@ pub async fn patch(
         }
     }
     let old_runtime = record.spec.get("runtime").cloned();
+    replace_destinations(&mut record.spec, &body);
     merge_patch(&mut record.spec, Value::Object(body));
     let spec = checked_spec(&state, record.spec.clone())?;
     if record.spec.get("runtime") != old_runtime.as_ref() {
@@ -158,6 +159,28 @@ pub async fn patch(
             .ok_or_else(|| not_found(Kind::Function, &ns, &name))?,
     )?;
     Ok(Json(serving::with_reason(&state, function).await?))
+}
+
+/// A destination given with its `type` replaces the one the spec holds, so
+/// switching from a function to a queue leaves no `function` behind (a
+/// merge would keep it, and the result names two kinds); one given without
+/// a type is merged into the old one (a new queue, say).
+fn replace_destinations(spec: &mut Value, patch: &Map<String, Value>) {
+    let Some(given) = patch.get("async").and_then(Value::as_object) else {
+        return;
+    };
+    let Some(settings) = spec.get_mut("async").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in ["on_failure", "on_success"] {
+        if given
+            .get(field)
+            .and_then(|destination| destination.get("type"))
+            .is_some()
+        {
+            settings.remove(field);
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]

@@ -647,43 +647,178 @@ async fn an_event_too_old_fails_without_an_attempt(backend: Backend) {
     );
 }
 
-/// An event sent to a function that is then deleted and made again under
-/// its name is not delivered to the new one (its code and destinations
-/// are another's): it fails saying so, without an attempt.
+/// An event waiting parked for a function that is then deleted fails at
+/// once without an attempt ("no longer exists"), not when it would expire;
+/// one sent to a function deleted and made again under its name is not
+/// delivered to the new one (its code and destinations are another's),
+/// even while that one cannot run yet.
 async fn an_event_for_a_deleted_function_is_not_delivered_to_its_successor(backend: Backend) {
     let server = Server::start(backend).await;
-    // Off (replicas 0): the event waits parked until the delete.
+    // Off (replicas 0): the events wait parked until the delete.
     let off = json!({"runtime": "python3.11", "replicas": 0});
-    server.deploy("ns", "reused", off, &[("handler.py", HANDLER)]).await;
-    let (status, location, body) = send_event(&server, "/fn/ns/reused", "{}").await;
+    for name in ["gone", "reused"] {
+        server.deploy("ns", name, off.clone(), &[("handler.py", HANDLER)]).await;
+    }
+    let (status, gone, body) = send_event(&server, "/fn/ns/gone", "{}").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let (status, body) = server
-        .call(Method::DELETE, "/v1/namespaces/ns/functions/reused", None)
-        .await;
-    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
-    server
-        .deploy(
-            "ns",
-            "reused",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", HANDLER)],
-        )
-        .await;
+    let (status, reused, body) = send_event(&server, "/fn/ns/reused", "{}").await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    for name in ["gone", "reused"] {
+        let (status, body) = server
+            .call(Method::DELETE, &format!("/v1/namespaces/ns/functions/{name}"), None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    }
+    // Made again, and off too: nothing would wake the old event for it.
+    server.deploy("ns", "reused", off, &[("handler.py", HANDLER)]).await;
 
-    let record = record_reaches(&server, &location.unwrap(), "failed", 30).await;
+    let record = record_reaches(&server, &gone.unwrap(), "failed", 30).await;
     assert_eq!(record["attempts"], 0, "{record}");
     assert!(
         record["last_error"]
             .as_str()
             .unwrap()
-            .contains("was deleted after the event was accepted"),
+            .contains("ns/gone no longer exists"),
         "{record}"
     );
+    let record = record_reaches(&server, &reused.unwrap(), "failed", 30).await;
+    assert_eq!(record["attempts"], 0, "{record}");
+    let error = record["last_error"].as_str().unwrap();
+    // Deleted when its attempt came, or made again already.
+    assert!(
+        error.contains("was deleted after the event was accepted") || error.contains("no longer exists"),
+        "{record}"
+    );
+    // Turned on, the new function takes none of the old events.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/reused",
+            Some(json!({"replicas": null})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         server.records("ns", "reused").await,
         Vec::<Value>::new(),
         "the new function ran it"
     );
+    eventually(Duration::from_secs(10), || async {
+        match server
+            .metric(r#"sless_async_backlog{namespace="ns",function="gone"}"#)
+            .await
+        {
+            None => Ok(()),
+            waiting => Err(format!("the deleted function's backlog is at {waiting:?}")),
+        }
+    })
+    .await;
+}
+
+/// An outcome goes to a destination function only when it exists (else
+/// the source event says why), and it counts in the namespace's backlog
+/// bounds like an accepted event: a two-byte call whose answer is large
+/// cannot store more than the bound allows, and no outcome more than the
+/// event limit. A destination given whole in a PATCH replaces the old one,
+/// of either kind.
+async fn outcomes_are_bounded_and_go_only_to_functions_that_exist(backend: Backend) {
+    let server = Server::start_with(
+        backend,
+        &[
+            ("SLESS_ASYNC_MAX_BACKLOG_MB", "1"),
+            ("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1:5672"),
+        ],
+    )
+    .await;
+    // Off: its outcomes wait parked, holding their bytes.
+    let off = json!({"runtime": "python3.11", "replicas": 0});
+    server.deploy("ns", "sink", off, &[("handler.py", HANDLER)]).await;
+    // 200 000 control characters: 1.2 MB as JSON, cut to the event limit.
+    let noisy = br#"
+def handle(event, context):
+    return "" * 200000
+"#;
+    let to_sink = json!({"runtime": "python3.11", "async": {"on_success": {"type": "function", "function": "sink"}}});
+    server.deploy("ns", "noisy", to_sink, &[("handler.py", noisy)]).await;
+    let mut errors = Vec::new();
+    for _ in 0..6 {
+        let (status, location, body) = send_event(&server, "/fn/ns/noisy", "{}").await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let record = record_reaches(&server, &location.unwrap(), "succeeded", 60).await;
+        errors.push(record["destination_error"].as_str().unwrap_or_default().to_string());
+    }
+    let stored = errors.iter().filter(|e| e.is_empty()).count();
+    assert!((1..=4).contains(&stored), "{stored} outcomes stored: {errors:?}");
+    let refused = errors.iter().find(|e| !e.is_empty()).expect("one refused");
+    assert!(
+        refused.contains("the outcome was not sent to ns/sink")
+            && refused.contains("SLESS_ASYNC_MAX_BACKLOG_MB of 1 MiB"),
+        "{refused}"
+    );
+    server
+        .wait_metric(
+            r#"sless_async_backlog{namespace="ns",function="sink"}"#,
+            stored as f64,
+            20,
+        )
+        .await;
+    let bytes = server
+        .metric(r#"sless_async_backlog_bytes{namespace="ns",function="sink"}"#)
+        .await
+        .unwrap_or_default();
+    assert!(
+        bytes <= stored as f64 * (256.0 + 2.0) * 1024.0 && bytes <= 1024.0 * 1024.0,
+        "{stored} outcomes hold {bytes} bytes"
+    );
+
+    // A destination function that does not exist gets nothing stored.
+    let to_ghost = json!({"async": {"on_success": {"type": "function", "function": "ghost"}}});
+    let (status, body) = server
+        .call(Method::PATCH, "/v1/namespaces/ns/functions/noisy", Some(to_ghost))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // The deliverer reads a function's spec at most once a second.
+    eventually(Duration::from_secs(30), || async {
+        let (status, location, body) = send_event(&server, "/fn/ns/noisy", "{}").await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        let record = record_reaches(&server, &location.unwrap(), "succeeded", 60).await;
+        let error = record["destination_error"].as_str().unwrap_or_default();
+        if error.contains("the destination function ns/ghost does not exist") {
+            Ok(())
+        } else {
+            Err(format!("sent as before: {record}"))
+        }
+    })
+    .await;
+    let (_, page) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/ghost/async-invocations", None)
+        .await;
+    assert_eq!(page["items"], json!([]), "{page}");
+
+    // Whole destinations replace each other; one without a type is merged.
+    let amqp = json!({"type": "amqp", "broker_url": BROKER, "queue": "outcomes"});
+    for (patch, expected) in [
+        (amqp.clone(), amqp.clone()),
+        (
+            json!({"queue": "others"}),
+            json!({"type": "amqp", "broker_url": BROKER, "queue": "others"}),
+        ),
+        (
+            json!({"type": "function", "function": "sink"}),
+            json!({"type": "function", "function": "sink"}),
+        ),
+    ] {
+        let (status, body) = server
+            .call(
+                Method::PATCH,
+                "/v1/namespaces/ns/functions/noisy",
+                Some(json!({"async": {"on_success": patch}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert_eq!(body["async"]["on_success"], expected, "{body}");
+    }
 }
 
 /// One namespace's backlog of slow events holds its share of the delivery
@@ -781,6 +916,7 @@ crate::both_stores!(
     a_namespace_s_waiting_events_hold_no_more_than_its_bound,
     a_namespaces_slow_events_leave_slots_to_others,
     an_event_for_a_deleted_function_is_not_delivered_to_its_successor,
+    outcomes_are_bounded_and_go_only_to_functions_that_exist,
     an_event_too_old_fails_without_an_attempt,
     concurrent_202s_survive_a_kill_and_wait_parked,
     accepted_then_delivered,

@@ -122,8 +122,9 @@ pub trait EventStore: Send + Sync + 'static {
     async fn backlog(&self) -> Result<Vec<Backlog>>;
     /// Deletes finished events last changed before `before`; returns how many.
     async fn prune(&self, before: i64) -> Result<u64>;
-    /// Makes a function's parked events due at `now`; returns how many.
-    async fn wake(&self, namespace: &str, function: &str, now: i64) -> Result<u64>;
+    /// Makes a function's parked events accepted before `created_before`
+    /// due at `now`; returns how many.
+    async fn wake(&self, namespace: &str, function: &str, created_before: i64, now: i64) -> Result<u64>;
 }
 
 /// Columns of a record read back (`get`, `list`).
@@ -159,7 +160,7 @@ const FINISH: &str = "UPDATE async_events SET status = $1, attempts = $2, due_at
 /// Uses the partial index `async_events_parked`, so it costs nothing for a
 /// function with nothing parked.
 const WAKE: &str = "UPDATE async_events SET due_at = $1, updated_at = $1, claim = NULL \
-     WHERE namespace = $2 AND function = $3 AND status = 'queued' AND claim = 'parked'";
+     WHERE namespace = $2 AND function = $3 AND status = 'queued' AND claim = 'parked' AND created_at < $4";
 
 const BACKLOG: &str = "SELECT namespace, function, COUNT(*) AS events, MIN(created_at) AS oldest, \
      SUM(COALESCE(LENGTH(body), 0) + LENGTH(headers) + LENGTH(path) + LENGTH(query)) AS bytes FROM async_events \

@@ -171,11 +171,12 @@ macro_rules! event_store {
                 Ok(done.rows_affected())
             }
 
-            async fn wake(&self, namespace: &str, function: &str, now: i64) -> Result<u64> {
+            async fn wake(&self, namespace: &str, function: &str, created_before: i64, now: i64) -> Result<u64> {
                 let done = sqlx::query(super::WAKE)
                     .bind(now)
                     .bind(namespace)
                     .bind(function)
+                    .bind(created_before)
                     .execute(&self.writes)
                     .await?;
                 Ok(done.rows_affected())
