@@ -118,6 +118,9 @@ pub async fn patch(
     Path((ns, name)): Path<(String, String)>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Function>> {
+    // Read and written in the namespace's turn: two patches at once each
+    // keep the other's fields.
+    let turn = crate::quota::turn(&state, &ns).await?;
     let mut record = load(&state, Kind::Function, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
@@ -140,7 +143,6 @@ pub async fn patch(
         ));
     }
     crate::secrets::check_refs(&*state.store, &ns, &spec).await?;
-    let turn = crate::quota::turn(&state, &ns).await?;
     crate::quota::check_function(&state, &ns, &name, &spec, false).await?;
     record.spec = to_value(&spec)?;
     state

@@ -128,6 +128,9 @@ pub async fn patch(
     Path((ns, name)): Path<(String, String)>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Job>> {
+    // Read in the namespace's turn: two raises at once are one after the
+    // other, so the lower one is refused, not written over the higher.
+    let _turn = crate::quota::turn(&state, &ns).await?;
     let record = load(&state, Kind::Job, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
@@ -141,7 +144,6 @@ pub async fn patch(
     let mut merged = record.spec.clone();
     merge_patch(&mut merged, Value::Object(body));
     let spec = checked_spec(&state, &ns, merged).await?;
-    let _turn = crate::quota::turn(&state, &ns).await?;
     if spec.run_id > old.run_id {
         crate::quota::check_job_run(&state, &ns, &name).await?;
     }

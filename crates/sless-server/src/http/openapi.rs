@@ -106,8 +106,9 @@ use crate::versions::{AWAITED_FOR, MAX_BY_NUMBER};
 pub struct ApiDoc;
 
 /// What a 503 of an operation that takes its namespace's quota turn
-/// ([`crate::quota::turn`]) means: the create and patch of functions and
-/// jobs, the create of triggers and secrets.
+/// ([`crate::quota::turn`]) means: the create and patch of functions,
+/// jobs and triggers, the create of secrets, the writes of aliases and the
+/// delete of a version.
 pub(super) fn quota_turn_refused() -> String {
     format!(
         "The namespace's quota turn was not had in time: another change in the namespace held it for over {}s (on this replica, or on PostgreSQL another replica), or its lock among replicas could not be taken. Nothing was changed; retry after the seconds Retry-After gives",

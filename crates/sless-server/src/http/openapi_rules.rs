@@ -457,7 +457,11 @@ mod tests {
             ("/v1/namespaces/{ns}/jobs", "post"),
             ("/v1/namespaces/{ns}/jobs/{name}", "patch"),
             ("/v1/namespaces/{ns}/triggers", "post"),
+            ("/v1/namespaces/{ns}/triggers/{name}", "patch"),
             ("/v1/namespaces/{ns}/secrets", "post"),
+            ("/v1/namespaces/{ns}/functions/{name}/versions/{version}", "delete"),
+            ("/v1/namespaces/{ns}/functions/{name}/aliases/{alias}", "put"),
+            ("/v1/namespaces/{ns}/functions/{name}/aliases/{alias}", "patch"),
         ];
         let paths = doc["paths"].as_object().unwrap();
         for (path, item) in paths.iter().filter(|(path, _)| path.starts_with("/v1/")) {

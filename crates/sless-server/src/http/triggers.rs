@@ -231,13 +231,17 @@ pub async fn get(
 #[utoipa::path(patch, path = "/v1/namespaces/{ns}/triggers/{name}", operation_id = "patch_trigger", tag = "triggers",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Trigger name")),
     request_body(content = Object, description = "Any subset of the trigger's spec fields"),
-    responses((status = 200, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, body = Trigger), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn patch(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
     JsonObject(mut body): JsonObject,
 ) -> Result<Json<Trigger>> {
+    // Read and written in the namespace's turn: two patches at once each
+    // keep the other's fields.
+    let turn = crate::quota::turn(&state, &ns).await?;
     let record = load(&state, Kind::Trigger, &ns, &name).await?;
     if let Some(given) = take_identity(&mut body, &ns)? {
         if given != name {
@@ -273,6 +277,7 @@ pub async fn patch(
         state.store.update_status(Kind::Trigger, &ns, &name, &status).await?;
         record.status = status;
     }
+    drop(turn);
     state
         .triggers
         .changed(&ns, &name, Some(&record), &[old.function, spec.function.clone()])

@@ -132,7 +132,8 @@ pub async fn get_version(
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"),
         ("version" = u64, Path, description = "Version number")),
     responses((status = 204), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
-        (status = 409, body = sless_api::ErrorBody)),
+        (status = 409, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn delete_version(
     State(state): State<Arc<AppState>>,
@@ -234,7 +235,8 @@ async fn find_alias(state: &AppState, ns: &str, name: &str, alias: &str) -> Resu
         ("alias" = String, Path, description = "Alias name: a DNS label that starts with a letter")),
     request_body = AliasSpec,
     responses((status = 200, body = Alias, description = "Moved"), (status = 201, body = Alias, description = "Created"),
-        (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+        (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn put_alias(
     State(state): State<Arc<AppState>>,
@@ -243,7 +245,7 @@ pub async fn put_alias(
 ) -> Result<(StatusCode, Json<Alias>)> {
     load(&state, Kind::Function, &ns, &name).await?;
     validate_alias_name(&alias).map_err(|e| Error::invalid("name", e))?;
-    write_alias(&state, &ns, &name, &alias, Value::Object(body)).await
+    write_alias(&state, &ns, &name, &alias, Value::Object(body), None).await
 }
 
 /// Change part of an alias (JSON merge patch of its spec: `{"weights": null}`
@@ -252,7 +254,8 @@ pub async fn put_alias(
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"),
         ("alias" = String, Path, description = "Alias name")),
     request_body(content = Object, description = "Any subset of the alias's spec fields"),
-    responses((status = 200, body = Alias), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, body = Alias), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 503, body = sless_api::ErrorBody, description = super::openapi::quota_turn_refused())),
     security(("bearer" = [])))]
 pub async fn patch_alias(
     State(state): State<Arc<AppState>>,
@@ -260,10 +263,13 @@ pub async fn patch_alias(
     JsonObject(body): JsonObject,
 ) -> Result<(StatusCode, Json<Alias>)> {
     load(&state, Kind::Function, &ns, &name).await?;
+    // Read in the turn it is written in: two patches at once each keep the
+    // other's change.
+    let turn = crate::quota::turn(&state, &ns).await?;
     let record = find_alias(&state, &ns, &name, &alias).await?;
     let mut spec = serde_json::to_value(&record.spec).map_err(Error::internal)?;
     merge_patch(&mut spec, Value::Object(body));
-    let (_, answer) = write_alias(&state, &ns, &name, &alias, spec).await?;
+    let (_, answer) = write_alias(&state, &ns, &name, &alias, spec, Some(turn)).await?;
     Ok((StatusCode::OK, answer))
 }
 
@@ -271,13 +277,15 @@ pub async fn patch_alias(
 const MAX_ALIASES_PER_FUNCTION: usize = 100;
 
 /// Checks an alias spec against the function's kept versions, stores it
-/// and routes by it here.
+/// and routes by it here, in the namespace's turn (`turn`, when the caller
+/// holds it already).
 async fn write_alias(
     state: &AppState,
     ns: &str,
     name: &str,
     alias: &str,
     mut body: Value,
+    turn: Option<crate::quota::Turn>,
 ) -> Result<(StatusCode, Json<Alias>)> {
     if let Value::Object(fields) = &mut body {
         if let Some(given) = take_identity(fields, ns)? {
@@ -304,7 +312,10 @@ async fn write_alias(
     // Every replica holds every alias in memory and reads them all again
     // whenever the store changes: a function has a bounded number. The
     // versions it names are looked up in the turn a version is deleted in.
-    let _turn = crate::quota::turn(state, ns).await?;
+    let _turn = match turn {
+        Some(turn) => turn,
+        None => crate::quota::turn(state, ns).await?,
+    };
     for (field, version) in std::iter::once(("version", spec.version)).chain(other.map(|(v, _)| ("weights", v))) {
         if state.store.version(ns, name, version).await?.is_none() {
             return Err(Error::invalid(

@@ -11,7 +11,59 @@ crate::both_stores!(
     bad_names_and_fields_are_400,
     upload_stores_hash_and_builds,
     unknown_function_is_404,
+    patches_at_once_keep_each_others_fields,
 );
+
+/// Patches sent at once, each setting another variable (or a trigger's
+/// event key), all stay: each is read and written in the namespace's turn
+/// (each used to merge into what it read, and the last write lost the
+/// others).
+async fn patches_at_once_keep_each_others_fields(backend: Backend) {
+    let server = Server::start(backend).await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "f", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let patches = (0..8).map(|n| {
+        server.call(
+            Method::PATCH,
+            "/v1/namespaces/ns/functions/f",
+            Some(json!({"env": {format!("VAR_{n}"): n.to_string()}})),
+        )
+    });
+    for (status, body) in futures::future::join_all(patches).await {
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (_, function) = server.call(Method::GET, "/v1/namespaces/ns/functions/f", None).await;
+    let env = function["env"].as_object().unwrap();
+    assert_eq!(env.len(), 8, "{function}");
+
+    // A trigger's too.
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/triggers",
+            Some(json!({"name": "t", "type": "cron", "function": "f", "schedule": "0 0 1 1 *", "event": {}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let patches = (0..8).map(|n| {
+        server.call(
+            Method::PATCH,
+            "/v1/namespaces/ns/triggers/t",
+            Some(json!({"event": {format!("key_{n}"): n}})),
+        )
+    });
+    for (status, body) in futures::future::join_all(patches).await {
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/t", None).await;
+    assert_eq!(trigger["event"].as_object().unwrap().len(), 8, "{trigger}");
+}
 
 async fn create_get_list_patch_delete(backend: Backend) {
     let server = Server::start(backend).await;

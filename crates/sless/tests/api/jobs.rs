@@ -43,7 +43,7 @@ async fn finished(server: &Server, name: &str) -> Value {
         .await
 }
 
-crate::both_stores!(jobs_skip_run_and_rerun);
+crate::both_stores!(jobs_skip_run_and_rerun, raises_at_once_keep_the_highest_run);
 
 async fn jobs_skip_run_and_rerun(backend: Backend) {
     let server = setup(backend).await;
@@ -290,4 +290,54 @@ async fn a_restart_during_a_run_ends_it_failed() {
         })
         .await;
     assert_eq!(done["status"]["result"]["doubled"], 2);
+}
+
+/// Raises of `run_id` sent at once are taken one after the other: the
+/// highest one stays, a lower one that comes after it is refused (it used
+/// to be written over it, and the job stayed Pending for a run that was
+/// never started), and the job runs the run it shows.
+async fn raises_at_once_keep_the_highest_run(backend: Backend) {
+    let server = setup(backend).await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "race", "function": "worker", "run_id": 0})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut highest = 0;
+    for round in 1..=5u64 {
+        let ids: Vec<u64> = (0..6).map(|n| round * 100 + (n * 37) % 11).collect();
+        highest = *ids.iter().max().unwrap();
+        let patches = ids.iter().map(|&id| {
+            server.call(
+                Method::PATCH,
+                "/v1/namespaces/ns/jobs/race",
+                Some(json!({"run_id": id})),
+            )
+        });
+        for (status, body) in futures::future::join_all(patches).await {
+            match status {
+                StatusCode::OK => assert!(body["run_id"].as_u64().unwrap() <= highest, "{body}"),
+                StatusCode::BAD_REQUEST => assert!(
+                    body["error"].as_str().unwrap().contains("run_id can only go up"),
+                    "{body}"
+                ),
+                _ => panic!("{status}: {body}"),
+            }
+        }
+        let (_, job) = server.call(Method::GET, "/v1/namespaces/ns/jobs/race", None).await;
+        assert_eq!(job["run_id"], highest, "round {round}: {job}");
+    }
+    let job = server
+        .wait_for("/v1/namespaces/ns/jobs/race", 60, |j| {
+            j["status"]["run_id"] == highest && matches!(j["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+        })
+        .await;
+    assert_eq!(
+        (job["status"]["phase"].as_str(), job["status"]["run_id"].as_u64()),
+        (Some("Succeeded"), Some(highest)),
+        "{job}"
+    );
 }
