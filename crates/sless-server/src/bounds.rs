@@ -17,6 +17,17 @@ pub const MAX_JOB_RESULT_BYTES: usize = 1024 * 1024;
 /// Longest error text kept in a status or an invocation record.
 pub const MAX_ERROR_BYTES: usize = 4096;
 
+/// Most bytes of stored handler output one answer holds and sends: a page
+/// of invocation records as JSON, or the history of `logs`. Whatever the
+/// `limit` or `tail`, records (or lines) stop where the next would pass it,
+/// and the page's cursor continues after the last one sent. The worst
+/// record is a call's 64 KiB of output and 4 KiB of error, all control
+/// characters, which JSON writes as `\u0001`: some 410 KiB, so a page
+/// holds at least nine of those and a thousand ordinary records (a few
+/// hundred bytes each). Reading one holds this much of records and this
+/// much of their JSON, plus a chunk being decoded (1 MiB).
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
 /// How deeply arrays and objects nest in `value` (a scalar is 0, `[]` is 1).
 /// Iterative: a deep value cannot exhaust the stack.
 pub fn json_depth(value: &Value) -> usize {
@@ -49,6 +60,24 @@ pub fn check_depth(what: &str, value: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The length of `value` written as compact JSON, without writing it.
+pub fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Counting cannot fail, and the values measured here serialize.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 pub use sless_api::text::{clip, one_line};
 
 #[cfg(test)]
@@ -79,6 +108,12 @@ mod tests {
     fn a_value_within_the_depth_still_parses_inside_a_record() {
         let record = json!({"status": {"result": nested(MAX_JSON_DEPTH)}});
         assert!(serde_json::from_str::<Value>(&record.to_string()).is_ok());
+    }
+
+    #[test]
+    fn json_len_is_the_length_written() {
+        let value = json!({"text": "\u{1}é\n", "n": [1, 2.5, null]});
+        assert_eq!(json_len(&value), serde_json::to_vec(&value).unwrap().len());
     }
 
     #[test]

@@ -602,7 +602,12 @@ mod tests {
         }
         assert_eq!(log.written.load(Ordering::Relaxed), 3);
         assert_eq!(
-            store.list_invocations("demo", "hello", None, 10).await.unwrap().len(),
+            store
+                .list_invocations("demo", "hello", None, 10, usize::MAX)
+                .await
+                .unwrap()
+                .items
+                .len(),
             3
         );
         assert_eq!(nice_of_thread("sless-records"), Some(ENCODER_NICE));

@@ -1,5 +1,6 @@
 //! `/v1/namespaces/{ns}/functions/{name}/invocations` and `/logs`: what a
-//! function did, paged or followed as it happens.
+//! function did, paged or followed as it happens. What handlers printed is
+//! the tenant's: an answer holds at most [`MAX_ANSWER_BYTES`] of it.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -9,11 +10,11 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::Response;
-use axum::Json;
 use serde::Deserialize;
 use sless_api::{validate_name, InvocationPage, InvocationRecord};
 use tokio::sync::broadcast::error::RecvError;
 
+use crate::bounds::MAX_ANSWER_BYTES;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 use crate::store::Kind;
@@ -54,13 +55,13 @@ async fn check_function(state: &AppState, ns: &str, name: &str) -> Result<()> {
 /// A function's invocations, newest first.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/invocations", operation_id = "list_invocations", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), PageQuery),
-    responses((status = 200, body = InvocationPage), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, body = InvocationPage), (status = 404, body = sless_api::ErrorBody),),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
     query: std::result::Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<InvocationPage>> {
+) -> Result<Response> {
     let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
     check_function(&state, &ns, &name).await?;
     let limit = query.limit.unwrap_or(50);
@@ -70,14 +71,22 @@ pub async fn list(
         )));
     }
     let before = crate::record::page_cursor(query.before)?;
-    let items = state
+    let page = state
         .store
-        .list_invocations(&ns, &name, before.as_deref(), limit)
+        .list_invocations(&ns, &name, before.as_deref(), limit, MAX_ANSWER_BYTES)
         .await?;
-    let next_before = (items.len() as i64 == limit)
-        .then(|| items.last().map(|r| r.id.clone()))
-        .flatten();
-    Ok(Json(InvocationPage { items, next_before }))
+    // Past `limit` or the bytes, the page ends where the next one starts.
+    let next_before = page.items.last().filter(|_| page.more).map(|r| r.id.clone());
+    let json = serde_json::to_vec(&InvocationPage {
+        items: page.items,
+        next_before,
+    })
+    .map_err(Error::internal)?;
+    let body = futures::stream::iter([Ok::<_, Infallible>(Bytes::from(json))]);
+    Ok(Response::builder()
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(body))
+        .expect("static headers"))
 }
 
 /// The lines a function's handler printed: `{time} {request_id} {stream} {text}`
@@ -118,21 +127,7 @@ pub async fn logs(
     };
     // Subscribe before reading history so nothing falls in between.
     let live = query.follow.then(|| state.invoker.log.subscribe(&ns, &name));
-    // Newest first: only the last `tail` lines are rendered (a record's
-    // 64 KiB of output can be as many lines).
-    let history = state.store.list_invocations(&ns, &name, None, 200).await?;
-    let mut newest_first = Vec::new();
-    let mut count = 0;
-    for record in &history {
-        if count == tail {
-            break;
-        }
-        let part = render_last(record, sse, tail - count);
-        count += part.len();
-        newest_first.push(part);
-    }
-    let lines: Vec<String> = newest_first.into_iter().rev().flatten().collect();
-    let seen: HashSet<String> = history.into_iter().map(|r| r.id).collect();
+    let (lines, seen) = history(&state, &ns, &name, tail, sse).await?;
     let head = futures::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(Bytes::from(l))));
     let content_type = if sse {
         "text/event-stream"
@@ -185,36 +180,123 @@ pub async fn logs(
         .expect("static headers"))
 }
 
-/// One record's output as text lines or SSE events.
-fn render(record: &InvocationRecord, sse: bool) -> Vec<String> {
-    render_last(record, sse, usize::MAX)
+/// The last `tail` lines of a function's newest [`HISTORY_RECORDS`]
+/// records, in order, as many as fit in [`MAX_ANSWER_BYTES`]; and the ids
+/// of the records read. Read a page of records at a time, each page
+/// bounded in bytes too.
+async fn history(
+    state: &AppState,
+    ns: &str,
+    name: &str,
+    tail: usize,
+    sse: bool,
+) -> Result<(Vec<String>, HashSet<String>)> {
+    let mut lines = Tail::new(tail);
+    let mut seen = HashSet::new();
+    let mut before: Option<String> = None;
+    while seen.len() < HISTORY_RECORDS && !lines.full() {
+        let left = (HISTORY_RECORDS - seen.len()) as i64;
+        let page = state
+            .store
+            .list_invocations(ns, name, before.as_deref(), left, MAX_ANSWER_BYTES)
+            .await?;
+        for record in &page.items {
+            lines.add(record, sse);
+        }
+        seen.extend(page.items.iter().map(|r| r.id.clone()));
+        before = page.items.last().map(|r| r.id.clone());
+        if !page.more {
+            break;
+        }
+    }
+    Ok((lines.into_lines(), seen))
 }
 
-/// The last `most` lines of `record`'s output, rendered, in order.
-fn render_last(record: &InvocationRecord, sse: bool, most: usize) -> Vec<String> {
-    let time = record.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let lines = record
-        .logs
-        .iter()
-        .rev()
-        .flat_map(|chunk| chunk.text.lines().rev().map(move |line| (chunk, line)));
-    let mut out: Vec<String> = lines
-        .take(most)
-        .map(|(chunk, line)| {
-            if sse {
-                let event = serde_json::json!({
-                    "time": time, "request_id": record.request_id, "invocation": record.id,
-                    "stream": chunk.stream, "text": line,
-                });
-                format!("data: {event}\n\n")
-            } else {
-                format!("{time} {} {} {line}\n", record.request_id, chunk.stream)
+/// Rendered lines, gathered newest first, up to a number of them and
+/// [`MAX_ANSWER_BYTES`].
+struct Tail {
+    newest_first: Vec<String>,
+    bytes: usize,
+    most: usize,
+    /// A line did not fit: the ones before it are all that do.
+    cut: bool,
+}
+
+impl Tail {
+    fn new(most: usize) -> Tail {
+        Tail {
+            newest_first: Vec::new(),
+            bytes: 0,
+            most,
+            cut: false,
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.cut || self.newest_first.len() >= self.most
+    }
+
+    /// Adds `record`'s lines, from its last, while they fit.
+    fn add(&mut self, record: &InvocationRecord, sse: bool) {
+        let time = started(record);
+        for (stream, line) in lines_newest_first(record) {
+            if self.full() {
+                return;
             }
-        })
+            let line = render_line(record, &time, stream, line, sse);
+            if self.bytes + line.len() > MAX_ANSWER_BYTES {
+                self.cut = true;
+                return;
+            }
+            self.bytes += line.len();
+            self.newest_first.push(line);
+        }
+    }
+
+    /// The lines, oldest first.
+    fn into_lines(mut self) -> Vec<String> {
+        self.newest_first.reverse();
+        self.newest_first
+    }
+}
+
+/// One record's output as text lines or SSE events.
+fn render(record: &InvocationRecord, sse: bool) -> Vec<String> {
+    let time = started(record);
+    let mut out: Vec<String> = lines_newest_first(record)
+        .map(|(stream, line)| render_line(record, &time, stream, line, sse))
         .collect();
     out.reverse();
     out
 }
+
+fn started(record: &InvocationRecord) -> String {
+    record.started_at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// `record`'s printed lines with their streams, from the last.
+fn lines_newest_first(record: &InvocationRecord) -> impl Iterator<Item = (&str, &str)> {
+    record
+        .logs
+        .iter()
+        .rev()
+        .flat_map(|chunk| chunk.text.lines().rev().map(move |line| (chunk.stream.as_str(), line)))
+}
+
+fn render_line(record: &InvocationRecord, time: &str, stream: &str, line: &str, sse: bool) -> String {
+    if sse {
+        let event = serde_json::json!({
+            "time": time, "request_id": record.request_id, "invocation": record.id,
+            "stream": stream, "text": line,
+        });
+        format!("data: {event}\n\n")
+    } else {
+        format!("{time} {} {stream} {line}\n", record.request_id)
+    }
+}
+
+/// The most records whose lines `logs` looks through for its history.
+const HISTORY_RECORDS: usize = 200;
 
 /// The most lines of history `logs` sends (`tail`).
 const MAX_TAIL: usize = 10_000;

@@ -16,7 +16,7 @@ use crate::store::Kind;
 
 /// The most records one answer reads; past it the answer says `truncated`.
 const MAX_RECORDS: usize = 20_000;
-/// Records read per store call.
+/// Records read per store call at most.
 const PAGE: i64 = 1000;
 /// The longest window: 7 days.
 const MAX_WINDOW: u64 = 7 * 86_400;
@@ -36,7 +36,7 @@ pub struct StatsQuery {
 /// seconds, in steps of `step` seconds.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/stats", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), StatsQuery),
-    responses((status = 200, body = FunctionStats), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, body = FunctionStats), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),),
     security(("bearer" = [])))]
 pub async fn stats(
     State(state): State<Arc<AppState>>,
@@ -70,16 +70,17 @@ pub async fn stats(
     let mut before: Option<String> = None;
     let mut read = 0usize;
     let truncated = loop {
+        // Pages bounded in bytes too: only what the samples need is kept.
         let page = state
             .store
-            .list_invocations(&ns, &name, before.as_deref(), PAGE)
+            .list_invocations(&ns, &name, before.as_deref(), PAGE, crate::bounds::MAX_ANSWER_BYTES)
             .await?;
-        let full = page.len() as i64 == PAGE;
+        let (more, page) = (page.more, page.items);
         read += page.len();
         samples.extend(page.iter().map(Sample::of));
         before = page.last().map(|r| r.id.clone());
         let reached_from = page.last().is_none_or(|r| r.started_at < from);
-        if reached_from || !full {
+        if reached_from || !more {
             break false;
         }
         if read >= MAX_RECORDS {

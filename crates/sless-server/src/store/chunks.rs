@@ -415,31 +415,55 @@ pub fn without(data: &[u8], drop: impl Fn(&str) -> bool) -> Result<Option<(Strin
     )))
 }
 
-/// The newest `limit` records of one function older than `before`,
-/// collected from its chunks fed newest `last_id` first.
+/// A page of one function's records, newest first.
+#[derive(Debug, Default)]
+pub struct RecordPage {
+    pub items: Vec<InvocationRecord>,
+    /// Whether records older than the last of `items` are left.
+    pub more: bool,
+}
+
+/// The newest records of one function older than `before`, as many as fit
+/// in `limit` records and `max_bytes` of their JSON (at least one, so that
+/// paging always moves), collected from its chunks fed newest `last_id`
+/// first. What it holds stays within the bounds too: the records that fit,
+/// the first one that did not (which says there are more, and when the
+/// chunks left can no longer change the page), and the chunk being added.
 pub struct Newest<'a> {
     namespace: &'a str,
     function: &'a str,
     limit: usize,
+    max_bytes: usize,
     before: Option<&'a str>,
-    items: Vec<InvocationRecord>,
+    /// Newest first, each with its length as JSON: the page, then at most
+    /// one record past it.
+    items: Vec<(InvocationRecord, usize)>,
+    /// How many of `items` are the page.
+    fit: usize,
 }
 
 impl<'a> Newest<'a> {
-    pub fn new(namespace: &'a str, function: &'a str, limit: usize, before: Option<&'a str>) -> Self {
+    pub fn new(namespace: &'a str, function: &'a str, limit: usize, max_bytes: usize, before: Option<&'a str>) -> Self {
         Newest {
             namespace,
             function,
             limit,
+            max_bytes,
             before,
             items: Vec::new(),
+            fit: 0,
         }
     }
 
     /// True when a chunk whose newest record is `last_id` (and every chunk
-    /// after it) can no longer change the answer.
+    /// after it) can no longer change the answer: its records are all
+    /// older than one that already falls past the page.
     pub fn complete(&self, last_id: &str) -> bool {
-        self.limit == 0 || (self.items.len() == self.limit && self.items[self.limit - 1].id.as_str() > last_id)
+        self.limit == 0
+            || self
+                .items
+                .get(self.fit)
+                .is_some_and(|(past, _)| past.id.as_str() > last_id)
     }
 
     pub fn add(&mut self, data: &[u8]) -> Result<()> {
@@ -447,15 +471,33 @@ impl<'a> Newest<'a> {
         self.items.extend(
             decode(self.namespace, self.function, data)?
                 .into_iter()
-                .filter(|r| before.is_none_or(|b| r.id.as_str() < b)),
+                .filter(|r| before.is_none_or(|b| r.id.as_str() < b))
+                .map(|r| {
+                    let len = crate::bounds::json_len(&r);
+                    (r, len)
+                }),
         );
-        self.items.sort_unstable_by(|a, b| b.id.cmp(&a.id));
-        self.items.truncate(self.limit);
+        self.items.sort_unstable_by(|a, b| b.0.id.cmp(&a.0.id));
+        let (mut fit, mut bytes) = (0, 0);
+        for (_, len) in &self.items {
+            if fit == self.limit || (fit > 0 && bytes + len > self.max_bytes) {
+                break;
+            }
+            fit += 1;
+            bytes += len;
+        }
+        self.fit = fit;
+        self.items.truncate(fit + 1);
         Ok(())
     }
 
-    pub fn into_items(self) -> Vec<InvocationRecord> {
-        self.items
+    pub fn into_page(mut self) -> RecordPage {
+        let more = self.items.len() > self.fit;
+        self.items.truncate(self.fit);
+        RecordPage {
+            items: self.items.into_iter().map(|(r, _)| r).collect(),
+            more,
+        }
     }
 }
 
@@ -642,24 +684,68 @@ mod tests {
         assert_eq!(chunks.iter().map(|c| c.records).collect::<Vec<_>>(), [1, 2]);
     }
 
+    fn ids(page: RecordPage) -> (Vec<String>, bool) {
+        (page.items.into_iter().map(|r| r.id).collect(), page.more)
+    }
+
     #[test]
     fn overlapping_chunks_merge_newest_first() {
         // A long call (id 2) recorded in a chunk beside newer ones.
         let newer = chunks_of(&[record("a", 2), record("a", 9), record("a", 10)]);
         let older = chunks_of(&[record("a", 5), record("a", 6)]);
-        let mut newest = Newest::new("ns", "a", 3, None);
+        let mut newest = Newest::new("ns", "a", 3, usize::MAX, None);
         newest.add(&newer[0].data).unwrap();
         assert!(!newest.complete(&older[0].last_id), "6 beats 2");
         newest.add(&older[0].data).unwrap();
-        let ids: Vec<_> = newest.into_items().into_iter().map(|r| r.id).collect();
-        assert_eq!(ids, [10, 9, 6].map(|i| format!("{i:024x}")));
+        assert_eq!(
+            ids(newest.into_page()),
+            (vec![10, 9, 6].into_iter().map(|i| format!("{i:024x}")).collect(), true)
+        );
 
-        let mut page = Newest::new("ns", "a", 2, Some(&newer[0].last_id));
+        let mut page = Newest::new("ns", "a", 2, usize::MAX, Some(&newer[0].last_id));
         page.add(&newer[0].data).unwrap();
         page.add(&older[0].data).unwrap();
         assert!(page.complete(&format!("{:024x}", 4)));
-        let ids: Vec<_> = page.into_items().into_iter().map(|r| r.id).collect();
-        assert_eq!(ids, [9, 6].map(|i| format!("{i:024x}")));
+        assert_eq!(
+            ids(page.into_page()),
+            (vec![9, 6].into_iter().map(|i| format!("{i:024x}")).collect(), true)
+        );
+
+        let mut last = Newest::new("ns", "a", 2, usize::MAX, Some(&older[0].first_id));
+        last.add(&newer[0].data).unwrap();
+        last.add(&older[0].data).unwrap();
+        assert_eq!(ids(last.into_page()), (vec![format!("{:024x}", 2)], false));
+    }
+
+    /// A page stops before the record that would take it past its bytes,
+    /// whatever the limit; a record found later that sorts in before that
+    /// one still gets in if it fits.
+    #[test]
+    fn a_page_holds_what_fits_in_its_bytes() {
+        let sized = |id, len| {
+            let mut r = record("a", id);
+            r.logs[0].text = "\u{1}".repeat(len);
+            r
+        };
+        let one = crate::bounds::json_len(&sized(1, 1000).to_record());
+        let budget = 2 * one + one / 2;
+        let newer = chunks_of(&[sized(10, 1000), sized(9, 1000), sized(7, 1000)]);
+        let mut page = Newest::new("ns", "a", 1000, budget, None);
+        page.add(&newer[0].data).unwrap();
+        assert!(page.complete(&format!("{:024x}", 6)), "7 is past the page");
+        assert!(!page.complete(&format!("{:024x}", 8)), "8 could be");
+        // A small record between 9 and 7 fits beside 10 and 9.
+        page.add(&chunks_of(&[sized(8, 10)])[0].data).unwrap();
+        let page = page.into_page();
+        assert!(page.items.iter().map(crate::bounds::json_len).sum::<usize>() <= budget);
+        assert_eq!(
+            ids(page),
+            (vec![10, 9, 8].into_iter().map(|i| format!("{i:024x}")).collect(), true)
+        );
+        // One record larger than the budget is still a page of one.
+        let mut alone = Newest::new("ns", "a", 1000, 10, None);
+        alone.add(&newer[0].data).unwrap();
+        assert_eq!(ids(alone.into_page()), (vec![format!("{:024x}", 10)], true));
     }
 
     #[test]
@@ -682,7 +768,11 @@ mod tests {
         assert_eq!(chunks.len(), 6000);
         store.insert_chunks(&chunks).await.unwrap();
         for (function, id) in [("f0", 0), ("f4321", 4321), ("f5999", 5999)] {
-            let found = store.list_invocations("ns", function, None, 10).await.unwrap();
+            let found = store
+                .list_invocations("ns", function, None, 10, usize::MAX)
+                .await
+                .unwrap()
+                .items;
             assert_eq!(found.len(), 1, "{function}");
             assert_eq!(found[0].id, format!("{id:024x}"));
         }

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sless_api::InvocationRecord;
 
 use crate::error::Result;
 
@@ -104,14 +103,17 @@ pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
     /// Appends records already cut into chunks ([`chunks::chunks_of`]) in
     /// one transaction.
     async fn insert_chunks(&self, chunks: &[chunks::Chunk]) -> Result<()>;
-    /// A function's invocations, newest first, older than `before` (an id).
+    /// A function's invocations, newest first, older than `before` (an
+    /// id): at most `limit` of them and `max_bytes` of their JSON, at least
+    /// one ([`chunks::Newest`]).
     async fn list_invocations(
         &self,
         namespace: &str,
         function: &str,
         before: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<InvocationRecord>>;
+        max_bytes: usize,
+    ) -> Result<chunks::RecordPage>;
     /// Deletes records started before `cutoff`, and per namespace all but
     /// the newest `keep` records and the chunks past the newest `max_bytes`
     /// of stored data; returns how many went.

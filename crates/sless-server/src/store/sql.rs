@@ -28,7 +28,6 @@ macro_rules! sql_store {
 
         use $crate::error::{Error, Result};
         use $crate::store::{Kind, Record, Store, TokenRecord};
-        use sless_api::InvocationRecord;
 
         use $crate::store::sql::{parse_time, time_text};
 
@@ -391,9 +390,11 @@ macro_rules! sql_store {
                 function: &str,
                 before: Option<&str>,
                 limit: i64,
-            ) -> Result<Vec<InvocationRecord>> {
+                max_bytes: usize,
+            ) -> Result<$crate::store::chunks::RecordPage> {
                 use futures::TryStreamExt;
-                let mut newest = $crate::store::chunks::Newest::new(namespace, function, limit.max(0) as usize, before);
+                let mut newest =
+                    $crate::store::chunks::Newest::new(namespace, function, limit.max(0) as usize, max_bytes, before);
                 let mut rows = sqlx::query(
                     "SELECT last_id, data FROM invocation_chunks WHERE namespace = $1 AND function = $2 \
                      AND first_id < $3 ORDER BY last_id DESC",
@@ -409,7 +410,7 @@ macro_rules! sql_store {
                     }
                     newest.add(row.try_get::<&[u8], _>("data")?)?;
                 }
-                Ok(newest.into_items())
+                Ok(newest.into_page())
             }
 
             async fn prune_invocations(

@@ -239,6 +239,130 @@ async fn records_capture_output_and_page(backend: Backend) {
     assert!(response.text().await.unwrap().contains("at most 10000"));
 }
 
+/// Prints 65,000 control characters (under the 64 KiB cap), which JSON
+/// writes six bytes each, then which call this is.
+const LOUD: &[u8] = br#"
+import sys
+
+def handle(event, context):
+    sys.stdout.write("\x01" * 65000 + " call %d\n" % event["n"])
+    return 1
+"#;
+
+/// The most bytes of handler output one answer holds (README, Limits).
+const ANSWER_BYTES: usize = 4 << 20;
+
+/// The pages of `name`'s records, following `next_before` from the newest:
+/// each page's size as sent, and the page.
+async fn all_pages(server: &Server, name: &str) -> Vec<(usize, Value)> {
+    let mut pages = Vec::new();
+    let mut before = String::new();
+    loop {
+        let path = format!("/v1/namespaces/ns/functions/{name}/invocations?limit=1000&before={before}");
+        let response = server
+            .request(Method::GET, &path, Some(&server.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.bytes().await.unwrap();
+        let page: Value = serde_json::from_slice(&body).unwrap();
+        let next = page["next_before"].as_str().map(str::to_string);
+        pages.push((body.len(), page));
+        match next {
+            Some(next) => before = next,
+            None => return pages,
+        }
+    }
+}
+
+/// What handlers printed is the tenant's: one answer holds at most 4 MiB
+/// of it whatever the `limit` or `tail` (1000 such records were a 390 MB
+/// page), a page ends where the next starts so paging loses no record,
+/// and a log's history is its newest lines that fit.
+#[tokio::test]
+async fn an_answer_holds_at_most_4_mib_of_output_and_paging_loses_nothing() {
+    const CALLS: usize = 30;
+    let server = Server::start(Backend::Sqlite).await;
+    server
+        .deploy("ns", "loud", json!({"runtime": "python3.11"}), &[("handler.py", LOUD)])
+        .await;
+    for n in 0..CALLS {
+        let (status, _, body) = server
+            .invoke(Method::POST, "/fn/ns/loud", &json!({"n": n}).to_string())
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let pages = eventually(Duration::from_secs(15), || async {
+        let pages = all_pages(&server, "loud").await;
+        let records: usize = pages.iter().map(|(_, p)| p["items"].as_array().unwrap().len()).sum();
+        match records {
+            CALLS => Ok(pages),
+            _ => Err(format!("{records} of {CALLS} records")),
+        }
+    })
+    .await;
+    // Some 390 KB a record: a few pages of a few records each.
+    assert!(pages.len() >= 3, "{} pages", pages.len());
+    for (size, page) in &pages {
+        assert!(*size <= ANSWER_BYTES + 1024, "a page of {size} bytes");
+        assert!(!page["items"].as_array().unwrap().is_empty());
+    }
+    let calls: Vec<String> = pages
+        .iter()
+        .flat_map(|(_, p)| p["items"].as_array().unwrap().clone())
+        .map(|r| {
+            let text = r["logs"][0]["text"].as_str().unwrap();
+            text.trim_start_matches('\u{1}').trim().to_string()
+        })
+        .collect();
+    let expected: Vec<String> = (0..CALLS).rev().map(|n| format!("call {n}")).collect();
+    assert_eq!(calls, expected, "every record once, newest first");
+
+    let server = &server;
+    let logs = |accept: &'static str| async move {
+        let response = server
+            .request(
+                Method::GET,
+                "/v1/namespaces/ns/functions/loud/logs?tail=10000",
+                Some(&server.admin),
+            )
+            .header("accept", accept)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.text().await.unwrap()
+    };
+    // As events, each line is some 390 KB: the newest that fit, in order.
+    let events = logs("text/event-stream").await;
+    assert!(events.len() <= ANSWER_BYTES, "{} bytes of events", events.len());
+    let calls: Vec<usize> = events
+        .split_terminator("\n\n")
+        .map(|event| {
+            let event: Value = serde_json::from_str(event.strip_prefix("data: ").unwrap()).unwrap();
+            let text = event["text"].as_str().unwrap().trim_start_matches('\u{1}').trim();
+            text.strip_prefix("call ").unwrap().parse().unwrap()
+        })
+        .collect();
+    assert!(calls.len() >= 5 && calls.len() < CALLS, "{} events", calls.len());
+    assert_eq!(calls, (CALLS - calls.len()..CALLS).collect::<Vec<_>>());
+    // As text, 65 KB a line: all of them fit, read a page of records at a time.
+    let text = logs("text/plain").await;
+    assert_eq!(text.lines().count(), CALLS, "{} bytes of text", text.len());
+    assert!(text.lines().last().unwrap().ends_with(&format!(" call {}", CALLS - 1)));
+
+    // Stats read every record too, a bounded page at a time.
+    let (status, stats) = server
+        .call(Method::GET, "/v1/namespaces/ns/functions/loud/stats", None)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert_eq!(
+        (stats["calls"].as_u64(), stats["truncated"].as_bool()),
+        (Some(CALLS as u64), Some(false))
+    );
+}
+
 /// Each open log stream holds a connection: a namespace holds 32 at most
 /// (429 past them, other namespaces unaffected), and a closed one gives its
 /// place back.
