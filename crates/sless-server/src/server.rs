@@ -190,6 +190,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         admin_hash,
         secrets,
         follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
+        record_reads: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_RECORD_READS)),
         calls: Arc::new(crate::state::Slots::new(ns_max_calls)),
         uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE).waiting_at_most(UPLOADS_WAITING_PER_NAMESPACE),
         quota_turns: crate::state::Gates::new(1),

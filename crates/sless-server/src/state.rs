@@ -36,6 +36,9 @@ pub struct AppState {
     pub secrets: Arc<crate::secrets::Secrets>,
     /// Log streams open (`logs?follow=true`), per namespace.
     pub follows: Arc<Slots>,
+    /// Reads of stored invocation records under way (a page, a log's
+    /// history, stats) per namespace, each until its answer is sent.
+    pub record_reads: Arc<Slots>,
     /// Calls through `/fn` under way, per namespace.
     pub calls: Arc<Slots>,
     /// Code uploads under way (their bodies read and held), per namespace.

@@ -1,6 +1,7 @@
 //! `/v1/namespaces/{ns}/functions/{name}/invocations` and `/logs`: what a
 //! function did, paged or followed as it happens. What handlers printed is
-//! the tenant's: an answer holds at most [`MAX_ANSWER_BYTES`] of it.
+//! the tenant's: an answer holds at most [`MAX_ANSWER_BYTES`] of it, and a
+//! namespace reads at most [`MAX_RECORD_READS`] answers' worth at once.
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -16,7 +17,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::bounds::MAX_ANSWER_BYTES;
 use crate::error::{Error, Result};
-use crate::state::AppState;
+use crate::state::{AppState, Slot};
 use crate::store::Kind;
 
 /// How often a followed log stream looks whether its token still exists.
@@ -55,7 +56,8 @@ async fn check_function(state: &AppState, ns: &str, name: &str) -> Result<()> {
 /// A function's invocations, newest first.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/invocations", operation_id = "list_invocations", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), PageQuery),
-    responses((status = 200, body = InvocationPage), (status = 404, body = sless_api::ErrorBody),),
+    responses((status = 200, body = InvocationPage), (status = 404, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = READS_REFUSED)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
@@ -71,6 +73,7 @@ pub async fn list(
         )));
     }
     let before = crate::record::page_cursor(query.before)?;
+    let read = read_slot(&state, &ns)?;
     let page = state
         .store
         .list_invocations(&ns, &name, before.as_deref(), limit, MAX_ANSWER_BYTES)
@@ -85,8 +88,35 @@ pub async fn list(
     let body = futures::stream::iter([Ok::<_, Infallible>(Bytes::from(json))]);
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from_stream(body))
+        .body(Body::from_stream(holding(read, body)))
         .expect("static headers"))
+}
+
+/// Why a read of records gets a 429.
+pub(crate) const READS_REFUSED: &str =
+    "The namespace has as many reads of invocation records under way as it may (2); Retry-After says when to try again";
+
+/// One of `namespace`'s reads of stored records, or a 429 when as many as
+/// it may are under way.
+pub(crate) fn read_slot(state: &AppState, namespace: &str) -> Result<Slot> {
+    let most = state.record_reads.most();
+    state
+        .record_reads
+        .take(namespace)
+        .ok_or_else(|| Error::TooManyRequests {
+            message: format!("namespace {namespace} has {most} reads of invocation records under way, the most it may"),
+            retry_after: 1,
+        })
+}
+
+/// `stream`, keeping `slot` until it is sent or dropped: what an answer
+/// holds in memory counts as long as it is held.
+fn holding<S: futures::Stream>(slot: Slot, stream: S) -> impl futures::Stream<Item = S::Item> {
+    use futures::StreamExt;
+    stream.map(move |item| {
+        let _held = &slot;
+        item
+    })
 }
 
 /// The lines a function's handler printed: `{time} {request_id} {stream} {text}`
@@ -94,7 +124,8 @@ pub async fn list(
 /// accepts `text/event-stream`. `follow=true` streams new lines as they happen.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/logs", operation_id = "get_logs", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), LogsQuery),
-    responses((status = 200, description = "Log lines", content_type = "text/plain"), (status = 404, body = sless_api::ErrorBody)),
+    responses((status = 200, description = "Log lines", content_type = "text/plain"), (status = 404, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = "As many log streams (follow=true) or reads of records as the namespace may have are open")),
     security(("bearer" = [])))]
 pub async fn logs(
     State(state): State<Arc<AppState>>,
@@ -127,8 +158,12 @@ pub async fn logs(
     };
     // Subscribe before reading history so nothing falls in between.
     let live = query.follow.then(|| state.invoker.log.subscribe(&ns, &name));
+    let read = read_slot(&state, &ns)?;
     let (lines, seen) = history(&state, &ns, &name, tail, sse).await?;
-    let head = futures::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(Bytes::from(l))));
+    let head = holding(
+        read,
+        futures::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(Bytes::from(l)))),
+    );
     let content_type = if sse {
         "text/event-stream"
     } else {
@@ -304,3 +339,32 @@ const MAX_TAIL: usize = 10_000;
 /// The most log streams (`follow=true`) one namespace holds open at once:
 /// each holds a connection, and the server takes a few thousand.
 pub const MAX_FOLLOWS: usize = 32;
+
+/// The most reads of stored records (a page of invocations, a log's
+/// history, stats) one namespace has under way at once, each counted until
+/// its answer is sent: each holds up to twice [`MAX_ANSWER_BYTES`] and, while
+/// it reads, one of the store's few connections.
+pub const MAX_RECORD_READS: usize = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Slots;
+    use futures::StreamExt;
+
+    /// A read's place is the namespace's until its answer is sent or
+    /// dropped, not only while it reads the store.
+    #[tokio::test]
+    async fn an_answer_keeps_its_read_until_it_is_gone() {
+        let reads = Arc::new(Slots::new(MAX_RECORD_READS));
+        let held: Vec<Slot> = (1..MAX_RECORD_READS).map(|_| reads.take("ns").unwrap()).collect();
+        let mut answer = Box::pin(holding(reads.take("ns").unwrap(), futures::stream::iter([1, 2])));
+        assert!(reads.take("ns").is_none(), "all of the namespace's reads are under way");
+        assert!(reads.take("other").is_some(), "another namespace's are its own");
+        assert_eq!(answer.next().await, Some(1));
+        assert!(reads.take("ns").is_none(), "half sent");
+        drop(answer);
+        assert!(reads.take("ns").is_some());
+        drop(held);
+    }
+}

@@ -36,7 +36,8 @@ pub struct StatsQuery {
 /// seconds, in steps of `step` seconds.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/stats", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), StatsQuery),
-    responses((status = 200, body = FunctionStats), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),),
+    responses((status = 200, body = FunctionStats), (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = super::invocations::READS_REFUSED)),
     security(("bearer" = [])))]
 pub async fn stats(
     State(state): State<Arc<AppState>>,
@@ -60,6 +61,7 @@ pub async fn stats(
         ));
     }
     load(&state, Kind::Function, &ns, &name).await?;
+    let _read = super::invocations::read_slot(&state, &ns)?;
     // Steps start at whole multiples of `step` (minutes, hours): the window
     // ends at now rounded up to one, so the last step is still filling.
     let now = crate::store::now().timestamp();
