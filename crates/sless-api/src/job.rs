@@ -53,8 +53,12 @@ pub struct JobStatus {
     pub phase: JobPhase,
     /// The run_id of the latest run started (0 before any).
     pub run_id: u64,
-    /// The handler's return value.
+    /// The handler's return value. A list of jobs leaves out one whose JSON
+    /// is over 8 KiB (`result_bytes` says how large); a job's own GET has it.
     pub result: Option<Value>,
+    /// The size of a result kept apart from the job's record (over 8 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_bytes: Option<u64>,
     pub error: Option<String>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,

@@ -224,7 +224,9 @@ impl Jobs {
         task.abort();
     }
 
-    /// Writes a status if the job still belongs to this run.
+    /// Writes a status if the job still belongs to this run; a result over
+    /// [`INLINE_RESULT_BYTES`] goes to the record's detail, out of what
+    /// lists of jobs read.
     async fn save(&self, namespace: &str, name: &str, status: &JobStatus) -> crate::Result<bool> {
         let Some(record) = self.store.get(Kind::Job, namespace, name).await? else {
             return Ok(false);
@@ -233,9 +235,16 @@ impl Jobs {
         if current.run_id != status.run_id {
             return Ok(false);
         }
-        let value = serde_json::to_value(status).map_err(crate::Error::internal)?;
+        let mut status = status.clone();
+        let result = status.result.as_ref().map(Value::to_string);
+        let detail = result.filter(|text| text.len() > INLINE_RESULT_BYTES);
+        if let Some(text) = &detail {
+            status.result = None;
+            status.result_bytes = Some(text.len() as u64);
+        }
+        let value = serde_json::to_value(&status).map_err(crate::Error::internal)?;
         self.store
-            .swap_status(Kind::Job, namespace, name, &record.status, &value)
+            .swap_status_and_detail(Kind::Job, namespace, name, &record.status, &value, detail.as_deref())
             .await
     }
 
@@ -353,6 +362,21 @@ async fn start_waiting(jobs: Weak<Jobs>, ended: Arc<tokio::sync::Notify>, leader
             }
         }
     }
+}
+
+/// The largest result kept in a job's status as JSON; a larger one is kept
+/// apart (`Store::detail`), so the lists of jobs that the leader and every
+/// quota check read hold at most this much of each.
+pub const INLINE_RESULT_BYTES: usize = 8 * 1024;
+
+/// A job as its own GET shows it: with its result, kept apart or not.
+pub async fn with_result(store: &dyn Store, mut job: sless_api::Job) -> crate::Result<sless_api::Job> {
+    if job.status.result.is_none() && job.status.result_bytes.is_some() {
+        if let Some(text) = store.detail(Kind::Job, &job.namespace, &job.name).await? {
+            job.status.result = Some(serde_json::from_str(&text).map_err(crate::Error::internal)?);
+        }
+    }
+    Ok(job)
 }
 
 /// The handler's answer as the job's `result` (its JSON, else its text),

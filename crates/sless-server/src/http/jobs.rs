@@ -112,7 +112,8 @@ pub async fn create(
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Job name")),
     responses((status = 200, body = Job), (status = 404, body = sless_api::ErrorBody)), security(("bearer" = [])))]
 pub async fn get(State(state): State<Arc<AppState>>, Path((ns, name)): Path<(String, String)>) -> Result<Json<Job>> {
-    Ok(Json(to_api(load(&state, Kind::Job, &ns, &name).await?)?))
+    let job = to_api(load(&state, Kind::Job, &ns, &name).await?)?;
+    Ok(Json(crate::jobs::with_result(&*state.store, job).await?))
 }
 
 /// Change a job; raising `run_id` above the last run starts a new run.

@@ -15,6 +15,7 @@ pub const SQLITE: Migrations = &[
     (8, include_str!("../../migrations/sqlite/0008_async_parked.sql")),
     (9, include_str!("../../migrations/sqlite/0009_async_fair.sql")),
     (10, include_str!("../../migrations/sqlite/0010_version_bytes.sql")),
+    (11, include_str!("../../migrations/sqlite/0011_job_results.sql")),
 ];
 
 pub const POSTGRES: Migrations = &[
@@ -29,6 +30,7 @@ pub const POSTGRES: Migrations = &[
     (9, include_str!("../../migrations/postgres/0009_async_parked.sql")),
     (10, include_str!("../../migrations/postgres/0010_async_fair.sql")),
     (11, include_str!("../../migrations/postgres/0011_version_bytes.sql")),
+    (12, include_str!("../../migrations/postgres/0012_job_results.sql")),
 ];
 
 #[cfg(test)]

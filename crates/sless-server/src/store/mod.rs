@@ -93,6 +93,21 @@ pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
     async fn swap_status(&self, kind: Kind, namespace: &str, name: &str, expected: &Value, new: &Value)
         -> Result<bool>;
 
+    /// [`Store::swap_status`], and sets the record's detail (a large part
+    /// kept out of what lists read: a job's result) in the same write.
+    async fn swap_status_and_detail(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        expected: &Value,
+        new: &Value,
+        detail: Option<&str>,
+    ) -> Result<bool>;
+
+    /// The record's detail (see [`Store::swap_status_and_detail`]).
+    async fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<String>>;
+
     /// Records a built version and makes `status` the function's status in
     /// one transaction, if its status still equals `expected`
     /// (compare-and-set, as [`Store::swap_status`]); false, with nothing

@@ -329,6 +329,43 @@ macro_rules! sql_store {
                 Ok(done.rows_affected() == 1)
             }
 
+            async fn swap_status_and_detail(
+                &self,
+                kind: Kind,
+                namespace: &str,
+                name: &str,
+                expected: &serde_json::Value,
+                new: &serde_json::Value,
+                detail: Option<&str>,
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "UPDATE resources SET status = $1, updated_at = $2, detail = $7 \
+                     WHERE kind = $3 AND namespace = $4 AND name = $5 AND status = $6",
+                )
+                .bind(json_text(new))
+                .bind(time_text(&$crate::store::now()))
+                .bind(kind.as_str())
+                .bind(namespace)
+                .bind(name)
+                .bind(json_text(expected))
+                .bind(detail)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<String>> {
+                let detail: Option<Option<String>> = sqlx::query_scalar(
+                    "SELECT detail FROM resources WHERE kind = $1 AND namespace = $2 AND name = $3",
+                )
+                .bind(kind.as_str())
+                .bind(namespace)
+                .bind(name)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(detail.flatten())
+            }
+
             async fn record_version(
                 &self,
                 v: &$crate::store::VersionRecord,

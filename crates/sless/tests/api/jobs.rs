@@ -19,6 +19,8 @@ def handle(event, context):
         raise RuntimeError("job failed on purpose")
     if event.get("sleep"):
         time.sleep(event["sleep"])
+    if event.get("big"):
+        return {"blob": "x" * event["big"]}
     return {"doubled": event.get("n", 0) * 2, "trigger": context.trigger, "instance": INSTANCE}
 "#;
 
@@ -43,7 +45,11 @@ async fn finished(server: &Server, name: &str) -> Value {
         .await
 }
 
-crate::both_stores!(jobs_skip_run_and_rerun, raises_at_once_keep_the_highest_run);
+crate::both_stores!(
+    jobs_skip_run_and_rerun,
+    raises_at_once_keep_the_highest_run,
+    a_large_result_is_kept_out_of_lists
+);
 
 async fn jobs_skip_run_and_rerun(backend: Backend) {
     let server = setup(backend).await;
@@ -340,4 +346,61 @@ async fn raises_at_once_keep_the_highest_run(backend: Backend) {
         (Some("Succeeded"), Some(highest)),
         "{job}"
     );
+}
+
+/// A result over 8 KiB is kept apart from the job's record: a list of jobs
+/// (which the leader and every quota check read too) says only its size,
+/// and the job's own GET has it whole. A small one stays in both.
+async fn a_large_result_is_kept_out_of_lists(backend: Backend) {
+    let server = setup(backend).await;
+    for (name, big) in [("large", 200_000), ("small", 100)] {
+        let (status, body) = server
+            .call(
+                Method::POST,
+                "/v1/namespaces/ns/jobs",
+                Some(json!({"name": name, "function": "worker", "run_id": 1, "event": {"big": big}})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let job = finished(&server, name).await;
+        assert_eq!(job["status"]["phase"], "Succeeded", "{job}");
+        assert_eq!(
+            job["status"]["result"]["blob"].as_str().unwrap().len(),
+            big,
+            "GET has it whole"
+        );
+    }
+    let (status, list) = server.call(Method::GET, "/v1/namespaces/ns/jobs", None).await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    assert!(
+        list.to_string().len() < 16 * 1024,
+        "the list holds {} bytes",
+        list.to_string().len()
+    );
+    let items = list["items"].as_array().unwrap();
+    let large = items.iter().find(|j| j["name"] == "large").unwrap();
+    assert!(large["status"]["result"].is_null(), "{large}");
+    assert!(large["status"]["result_bytes"].as_u64().unwrap() > 200_000, "{large}");
+    let small = items.iter().find(|j| j["name"] == "small").unwrap();
+    assert_eq!(
+        small["status"]["result"]["blob"].as_str().unwrap().len(),
+        100,
+        "{small}"
+    );
+    // A new run with a small result leaves nothing of the large one.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/jobs/large",
+            Some(json!({"run_id": 2, "event": {"big": 10}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let job = server
+        .wait_for("/v1/namespaces/ns/jobs/large", 60, |j| {
+            j["status"]["run_id"] == 2 && j["status"]["phase"] == "Succeeded"
+        })
+        .await;
+    assert_eq!(job["status"]["result"], json!({"blob": "x".repeat(10)}), "{job}");
+    assert!(job["status"].get("result_bytes").is_none(), "{job}");
 }

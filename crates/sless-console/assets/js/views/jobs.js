@@ -27,6 +27,12 @@ function jobDetail(job) {
   ];
 }
 
+function resultSummary(s) {
+  if (!s) return "";
+  if (s.result !== undefined && s.result !== null) return cut(JSON.stringify(s.result), 80);
+  return s.result_bytes ? `${s.result_bytes} bytes (pick the job to see it)` : "";
+}
+
 function createForm(namespace, functions, done) {
   const name = input({ id: "job-name" });
   const fn = select(functions.length ? functions : [["", "(no functions yet)"]], { id: "job-function" });
@@ -77,6 +83,12 @@ export async function jobsView(main, { signal, namespace }) {
       showError(e);
     }
   };
+  // A list leaves out a result over 8 KiB (result_bytes): the job's own
+  // answer has it.
+  const showDetail = async (j) => {
+    const job = j.status?.result_bytes ? await get(ns(namespace, "jobs", j.name), { signal }) : j;
+    replace(detailCard, jobDetail(job));
+  };
   const load = async () => {
     const { items } = await get(ns(namespace, "jobs"), { signal });
     replace(
@@ -88,7 +100,7 @@ export async function jobsView(main, { signal, namespace }) {
           ["Phase", (j) => badge(j.status?.phase)],
           ["Run", (j) => h("span", { class: "num", "data-run": j.name }, String(j.status?.run_id ?? j.run_id))],
           ["Finished", (j) => h("span", { class: "nowrap", title: time(j.status?.finished_at) }, shortTime(j.status?.finished_at))],
-          ["Result / error", (j) => (j.status?.error ? h("span", { class: "bad cut" }, cut(j.status.error, 80)) : h("span", { class: "cut" }, j.status?.result !== undefined && j.status?.result !== null ? cut(JSON.stringify(j.status.result), 80) : ""))],
+          ["Result / error", (j) => (j.status?.error ? h("span", { class: "bad cut" }, cut(j.status.error, 80)) : h("span", { class: "cut" }, resultSummary(j.status)))],
           [
             "",
             (j) =>
@@ -118,13 +130,13 @@ export async function jobsView(main, { signal, namespace }) {
           rowid: (j) => j.name,
           onrow: (j) => {
             selected = j.name;
-            replace(detailCard, jobDetail(j));
+            showDetail(j).catch(showError);
           },
         },
       ),
     );
     const current = items.find((j) => j.name === selected);
-    if (current) replace(detailCard, jobDetail(current));
+    if (current) await showDetail(current);
     return items;
   };
   const { items: functions } = await get(ns(namespace, "functions"), { signal });
