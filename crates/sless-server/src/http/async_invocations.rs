@@ -42,7 +42,8 @@ pub async fn get(
         .map(Json)
         .ok_or_else(|| {
             Error::NotFound(format!(
-                "asynchronous invocation {id:?} of function {name:?} not found in namespace {ns:?}"
+                "asynchronous invocation {:?} of function {name:?} not found in namespace {ns:?}",
+                sless_api::text::echoed(&id)
             ))
         })
 }

@@ -51,7 +51,7 @@ async fn asset(Path(path): Path<String>, headers: HeaderMap) -> Response {
 /// The file with its ETag; 304 when the client holds this version.
 fn serve(path: &str, headers: &HeaderMap) -> Response {
     let Some(asset) = sless_console::asset(path) else {
-        return Error::NotFound(format!("no console file /ui/{path}")).into_response();
+        return Error::NotFound(format!("no console file /ui/{}", sless_api::text::echoed(path))).into_response();
     };
     let etag = HeaderValue::from_str(&asset.etag).expect("hex etag");
     let cached = headers

@@ -71,7 +71,10 @@ async fn latest_of(state: &AppState, ns: &str, name: &str) -> Result<u64> {
 
 /// A version number from the path, naming the field when it is none.
 fn version_number(text: &str) -> Result<u64> {
-    text.parse::<u64>().ok().filter(|v| *v > 0).ok_or_else(|| {
+    // Digits only: u64's parser takes a leading `+`, which the gateway's
+    // `@N` does not.
+    let digits = text.bytes().all(|b| b.is_ascii_digit());
+    text.parse::<u64>().ok().filter(|v| digits && *v > 0).ok_or_else(|| {
         Error::invalid(
             "version",
             format!(

@@ -392,10 +392,25 @@ async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
         let (status, _, body) = server.invoke(Method::POST, &format!("/fn/ns/{nothing}"), "{}").await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{nothing}: {body}");
     }
-    let answer = server
-        .call(Method::GET, "/v1/namespaces/ns/functions/vf/versions/abc", None)
-        .await;
-    names_field(&answer, "version");
+    for bad in ["abc", "+1", "0"] {
+        let answer = server
+            .call(
+                Method::GET,
+                &format!("/v1/namespaces/ns/functions/vf/versions/{bad}"),
+                None,
+            )
+            .await;
+        names_field(&answer, "version");
+    }
+    // An id or a console path of any length is echoed cut too.
+    for path in [
+        format!("/v1/namespaces/ns/functions/vf/async-invocations/{}", "i".repeat(5000)),
+        format!("/ui/{}", "c".repeat(3000)),
+    ] {
+        let (status, body) = server.call(Method::GET, &path, None).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert!(body.to_string().len() < 600, "{} bytes", body.to_string().len());
+    }
     // A selector or a version of any length is echoed cut.
     let long = "L".repeat(30_000);
     let (status, _, body) = server.invoke(Method::POST, &format!("/fn/ns/vf@{long}"), "{}").await;
