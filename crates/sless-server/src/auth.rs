@@ -165,17 +165,42 @@ pub async fn require_token(State(state): State<Arc<AppState>>, mut request: Requ
             token_hash: Some(hash),
         }
     };
-    if let Some(namespace) = request
+    let namespace = request
         .uri()
         .path()
         .strip_prefix("/v1/namespaces/")
         .and_then(|rest| rest.split('/').next())
-    {
+        .map(str::to_string);
+    if let Some(namespace) = &namespace {
         principal.check_namespace(namespace)?;
     }
     if request.uri().path().starts_with("/v1/tokens") {
         principal.require_admin()?;
     }
+    // A body sent slowly holds its connection until SLESS_BODY_TIMEOUT_SEC:
+    // one namespace's slow bodies may hold this many connections, not all.
+    // (Code uploads have their own gates.)
+    let _body = match &namespace {
+        Some(namespace) if carries_json_body(&request) => Some(state.api_bodies.take(namespace).ok_or_else(|| {
+            Error::TooManyRequests {
+                message: format!(
+                    "namespace {namespace} has {API_BODIES_PER_NAMESPACE} API requests with a body under way, the most it may; send the next when one is answered"
+                ),
+                retry_after: 1,
+            }
+        })?),
+        _ => None,
+    };
     request.extensions_mut().insert(principal);
     Ok(next.run(request).await)
+}
+
+/// `/v1` requests with a body under way at once per namespace at most
+/// (code uploads aside); each holds a connection until it is answered.
+pub const API_BODIES_PER_NAMESPACE: usize = 64;
+
+/// A POST, PUT or PATCH of the API, not a code upload.
+fn carries_json_body(request: &Request) -> bool {
+    use axum::http::Method;
+    matches!(*request.method(), Method::POST | Method::PUT | Method::PATCH) && !request.uri().path().ends_with("/code")
 }

@@ -192,6 +192,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         follows: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_FOLLOWS)),
         record_reads: Arc::new(crate::state::Slots::new(crate::http::invocations::MAX_RECORD_READS)),
         calls: Arc::new(crate::state::Slots::new(ns_max_calls)),
+        api_bodies: Arc::new(crate::state::Slots::new(crate::auth::API_BODIES_PER_NAMESPACE)),
         uploads: crate::state::Gates::new(UPLOADS_PER_NAMESPACE).waiting_at_most(UPLOADS_WAITING_PER_NAMESPACE),
         quota_turns: crate::state::Gates::new(1),
     });

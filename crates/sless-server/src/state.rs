@@ -41,6 +41,9 @@ pub struct AppState {
     pub record_reads: Arc<Slots>,
     /// Calls through `/fn` under way, per namespace.
     pub calls: Arc<Slots>,
+    /// `/v1` requests with a body (JSON) under way, per namespace, each
+    /// until its handler answered: slow bodies take no more connections.
+    pub api_bodies: Arc<Slots>,
     /// Code uploads under way (their bodies read and held), per namespace.
     pub uploads: Gates,
     /// Changes counted against a namespace's quotas, one at a time per

@@ -839,3 +839,64 @@ async fn a_namespace_s_calls_under_way_are_bounded_and_leave_others_theirs() {
     let (status, _, body) = server.invoke(Method::POST, "/fn/busy/slow", "{}").await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, "\"done\""), "slots came back");
 }
+
+/// Requests of the API whose bodies come slowly hold a connection each; one
+/// namespace holds at most 64 (slow bodies of a tenant used to take every
+/// connection, and another tenant's API and `/fn` calls got 503s). Its next
+/// one gets a 429 saying so, another namespace's goes on, and the places
+/// come back when the slow ones end.
+#[tokio::test]
+async fn a_namespace_s_slow_api_bodies_hold_no_more_than_their_bound() {
+    use tokio::io::AsyncWriteExt;
+    let server = Server::start(Backend::Sqlite).await;
+    let address = server.url.trim_start_matches("http://").to_string();
+    let head = format!(
+        "POST /v1/namespaces/slow/functions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{{",
+        super::harness::ADMIN
+    );
+    let mut held = Vec::new();
+    for _ in 0..64 {
+        let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        held.push(stream);
+    }
+    let create = |ns: &'static str, name: &'static str| {
+        let server = &server;
+        async move {
+            let path = format!("/v1/namespaces/{ns}/functions");
+            server
+                .call(
+                    Method::POST,
+                    &path,
+                    Some(json!({"name": name, "runtime": "python3.11"})),
+                )
+                .await
+        }
+    };
+    let refused = super::harness::eventually(Duration::from_secs(20), || async {
+        match create("slow", "f").await {
+            (StatusCode::TOO_MANY_REQUESTS, body) => Ok(body),
+            (status, body) => Err(format!("{status}: {body}")),
+        }
+    })
+    .await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .contains("namespace slow has 64 API requests with a body under way"),
+        "{refused}"
+    );
+    let (status, body) = create("other", "f").await;
+    assert_eq!(status, StatusCode::CREATED, "another namespace: {body}");
+    drop(held);
+    let (status, body) = super::harness::eventually(Duration::from_secs(20), || async {
+        match create("slow", "f").await {
+            (StatusCode::TOO_MANY_REQUESTS, body) => Err(format!("still refused: {body}")),
+            answer => Ok(answer),
+        }
+    })
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "places came back: {body}");
+}
