@@ -199,8 +199,8 @@ impl Jobs {
         running.insert(key, (run_id, task));
     }
 
-    /// Stops a running job: the driver cancels its run (and waits for its
-    /// instance to be gone), then the run's task ends.
+    /// Stops a running job: its task ends, then the driver cancels its run
+    /// (and waits for its instance to be gone).
     pub async fn stop(&self, namespace: &str, name: &str) {
         let running = self
             .running
@@ -218,10 +218,13 @@ impl Jobs {
             job: name.to_string(),
             run,
         };
+        // The task first: it would see its instance stop and write the run
+        // Failed as a crash of the function ("instance stopped"), where
+        // whoever stops it says why (interrupted, deleted, run again).
+        task.abort();
         if let Err(e) = self.invoker.driver.cancel_run(&id).await {
             tracing::warn!(run = %id, error = %e, "cancelling a job run failed");
         }
-        task.abort();
     }
 
     /// Writes a status if the job still belongs to this run; a result over

@@ -296,6 +296,32 @@ async fn a_restart_during_a_run_ends_it_failed() {
         })
         .await;
     assert_eq!(done["status"]["result"]["doubled"], 2);
+
+    // Stopped (SIGTERM), the server says the run was interrupted, not
+    // that the function crashed as its instance went.
+    server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/jobs/cut",
+            Some(json!({"run_id": 3, "event": {"sleep": 30}})),
+        )
+        .await;
+    server
+        .wait_for("/v1/namespaces/ns/jobs/cut", 30, |j| {
+            j["status"]["run_id"] == 3 && j["status"]["phase"] == "Running"
+        })
+        .await;
+    assert!(server.terminate_wait().success());
+    server.spawn();
+    let (_, job) = server.call(Method::GET, "/v1/namespaces/ns/jobs/cut", None).await;
+    assert_eq!(job["status"]["phase"], "Failed", "{job}");
+    assert!(
+        job["status"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted: the server running it stopped"),
+        "{job}"
+    );
 }
 
 /// Raises of `run_id` sent at once are taken one after the other: the
