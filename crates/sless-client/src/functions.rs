@@ -8,6 +8,11 @@ use crate::error::{Error, Result};
 use crate::http::Client;
 
 impl Client {
+    /// `GET /v1/whoami`: the token's name and the namespaces it covers.
+    pub async fn whoami(&self) -> Result<sless_api::WhoAmI> {
+        self.get_json(self.url(&["v1", "whoami"])).await
+    }
+
     /// `GET /v1/namespaces/{ns}/functions`.
     pub async fn list_functions(&self, ns: &str) -> Result<Vec<Function>> {
         let list: List<Function> = self.get_json(self.ns_url(ns, &["functions"])).await?;

@@ -44,6 +44,9 @@ impl Client {
             endpoint: endpoint.to_string(),
             message: message.to_string(),
         };
+        if !endpoint.contains("://") {
+            return Err(bad(&format!("a URL starts with its scheme: http://{}", endpoint.trim())));
+        }
         let base = Url::parse(endpoint.trim()).map_err(|e| bad(&e.to_string()))?;
         if !matches!(base.scheme(), "http" | "https") {
             return Err(bad("the scheme must be http or https"));
@@ -182,6 +185,10 @@ mod tests {
         );
         let client = Client::new("http://h:1", "t").unwrap();
         assert_eq!(client.url(&["healthz"]).as_str(), "http://h:1/healthz");
+        for bare in ["127.0.0.1:8080", "localhost:8080"] {
+            let message = Client::new(bare, "t").err().unwrap().to_string();
+            assert!(message.contains(&format!("http://{bare}")), "{message}");
+        }
     }
 
     #[test]

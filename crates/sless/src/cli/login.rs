@@ -36,8 +36,11 @@ pub async fn run(args: LoginArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     if token.is_empty() {
         bail!("no token given: pass --token, set SLESS_TOKEN, or type it when asked");
     }
-    let namespace = conn.namespace_or(&saved);
     let client = Client::new(&endpoint, token.clone())?;
+    let namespace = match &conn.namespace {
+        Some(namespace) => namespace.clone(),
+        None => default_namespace(&client, &endpoint, conn.namespace_or(&saved)).await?,
+    };
     client
         .list_functions(&namespace)
         .await
@@ -60,6 +63,27 @@ pub async fn run(args: LoginArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         ))?,
     }
     Ok(())
+}
+
+/// The namespace to log in to when none was given: the saved one (or
+/// `default`) when the token covers it, else the token's only namespace;
+/// a token of several that cover neither has to be told which.
+async fn default_namespace(client: &Client, endpoint: &str, fallback: String) -> anyhow::Result<String> {
+    let who = client
+        .whoami()
+        .await
+        .with_context(|| format!("login to {endpoint} failed"))?;
+    if who.admin || who.namespaces.contains(&fallback) {
+        return Ok(fallback);
+    }
+    match who.namespaces.as_slice() {
+        [only] => Ok(only.clone()),
+        many => bail!(
+            "token {:?} covers the namespaces {}, not {fallback:?}: pick one with `-n NAMESPACE`",
+            who.name,
+            many.join(", ")
+        ),
+    }
 }
 
 /// Reads the token from stdin: asked for, without echo, on a terminal.

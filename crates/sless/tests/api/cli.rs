@@ -242,10 +242,23 @@ async fn login_checks_the_namespace_and_saves_it() {
     // No XDG_CONFIG_HOME: the config goes to ~/.config/sless.
     let mut user = User::new();
     user.xdg = None;
-    let run = user.fails(&["login", &server.url, "--token", &team_token]);
+    // A token of one namespace logs in to it, named or not.
+    user.ok(&["login", &server.url, "--token", &team_token]);
+    let saved: Value = serde_json::from_slice(&std::fs::read(user.config_path()).unwrap()).unwrap();
+    assert_eq!(saved["namespace"], "team-a");
+    let run = user.fails(&["login", &server.url, "--token", &team_token, "-n", "team-b"]);
     assert!(
         run.stderr.contains("403"),
-        "the token does not cover \"default\": {}",
+        "the token does not cover team-b: {}",
+        run.stderr
+    );
+    // One of several that do not hold the saved one has to be named.
+    let both = server.token_for(&["team-b", "team-c"]).await;
+    let run = user.fails(&["login", &server.url, "--token", &both]);
+    assert!(
+        run.stderr
+            .contains("covers the namespaces team-b, team-c, not \"team-a\": pick one with `-n NAMESPACE`"),
+        "{}",
         run.stderr
     );
     user.ok(&["login", &server.url, "--token", &team_token, "-n", "team-a"]);
