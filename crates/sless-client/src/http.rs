@@ -45,7 +45,10 @@ impl Client {
             message: message.to_string(),
         };
         if !endpoint.contains("://") {
-            return Err(bad(&format!("a URL starts with its scheme: http://{}", endpoint.trim())));
+            return Err(bad(&format!(
+                "a URL starts with its scheme: http://{}",
+                endpoint.trim()
+            )));
         }
         let base = Url::parse(endpoint.trim()).map_err(|e| bad(&e.to_string()))?;
         if !matches!(base.scheme(), "http" | "https") {

@@ -147,8 +147,9 @@ fn async_line(settings: sless_api::AsyncSettings) -> String {
         },
     };
     format!(
-        "{} retries, events expire after {} s, on failure {}, on success {}",
+        "{} {}, events expire after {} s, on failure {}, on success {}",
         settings.retry_limit,
+        if settings.retry_limit == 1 { "retry" } else { "retries" },
         settings.max_event_age_sec,
         place(&settings.on_failure),
         place(&settings.on_success)
