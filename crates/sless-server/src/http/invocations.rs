@@ -20,7 +20,8 @@ use crate::error::{Error, Result};
 use crate::state::{AppState, Slot};
 use crate::store::Kind;
 
-/// How often a followed log stream looks whether its token still exists.
+/// How often a followed log stream looks whether its token and its
+/// function still exist.
 const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -172,25 +173,32 @@ pub async fn logs(
     let body = match live {
         None => Body::from_stream(head),
         Some(rx) => {
-            // The token is looked up again every few seconds: a revoked
-            // token ends the streams it opened.
+            // The token and the function are looked up again every few
+            // seconds: a revoked token ends the streams it opened, a
+            // deleted function the streams of its lines.
             let store = state.store.clone();
+            let function = Arc::new((ns.clone(), name.clone()));
             let principal = Arc::new(principal);
             let recheck = tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_RECHECK, TOKEN_RECHECK);
             // The namespace's slot goes with the stream.
-            let follow =
-                futures::stream::unfold((rx, seen, recheck, slot), move |(mut rx, seen, mut recheck, slot)| {
-                    let (store, principal) = (store.clone(), principal.clone());
+            let follow = futures::stream::unfold(
+                (rx, seen, recheck, slot),
+                move |(mut rx, seen, mut recheck, slot)| {
+                    let (store, principal, function) = (store.clone(), principal.clone(), function.clone());
                     async move {
                         loop {
                             let received = tokio::select! {
                                 received = rx.recv() => received,
                                 _ = recheck.tick() => {
-                                    if principal.still_valid(&*store).await {
-                                        continue;
+                                    if !principal.still_valid(&*store).await {
+                                        tracing::info!(token = %principal.name, "token revoked: closing its log stream");
+                                        return None;
                                     }
-                                    tracing::info!(token = %principal.name, "token revoked: closing its log stream");
-                                    return None;
+                                    let (ns, name) = &*function;
+                                    if let Ok(None) = store.get(Kind::Function, ns, name).await {
+                                        return None;
+                                    }
+                                    continue;
                                 }
                             };
                             match received {
@@ -203,7 +211,8 @@ pub async fn logs(
                             }
                         }
                     }
-                });
+                },
+            );
             use futures::StreamExt;
             Body::from_stream(head.chain(follow))
         }

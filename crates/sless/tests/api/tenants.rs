@@ -193,7 +193,7 @@ async fn amqp_triggers_reach_only_the_brokers_the_operator_allows() {
 }
 
 #[tokio::test]
-async fn a_revoked_token_ends_the_log_streams_it_opened() {
+async fn a_revoked_token_or_a_deleted_function_ends_its_log_streams() {
     let server = Server::start(Backend::Sqlite).await;
     server
         .deploy(
@@ -236,6 +236,27 @@ async fn a_revoked_token_ends_the_log_streams_it_opened() {
     })
     .await;
     assert!(ended.is_ok(), "the stream outlived its token");
+
+    // So does a deleted function's (`sless logs -f` used to wait forever).
+    let mut response = server
+        .request(
+            Method::GET,
+            "/v1/namespaces/ns/functions/noisy/logs?follow=true",
+            Some(super::harness::ADMIN),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let (status, _) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/noisy", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let ended = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Ok(Some(_)) = response.chunk().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the stream outlived its function");
 }
 
 #[tokio::test]
