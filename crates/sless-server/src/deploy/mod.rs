@@ -183,6 +183,13 @@ impl Deployer {
             tracing::warn!(function = %key, error = %e, "upload refused by the code check");
         })?;
         let code_hash = hex::encode(Sha256::digest(&zip));
+        // The code `$latest` serves, uploaded again (a redeploy with nothing
+        // changed): no build, and no new version that would push a kept
+        // one out. Spec edits apply to `$latest` without one.
+        if status.phase == Phase::Ready && status.code_hash.as_deref() == Some(code_hash.as_str()) {
+            tracing::info!(function = %key, %code_hash, version = status.version, "upload of the code the function serves: nothing to build");
+            return Ok(status);
+        }
         self.blobs
             .put(
                 &blobs::archive_key(&key.namespace, &key.name, &code_hash),

@@ -184,6 +184,7 @@ crate::both_stores!(
     pruning_keeps_an_artifact_a_kept_version_shares,
     a_namespace_keeps_no_more_than_its_storage_quota,
     a_version_goes_unless_it_serves_or_an_alias_holds_it,
+    the_code_a_function_serves_uploaded_again_makes_no_version,
 );
 
 /// Versions of the same code share an artifact: a prune that removes
@@ -194,17 +195,18 @@ crate::both_stores!(
 /// past `SLESS_KEEP_VERSIONS` go at once.
 async fn pruning_keeps_an_artifact_a_kept_version_shares(backend: Backend) {
     let server = Server::start_with(backend, &[("SLESS_KEEP_VERSIONS", "1")]).await;
-    // Versions 1 to 3 run the code of v 1, 2 and 2 again; one alias holds
-    // 1 and 2 while 3 is built, then goes.
+    // Versions 1 to 4 run the code of v 1, 2, 3 and 2 again; one alias
+    // holds 1 and 2 while 3 and 4 are built (4's build prunes 3), then goes.
     deploy(&server, "sf", 1).await;
     let (status, body) = put_alias(&server, "sf", "both", json!({"version": 1})).await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
     deploy(&server, "sf", 2).await;
     let (status, body) = put_alias(&server, "sf", "both", json!({"version": 1, "weights": {"2": 0.5}})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    deploy(&server, "sf", 3).await;
     deploy(&server, "sf", 2).await;
-    assert_eq!(version_numbers(&server, "sf").await, [3, 2, 1]);
-    // The prune removes 2 and 1 in one pass; 2 shares 3's artifact.
+    assert_eq!(version_numbers(&server, "sf").await, [4, 2, 1]);
+    // The prune removes 2 and 1 in one pass; 2 shares 4's artifact.
     let (status, body) = server
         .call(Method::DELETE, "/v1/namespaces/ns/functions/sf/aliases/both", None)
         .await;
@@ -213,10 +215,33 @@ async fn pruning_keeps_an_artifact_a_kept_version_shares(backend: Backend) {
     let on_disk = server.artifacts().len();
     assert_eq!(
         (numbers, on_disk),
-        (vec![3], 1),
-        "only version 3 and its artifact are kept"
+        (vec![4], 1),
+        "only version 4 and its artifact are kept"
     );
     assert_eq!(v_of(&server, "sf").await, 2);
+}
+
+/// The code `$latest` serves, uploaded again (a redeploy with nothing
+/// changed), builds nothing and makes no version: it would push a kept one
+/// out. Other code, and then that code again, make versions as ever.
+async fn the_code_a_function_serves_uploaded_again_makes_no_version(backend: Backend) {
+    let server = Server::start(backend).await;
+    deploy(&server, "same", 1).await;
+    deploy(&server, "same", 1).await;
+    assert_eq!(version_numbers(&server, "same").await, [1]);
+    let (_, function) = server.call(Method::GET, "/v1/namespaces/ns/functions/same", None).await;
+    assert_eq!(
+        (
+            function["status"]["phase"].as_str(),
+            function["status"]["version"].as_u64()
+        ),
+        (Some("Ready"), Some(1)),
+        "{function}"
+    );
+    deploy(&server, "same", 2).await;
+    deploy(&server, "same", 1).await;
+    assert_eq!(version_numbers(&server, "same").await, [3, 2, 1]);
+    assert_eq!(v_of(&server, "same").await, 1);
 }
 
 /// A version no longer needed can be deleted, with its artifact and its
