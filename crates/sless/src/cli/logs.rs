@@ -32,8 +32,14 @@ pub struct InvocationsArgs {
 
 pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let cx = conn.context()?;
+    let json = cx.output == OutputFormat::Json;
     if !args.follow {
-        let mut text = printable(&cx.client.logs(&cx.namespace, &args.name, args.tail).await?).into_owned();
+        let text = cx.client.logs(&cx.namespace, &args.name, args.tail).await?;
+        if json {
+            let lines: String = text.lines().map(|line| format!("{}\n", line_json(line))).collect();
+            return write_stdout(lines.as_bytes());
+        }
+        let mut text = printable(&text).into_owned();
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
@@ -42,9 +48,22 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let mut stream = cx.client.follow_logs(&cx.namespace, &args.name, args.tail).await?;
     while let Some(line) = stream.next_line().await? {
         // Each line flushed: a pipe reader wants it now, not at 8 KiB.
-        say(printable(&line))?;
+        if json {
+            say(line_json(&line))?;
+        } else {
+            say(printable(&line))?;
+        }
     }
     Ok(())
+}
+
+/// A log line (`{time} {request_id} {stream} {text}`) as one JSON object
+/// (`-o json` prints one a line).
+fn line_json(line: &str) -> serde_json::Value {
+    let mut parts = line.splitn(4, ' ');
+    let mut next = || parts.next().unwrap_or_default();
+    let (time, request_id, stream, text) = (next(), next(), next(), next());
+    serde_json::json!({"time": time, "request_id": request_id, "stream": stream, "text": text})
 }
 
 pub async fn invocations(args: InvocationsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
@@ -84,4 +103,19 @@ pub async fn invocations(args: InvocationsArgs, conn: &ConnArgs) -> anyhow::Resu
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_json;
+
+    #[test]
+    fn a_log_line_as_json_keeps_its_text_whole() {
+        let line = "2026-12-07T12:00:00.000Z 0123abcd stdout hello  world {\"a\": 1}";
+        assert_eq!(
+            line_json(line),
+            serde_json::json!({"time": "2026-12-07T12:00:00.000Z", "request_id": "0123abcd",
+                "stream": "stdout", "text": "hello  world {\"a\": 1}"})
+        );
+    }
 }
