@@ -111,6 +111,35 @@ macro_rules! sql_store {
             }
 
             /// Sets one JSON column (`spec` or `status`) and `updated_at`.
+            /// Compare-and-set of the status; `detail`, when given, is
+            /// written with it (`Some(None)` clears it).
+            async fn swap(
+                &self,
+                kind: Kind,
+                namespace: &str,
+                name: &str,
+                expected: &serde_json::Value,
+                new: &serde_json::Value,
+                detail: Option<Option<&str>>,
+            ) -> Result<bool> {
+                let done = sqlx::query(
+                    "UPDATE resources SET status = $1, updated_at = $2, \
+                     detail = CASE WHEN $8 THEN $7 ELSE detail END \
+                     WHERE kind = $3 AND namespace = $4 AND name = $5 AND status = $6",
+                )
+                .bind(json_text(new))
+                .bind(time_text(&$crate::store::now()))
+                .bind(kind.as_str())
+                .bind(namespace)
+                .bind(name)
+                .bind(json_text(expected))
+                .bind(detail.flatten())
+                .bind(detail.is_some())
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
             async fn update_column(
                 &self,
                 column: &'static str,
@@ -314,19 +343,7 @@ macro_rules! sql_store {
                 expected: &serde_json::Value,
                 new: &serde_json::Value,
             ) -> Result<bool> {
-                let done = sqlx::query(
-                    "UPDATE resources SET status = $1, updated_at = $2 \
-                     WHERE kind = $3 AND namespace = $4 AND name = $5 AND status = $6",
-                )
-                .bind(json_text(new))
-                .bind(time_text(&$crate::store::now()))
-                .bind(kind.as_str())
-                .bind(namespace)
-                .bind(name)
-                .bind(json_text(expected))
-                .execute(&self.pool)
-                .await?;
-                Ok(done.rows_affected() == 1)
+                self.swap(kind, namespace, name, expected, new, None).await
             }
 
             async fn swap_status_and_detail(
@@ -338,20 +355,7 @@ macro_rules! sql_store {
                 new: &serde_json::Value,
                 detail: Option<&str>,
             ) -> Result<bool> {
-                let done = sqlx::query(
-                    "UPDATE resources SET status = $1, updated_at = $2, detail = $7 \
-                     WHERE kind = $3 AND namespace = $4 AND name = $5 AND status = $6",
-                )
-                .bind(json_text(new))
-                .bind(time_text(&$crate::store::now()))
-                .bind(kind.as_str())
-                .bind(namespace)
-                .bind(name)
-                .bind(json_text(expected))
-                .bind(detail)
-                .execute(&self.pool)
-                .await?;
-                Ok(done.rows_affected() == 1)
+                self.swap(kind, namespace, name, expected, new, Some(detail)).await
             }
 
             async fn detail(&self, kind: Kind, namespace: &str, name: &str) -> Result<Option<String>> {
