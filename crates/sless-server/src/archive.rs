@@ -86,7 +86,7 @@ impl ArchiveRules {
                 None,
                 "max-entries",
                 format!(
-                    "code archive has {} entries, more than the limit of {}",
+                    "code archive has {} entries, more than the limit of {} (the server's SLESS_MAX_ARCHIVE_ENTRIES)",
                     archive.len(),
                     self.max_entries
                 ),
@@ -180,7 +180,7 @@ impl ArchiveRules {
             Some(name),
             "max-unpacked-size",
             format!(
-                "code archive unpacks to more than {} bytes (limit reached at entry {name:?})",
+                "code archive unpacks to more than {} bytes (the server's SLESS_MAX_UNPACKED_BYTES; reached at entry {name:?})",
                 self.max_unpacked_bytes
             ),
         )

@@ -100,6 +100,11 @@ impl FromRequest<Arc<AppState>> for JsonObject {
                 Ok(JsonObject(map))
             }
             Ok(_) => Err(Error::BadRequest("request body must be a JSON object".into())),
+            // serde_json stops at 128 levels: as deep as the depth check says.
+            Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(Error::BadRequest(format!(
+                "request body is nested more than 128 levels deep; at most {} are kept",
+                crate::bounds::MAX_JSON_DEPTH
+            ))),
             Err(e) => Err(Error::BadRequest(format!("request body is not valid JSON: {e}"))),
         }
     }

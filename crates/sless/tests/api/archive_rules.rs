@@ -80,13 +80,21 @@ async fn archive_rules_refuse_bad_zips(backend: Backend) {
         }
     });
     let body = expect_refused(&server, zip, "max-entries", None).await;
-    assert!(body["error"].as_str().unwrap().contains("10001"), "{body}");
+    let error = body["error"].as_str().unwrap();
+    assert!(
+        error.contains("10001") && error.contains("SLESS_MAX_ARCHIVE_ENTRIES"),
+        "{body}"
+    );
     // Over the unpacked size (1 MiB here), with incompressible data.
     let zip = zip_of(&[
         ("a.bin", &random_bytes(700 * 1024)),
         ("b.bin", &random_bytes(700 * 1024)),
     ]);
-    expect_refused(&server, zip, "max-unpacked-size", Some("b.bin")).await;
+    let body = expect_refused(&server, zip, "max-unpacked-size", Some("b.bin")).await;
+    assert!(
+        body["error"].as_str().unwrap().contains("SLESS_MAX_UNPACKED_BYTES"),
+        "{body}"
+    );
     // Two entries for one path, and a file where a folder must be: one
     // would replace the other, or the build could not unpack it.
     let zip = zip_of(&[("handler.py", ok), ("./handler.py", b"X = 2\n")]);

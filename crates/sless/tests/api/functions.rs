@@ -276,6 +276,24 @@ async fn bad_names_and_fields_are_400(backend: Backend) {
     let (status, err) = super::harness::read(response).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(err["error"].as_str().unwrap().contains("not valid JSON"), "{err}");
+    // Too deep for the parser: the same message as one the depth check refuses.
+    for depth in [70, 200] {
+        let deep = format!("{{\"name\": {}1{}}}", "[".repeat(depth), "]".repeat(depth));
+        let response = server
+            .request(Method::POST, "/v1/namespaces/ns/functions", Some(&server.admin))
+            .header("content-type", "application/json")
+            .body(deep)
+            .send()
+            .await
+            .unwrap();
+        let (status, err) = super::harness::read(response).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let message = err["error"].as_str().unwrap();
+        assert!(
+            message.contains("levels deep; at most 64 are kept"),
+            "{depth}: {message}"
+        );
+    }
     let (status, _) = server
         .call(Method::POST, "/v1/namespaces/ns/functions", Some(json!([1, 2])))
         .await;
