@@ -103,7 +103,7 @@ pub enum InvokeError {
     /// deploy it and try again.
     #[error("version {0} is not deployed")]
     NotDeployed(VersionRef),
-    #[error("function {0} is disabled")]
+    #[error("function {0} is disabled: every trigger of it is disabled, or its replicas is 0 (the function's status.not_serving, or `sless get`, says which)")]
     Disabled(FunctionKey),
     #[error("function {0} is at capacity: too many requests waiting")]
     QueueFull(FunctionKey),

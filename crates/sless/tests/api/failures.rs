@@ -299,6 +299,23 @@ async fn a_function_that_serves_nothing_says_why() {
         Some("disabled: all 2 of its triggers are disabled"),
         "{hello}"
     );
+    // With no http trigger left, a call is refused as the function is off,
+    // and says where to read why.
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/triggers/web", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let answer = super::harness::eventually(std::time::Duration::from_secs(20), || async {
+        match server.invoke(Method::POST, "/fn/ns/hello", "{}").await {
+            (StatusCode::SERVICE_UNAVAILABLE, _, body) if !body.contains("http triggers") => Ok(body),
+            (status, _, body) => Err(format!("{status}: {body}")),
+        }
+    })
+    .await;
+    assert!(
+        answer.contains("every trigger of it is disabled") && answer.contains("status.not_serving"),
+        "{answer}"
+    );
 
     let (_, pinned_off) = server
         .call(
