@@ -72,12 +72,40 @@ pub struct DeployArgs {
     /// Asynchronous calls: where the record of a delivered event goes (as --on-failure).
     #[arg(long, value_name = "DESTINATION", value_parser = parse_destination)]
     pub on_success: Option<DestinationArg>,
+    /// Empty a list the function has (repeatable): env, secret-env or secret-files.
+    #[arg(long, value_enum, value_name = "LIST")]
+    pub clear: Vec<ClearArg>,
     /// Return once the code is uploaded, without waiting for the build.
     #[arg(long)]
     pub no_wait: bool,
     /// How long to wait for the build [default: the function's build timeout + 60 s].
     #[arg(long, value_name = "SECONDS")]
     pub wait_timeout: Option<u64>,
+}
+
+/// `--clear` values: the lists a flag given at all replaces whole, which
+/// no value of that flag can empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ClearArg {
+    Env,
+    SecretEnv,
+    SecretFiles,
+}
+
+impl DeployArgs {
+    /// A list both cleared and given is a mistake, not a choice.
+    fn check(&self) -> anyhow::Result<()> {
+        for (clear, given, flag) in [
+            (ClearArg::Env, !self.env.is_empty(), "--env"),
+            (ClearArg::SecretEnv, !self.secret_env.is_empty(), "--secret-env"),
+            (ClearArg::SecretFiles, !self.secret_files.is_empty(), "--secret-files"),
+        ] {
+            if given && self.clear.contains(&clear) {
+                anyhow::bail!("{flag} and --clear {} together: give one", &flag[2..]);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `--network` values.
@@ -206,6 +234,7 @@ impl DeployArgs {
 }
 
 pub async fn run(args: DeployArgs, conn: &ConnArgs) -> anyhow::Result<()> {
+    args.check()?;
     let cx = conn.context()?;
     let name = match &args.name {
         Some(name) => name.clone(),
@@ -442,6 +471,20 @@ fn spec_patch(current: &FunctionSpec, args: &DeployArgs) -> Map<String, Value> {
             patch.insert("env".into(), Value::Object(env));
         }
     }
+    // null resets a field to its default: the empty list.
+    for (clear, field, held) in [
+        (ClearArg::Env, "env", !current.env.is_empty()),
+        (
+            ClearArg::SecretEnv,
+            "env_from_secrets",
+            !current.env_from_secrets.is_empty(),
+        ),
+        (ClearArg::SecretFiles, "secret_files", !current.secret_files.is_empty()),
+    ] {
+        if held && args.clear.contains(&clear) {
+            patch.insert(field.into(), Value::Null);
+        }
+    }
     patch
 }
 
@@ -536,5 +579,39 @@ mod tests {
         assert!(parse(&["dir", "--secret-env", "DB_PASSWORD"]).contains("ENV=SECRET/KEY"));
         assert!(parse(&["dir", "--on-failure", "queue:x"]).contains("function:NAME, amqp:QUEUE@BROKER_URL or none"));
         assert!(parse(&["dir", "--on-failure", "amqp:x"]).contains("@"));
+    }
+
+    #[test]
+    fn clear_empties_the_lists_it_names() {
+        let current = serde_json::from_value(json!({
+            "runtime": "python3.11", "env": {"A": "1"},
+            "env_from_secrets": [{"secret": "db", "key": "password", "env": "DB_PASSWORD"}],
+        }))
+        .unwrap();
+        let patch = spec_patch(
+            &current,
+            &args(&[
+                "dir",
+                "--clear",
+                "env",
+                "--clear",
+                "secret-env",
+                "--clear",
+                "secret-files",
+            ]),
+        );
+        assert_eq!(
+            json!(patch),
+            json!({"env": null, "env_from_secrets": null}),
+            "secret_files held none"
+        );
+        let both = args(&["dir", "--env", "A=2", "--clear", "env"])
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(both.contains("--env and --clear env together"), "{both}");
+        assert!(args(&["dir", "--secret-env", "X=s/k", "--clear", "env"])
+            .check()
+            .is_ok());
     }
 }

@@ -345,6 +345,11 @@ async fn deploy_python_dir_then_invoke_and_redeploy() {
     let function = user.ok(&["get", "echo", "-o", "json"]).json();
     assert_eq!(function["env"], json!({"GREETING": "hey"}));
     assert_eq!(function["memory_mb"], 128, "flags left out leave the spec alone");
+    // --clear empties a list no value of its flag can.
+    user.ok(&["deploy", path_str(&dir), "--clear", "env"]);
+    let function = user.ok(&["get", "echo", "-o", "json"]).json();
+    assert_eq!(function["env"], json!({}), "{function}");
+    user.ok(&["deploy", path_str(&dir), "--env", "GREETING=hey"]);
 
     // Asynchronous delivery is set by flags too; "none" removes a destination.
     #[rustfmt::skip]
