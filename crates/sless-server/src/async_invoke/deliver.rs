@@ -105,8 +105,9 @@ pub struct Deliverer {
     finished: Mutex<Vec<Finish>>,
     finish_now: Notify,
     functions: Mutex<HashMap<FunctionKey, (Instant, Option<Found>)>>,
-    /// What each function's parked events were last woken for, and when.
-    woken: Mutex<HashMap<FunctionKey, (Woke, Instant)>>,
+    /// What each function's parked events were last woken for, when, and
+    /// whether that woke any.
+    woken: Mutex<HashMap<FunctionKey, (Woke, Instant, bool)>>,
     /// Wakes the claim loop.
     wake: Arc<Notify>,
     /// This replica's prefix of claim tokens, and the count after it.
@@ -512,8 +513,13 @@ impl Deliverer {
                     continue;
                 }
             };
-            if let Some((last, at)) = self.woken.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-                if *last == woke && at.elapsed() < REWAKE {
+            if let Some((last, at, any)) = self.woken.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+                // A function that cannot run has only its predecessor's
+                // events to wake, and none come after it was made: once a
+                // wake finds none, there are none (its own stay parked,
+                // and cost no query each round).
+                let settled = !*any && !matches!(woke, Woke::Runs(_));
+                if *last == woke && (at.elapsed() < REWAKE || settled) {
                     continue;
                 }
             }
@@ -529,9 +535,9 @@ impl Deliverer {
                     }
                     let mut memo = self.woken.lock().unwrap_or_else(PoisonError::into_inner);
                     if memo.len() > 10_000 {
-                        memo.retain(|_, (_, at)| at.elapsed() < REWAKE);
+                        memo.retain(|_, (_, at, _)| at.elapsed() < REWAKE);
                     }
-                    memo.insert(key, (woke, Instant::now()));
+                    memo.insert(key, (woke, Instant::now(), woken > 0));
                 }
                 Err(e) => tracing::warn!(function = %key, error = %e, "waking parked asynchronous events failed"),
             }
