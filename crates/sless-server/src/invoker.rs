@@ -78,11 +78,15 @@ impl Invoker {
     ) -> (Result<InvocationResult, InvokeError>, Option<(u64, u32)>) {
         let kind = invocation.kind;
         let request_id = Text::new(&invocation.request_id);
+        let id = invocation.request_id.clone();
         let bytes_in =
             invocation.body.len() as u64 + invocation.event.as_ref().map_or(0, |e| e.to_string().len() as u64);
         let started_at = crate::store::now();
         let clock = Instant::now();
-        let result = self.call(key, selector, invocation, run).await.map(checked_status);
+        let result = self
+            .call(key, selector, invocation, run)
+            .await
+            .map(|result| checked_status(result, &id));
         let duration = clock.elapsed();
         let (status, error, version, bytes_out, cold, logs, truncated) = match &result {
             Ok(r) => (
@@ -252,7 +256,7 @@ pub const HANDLER_STATUSES: std::ops::RangeInclusive<u16> = 200..=599;
 
 /// The result, or a 502 in its place when the handler's status is not one
 /// of [`HANDLER_STATUSES`].
-fn checked_status(result: InvocationResult) -> InvocationResult {
+fn checked_status(result: InvocationResult, request_id: &str) -> InvocationResult {
     if HANDLER_STATUSES.contains(&result.status) {
         return result;
     }
@@ -263,7 +267,7 @@ fn checked_status(result: InvocationResult) -> InvocationResult {
     InvocationResult {
         status: 502,
         headers: vec![("content-type".into(), "application/json".into())],
-        body: serde_json::to_vec(&serde_json::json!({ "error": error }))
+        body: serde_json::to_vec(&serde_json::json!({ "error": error, "request_id": request_id }))
             .expect("plain JSON")
             .into(),
         ..result

@@ -200,6 +200,12 @@ async fn only_real_statuses_reach_the_caller_and_the_metrics(backend: Backend) {
             "{code}: {status} {body}"
         );
         assert!(body.contains("status") || body.contains("statusCode"), "{code}: {body}");
+        // Either answer says which call it was, as every gateway error does.
+        let answer: Value = serde_json::from_str(&body).unwrap();
+        assert!(
+            answer["request_id"].as_str().is_some_and(|id| !id.is_empty()),
+            "{code}: {body}"
+        );
     }
     let (status, _, _) = server.invoke(Method::POST, "/fn/ns/nester", r#"{"status": 299}"#).await;
     assert_eq!(status.as_u16(), 299);
