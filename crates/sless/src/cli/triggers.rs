@@ -202,6 +202,16 @@ fn source(t: &Trigger) -> String {
 }
 
 /// `amqp://user:***@host/vhost`: the password stays off the screen.
+/// The queue failed messages go to: the one given, else the server's
+/// default, `{queue}.dead`.
+fn dead_letters(given: Option<&str>, queue: Option<&str>) -> String {
+    match (given, queue) {
+        (Some(dead), _) => dead.to_string(),
+        (None, Some(queue)) => format!("{queue}.dead"),
+        (None, None) => "-".to_string(),
+    }
+}
+
 fn hide_password(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
@@ -234,14 +244,24 @@ fn show(output: OutputFormat, t: &Trigger) -> anyhow::Result<()> {
             d.field("schedule", or_dash(spec.schedule.as_ref()))
                 .field("timezone", spec.timezone.as_deref().unwrap_or("UTC"))
                 .field("event", or_dash(spec.event.as_ref().map(compact)))
-                .field("next fire", time(t.status.next_fire_at));
+                .field(
+                    "next fire",
+                    if spec.enabled {
+                        time(t.status.next_fire_at)
+                    } else {
+                        "- (disabled)".to_string()
+                    },
+                );
         }
         TriggerType::Amqp => {
             d.field("broker", or_dash(spec.broker_url.as_deref().map(hide_password)))
                 .field("queue", or_dash(spec.queue.as_ref()))
                 .field("prefetch", or_dash(spec.prefetch))
                 .field("retry limit", or_dash(spec.retry_limit))
-                .field("dead letters", or_dash(spec.dead_letter_queue.as_ref()));
+                .field(
+                    "dead letters",
+                    dead_letters(spec.dead_letter_queue.as_deref(), spec.queue.as_deref()),
+                );
         }
     }
     if let Some(fired) = t.status.fired {
@@ -255,7 +275,14 @@ fn show(output: OutputFormat, t: &Trigger) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::hide_password;
+    use super::{dead_letters, hide_password};
+
+    #[test]
+    fn dead_letters_name_the_server_s_default_queue() {
+        assert_eq!(dead_letters(Some("failed"), Some("orders")), "failed");
+        assert_eq!(dead_letters(None, Some("orders")), "orders.dead");
+        assert_eq!(dead_letters(None, None), "-");
+    }
 
     #[test]
     fn broker_passwords_are_hidden() {

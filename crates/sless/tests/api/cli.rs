@@ -722,6 +722,18 @@ async fn triggers_are_created_listed_toggled_and_removed() {
     assert_eq!(run.stdout.trim(), "trigger web enabled");
     user.ok(&["invoke", "target"]);
 
+    // A disabled schedule shows no next fire.
+    let shown = user.ok(&["trigger", "get", "nightly"]).stdout;
+    assert!(!shown.contains("- (disabled)"), "{shown}");
+    user.ok(&["trigger", "disable", "nightly"]);
+    let shown = user.ok(&["trigger", "get", "nightly"]).stdout;
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("next fire") && l.ends_with("- (disabled)")),
+        "{shown}"
+    );
+
     let run = user.ok(&["trigger", "rm", "nightly"]);
     assert_eq!(run.stdout.trim(), "trigger nightly deleted");
     let run = user.fails(&["trigger", "get", "nightly"]);
