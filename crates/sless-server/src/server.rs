@@ -215,6 +215,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         open_files,
         "connection limits"
     );
+    let deliveries = state.async_invocations.clone();
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let connections = state.metrics.connections.clone();
     let serve = crate::listener::serve(listener, http::app(state), limits, connections, async move {
@@ -227,12 +228,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The leader's work stops and the lock goes first, so another replica
     // takes over while this one drains.
     reconciler.shutdown().await;
+    // Calls in flight and asynchronous attempts under way drain together,
+    // within the one grace period.
+    let drained = async { tokio::join!(serve, deliveries.drain()).0 };
     tokio::select! {
-        result = serve => result?,
+        result = drained => result?,
         _ = async { tokio::time::sleep(grace).await } => {
             tracing::warn!(grace_sec = grace.as_secs(), "grace period over; exiting with requests still in flight");
         }
     }
+    deliveries.hand_back().await;
     triggers.shutdown();
     cluster.leave().await;
     driver.shutdown().await;

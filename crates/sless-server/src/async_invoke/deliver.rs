@@ -7,10 +7,15 @@
 //! cannot hold every slot while another's wait. A held event's lease is renewed while its attempt runs; a
 //! replica that dies lets its leases run out and another takes the events
 //! again (at-least-once).
+//!
+//! A replica shutting down claims nothing more and lets its attempts under
+//! way finish within the grace period ([`Deliverer::drain`]); what is
+//! still running then goes back to the queue, the attempt not counted
+//! ([`Deliverer::hand_back`]), for the next replica or start to deliver.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -116,6 +121,10 @@ pub struct Deliverer {
     pub stats: DeliveryStats,
     /// Bounds the outcomes stored for destination functions, as accepted events are.
     backlog: Arc<super::Backlogs>,
+    /// The claim loop, awaited by `drain`.
+    claiming: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Set by `hand_back`: outcomes are no longer written.
+    handed_back: AtomicBool,
 }
 
 impl Deliverer {
@@ -147,8 +156,11 @@ impl Deliverer {
             claims: AtomicU64::new(0),
             stats: DeliveryStats::default(),
             backlog,
+            claiming: Mutex::new(None),
+            handed_back: AtomicBool::new(false),
         });
-        tokio::spawn(deliverer.clone().claim_loop(wake));
+        let claiming = tokio::spawn(deliverer.clone().claim_loop(wake));
+        *deliverer.claiming.lock().unwrap_or_else(PoisonError::into_inner) = Some(claiming);
         tokio::spawn(deliverer.clone().finish_loop());
         tokio::spawn(deliverer.clone().renew_loop());
         deliverer
@@ -159,9 +171,61 @@ impl Deliverer {
         self.held.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
+    /// Claims nothing more, and returns once every attempt under way here
+    /// has ended and its outcome is written (the caller bounds the wait).
+    pub async fn drain(&self) {
+        self.slots.close();
+        let claiming = self.claiming.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(claiming) = claiming {
+            let _ = claiming.await;
+        }
+        while self.in_flight() > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Gives back what is still held when the drain's time is up: outcomes
+    /// already known are written, and events whose attempts are still
+    /// running are queued again, due now, their attempt not counted (the
+    /// instances are about to be stopped under them; what those stopped
+    /// attempts return is not written).
+    pub async fn hand_back(&self) {
+        self.slots.close();
+        self.handed_back.store(true, Ordering::SeqCst);
+        let known = std::mem::take(&mut *self.finished.lock().unwrap_or_else(PoisonError::into_inner));
+        if !known.is_empty() {
+            if let Err(e) = self.events.finish(&known).await {
+                tracing::warn!(error = %e, events = known.len(), "writing asynchronous outcomes at shutdown failed");
+            }
+        }
+        let known: std::collections::HashSet<&str> = known.iter().map(|f| f.id.as_str()).collect();
+        let running: Vec<(String, String)> = self
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(id, _)| !known.contains(id.as_str()))
+            .map(|(id, claim)| (id.clone(), claim.clone()))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        let why = "the replica delivering it shut down during the attempt; not counted, delivered again";
+        match self.events.release(&running, now_micros(), why).await {
+            Ok(()) => tracing::info!(
+                events = running.len(),
+                "asynchronous events under way at shutdown queued again"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, events = running.len(), "queueing asynchronous events again at shutdown failed; their leases will run out")
+            }
+        }
+    }
+
     async fn claim_loop(self: Arc<Self>, wake: Arc<Notify>) {
         loop {
-            // Only as many events as there are free slots: the page, not the backlog, is in memory.
+            // Only as many events as there are free slots: the page, not
+            // the backlog, is in memory. Closed by `drain`: claim no more.
             let Ok(first) = self.slots.clone().acquire_owned().await else {
                 return;
             };
@@ -571,6 +635,9 @@ impl Deliverer {
     async fn finish_loop(self: Arc<Self>) {
         let mut backoff = Duration::from_millis(100);
         loop {
+            if self.handed_back.load(Ordering::SeqCst) {
+                return;
+            }
             let batch = std::mem::take(&mut *self.finished.lock().unwrap_or_else(PoisonError::into_inner));
             if batch.is_empty() {
                 self.finish_now.notified().await;

@@ -226,6 +226,18 @@ impl AsyncInvocations {
         Ok(())
     }
 
+    /// Shutting down: claims no more events and waits until the attempts
+    /// under way here have ended (see [`deliver::Deliverer::drain`]).
+    pub async fn drain(&self) {
+        self.deliverer.drain().await;
+    }
+
+    /// Shutting down, once the drain's time is up: queues again what is
+    /// still being attempted here, not counted as an attempt.
+    pub async fn hand_back(&self) {
+        self.deliverer.hand_back().await;
+    }
+
     /// Counts the backlog, then wakes the parked events of the functions
     /// in it that can run again.
     async fn count_backlog(&self) {

@@ -912,7 +912,61 @@ async fn a_namespace_s_waiting_events_hold_no_more_than_its_bound(backend: Backe
     refused(&body);
 }
 
+/// SIGTERM lets the attempts under way finish within the grace period,
+/// and queues again, uncounted, the one that outlasts it: with no retries
+/// allowed, none of them fails because the server stopped.
+async fn a_shutdown_drains_attempts_and_hands_back_the_rest(backend: Backend) {
+    let mut server = Server::start_with(backend, &[("SLESS_SHUTDOWN_GRACE_SEC", "6")]).await;
+    server
+        .deploy(
+            "ns",
+            "sleeper",
+            json!({"runtime": "python3.11", "async": {"retry_limit": 0}}),
+            &[("handler.py", SLEEPS)],
+        )
+        .await;
+    let mut short = Vec::new();
+    for _ in 0..2 {
+        let (status, location, body) = send_event(&server, "/fn/ns/sleeper", r#"{"sleep": 3}"#).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        short.push(location.unwrap());
+    }
+    let (status, long, body) = send_event(&server, "/fn/ns/sleeper", r#"{"sleep": 12}"#).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let long = long.unwrap();
+    for location in short.iter().chain([&long]) {
+        record_reaches(&server, location, "running", 30).await;
+    }
+    assert!(server.terminate_wait().success());
+    server.spawn();
+    // Finished during the drain: succeeded before the restart (a delivery
+    // after it would take three more seconds).
+    for location in &short {
+        let (code, record) = server.call(Method::GET, location, None).await;
+        assert_eq!(code, StatusCode::OK, "{record}");
+        assert_eq!(
+            (record["status"].as_str(), record["attempts"].as_u64()),
+            (Some("succeeded"), Some(1)),
+            "{record}"
+        );
+    }
+    // Handed back, not failed, and delivered after the restart as its
+    // first counted attempt.
+    let (_, record) = server.call(Method::GET, &long, None).await;
+    assert!(
+        record["last_error"].as_str().unwrap_or("").contains("shut down"),
+        "{record}"
+    );
+    let record = record_reaches(&server, &long, "succeeded", 60).await;
+    assert_eq!(
+        (record["attempts"].as_u64(), record["succeeded_attempt"].as_u64()),
+        (Some(1), Some(1)),
+        "{record}"
+    );
+}
+
 crate::both_stores!(
+    a_shutdown_drains_attempts_and_hands_back_the_rest,
     a_namespace_s_waiting_events_hold_no_more_than_its_bound,
     a_namespaces_slow_events_leave_slots_to_others,
     an_event_for_a_deleted_function_is_not_delivered_to_its_successor,

@@ -108,6 +108,10 @@ pub trait EventStore: Send + Sync + 'static {
     /// nothing can be running elsewhere). The attempt it was counted for
     /// stays counted.
     async fn release_all(&self, now: i64) -> Result<u64>;
+    /// Puts events still held under their claims back in the queue, due at
+    /// `now`, without counting the attempt they were taken for (a replica
+    /// shutting down with attempts under way); `why` becomes their last error.
+    async fn release(&self, held: &[(String, String)], now: i64, why: &str) -> Result<()>;
     async fn get(&self, namespace: &str, function: &str, id: &str) -> Result<Option<AsyncInvocation>>;
     /// A function's events, newest first, older than `before` (an id).
     async fn list(

@@ -112,6 +112,24 @@ macro_rules! event_store {
                 Ok(())
             }
 
+            async fn release(&self, held: &[(String, String)], now: i64, why: &str) -> Result<()> {
+                let mut tx = self.writes.begin().await?;
+                for (id, claim) in held {
+                    sqlx::query(
+                        "UPDATE async_events SET status = 'queued', due_at = $1, claim = NULL, attempts = attempts - 1, \
+                         last_error = $2, updated_at = $1 WHERE id = $3 AND claim = $4 AND status = 'running'",
+                    )
+                    .bind(now)
+                    .bind(why)
+                    .bind(id)
+                    .bind(claim)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
             async fn release_all(&self, now: i64) -> Result<u64> {
                 let done = sqlx::query(
                     "UPDATE async_events SET status = 'queued', due_at = $1, claim = NULL, updated_at = $1 WHERE status = 'running'",
