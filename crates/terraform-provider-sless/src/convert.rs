@@ -6,26 +6,38 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use crate::diagnostics::error;
+use crate::number::Number;
 
 /// A number attribute as a `u32`, with an error on the attribute when it is
-/// negative or too large. Null and unknown give `None` without an error.
-pub fn to_u32(diags: &mut Diagnostics, value: &Value<i64>, attribute: &'static str) -> Option<u32> {
-    let n = *value.as_ref_option()?;
-    match u32::try_from(n) {
-        Ok(n) => Some(n),
-        Err(_) => {
-            error(
-                diags,
-                format!("Invalid {attribute}"),
-                format!(
-                    "{attribute} must be a whole number between 0 and {}, got {n}.",
-                    u32::MAX
-                ),
-                Some(attribute),
-            );
-            None
-        }
+/// fractional, negative or too large. Null and unknown give `None` without
+/// an error.
+pub fn to_u32(diags: &mut Diagnostics, value: &Value<Number>, attribute: &'static str) -> Option<u32> {
+    to_whole(diags, value, attribute, u32::MAX)
+}
+
+/// A number attribute as a `u64` (up to `i64::MAX`, as Terraform's state
+/// holds it), like [`to_u32`].
+pub fn to_u64(diags: &mut Diagnostics, value: &Value<Number>, attribute: &'static str) -> Option<u64> {
+    to_whole(diags, value, attribute, i64::MAX.unsigned_abs())
+}
+
+fn to_whole<T: TryFrom<i64> + std::fmt::Display>(
+    diags: &mut Diagnostics,
+    value: &Value<Number>,
+    attribute: &'static str,
+    max: T,
+) -> Option<T> {
+    let n = value.as_ref_option()?;
+    let whole = n.whole().and_then(|n| T::try_from(n).ok());
+    if whole.is_none() {
+        error(
+            diags,
+            format!("Invalid {attribute}"),
+            format!("{attribute} must be a whole number between 0 and {max}, got {n}."),
+            Some(attribute),
+        );
     }
+    whole
 }
 
 /// Parses a JSON-string attribute (`event = jsonencode({...})`), with an
@@ -220,11 +232,23 @@ mod tests {
     #[test]
     fn numbers_out_of_range_are_errors_on_their_attribute() {
         let mut diags = Diagnostics::default();
-        assert_eq!(to_u32(&mut diags, &Value::Value(512), "memory_mb"), Some(512));
+        assert_eq!(
+            to_u32(&mut diags, &Value::Value(Number::Whole(512)), "memory_mb"),
+            Some(512)
+        );
         assert_eq!(to_u32(&mut diags, &Value::Null, "memory_mb"), None);
         assert!(diags.errors.is_empty());
-        assert_eq!(to_u32(&mut diags, &Value::Value(-1), "memory_mb"), None);
+        assert_eq!(to_u32(&mut diags, &Value::Value(Number::Whole(-1)), "memory_mb"), None);
         assert_eq!(diags.errors[0].attribute, tf_provider::AttributePath::new("memory_mb"));
+        let half = Value::Value(Number::Decimal("256.5".into()));
+        assert_eq!(to_u32(&mut diags, &half, "memory_mb"), None);
+        assert_eq!(
+            diags.errors[1].detail,
+            "memory_mb must be a whole number between 0 and 4294967295, got 256.5."
+        );
+        let huge = Value::Value(Number::Decimal("9223372036854775808".into()));
+        assert_eq!(to_u64(&mut diags, &huge, "run_id"), None);
+        assert_eq!(diags.errors.len(), 3);
     }
 
     #[test]

@@ -16,6 +16,7 @@ mod convert;
 mod diagnostics;
 mod function;
 mod job;
+mod number;
 mod provider;
 mod resource;
 mod schema;

@@ -13,6 +13,7 @@ use tf_provider::{AttributePath, Diagnostics, Provider, Resource};
 use crate::connection::{Connection, Shared};
 use crate::function::{FunctionResource, FunctionState};
 use crate::job::{JobResource, JobState};
+use crate::number::Number;
 use crate::proposal::propose;
 use crate::resource::{all_fields, fields, ApiResource, Managed};
 use crate::trigger::{TriggerResource, TriggerState};
@@ -210,7 +211,7 @@ fn states_decode_from_terraforms_msgpack_with_unknowns_and_nulls() {
     let state: FunctionState = rmp_serde::from_slice(&bytes).unwrap();
     assert_eq!(state.name, s("hello"));
     assert_eq!(state.namespace, Value::Null);
-    assert_eq!(state.memory_mb, Value::Value(512));
+    assert_eq!(state.memory_mb, Value::Value(Number::Whole(512)));
     assert_eq!(state.code_hash, Value::Unknown);
     assert_eq!(state.version, Value::Unknown);
     assert_eq!(state.network, s("none"));
@@ -314,7 +315,7 @@ async fn job_plans_replace_on_a_new_run_id() {
     let config = |run_id: i64| JobState {
         name: s("greet"),
         function: s("hello"),
-        run_id: Value::Value(run_id),
+        run_id: Value::Value(Number::Whole(run_id)),
         ..JobState::default()
     };
     let (mut prior, _) = resource

@@ -6,8 +6,9 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::AliasState;
-use crate::convert::check_name;
+use crate::convert::{check_name, to_u64};
 use crate::diagnostics::error;
+use crate::number::Number;
 
 /// Checks what can be checked of a configuration without the server.
 pub fn validate(diags: &mut Diagnostics, config: &AliasState) {
@@ -17,17 +18,18 @@ pub fn validate(diags: &mut Diagnostics, config: &AliasState) {
             error(diags, "Invalid name", message, Some("name"));
         }
     }
-    let (Some(version), Some(weights)) = (config.version.as_ref_option(), config.weights.as_ref_option()) else {
+    let version = to_u64(diags, &config.version, "version");
+    let (Some(version), Some(weights)) = (version, config.weights.as_ref_option()) else {
         return;
     };
     if weights.values().any(|w| !w.is_value()) {
         return;
     }
     let spec = sless_api::AliasSpec {
-        version: (*version).max(0) as u64,
+        version,
         weights: weights
             .iter()
-            .filter_map(|(k, w)| w.as_ref_option().map(|w| (k.clone(), *w)))
+            .filter_map(|(k, w)| w.as_ref_option().and_then(Number::to_f64).map(|w| (k.clone(), w)))
             .collect(),
     };
     if let Err((field, message)) = spec.split() {

@@ -11,6 +11,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use crate::convert::resource_id;
+use crate::number::Number;
 use crate::resource::fields::{replaces, reported, updates, Field};
 use crate::schema::{optional, required};
 
@@ -22,8 +23,8 @@ pub struct AliasState {
     pub name: Value<String>,
     pub namespace: Value<String>,
     pub function: Value<String>,
-    pub version: Value<i64>,
-    pub weights: Value<BTreeMap<String, Value<f64>>>,
+    pub version: Value<Number>,
+    pub weights: Value<BTreeMap<String, Value<Number>>>,
     pub url: Value<String>,
 }
 
@@ -64,7 +65,7 @@ pub fn spec_json(_diags: &mut Diagnostics, state: &AliasState) -> Json {
     if let Some(weights) = state.weights.as_ref_option() {
         let weights: Map<String, Json> = weights
             .iter()
-            .filter_map(|(k, v)| v.as_ref_option().map(|v| (k.clone(), json!(v))))
+            .filter_map(|(k, v)| v.as_ref_option().map(|v| (k.clone(), json!(v.to_f64()))))
             .collect();
         if !weights.is_empty() {
             spec.insert("weights".into(), Json::Object(weights));
@@ -87,7 +88,7 @@ pub fn from_api(alias: &Alias, previous: &AliasState) -> AliasState {
                 .spec
                 .weights
                 .iter()
-                .map(|(k, w)| (k.clone(), Value::Value(*w)))
+                .map(|(k, w)| (k.clone(), Value::Value(Number::from_f64(*w))))
                 .collect(),
         )
     };
@@ -96,7 +97,7 @@ pub fn from_api(alias: &Alias, previous: &AliasState) -> AliasState {
         name,
         namespace,
         function,
-        version: Value::Value(alias.spec.version as i64),
+        version: Value::Value(alias.spec.version.into()),
         weights,
         url: Value::Value(alias.url.clone()),
     }

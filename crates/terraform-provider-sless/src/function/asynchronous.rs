@@ -10,14 +10,15 @@ use sless_api::{AsyncSettings, Destination, DestinationType};
 use tf_provider::schema::{Attribute, AttributeType, Block, Description, NestedBlock};
 use tf_provider::value::{self, Value};
 
+use crate::number::Number;
 use crate::schema::{defaulted, optional, required, SCHEMA_VERSION};
 
 /// `async { ... }` as Terraform holds it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct AsyncState {
-    pub retry_limit: Value<i64>,
-    pub max_event_age_sec: Value<i64>,
+    pub retry_limit: Value<Number>,
+    pub max_event_age_sec: Value<Number>,
     #[serde(with = "value::serde_as_vec")]
     pub on_failure: Value<DestinationState>,
     #[serde(with = "value::serde_as_vec")]
@@ -166,8 +167,8 @@ pub fn from_api(settings: &Option<AsyncSettings>) -> Value<AsyncState> {
         }),
     };
     Value::Value(AsyncState {
-        retry_limit: Value::Value(i64::from(settings.retry_limit)),
-        max_event_age_sec: Value::Value(i64::from(settings.max_event_age_sec)),
+        retry_limit: Value::Value(settings.retry_limit.into()),
+        max_event_age_sec: Value::Value(settings.max_event_age_sec.into()),
         on_failure: destination(&settings.on_failure),
         on_success: destination(&settings.on_success),
     })
@@ -178,10 +179,10 @@ pub fn plan_defaults(planned: &mut Value<AsyncState>) {
     if let Value::Value(a) = planned {
         let defaults = AsyncSettings::default();
         if a.retry_limit.is_null() {
-            a.retry_limit = Value::Value(i64::from(defaults.retry_limit));
+            a.retry_limit = Value::Value(defaults.retry_limit.into());
         }
         if a.max_event_age_sec.is_null() {
-            a.max_event_age_sec = Value::Value(i64::from(defaults.max_event_age_sec));
+            a.max_event_age_sec = Value::Value(defaults.max_event_age_sec.into());
         }
     }
 }

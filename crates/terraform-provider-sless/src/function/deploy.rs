@@ -9,6 +9,7 @@ use super::state::FunctionState;
 use super::FunctionResource;
 use crate::code::{read_archive, upload_and_build};
 use crate::diagnostics::{api_error, error};
+use crate::number::Number;
 use crate::resource::{settable, Key};
 
 /// Reads the zip, checks it is the one planned, uploads it and waits for the
@@ -44,8 +45,10 @@ pub async fn deploy_code(
         }
     }
     let hash = archive.sha256.clone();
-    let timeout = planned.build_timeout_sec.as_ref_option().copied().unwrap_or(300);
-    let timeout = u32::try_from(timeout).unwrap_or(300);
+    let timeout = (planned.build_timeout_sec.as_ref_option())
+        .and_then(Number::whole)
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(300);
     let (namespace, name) = (&key.namespace, &key.name);
     match upload_and_build(client, namespace, name, archive, timeout).await {
         Ok(function) if function.status.phase == Phase::Failed => {

@@ -11,6 +11,7 @@ use tf_provider::value::{self, Value};
 use tf_provider::Diagnostics;
 
 use crate::convert::{resource_id, to_u32};
+use crate::number::Number;
 use crate::resource::fields::{replaces, reported, updates, updates_block, Field};
 use crate::schema::{defaulted, optional, required, string_map};
 
@@ -36,17 +37,17 @@ pub struct FunctionState {
     pub runtime: Value<String>,
     pub entrypoint: Value<String>,
     pub env: Value<BTreeMap<String, Value<String>>>,
-    pub memory_mb: Value<i64>,
-    pub timeout_sec: Value<i64>,
-    pub concurrency: Value<i64>,
-    pub min_instances: Value<i64>,
-    pub max_instances: Value<i64>,
-    pub replicas: Value<i64>,
-    pub build_timeout_sec: Value<i64>,
+    pub memory_mb: Value<Number>,
+    pub timeout_sec: Value<Number>,
+    pub concurrency: Value<Number>,
+    pub min_instances: Value<Number>,
+    pub max_instances: Value<Number>,
+    pub replicas: Value<Number>,
+    pub build_timeout_sec: Value<Number>,
     #[serde(rename = "async", with = "value::serde_as_vec")]
     pub async_settings: Value<super::asynchronous::AsyncState>,
     pub network: Value<String>,
-    pub tmp_mb: Value<i64>,
+    pub tmp_mb: Value<Number>,
     pub expose_errors: Value<bool>,
     pub env_from_secrets: super::secrets::EnvList,
     pub secret_files: super::secrets::FilesList,
@@ -59,7 +60,7 @@ pub struct FunctionState {
 
 impl FunctionState {
     /// The number attribute called `field` (one of `NUMBERS`).
-    pub fn number(&self, field: &str) -> &Value<i64> {
+    pub fn number(&self, field: &str) -> &Value<Number> {
         match field {
             "memory_mb" => &self.memory_mb,
             "timeout_sec" => &self.timeout_sec,
@@ -73,7 +74,7 @@ impl FunctionState {
         }
     }
 
-    pub fn number_mut(&mut self, field: &str) -> &mut Value<i64> {
+    pub fn number_mut(&mut self, field: &str) -> &mut Value<Number> {
         match field {
             "memory_mb" => &mut self.memory_mb,
             "timeout_sec" => &mut self.timeout_sec,
@@ -189,7 +190,7 @@ pub fn served_hash(function: &Function) -> Option<String> {
 /// practitioner's (the server does not know it).
 pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
     let spec = &function.spec;
-    let number = |n: u32| Value::Value(i64::from(n));
+    let number = |n: u32| Value::Value(Number::from(n));
     let namespace = Value::Value(function.namespace.clone());
     let name = Value::Value(function.name.clone());
     FunctionState {
@@ -209,7 +210,7 @@ pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
         concurrency: number(spec.concurrency),
         min_instances: number(spec.min_instances),
         max_instances: number(spec.max_instances),
-        replicas: spec.replicas.map(i64::from).into(),
+        replicas: spec.replicas.map(Number::from).into(),
         build_timeout_sec: number(spec.build_timeout_sec),
         async_settings: super::asynchronous::from_api(&spec.async_settings),
         network: Value::Value(spec.network.as_str().to_string()),

@@ -7,6 +7,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::{FunctionResource, FunctionState};
+use crate::number::Number;
 use crate::proposal::propose;
 use crate::resource::{plan, schema, validate};
 
@@ -34,14 +35,14 @@ fn applied() -> FunctionState {
         namespace: s("default"),
         entrypoint: s("handler.handle"),
         env: Value::Value(BTreeMap::new()),
-        memory_mb: Value::Value(256),
-        timeout_sec: Value::Value(30),
-        concurrency: Value::Value(8),
-        min_instances: Value::Value(0),
-        max_instances: Value::Value(4),
-        build_timeout_sec: Value::Value(300),
+        memory_mb: Value::Value(Number::Whole(256)),
+        timeout_sec: Value::Value(Number::Whole(30)),
+        concurrency: Value::Value(Number::Whole(8)),
+        min_instances: Value::Value(Number::Whole(0)),
+        max_instances: Value::Value(Number::Whole(4)),
+        build_timeout_sec: Value::Value(Number::Whole(300)),
         network: s("internet"),
-        tmp_mb: Value::Value(64),
+        tmp_mb: Value::Value(Number::Whole(64)),
         expose_errors: Value::Value(false),
         env_from_secrets: Value::Value(Vec::new()),
         secret_files: Value::Value(Vec::new()),
@@ -85,11 +86,11 @@ fn a_create_plans_the_servers_defaults_and_leaves_version_and_url_unknown() {
     assert_eq!(planned.id, s("default/hello"));
     assert_eq!(planned.entrypoint, s("handler.handle"));
     assert_eq!(planned.env, Value::Value(BTreeMap::new()));
-    assert_eq!(planned.memory_mb, Value::Value(256));
-    assert_eq!(planned.max_instances, Value::Value(4));
-    assert_eq!(planned.build_timeout_sec, Value::Value(300));
+    assert_eq!(planned.memory_mb, Value::Value(Number::Whole(256)));
+    assert_eq!(planned.max_instances, Value::Value(Number::Whole(4)));
+    assert_eq!(planned.build_timeout_sec, Value::Value(Number::Whole(300)));
     assert_eq!(planned.network, s("internet"));
-    assert_eq!(planned.tmp_mb, Value::Value(64));
+    assert_eq!(planned.tmp_mb, Value::Value(Number::Whole(64)));
     assert_eq!(planned.expose_errors, Value::Value(false));
     assert_eq!(planned.replicas, Value::Null);
     assert_eq!(planned.phase, s("Ready"));
@@ -142,28 +143,28 @@ fn spec_changes_update_in_place_without_a_rebuild() {
     let mut env = BTreeMap::new();
     env.insert("GREETING".to_string(), s("hi"));
     let config = FunctionState {
-        memory_mb: Value::Value(512),
+        memory_mb: Value::Value(Number::Whole(512)),
         env: Value::Value(env.clone()),
-        replicas: Value::Value(1),
+        replicas: Value::Value(Number::Whole(1)),
         ..config()
     };
     let (planned, replace) = plan_of(Some(&prior), &config);
     assert!(replace.is_empty());
-    assert_eq!(planned.memory_mb, Value::Value(512));
+    assert_eq!(planned.memory_mb, Value::Value(Number::Whole(512)));
     assert_eq!(planned.env, Value::Value(env));
-    assert_eq!(planned.replicas, Value::Value(1));
+    assert_eq!(planned.replicas, Value::Value(Number::Whole(1)));
     assert_eq!(planned.version, Value::Value(1), "no new code, no new version");
 }
 
 #[test]
 fn removing_a_setting_from_the_configuration_plans_the_default_again() {
     let prior = FunctionState {
-        memory_mb: Value::Value(512),
-        replicas: Value::Value(2),
+        memory_mb: Value::Value(Number::Whole(512)),
+        replicas: Value::Value(Number::Whole(2)),
         ..applied()
     };
     let (planned, _) = plan_of(Some(&prior), &config());
-    assert_eq!(planned.memory_mb, Value::Value(256));
+    assert_eq!(planned.memory_mb, Value::Value(Number::Whole(256)));
     assert_eq!(planned.replicas, Value::Null);
 }
 
@@ -241,20 +242,20 @@ fn validation_names_the_attribute() {
     );
     assert_eq!(
         bad(FunctionState {
-            memory_mb: Value::Value(-5),
+            memory_mb: Value::Value(Number::Whole(-5)),
             ..config()
         }),
         ["memory_mb"]
     );
     let range = errors_of(&FunctionState {
-        min_instances: Value::Value(5),
+        min_instances: Value::Value(Number::Whole(5)),
         ..config()
     });
     assert_eq!(range[0].0, "min_instances");
     assert!(range[0].1.contains("must not exceed max_instances"), "{}", range[0].1);
     assert_eq!(
         bad(FunctionState {
-            memory_mb: Value::Value(1),
+            memory_mb: Value::Value(Number::Whole(1)),
             ..config()
         }),
         ["memory_mb"]
@@ -268,14 +269,14 @@ fn validation_names_the_attribute() {
     );
     assert_eq!(
         bad(FunctionState {
-            replicas: Value::Value(9),
+            replicas: Value::Value(Number::Whole(9)),
             ..config()
         }),
         ["replicas"]
     );
     assert_eq!(
         bad(FunctionState {
-            tmp_mb: Value::Value(0),
+            tmp_mb: Value::Value(Number::Whole(0)),
             ..config()
         }),
         ["tmp_mb"]
@@ -285,7 +286,7 @@ fn validation_names_the_attribute() {
 #[test]
 fn validation_waits_for_unknown_values() {
     let config = FunctionState {
-        min_instances: Value::Value(5),
+        min_instances: Value::Value(Number::Whole(5)),
         max_instances: Value::Unknown,
         runtime: Value::Unknown,
         ..config()

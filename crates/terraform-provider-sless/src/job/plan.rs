@@ -6,15 +6,16 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::JobState;
-use crate::convert::{check_name, parse_json, to_u32};
+use crate::convert::{check_name, parse_json, to_u32, to_u64};
 use crate::diagnostics::error;
+use crate::number::Number;
 
 /// Longest `wait_timeout_sec` the server takes.
 pub const MAX_WAIT_TIMEOUT_SEC: u32 = 86_400;
 
 /// The server's defaults.
 pub const DEFAULT_EVENT: &str = "{}";
-pub const DEFAULT_WAIT_TIMEOUT_SEC: i64 = 300;
+pub const DEFAULT_WAIT_TIMEOUT_SEC: u32 = 300;
 
 /// Checks what can be checked of a configuration without the server (its
 /// name and namespace are checked already).
@@ -23,16 +24,7 @@ pub fn validate(diags: &mut Diagnostics, config: &JobState) {
     if let Some(event) = config.event.as_ref_option() {
         parse_json(diags, event, "event");
     }
-    if let Some(n) = config.run_id.as_ref_option() {
-        if *n < 0 {
-            error(
-                diags,
-                "Invalid run_id",
-                format!("run_id must be 0 or more, got {n}."),
-                Some("run_id"),
-            );
-        }
-    }
+    to_u64(diags, &config.run_id, "run_id");
     if let Some(n) = to_u32(diags, &config.wait_timeout_sec, "wait_timeout_sec") {
         if n > MAX_WAIT_TIMEOUT_SEC {
             error(
@@ -52,14 +44,14 @@ pub fn plan(prior: Option<&JobState>, config: &JobState, planned: &mut JobState)
         planned.event = Value::Value(DEFAULT_EVENT.to_string());
     }
     if config.run_id.is_null() {
-        planned.run_id = Value::Value(0);
+        planned.run_id = Value::Value(Number::Whole(0));
     }
     if config.wait_timeout_sec.is_null() {
-        planned.wait_timeout_sec = Value::Value(DEFAULT_WAIT_TIMEOUT_SEC);
+        planned.wait_timeout_sec = Value::Value(DEFAULT_WAIT_TIMEOUT_SEC.into());
     }
     if prior.is_none() {
         (planned.phase, planned.result, planned.error) = match planned.run_id {
-            Value::Value(0) => (Value::Value("Skipped".to_string()), Value::Null, Value::Null),
+            Value::Value(Number::Whole(0)) => (Value::Value("Skipped".to_string()), Value::Null, Value::Null),
             _ => (Value::Unknown, Value::Unknown, Value::Unknown),
         };
     }

@@ -8,8 +8,8 @@ use tf_provider::schema::AttributeType;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
-use crate::convert::{json_attribute, parse_json, resource_id, to_u32};
-use crate::diagnostics::error;
+use crate::convert::{json_attribute, parse_json, resource_id, to_u32, to_u64};
+use crate::number::Number;
 use crate::resource::fields::{replaces, reported, updates, Field};
 use crate::schema::{defaulted, required};
 
@@ -22,8 +22,8 @@ pub struct JobState {
     pub namespace: Value<String>,
     pub function: Value<String>,
     pub event: Value<String>,
-    pub run_id: Value<i64>,
-    pub wait_timeout_sec: Value<i64>,
+    pub run_id: Value<Number>,
+    pub wait_timeout_sec: Value<Number>,
     pub phase: Value<String>,
     pub result: Value<String>,
     pub error: Value<String>,
@@ -53,18 +53,8 @@ pub fn spec_json(diags: &mut Diagnostics, state: &JobState) -> Json {
     if let Some(event) = state.event.as_ref_option().and_then(|e| parse_json(diags, e, "event")) {
         spec.insert("event".into(), event);
     }
-    if let Some(n) = state.run_id.as_ref_option() {
-        match u64::try_from(*n) {
-            Ok(n) => {
-                spec.insert("run_id".into(), json!(n));
-            }
-            Err(_) => error(
-                diags,
-                "Invalid run_id",
-                format!("run_id must be 0 or more, got {n}."),
-                Some("run_id"),
-            ),
-        }
+    if let Some(n) = to_u64(diags, &state.run_id, "run_id") {
+        spec.insert("run_id".into(), json!(n));
     }
     if let Some(n) = to_u32(diags, &state.wait_timeout_sec, "wait_timeout_sec") {
         spec.insert("wait_timeout_sec".into(), json!(n));
@@ -94,7 +84,7 @@ pub fn from_api(job: &Job, previous: &JobState) -> JobState {
         namespace,
         function: Value::Value(job.spec.function.clone()),
         event: json_attribute(&previous.event, Some(&job.spec.event)),
-        run_id: Value::Value(i64::try_from(job.spec.run_id).unwrap_or(i64::MAX)),
+        run_id: Value::Value(job.spec.run_id.into()),
         wait_timeout_sec: Value::Value(job.spec.wait_timeout_sec.into()),
         phase: Value::Value(phase_name(job.status.phase)),
         result: job.status.result.as_ref().map(Json::to_string).into(),

@@ -5,6 +5,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::{JobResource, JobState};
+use crate::number::Number;
 use crate::proposal::propose;
 use crate::resource::{plan, schema, validate};
 
@@ -17,7 +18,7 @@ fn config() -> JobState {
         name: s("greet"),
         function: s("hello"),
         event: s("{\"name\": \"terraform\"}"),
-        run_id: Value::Value(1),
+        run_id: Value::Value(Number::Whole(1)),
         ..JobState::default()
     }
 }
@@ -44,7 +45,7 @@ fn applied(config: &JobState) -> JobState {
 fn a_create_leaves_the_outcome_unknown_until_the_run() {
     let (planned, _) = plan_of(None, &config());
     assert_eq!(planned.id, s("default/greet"));
-    assert_eq!(planned.wait_timeout_sec, Value::Value(300));
+    assert_eq!(planned.wait_timeout_sec, Value::Value(Number::Whole(300)));
     assert_eq!(planned.phase, Value::Unknown);
     assert_eq!(planned.result, Value::Unknown);
 }
@@ -57,7 +58,7 @@ fn run_id_zero_plans_skipped() {
         ..config()
     };
     let (planned, _) = plan_of(None, &config);
-    assert_eq!(planned.run_id, Value::Value(0));
+    assert_eq!(planned.run_id, Value::Value(Number::Whole(0)));
     assert_eq!(planned.event, s("{}"));
     assert_eq!(planned.phase, s("Skipped"));
     assert_eq!(planned.result, Value::Null);
@@ -75,7 +76,7 @@ fn an_unchanged_configuration_plans_exactly_the_prior_state() {
 fn a_new_run_id_replaces_the_job() {
     let prior = applied(&config());
     let config = JobState {
-        run_id: Value::Value(2),
+        run_id: Value::Value(Number::Whole(2)),
         ..config()
     };
     assert_eq!(plan_of(Some(&prior), &config).1, ["run_id"]);
@@ -103,8 +104,8 @@ fn validation_names_the_attribute() {
     assert!(attributes(&config()).is_empty());
     let bad = JobState {
         event: s("{"),
-        run_id: Value::Value(-1),
-        wait_timeout_sec: Value::Value(100_000),
+        run_id: Value::Value(Number::Whole(-1)),
+        wait_timeout_sec: Value::Value(Number::Whole(100_000)),
         ..config()
     };
     assert_eq!(attributes(&bad), ["event", "run_id", "wait_timeout_sec"]);

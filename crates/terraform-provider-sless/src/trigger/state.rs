@@ -9,6 +9,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use crate::convert::{json_attribute, parse_json, resource_id, to_u32};
+use crate::number::Number;
 use crate::resource::fields::{replaces, reported, updates, Field};
 use crate::schema::{defaulted, optional, required, sensitive};
 
@@ -33,8 +34,8 @@ pub struct TriggerState {
     pub event: Value<String>,
     pub broker_url: Value<String>,
     pub queue: Value<String>,
-    pub prefetch: Value<i64>,
-    pub retry_limit: Value<i64>,
+    pub prefetch: Value<Number>,
+    pub retry_limit: Value<Number>,
     pub dead_letter_queue: Value<String>,
     pub url: Value<String>,
 }
@@ -175,8 +176,8 @@ pub fn from_api(trigger: &Trigger, previous: &TriggerState) -> TriggerState {
         event: json_attribute(&previous.event, spec.event.as_ref()),
         broker_url: spec.broker_url.clone().into(),
         queue: spec.queue.clone().into(),
-        prefetch: spec.prefetch.map(i64::from).into(),
-        retry_limit: spec.retry_limit.map(i64::from).into(),
+        prefetch: spec.prefetch.map(Number::from).into(),
+        retry_limit: spec.retry_limit.map(Number::from).into(),
         dead_letter_queue: spec.dead_letter_queue.clone().into(),
         url: trigger.status.url.clone().into(),
     }

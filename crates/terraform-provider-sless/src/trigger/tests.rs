@@ -5,6 +5,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::{TriggerResource, TriggerState};
+use crate::number::Number;
 use crate::proposal::propose;
 use crate::resource::{plan, schema, validate};
 
@@ -141,7 +142,7 @@ fn validation_names_the_attribute() {
     let amqp = TriggerState {
         kind: s("amqp"),
         broker_url: s("amqp://guest:guest@127.0.0.1:5672/%2f"),
-        prefetch: Value::Value(0),
+        prefetch: Value::Value(Number::Whole(0)),
         ..http()
     };
     assert_eq!(attributes_of(&amqp), ["prefetch", "queue"]);

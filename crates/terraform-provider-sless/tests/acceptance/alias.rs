@@ -77,6 +77,19 @@ fn an_alias_is_created_moved_rolled_back_imported_and_destroyed() {
         run.output()
     );
     work.assert_no_changes();
+
+    // Shares that are no exact float64 (Terraform sends them as decimal
+    // text) apply and then plan nothing.
+    for share in ["0.1", "0.05"] {
+        work.config(
+            PROVIDER,
+            &stack(&format!("version = 1\n  weights = {{ \"2\" = {share} }}")),
+        );
+        work.apply();
+        work.assert_no_changes();
+        let alias = rest.run(rest.client.get_alias(NS, "app", "live")).expect("the alias");
+        assert_eq!(alias.spec.weights["2"].to_string(), share);
+    }
     work.config(PROVIDER, &stack("version = 2"));
     let plan = work.plan();
     assert!(

@@ -157,3 +157,40 @@ fn failures_say_what_went_wrong_and_where() {
     assert!(rest.run(rest.client.list_functions(NS)).unwrap().is_empty());
     assert!(rest.run(rest.client.list_jobs(NS)).unwrap().is_empty());
 }
+
+/// Numbers Terraform sends as a float or as text (`256.5`, `1e30`, past
+/// int64) are refused while validating, on their attribute, rather than as
+/// a resource that cannot be decoded.
+#[test]
+fn numbers_that_are_not_whole_are_refused_on_their_attribute() {
+    let Some(parts) = Parts::find() else { return };
+    let server = Server::start(&parts);
+    let work = Workdir::new(&parts, &server);
+    work.zip("good.zip", &[("handler.py", &hello_python())]);
+    let cases = [
+        ("sless_function", "memory_mb", "256.5"),
+        ("sless_function", "memory_mb", "1e30"),
+        ("sless_function", "timeout_sec", "9223372036854775808"),
+        ("sless_alias", "version", "1.5"),
+        ("sless_job", "run_id", "-1"),
+    ];
+    for (kind, attribute, value) in cases {
+        let body = match kind {
+            "sless_function" => "runtime  = \"python3.11\"\n  filename = \"good.zip\"",
+            _ => "function = \"f\"",
+        };
+        let config = format!("resource \"{kind}\" \"x\" {{\n  name = \"x\"\n  {body}\n  {attribute} = {value}\n}}\n");
+        work.config(PROVIDER, &config);
+        let run = work.tf(&["plan", "-no-color"]);
+        assert_eq!(run.code, 1, "{}", run.output());
+        assert!(run.stderr.contains(&format!("Invalid {attribute}")), "{}", run.output());
+        assert!(
+            run.stderr
+                .contains(&format!("{attribute} must be a whole number between 0 and")),
+            "{}",
+            run.output()
+        );
+        assert!(quotes(&run.stderr, attribute, value), "{}", run.output());
+        assert!(!run.stderr.contains("untagged enum"), "{}", run.output());
+    }
+}
