@@ -1,43 +1,94 @@
 //! Conversions between Terraform values (`Value<T>`: known, null or unknown)
 //! and API values: numbers, JSON-string attributes, merge patches, IDs.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value as Json};
 use tf_provider::value::Value;
-use tf_provider::Diagnostics;
+use tf_provider::{AttributePath, Diagnostics};
 
-use crate::diagnostics::error;
+use crate::diagnostics::{error, error_at};
 use crate::number::Number;
 
 /// A number attribute as a `u32`, with an error on the attribute when it is
 /// fractional, negative or too large. Null and unknown give `None` without
 /// an error.
 pub fn to_u32(diags: &mut Diagnostics, value: &Value<Number>, attribute: &'static str) -> Option<u32> {
-    to_whole(diags, value, attribute, u32::MAX)
+    whole_at(diags, value, attribute, AttributePath::new(attribute), u32::MAX)
 }
 
 /// A number attribute as a `u64` (up to `i64::MAX`, as Terraform's state
 /// holds it), like [`to_u32`].
 pub fn to_u64(diags: &mut Diagnostics, value: &Value<Number>, attribute: &'static str) -> Option<u64> {
-    to_whole(diags, value, attribute, i64::MAX.unsigned_abs())
+    whole_at(
+        diags,
+        value,
+        attribute,
+        AttributePath::new(attribute),
+        i64::MAX.unsigned_abs(),
+    )
 }
 
-fn to_whole<T: TryFrom<i64> + std::fmt::Display>(
+/// A number at `path` (called `name` in messages: `async.retry_limit`) as
+/// a whole number between 0 and `max`, like [`to_u32`].
+pub fn whole_at<T: TryFrom<i64> + std::fmt::Display>(
     diags: &mut Diagnostics,
     value: &Value<Number>,
-    attribute: &'static str,
+    name: &str,
+    path: AttributePath,
     max: T,
 ) -> Option<T> {
     let n = value.as_ref_option()?;
     let whole = n.whole().and_then(|n| T::try_from(n).ok());
     if whole.is_none() {
-        error(
+        error_at(
             diags,
-            format!("Invalid {attribute}"),
-            format!("{attribute} must be a whole number between 0 and {max}, got {n}."),
-            Some(attribute),
+            format!("Invalid {name}"),
+            format!("{name} must be a whole number between 0 and {max}, got {n}."),
+            path,
         );
     }
     whole
+}
+
+/// The known entries of a map attribute as the API's JSON, with an error
+/// on each entry that is null (`env = { A = null }`): the API has no null
+/// value, so such an entry would be dropped on every apply and show as a
+/// change forever. `None` while the map is null or unknown; unknown
+/// entries are left out.
+pub fn map_json<T>(
+    diags: &mut Diagnostics,
+    attribute: &'static str,
+    map: &Value<BTreeMap<String, Value<T>>>,
+    to_json: impl Fn(&T) -> Json,
+) -> Option<Map<String, Json>> {
+    let map = map.as_ref_option()?;
+    let mut out = Map::new();
+    for (key, value) in map {
+        match value {
+            Value::Value(value) => {
+                out.insert(key.clone(), to_json(value));
+            }
+            Value::Null => null_error(diags, AttributePath::new(attribute).key(key.clone())),
+            Value::Unknown => {}
+        }
+    }
+    Some(out)
+}
+
+/// Errors on the null entries of a map attribute, as [`map_json`] gives them.
+pub fn check_map_nulls<T>(diags: &mut Diagnostics, attribute: &'static str, map: &Value<BTreeMap<String, Value<T>>>) {
+    map_json(diags, attribute, map, |_| Json::Null);
+}
+
+/// The error on a null at `path`, where the API needs a value.
+pub fn null_error(diags: &mut Diagnostics, path: AttributePath) {
+    error_at(
+        diags,
+        format!("Null value in {path}"),
+        format!("{path} is null, and sless takes no null here: set a value, or remove the element."),
+        path,
+    );
 }
 
 /// Parses a JSON-string attribute (`event = jsonencode({...})`), with an

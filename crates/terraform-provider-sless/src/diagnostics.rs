@@ -15,10 +15,26 @@ pub fn error(
     detail: impl Into<Cow<'static, str>>,
     attribute: Option<&'static str>,
 ) {
+    error_at(
+        diags,
+        summary,
+        detail,
+        attribute.map(AttributePath::new).unwrap_or_default(),
+    );
+}
+
+/// Adds an error pointing at `path`: an element or a nested attribute
+/// (`env_from_secrets[1].key`, `async[0].retry_limit`).
+pub fn error_at(
+    diags: &mut Diagnostics,
+    summary: impl Into<Cow<'static, str>>,
+    detail: impl Into<Cow<'static, str>>,
+    path: AttributePath,
+) {
     diags.add_error(Diagnostic {
         summary: summary.into(),
         detail: detail.into(),
-        attribute: attribute.map(AttributePath::new).unwrap_or_default(),
+        attribute: path,
     });
 }
 

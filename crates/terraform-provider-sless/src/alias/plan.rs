@@ -6,7 +6,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::AliasState;
-use crate::convert::{check_name, to_u64};
+use crate::convert::{check_map_nulls, check_name, to_u64};
 use crate::diagnostics::error;
 use crate::number::Number;
 
@@ -18,11 +18,13 @@ pub fn validate(diags: &mut Diagnostics, config: &AliasState) {
             error(diags, "Invalid name", message, Some("name"));
         }
     }
+    let errors = diags.errors.len();
     let version = to_u64(diags, &config.version, "version");
+    check_map_nulls(diags, "weights", &config.weights);
     let (Some(version), Some(weights)) = (version, config.weights.as_ref_option()) else {
         return;
     };
-    if weights.values().any(|w| !w.is_value()) {
+    if diags.errors.len() > errors || weights.values().any(|w| !w.is_value()) {
         return;
     }
     let spec = sless_api::AliasSpec {

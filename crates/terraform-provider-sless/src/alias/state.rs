@@ -10,7 +10,7 @@ use tf_provider::schema::AttributeType;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
-use crate::convert::resource_id;
+use crate::convert::{map_json, resource_id};
 use crate::number::Number;
 use crate::resource::fields::{replaces, reported, updates, Field};
 use crate::schema::{optional, required};
@@ -57,16 +57,12 @@ pub fn fields() -> Vec<Field> {
 }
 
 /// The spec fields that are known and set, as the API's JSON.
-pub fn spec_json(_diags: &mut Diagnostics, state: &AliasState) -> Json {
+pub fn spec_json(diags: &mut Diagnostics, state: &AliasState) -> Json {
     let mut spec = Map::new();
     if let Some(version) = state.version.as_ref_option() {
         spec.insert("version".into(), json!(version));
     }
-    if let Some(weights) = state.weights.as_ref_option() {
-        let weights: Map<String, Json> = weights
-            .iter()
-            .filter_map(|(k, v)| v.as_ref_option().map(|v| (k.clone(), json!(v.to_f64()))))
-            .collect();
+    if let Some(weights) = map_json(diags, "weights", &state.weights, |w| json!(w.to_f64())) {
         if !weights.is_empty() {
             spec.insert("weights".into(), Json::Object(weights));
         }

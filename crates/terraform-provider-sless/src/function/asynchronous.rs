@@ -9,7 +9,10 @@ use serde_json::{json, Map, Value as Json};
 use sless_api::{AsyncSettings, Destination, DestinationType};
 use tf_provider::schema::{Attribute, AttributeType, Block, Description, NestedBlock};
 use tf_provider::value::{self, Value};
+use tf_provider::{AttributePath, Diagnostics};
 
+use crate::convert::whole_at;
+use crate::diagnostics::error_at;
 use crate::number::Number;
 use crate::schema::{defaulted, optional, required, SCHEMA_VERSION};
 
@@ -93,6 +96,41 @@ pub fn block() -> Block {
             "Delivery of asynchronous calls (X-Sless-Invocation-Type: Event): retry_limit, max_event_age_sec, on_failure and on_success destinations.",
         ),
         deprecated: false,
+    }
+}
+
+/// The destination types the server knows.
+pub const DESTINATION_TYPES: &[&str] = &["function", "amqp"];
+
+/// Checks the numbers and destination types of an `async` block, each
+/// error on its attribute inside the block. (Ranges and what each
+/// destination type needs are the server's checks, run by the function's
+/// validate once everything is known.)
+pub fn validate(diags: &mut Diagnostics, state: &Value<AsyncState>) {
+    let Some(a) = state.as_ref_option() else { return };
+    let block = AttributePath::new("async").index(0);
+    for (name, value) in [
+        ("retry_limit", &a.retry_limit),
+        ("max_event_age_sec", &a.max_event_age_sec),
+    ] {
+        let path = block.clone().attribute(name);
+        whole_at(diags, value, &format!("async.{name}"), path, u32::MAX);
+    }
+    for (name, destination) in [("on_failure", &a.on_failure), ("on_success", &a.on_success)] {
+        let Some(kind) = destination.as_ref_option().and_then(|d| d.kind.as_ref_option()) else {
+            continue;
+        };
+        if !DESTINATION_TYPES.contains(&kind.as_str()) {
+            error_at(
+                diags,
+                format!("Invalid async.{name}.type"),
+                format!(
+                    "async.{name}.type {kind:?} is not one of {}.",
+                    DESTINATION_TYPES.join(", ")
+                ),
+                block.clone().attribute(name).index(0).attribute("type"),
+            );
+        }
     }
 }
 

@@ -5,14 +5,12 @@
 
 use sless_api::FunctionSpec;
 use tf_provider::value::Value;
-use tf_provider::Diagnostics;
+use tf_provider::{AttributePath, Diagnostics};
 
 use super::state::{default_spec, spec_json, FunctionState, NUMBERS};
-use super::FunctionResource;
 use crate::code::is_sha256_hex;
-use crate::convert::to_u32;
-use crate::diagnostics::{error, guess_attribute};
-use crate::resource::settable;
+use crate::convert::{check_map_nulls, to_u32};
+use crate::diagnostics::{error, error_at};
 
 /// The networks a function may have.
 pub const NETWORKS: &[&str] = &["internet", "none"];
@@ -23,6 +21,7 @@ pub const RUNTIMES: &[&str] = &["python3.11", "nodejs20"];
 /// Checks what can be checked of a configuration without the server (its
 /// name and namespace are checked already).
 pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
+    let errors = diags.errors.len();
     if let Some(runtime) = config.runtime.as_ref_option() {
         if !RUNTIMES.contains(&runtime.as_str()) {
             error(
@@ -61,12 +60,16 @@ pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
             );
         }
     }
-    let errors = diags.errors.len();
     for field in NUMBERS {
         to_u32(diags, config.number(field), field);
     }
+    check_map_nulls(diags, "env", &config.env);
+    super::secrets::env_json(diags, &config.env_from_secrets);
+    super::secrets::files_json(diags, &config.secret_files);
+    super::asynchronous::validate(diags, &config.async_settings);
     // The server's own limits (ranges, min <= max, entrypoint shape, env
-    // keys), once every value they involve is known.
+    // keys), once every value they involve is known and nothing above is
+    // wrong (the spec would not decode).
     let all_known = !config.entrypoint.is_unknown()
         && !config.network.is_unknown()
         && !config.expose_errors.is_unknown()
@@ -82,13 +85,31 @@ pub fn validate(diags: &mut Diagnostics, config: &FunctionState) {
         if let (Some(merged), serde_json::Value::Object(given)) = (merged.as_object_mut(), spec_json(diags, config)) {
             merged.extend(given);
         }
-        if let Ok(spec) = serde_json::from_value::<FunctionSpec>(merged) {
-            if let Err(message) = spec.check() {
-                let attribute = guess_attribute(&message, &settable::<FunctionResource>());
-                error(diags, "Invalid function settings", format!("{message}."), attribute);
+        match serde_json::from_value::<FunctionSpec>(merged) {
+            Ok(spec) => {
+                if let Err((field, message)) = spec.check_field() {
+                    error_at(
+                        diags,
+                        "Invalid function settings",
+                        format!("{message}."),
+                        field_path(field),
+                    );
+                }
             }
+            Err(e) => error(diags, "Invalid function settings", e.to_string(), None),
         }
     }
+}
+
+/// The attribute path of a spec field the server names: `async.retry_limit`
+/// is an attribute of the `async` block, `async[0].retry_limit`.
+fn field_path(field: &'static str) -> AttributePath {
+    let mut parts = field.split('.');
+    let mut path = AttributePath::new(parts.next().unwrap_or(field));
+    for part in parts {
+        path = path.index(0).attribute(part);
+    }
+    path
 }
 
 /// A `code_hash` that is not the sha256 of `filename` as it is now cannot

@@ -6,10 +6,13 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value as Json};
+use serde_json::{json, Map, Value as Json};
 use sless_api::{SecretEnv, SecretFiles};
 use tf_provider::schema::AttributeType;
 use tf_provider::value::Value;
+use tf_provider::{AttributePath, Diagnostics};
+
+use crate::convert::null_error;
 
 /// `{ secret = "db", key = "password", env = "DB_PASSWORD" }`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -49,28 +52,58 @@ pub fn files_type() -> AttributeType {
     )]))))
 }
 
-/// The known entries as the API's JSON (None while any part is unknown or unset).
-pub fn env_json(list: &EnvList) -> Option<Json> {
-    let entries = list.as_ref_option()?;
-    let mut out = Vec::new();
-    for entry in entries {
-        let entry = entry.as_ref_option()?;
-        out.push(json!({
-            "secret": entry.secret.as_ref_option()?,
-            "key": entry.key.as_ref_option()?,
-            "env": entry.env.as_ref_option()?,
-        }));
-    }
-    Some(Json::Array(out))
+/// `env_from_secrets` as the API's JSON, with an error on each null entry
+/// or field (`None` then, and while any part is unknown or the list unset).
+pub fn env_json(diags: &mut Diagnostics, list: &EnvList) -> Option<Json> {
+    list_json(diags, "env_from_secrets", list, |e| {
+        vec![("secret", &e.secret), ("key", &e.key), ("env", &e.env)]
+    })
 }
 
-pub fn files_json(list: &FilesList) -> Option<Json> {
+/// `secret_files` as the API's JSON, like [`env_json`].
+pub fn files_json(diags: &mut Diagnostics, list: &FilesList) -> Option<Json> {
+    list_json(diags, "secret_files", list, |f| vec![("secret", &f.secret)])
+}
+
+/// A list of objects whose every field the API needs: a null entry or
+/// field would otherwise drop the whole list from the spec, and an apply
+/// would remove every secret from the function.
+fn list_json<T>(
+    diags: &mut Diagnostics,
+    attribute: &'static str,
+    list: &Value<Vec<Value<T>>>,
+    fields: impl Fn(&T) -> Vec<(&'static str, &Value<String>)>,
+) -> Option<Json> {
     let entries = list.as_ref_option()?;
+    let errors = diags.errors.len();
+    let mut known = true;
     let mut out = Vec::new();
-    for entry in entries {
-        out.push(json!({ "secret": entry.as_ref_option()?.secret.as_ref_option()? }));
+    for (index, entry) in entries.iter().enumerate() {
+        let path = AttributePath::new(attribute).index(index as i64);
+        let entry = match entry {
+            Value::Value(entry) => entry,
+            Value::Null => {
+                null_error(diags, path);
+                continue;
+            }
+            Value::Unknown => {
+                known = false;
+                continue;
+            }
+        };
+        let mut object = Map::new();
+        for (name, value) in fields(entry) {
+            match value {
+                Value::Value(text) => {
+                    object.insert(name.into(), json!(text));
+                }
+                Value::Null => null_error(diags, path.clone().attribute(name)),
+                Value::Unknown => known = false,
+            }
+        }
+        out.push(Json::Object(object));
     }
-    Some(Json::Array(out))
+    (known && diags.errors.len() == errors).then_some(Json::Array(out))
 }
 
 pub fn env_from_api(entries: &[SecretEnv]) -> EnvList {

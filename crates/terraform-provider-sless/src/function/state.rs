@@ -10,7 +10,7 @@ use tf_provider::schema::AttributeType;
 use tf_provider::value::{self, Value};
 use tf_provider::Diagnostics;
 
-use crate::convert::{resource_id, to_u32};
+use crate::convert::{map_json, resource_id, to_u32};
 use crate::number::Number;
 use crate::resource::fields::{replaces, reported, updates, updates_block, Field};
 use crate::schema::{defaulted, optional, required, string_map};
@@ -134,11 +134,7 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
     if let Some(entrypoint) = state.entrypoint.as_ref_option() {
         spec.insert("entrypoint".into(), json!(entrypoint));
     }
-    if let Some(env) = state.env.as_ref_option() {
-        let env: Map<String, Json> = env
-            .iter()
-            .filter_map(|(k, v)| v.as_ref_option().map(|v| (k.clone(), json!(v))))
-            .collect();
+    if let Some(env) = map_json(diags, "env", &state.env, |v| json!(v)) {
         spec.insert("env".into(), Json::Object(env));
     }
     for field in NUMBERS {
@@ -155,10 +151,10 @@ pub fn spec_json(diags: &mut Diagnostics, state: &FunctionState) -> Json {
     if let Some(expose) = state.expose_errors.as_ref_option() {
         spec.insert("expose_errors".into(), json!(expose));
     }
-    if let Some(env) = super::secrets::env_json(&state.env_from_secrets) {
+    if let Some(env) = super::secrets::env_json(diags, &state.env_from_secrets) {
         spec.insert("env_from_secrets".into(), env);
     }
-    if let Some(files) = super::secrets::files_json(&state.secret_files) {
+    if let Some(files) = super::secrets::files_json(diags, &state.secret_files) {
         spec.insert("secret_files".into(), files);
     }
     Json::Object(spec)

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
+use super::secrets::SecretEnvState;
+use super::state::spec_json;
 use super::{FunctionResource, FunctionState};
 use crate::number::Number;
 use crate::proposal::propose;
@@ -292,4 +294,30 @@ fn validation_waits_for_unknown_values() {
         ..config()
     };
     assert!(errors_of(&config).is_empty());
+}
+
+#[test]
+fn a_null_secret_reference_that_shows_only_at_apply_fails_it_rather_than_dropping_the_list() {
+    // Unknown while validating (so allowed then), null once applied.
+    let entry = |key: Value<String>| {
+        Value::Value(SecretEnvState {
+            secret: s("db"),
+            key,
+            env: s("DB_PASSWORD"),
+        })
+    };
+    let planned = FunctionState {
+        env_from_secrets: Value::Value(vec![entry(s("password")), entry(Value::Null)]),
+        ..applied()
+    };
+    let mut diags = Diagnostics::default();
+    spec_json(&mut diags, &planned);
+    let paths: Vec<String> = diags.errors.iter().map(|d| d.attribute.to_string()).collect();
+    assert_eq!(paths, ["env_from_secrets[1].key"]);
+
+    let validating = FunctionState {
+        env_from_secrets: Value::Value(vec![entry(s("password")), entry(Value::Unknown)]),
+        ..config()
+    };
+    assert!(errors_of(&validating).is_empty());
 }

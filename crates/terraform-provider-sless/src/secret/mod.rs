@@ -20,6 +20,7 @@ use tf_provider::Diagnostics;
 
 pub use state::SecretState;
 
+use crate::convert::check_map_nulls;
 use crate::diagnostics::error;
 use crate::resource::fields::Field;
 use crate::resource::{ApiResource, Identity, Key};
@@ -60,6 +61,7 @@ impl ApiResource for SecretResource {
     }
 
     fn validate(diags: &mut Diagnostics, config: &SecretState) {
+        check_map_nulls(diags, "data", &config.data);
         let Some(data) = config.data.as_ref_option() else {
             return;
         };

@@ -158,6 +158,25 @@ fn failures_say_what_went_wrong_and_where() {
     assert!(rest.run(rest.client.list_jobs(NS)).unwrap().is_empty());
 }
 
+/// Runs `terraform plan` on `config`, which must fail before any call with
+/// every one of `expected` in its errors; returns its stderr.
+fn refused(work: &Workdir, config: &str, expected: &[&str]) -> String {
+    work.config(PROVIDER, config);
+    let run = work.tf(&["plan", "-no-color"]);
+    assert_eq!(run.code, 1, "{}", run.output());
+    for text in expected {
+        assert!(run.stderr.contains(text), "expected {text:?}:\n{}", run.output());
+    }
+    assert!(!run.stderr.contains("untagged enum"), "{}", run.output());
+    run.stderr
+}
+
+fn function_with(settings: &str) -> String {
+    format!(
+        "resource \"sless_function\" \"x\" {{\n  name     = \"x\"\n  runtime  = \"python3.11\"\n  filename = \"good.zip\"\n  {settings}\n}}\n"
+    )
+}
+
 /// Numbers Terraform sends as a float or as text (`256.5`, `1e30`, past
 /// int64) are refused while validating, on their attribute, rather than as
 /// a resource that cannot be decoded.
@@ -175,22 +194,92 @@ fn numbers_that_are_not_whole_are_refused_on_their_attribute() {
         ("sless_job", "run_id", "-1"),
     ];
     for (kind, attribute, value) in cases {
-        let body = match kind {
-            "sless_function" => "runtime  = \"python3.11\"\n  filename = \"good.zip\"",
-            _ => "function = \"f\"",
+        let config = match kind {
+            "sless_function" => function_with(&format!("{attribute} = {value}")),
+            _ => format!(
+                "resource \"{kind}\" \"x\" {{\n  name = \"x\"\n  function = \"f\"\n  {attribute} = {value}\n}}\n"
+            ),
         };
-        let config = format!("resource \"{kind}\" \"x\" {{\n  name = \"x\"\n  {body}\n  {attribute} = {value}\n}}\n");
-        work.config(PROVIDER, &config);
-        let run = work.tf(&["plan", "-no-color"]);
-        assert_eq!(run.code, 1, "{}", run.output());
-        assert!(run.stderr.contains(&format!("Invalid {attribute}")), "{}", run.output());
-        assert!(
-            run.stderr
-                .contains(&format!("{attribute} must be a whole number between 0 and")),
-            "{}",
-            run.output()
+        let stderr = refused(
+            &work,
+            &config,
+            &[
+                &format!("Invalid {attribute}"),
+                &format!("{attribute} must be a whole number between 0 and"),
+            ],
         );
-        assert!(quotes(&run.stderr, attribute, value), "{}", run.output());
-        assert!(!run.stderr.contains("untagged enum"), "{}", run.output());
+        assert!(quotes(&stderr, attribute, value), "{stderr}");
+    }
+}
+
+/// A null inside a list or map that the API needs whole (which apply used
+/// to drop, taking every secret of a function with it) is refused while
+/// validating, naming the element.
+#[test]
+fn nulls_inside_lists_and_maps_are_refused_naming_the_element() {
+    let Some(parts) = Parts::find() else { return };
+    let server = Server::start(&parts);
+    let work = Workdir::new(&parts, &server);
+    work.zip("good.zip", &[("handler.py", &hello_python())]);
+    let unset = "variable \"unset\" {\n  type    = string\n  default = null\n}\n";
+    let cases = [
+        (
+            "env_from_secrets = [\n    { secret = \"db\", key = \"password\", env = \"A\" },\n    { secret = \"db\", key = var.unset, env = \"B\" },\n  ]",
+            "env_from_secrets[1].key is null",
+        ),
+        (
+            "env_from_secrets = [{ secret = var.unset, key = \"k\", env = \"E\" }]",
+            "env_from_secrets[0].secret is null",
+        ),
+        ("secret_files = [null]", "secret_files[0] is null"),
+        ("env = { X_A = null, X_B = \"b\" }", "env[\"X_A\"] is null"),
+    ];
+    for (settings, expected) in cases {
+        refused(&work, &format!("{unset}{}", function_with(settings)), &[expected]);
+    }
+    let secret = "resource \"sless_secret\" \"s\" {\n  name = \"s\"\n  data = { a = \"1\", b = null }\n}\n";
+    refused(&work, secret, &["data[\"b\"] is null"]);
+    let alias = "resource \"sless_alias\" \"a\" {\n  name     = \"a\"\n  function = \"f\"\n  version  = 1\n  weights  = { \"2\" = null }\n}\n";
+    refused(&work, alias, &["weights[\"2\"] is null"]);
+}
+
+/// Bad `async` settings are refused while validating, on the attribute
+/// inside the block, not at apply with a decoding error.
+#[test]
+fn bad_async_settings_are_refused_inside_the_block() {
+    let Some(parts) = Parts::find() else { return };
+    let server = Server::start(&parts);
+    let work = Workdir::new(&parts, &server);
+    work.zip("good.zip", &[("handler.py", &hello_python())]);
+    let cases = [
+        (
+            "retry_limit = -1",
+            "retry_limit",
+            "-1",
+            "async.retry_limit must be a whole number",
+        ),
+        (
+            "max_event_age_sec = 99999999999",
+            "max_event_age_sec",
+            "99999999999",
+            "async.max_event_age_sec must be a whole number",
+        ),
+        (
+            "retry_limit = 11",
+            "retry_limit",
+            "11",
+            "async.retry_limit must be between 0 and 10",
+        ),
+        (
+            "on_success {\n      type = \"none\"\n    }",
+            "type",
+            "\"none\"",
+            "async.on_success.type \"none\" is not one of function, amqp",
+        ),
+    ];
+    for (block, attribute, value, expected) in cases {
+        let config = function_with(&format!("async {{\n    {block}\n  }}"));
+        let stderr = refused(&work, &config, &[expected]);
+        assert!(quotes(&stderr, attribute, value), "{stderr}");
     }
 }
