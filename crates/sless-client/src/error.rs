@@ -18,6 +18,21 @@ pub enum Error {
         /// large next to the other variants).
         body: Option<Box<ErrorBody>>,
     },
+    /// A 404 that is not the sless API saying an object does not exist:
+    /// a body that is not its JSON error, or its router's fallback for a
+    /// path it does not serve. The endpoint is not a sless server's root
+    /// URL (`/v1` added, another service), or the server predates this
+    /// call; either way nothing is known about the object asked for.
+    #[error(
+        "{url} answered {status} ({message}): the endpoint does not look like a sless API \
+         (it should be the server's root URL, e.g. http://127.0.0.1:8080, without /v1), \
+         or the server does not have this route"
+    )]
+    NotSlessApi {
+        url: String,
+        status: StatusCode,
+        message: String,
+    },
     /// The request never got an answer (connection refused, TLS, timeout).
     /// Says where and the innermost cause once (reqwest's own chain repeats
     /// the URL at every level), so `cause` is not also the error's source.
@@ -50,6 +65,8 @@ impl Error {
         }
     }
 
+    /// Whether the server said the object asked for does not exist (a
+    /// 404 from the sless API itself, never [`Error::NotSlessApi`]).
     pub fn is_not_found(&self) -> bool {
         self.status() == Some(StatusCode::NOT_FOUND)
     }
@@ -67,9 +84,23 @@ impl Error {
         }
     }
 
-    /// Builds the error for a non-2xx answer from its status and body.
-    pub(crate) fn from_answer(status: StatusCode, body: &[u8]) -> Error {
-        match serde_json::from_slice::<ErrorBody>(body) {
+    /// Builds the error for a non-2xx answer of `url` from its status and
+    /// body.
+    pub(crate) fn from_answer(url: &str, status: StatusCode, body: &[u8]) -> Error {
+        let parsed = serde_json::from_slice::<ErrorBody>(body);
+        let from_sless = parsed.as_ref().is_ok_and(|p| !p.error.starts_with(ROUTER_FALLBACK));
+        if status == StatusCode::NOT_FOUND && !from_sless {
+            let message = match &parsed {
+                Ok(parsed) => parsed.error.clone(),
+                Err(_) => body_text(status, body),
+            };
+            return Error::NotSlessApi {
+                url: url.to_string(),
+                status,
+                message,
+            };
+        }
+        match parsed {
             Ok(parsed) => {
                 let mut message = parsed.error.clone();
                 if let Some(entry) = &parsed.entry {
@@ -83,20 +114,29 @@ impl Error {
                     body: Some(Box::new(parsed)),
                 }
             }
-            Err(_) => {
-                let text = String::from_utf8_lossy(body).trim().to_string();
-                let message = if text.is_empty() {
-                    status.canonical_reason().unwrap_or("error").to_lowercase()
-                } else {
-                    text
-                };
-                Error::Api {
-                    status,
-                    message,
-                    body: None,
-                }
-            }
+            Err(_) => Error::Api {
+                status,
+                message: body_text(status, body),
+                body: None,
+            },
         }
+    }
+}
+
+/// How the sless server's router answers a path it does not serve
+/// (`no route for /v1/v1/namespaces/...`, sless-server `http/system.rs`).
+const ROUTER_FALLBACK: &str = "no route for ";
+
+/// A body that is not the JSON error shape, as a message: its text (at
+/// most a line's worth), or the status's reason when it is empty.
+fn body_text(status: StatusCode, body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body).trim().to_string();
+    if text.is_empty() {
+        return status.canonical_reason().unwrap_or("error").to_lowercase();
+    }
+    match text.char_indices().nth(200) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text,
     }
 }
 
@@ -113,4 +153,29 @@ fn root_cause(error: &reqwest::Error) -> String {
         cause = next;
     }
     cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "http://h:1/v1/v1/namespaces/default/functions/f";
+
+    #[test]
+    fn only_the_sless_apis_own_404_says_an_object_is_missing() {
+        let missing = Error::from_answer(URL, StatusCode::NOT_FOUND, br#"{"error": "function f not found"}"#);
+        assert!(missing.is_not_found(), "{missing}");
+
+        let no_route = br#"{"error": "no route for /v1/v1/namespaces/default/functions/f"}"#;
+        let other_service = b"<html><body>404 page not found</body></html>";
+        for body in [&no_route[..], &other_service[..], b""] {
+            let err = Error::from_answer(URL, StatusCode::NOT_FOUND, body);
+            assert!(!err.is_not_found(), "{err}");
+            let text = err.to_string();
+            assert!(text.contains(URL), "{text}");
+            assert!(text.contains("does not look like a sless API"), "{text}");
+        }
+        let refused = Error::from_answer(URL, StatusCode::BAD_REQUEST, b"bad");
+        assert_eq!(refused.status(), Some(StatusCode::BAD_REQUEST));
+    }
 }

@@ -141,7 +141,7 @@ impl Client {
         }
         let status = response.status();
         let body = response.bytes().await.unwrap_or_default();
-        Err(Error::from_answer(status, &body))
+        Err(Error::from_answer(url.as_str(), status, &body))
     }
 
     /// Sends `request` and decodes the JSON answer as `T`.

@@ -283,3 +283,39 @@ fn bad_async_settings_are_refused_inside_the_block() {
         assert!(quotes(&stderr, attribute, value), "{stderr}");
     }
 }
+
+/// An endpoint that is not the sless API's root (here `/v1` added, so
+/// every call answers the router's 404) fails the refresh, naming the URL
+/// and what it answered, rather than taking every object for deleted and
+/// emptying the state.
+#[test]
+fn a_wrong_endpoint_path_fails_the_refresh_and_keeps_the_state() {
+    let Some(parts) = Parts::find() else { return };
+    let server = Server::start(&parts);
+    let mut work = Workdir::new(&parts, &server);
+    work.config(
+        PROVIDER,
+        "resource \"sless_secret\" \"s\" {\n  name = \"s\"\n  data = { a = \"1\" }\n}\n",
+    );
+    work.apply();
+
+    work.set_env("SLESS_ENDPOINT", &format!("{}/v1", server.url));
+    let run = work.tf(&["plan", "-no-color"]);
+    assert_eq!(run.code, 1, "{}", run.output());
+    // Terraform wraps the detail's lines.
+    let stderr = run.stderr.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(stderr.contains("Cannot read secret tf-fail/s"), "{}", run.output());
+    assert!(stderr.contains("does not look like a sless API"), "{}", run.output());
+    assert!(
+        stderr.contains("/v1/v1/namespaces/tf-fail/secrets/s answered 404 Not Found"),
+        "{}",
+        run.output()
+    );
+    work.apply_fails();
+
+    work.set_env("SLESS_ENDPOINT", &server.url);
+    let run = work.tf(&["state", "list"]);
+    assert!(run.stdout.contains("sless_secret.s"), "{}", run.output());
+    work.assert_no_changes();
+    work.destroy();
+}
