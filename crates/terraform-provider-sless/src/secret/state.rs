@@ -45,13 +45,16 @@ pub fn fields() -> Vec<Field> {
     ]
 }
 
-/// The values, as the API's JSON.
+/// The values, as the API's JSON. A key whose value is not known here (one
+/// the server has that this state never set, as a read or an import
+/// leaves it) is null, so that an update's merge diff removes it when the
+/// configuration does not have it.
 pub fn spec_json(_diags: &mut Diagnostics, state: &SecretState) -> Json {
     let mut spec = Map::new();
     if let Some(data) = state.data.as_ref_option() {
         let data: Map<String, Json> = data
             .iter()
-            .filter_map(|(k, v)| v.as_ref_option().map(|v| (k.clone(), json!(v))))
+            .map(|(k, v)| (k.clone(), v.as_ref_option().map_or(Json::Null, |v| json!(v))))
             .collect();
         spec.insert("data".into(), Json::Object(data));
     }
@@ -74,11 +77,21 @@ pub fn plan(prior: Option<&SecretState>, planned: &mut SecretState) {
 /// The state of a secret as the server reports it: the values are the
 /// previous state's, for the keys the server still has (a key added
 /// elsewhere has no value here, and one removed elsewhere is gone: either
-/// shows as a change to apply).
+/// shows as a change to apply). An `updated_at` other than the previous
+/// state's means values changed elsewhere, which the server does not tell:
+/// then no value is known, and the next apply writes the configured ones.
 pub fn from_api(secret: &Secret, previous: &SecretState) -> SecretState {
     let namespace = Value::Value(secret.namespace.clone());
     let name = Value::Value(secret.name.clone());
-    let known = previous.data.as_ref_option().cloned().unwrap_or_default();
+    let updated_at = secret.updated_at.to_rfc3339();
+    let changed_elsewhere = previous
+        .updated_at
+        .as_ref_option()
+        .is_some_and(|recorded| *recorded != updated_at);
+    let known = match previous.data.as_ref_option() {
+        Some(data) if !changed_elsewhere => data.clone(),
+        _ => BTreeMap::new(),
+    };
     let data = secret
         .keys
         .iter()
@@ -90,6 +103,6 @@ pub fn from_api(secret: &Secret, previous: &SecretState) -> SecretState {
         namespace,
         data: Value::Value(data),
         keys: Value::Value(secret.keys.iter().map(|k| Value::Value(k.clone())).collect()),
-        updated_at: Value::Value(secret.updated_at.to_rfc3339()),
+        updated_at: Value::Value(updated_at),
     }
 }

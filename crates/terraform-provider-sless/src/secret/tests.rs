@@ -1,7 +1,10 @@
 use sless_api::Secret;
 use tf_provider::value::Value;
 
-use super::state::{from_api, plan, SecretState};
+use tf_provider::Diagnostics;
+
+use super::state::{from_api, plan, spec_json, SecretState};
+use crate::convert::merge_diff;
 
 fn state(pairs: &[(&str, &str)]) -> SecretState {
     SecretState {
@@ -42,4 +45,41 @@ fn the_update_time_is_unknown_only_when_values_change() {
     let mut changed = state(&[("password", "b")]);
     plan(Some(&prior), &mut changed);
     assert_eq!(changed.updated_at, Value::Unknown);
+}
+
+fn server_secret(keys: &[&str], updated_at: &str) -> Secret {
+    serde_json::from_value(serde_json::json!({
+        "name": "db", "namespace": "ns", "keys": keys,
+        "created_at": "2026-12-04T00:00:00Z", "updated_at": updated_at
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_key_added_elsewhere_is_removed_by_the_next_update() {
+    let mut previous = state(&[("password", "a")]);
+    previous.updated_at = Value::Value("2026-12-04T00:00:01+00:00".into());
+    let read = from_api(
+        &server_secret(&["extra", "password"], "2026-12-04T00:00:01Z"),
+        &previous,
+    );
+    let patch = merge_diff(
+        &spec_json(&mut Diagnostics::default(), &read),
+        &spec_json(&mut Diagnostics::default(), &state(&[("password", "a")])),
+    );
+    assert_eq!(patch, Some(serde_json::json!({"data": {"extra": null}})));
+}
+
+#[test]
+fn a_newer_update_time_means_the_values_are_written_again() {
+    let mut previous = state(&[("password", "a")]);
+    previous.updated_at = Value::Value("2026-12-04T00:00:01+00:00".into());
+    let unchanged = from_api(&server_secret(&["password"], "2026-12-04T00:00:01Z"), &previous);
+    assert_eq!(unchanged.data, previous.data);
+    let changed = from_api(&server_secret(&["password"], "2026-12-04T00:05:00Z"), &previous);
+    let patch = merge_diff(
+        &spec_json(&mut Diagnostics::default(), &changed),
+        &spec_json(&mut Diagnostics::default(), &state(&[("password", "a")])),
+    );
+    assert_eq!(patch, Some(serde_json::json!({"data": {"password": "a"}})));
 }

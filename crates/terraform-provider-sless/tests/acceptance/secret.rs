@@ -5,6 +5,10 @@
 //! `namespace/name` keeps the configured values, and destroy removes the
 //! function before the secret it uses.
 
+use std::collections::BTreeMap;
+
+use sless_client::api::SecretPatch;
+
 use crate::harness::{Rest, Server, Workdir};
 
 const PROVIDER: &str = "provider \"sless\" {\n  namespace = \"tf-acc\"\n}";
@@ -48,6 +52,20 @@ fn answer(rest: &Rest) -> serde_json::Value {
     serde_json::from_str(&body).expect("JSON answer")
 }
 
+/// Sets a value of the secret `db` behind Terraform's back.
+fn set_outside(rest: &Rest, key: &str, value: &str) {
+    let patch = SecretPatch {
+        data: BTreeMap::from([(key.to_string(), Some(value.to_string()))]),
+    };
+    rest.run(rest.client.patch_secret(NS, "db", &patch))
+        .expect("patch the secret");
+}
+
+/// The keys the server has for the secret `db`.
+fn keys(rest: &Rest) -> Vec<String> {
+    rest.run(rest.client.get_secret(NS, "db")).expect("the secret").keys
+}
+
 #[test]
 fn a_secret_reaches_its_function_changes_in_place_imports_and_goes_after_it() {
     let Some(parts) = crate::harness::Parts::find() else {
@@ -88,8 +106,29 @@ fn a_secret_reaches_its_function_changes_in_place_imports_and_goes_after_it() {
     assert_eq!(got["file"], "second-value-9c2e", "{got}");
     work.assert_no_changes();
 
+    // A value changed outside Terraform (the server says only that
+    // updated_at moved) is written back by the next apply.
+    set_outside(&rest, "password", "changed-outside");
+    let plan = work.plan();
+    assert!(
+        plan.stdout.contains("sless_secret.db will be updated in-place"),
+        "{}",
+        plan.output()
+    );
+    work.apply();
+    assert_eq!(answer(&rest)["env"], "second-value-9c2e");
+    work.assert_no_changes();
+
+    // A key added outside Terraform is removed by the next apply.
+    set_outside(&rest, "extra", "1");
+    work.apply();
+    assert_eq!(keys(&rest), ["password", "user"]);
+    work.assert_no_changes();
+
     // Imported after leaving the state: the server has the keys, not the
-    // values, so the configured ones are written again (in place).
+    // values, so the configured ones are written again (in place), and a
+    // key the configuration lacks is removed.
+    set_outside(&rest, "extra", "1");
     let run = work.tf(&["state", "rm", "sless_secret.db"]);
     assert_eq!(run.code, 0, "{}", run.output());
     let run = work.tf(&["import", "-no-color", "sless_secret.db", "tf-acc/db"]);
@@ -97,6 +136,7 @@ fn a_secret_reaches_its_function_changes_in_place_imports_and_goes_after_it() {
     work.apply();
     work.assert_no_changes();
     assert_eq!(answer(&rest)["env"], "second-value-9c2e");
+    assert_eq!(keys(&rest), ["password", "user"]);
 
     // A key that is not a file name is refused before any call.
     // (`password = "x"`, then a line `"../up" = "y"`.)
