@@ -81,7 +81,7 @@ impl ApiResource for FunctionResource {
     }
 
     fn from_api(function: &Function, previous: &FunctionState) -> FunctionState {
-        state::from_api(function, previous.filename.clone())
+        state::from_api(function, previous)
     }
 
     async fn get(client: &Client, key: &Key) -> sless_client::Result<Function> {

@@ -193,7 +193,9 @@ pub fn plan(
         None => true,
         Some(prior) => {
             planned.code_hash.is_unknown()
-                || planned.code_hash != prior.code_hash
+                || !(planned.code_hash.as_ref_option())
+                    .zip(prior.code_hash.as_ref_option())
+                    .is_some_and(|(planned, prior)| planned.eq_ignore_ascii_case(prior))
                 || prior.phase.as_deref_option() == Some("Failed")
         }
     };

@@ -182,9 +182,15 @@ pub fn served_hash(function: &Function) -> Option<String> {
     }
 }
 
-/// The state of a function as the server reports it; `filename` is the
-/// practitioner's (the server does not know it).
-pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
+/// The state of a function as the server reports it; `filename` is
+/// `previous`'s (the server does not know it), and so is `code_hash` when
+/// it is the served hash in other case (`upper(filesha256(...))`: the
+/// same code, so no change to plan).
+pub fn from_api(function: &Function, previous: &FunctionState) -> FunctionState {
+    let code_hash = match (served_hash(function), previous.code_hash.as_ref_option()) {
+        (Some(served), Some(recorded)) if served.eq_ignore_ascii_case(recorded) => Some(recorded.clone()),
+        (served, _) => served,
+    };
     let spec = &function.spec;
     let number = |n: u32| Value::Value(Number::from(n));
     let namespace = Value::Value(function.namespace.clone());
@@ -214,8 +220,8 @@ pub fn from_api(function: &Function, filename: Value<String>) -> FunctionState {
         expose_errors: Value::Value(spec.expose_errors),
         env_from_secrets: super::secrets::env_from_api(&spec.env_from_secrets),
         secret_files: super::secrets::files_from_api(&spec.secret_files),
-        filename,
-        code_hash: served_hash(function).into(),
+        filename: previous.filename.clone(),
+        code_hash: code_hash.into(),
         phase: Value::Value(phase_name(function.status.phase)),
         version: Value::Value(i64::try_from(function.status.version).unwrap_or(i64::MAX)),
         url: function.status.url.clone().into(),

@@ -2,6 +2,7 @@
 //! a cron trigger's `timezone`) and the URL. (Which changes replace it is
 //! in the attribute table, `state::fields`.)
 
+use serde_json::Value as Json;
 use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
@@ -19,7 +20,14 @@ pub const DEFAULT_TIMEZONE: &str = "UTC";
 pub fn validate(diags: &mut Diagnostics, config: &TriggerState) {
     check_name(diags, "function", &config.function, "function");
     if let Some(event) = config.event.as_ref_option() {
-        parse_json(diags, event, "event");
+        if parse_json(diags, event, "event") == Some(Json::Null) {
+            error(
+                diags,
+                "Invalid event",
+                "event is JSON null, which the server keeps as no event: leave event unset instead.",
+                Some("event"),
+            );
+        }
     }
     if let Some(n) = to_u32(diags, &config.prefetch, "prefetch") {
         if !(1..=1000).contains(&n) {

@@ -319,3 +319,24 @@ fn a_wrong_endpoint_path_fails_the_refresh_and_keeps_the_state() {
     work.assert_no_changes();
     work.destroy();
 }
+
+/// Settings that used to plan a change forever: a `code_hash` in upper
+/// case (the same code: no upload after the first), and a cron event of
+/// JSON `null` (which the server keeps as no event: refused).
+#[test]
+fn an_uppercase_code_hash_plans_nothing_and_a_null_event_is_refused() {
+    let Some(parts) = Parts::find() else { return };
+    let server = Server::start(&parts);
+    let work = Workdir::new(&parts, &server);
+    work.zip("good.zip", &[("handler.py", &hello_python())]);
+    let function = function_with("code_hash = upper(filesha256(\"good.zip\"))");
+    work.config(PROVIDER, &function);
+    work.apply();
+    work.assert_no_changes();
+
+    let trigger = "resource \"sless_trigger\" \"t\" {\n  name     = \"t\"\n  function = sless_function.x.name\n  type     = \"cron\"\n  schedule = \"0 * * * *\"\n  event    = \"null\"\n}\n";
+    let stderr = refused(&work, &format!("{function}{trigger}"), &["event is JSON null"]);
+    assert!(quotes(&stderr, "event", "\"null\""), "{stderr}");
+    work.config(PROVIDER, "");
+    work.destroy();
+}
