@@ -25,12 +25,15 @@ def handle(event, context):
     return {"hello": name}
 "#;
 
-/// Echoes hostile text everywhere a handler can put it.
+/// Echoes hostile text everywhere a handler can put it; prints a line of
+/// control characters per size in `flood`.
 const HOSTILE_HANDLER: &[u8] = br#"
 import os
 
 def handle(event, context):
     print("env says", os.environ.get("HOSTILE"))
+    for size in event.get("flood", []) if isinstance(event, dict) else []:
+        print("\x01" * size)
     if isinstance(event, dict) and event.get("fail"):
         return {"statusCode": 500, "body": {"error": os.environ.get("HOSTILE")}}
     return {"echo": event, "html": os.environ.get("HOSTILE")}
@@ -444,16 +447,59 @@ async fn console_shows_hostile_values_as_text() {
     browser.wait_text("#invoke-response-body", HOSTILE, 30).await;
     check("response body as text").await;
 
-    // Printed lines in the live log.
-    go(&browser, "#/ns/demo/functions/xss/logs").await;
-    browser.wait_text("#live-log", &format!("env says {HOSTILE}"), 30).await;
-    check("log line as text").await;
-
     // A record's error and output.
     go(&browser, "#/ns/demo/functions/xss/invocations").await;
     browser.click("#panel-invocations tbody tr:last-child").await;
     browser.wait_text("#invocation-error", HOSTILE, 30).await;
     check("invocation error as text").await;
+
+    // Printed lines in the live log.
+    go(&browser, "#/ns/demo/functions/xss/logs").await;
+    browser.wait_text("#live-log", &format!("env says {HOSTILE}"), 30).await;
+    check("log line as text").await;
+
+    // A flood of long lines: each is cut with a marker, and what the page
+    // keeps stays bounded (it used to hold every character and lock up).
+    server
+        .invoke(Method::POST, "/fn/demo/xss", r#"{"flood": [60000]}"#)
+        .await;
+    browser.wait_text("#live-log", "more characters)", 30).await;
+    let cut = browser
+        .js(
+            "const more = document.querySelector('#live-log .more'); \
+             return [more.previousSibling.textContent.length, more.textContent];",
+            json!([]),
+        )
+        .await;
+    assert_eq!(cut[0], 2000, "{cut}");
+    assert!(cut[1].as_str().unwrap().contains("58000 more characters"), "{cut}");
+    for _ in 0..12 {
+        server
+            .invoke(
+                Method::POST,
+                "/fn/demo/xss",
+                &json!({"flood": vec![2100; 30]}).to_string(),
+            )
+            .await;
+    }
+    server.invoke(Method::POST, "/fn/demo/xss", r#"{"flood": [3]}"#).await;
+    browser
+        .wait_until(
+            "the last call's line shown last",
+            "return document.querySelector('#live-log .line:last-child .text')?.textContent === '\\x01'.repeat(3)",
+            json!([]),
+            30,
+        )
+        .await;
+    let kept = browser
+        .js(
+            "const log = document.getElementById('live-log'); return [log.childElementCount, log.textContent.length];",
+            json!([]),
+        )
+        .await;
+    let (lines, chars) = (kept[0].as_u64().unwrap(), kept[1].as_u64().unwrap());
+    assert!(chars <= 500_000, "{chars} characters kept");
+    assert!(lines > 200 && lines < 12 * 30, "{lines} lines kept");
 
     // A trigger's event, a job's event and result.
     go(&browser, "#/ns/demo/triggers").await;

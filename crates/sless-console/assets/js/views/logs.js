@@ -7,38 +7,82 @@ import { follow } from "../sse.js";
 
 /** Lines kept on screen; older ones scroll away. */
 const KEPT_LINES = 2000;
+/** The most of one line shown; the rest is counted, not shown (the invocation's detail has it). */
+const SHOWN_CHARS = 2000;
+/** Characters kept on screen in all: a handler printing long lines scrolls older ones away sooner. */
+const KEPT_CHARS = 500_000;
+
+/** A line's text, cut to SHOWN_CHARS with a marker saying how much is left out. */
+function shown(text) {
+  if (text.length <= SHOWN_CHARS) return text;
+  return [text.slice(0, SHOWN_CHARS), h("span", { class: "more" }, ` … (${text.length - SHOWN_CHARS} more characters)`)];
+}
+
+function lineOf(event) {
+  return h(
+    "div",
+    { class: `line ${event.stream === "stderr" ? "stderr" : ""}`, "data-invocation": event.invocation },
+    h("span", { class: "t" }, event.time ? new Date(event.time).toLocaleTimeString() : ""),
+    h("span", { class: "rid", title: event.request_id || "" }, (event.request_id || "").slice(0, 8)),
+    h("span", { class: "stream" }, event.stream || ""),
+    h("span", { class: "text" }, shown(String(event.text ?? ""))),
+  );
+}
 
 export async function logsPanel(panel, ctx) {
   const state = h("span", { class: "badge badge-pending", id: "log-state" }, "connecting");
   const lines = h("div", { class: "log live", id: "live-log", role: "log", "aria-live": "polite" });
   const empty = h("p", { class: "empty", id: "log-empty" }, "No lines yet: invoke the function and what it prints shows here.");
   let running = null;
+  // Lines arrive faster than the page can lay them out: they wait here and
+  // are added once per animation frame, which reads the scroll position once.
+  let pending = [];
+  let sizes = [];
+  let kept = 0;
+  let frame = null;
+  const clear = () => {
+    lines.replaceChildren();
+    pending = [];
+    sizes = [];
+    kept = 0;
+  };
   const button = h("button", { type: "button", class: "secondary small", id: "log-toggle" }, "Pause");
-  const clear = h("button", { type: "button", class: "secondary small", onclick: () => lines.replaceChildren() }, "Clear");
+  const clearButton = h("button", { type: "button", class: "secondary small", id: "log-clear", onclick: clear }, "Clear");
   replace(
     panel,
-    h("section", { class: "card" }, h("div", { class: "card-head" }, h("h3", {}, "Live log"), state, h("div", { class: "spacer" }), button, clear), empty, lines),
+    h("section", { class: "card" }, h("div", { class: "card-head" }, h("h3", {}, "Live log"), state, h("div", { class: "spacer" }), button, clearButton), empty, lines),
   );
   const setState = (text, kind) => {
     state.textContent = text;
     state.className = `badge badge-${kind}`;
   };
-  const add = (event) => {
+  const flush = () => {
+    frame = null;
+    if (!pending.length) return;
     empty.hidden = true;
     const stick = lines.scrollTop + lines.clientHeight >= lines.scrollHeight - 4;
-    lines.append(
-      h(
-        "div",
-        { class: `line ${event.stream === "stderr" ? "stderr" : ""}`, "data-invocation": event.invocation },
-        h("span", { class: "t" }, event.time ? new Date(event.time).toLocaleTimeString() : ""),
-        h("span", { class: "rid", title: event.request_id || "" }, (event.request_id || "").slice(0, 8)),
-        h("span", { class: "stream" }, event.stream || ""),
-        h("span", { class: "text" }, event.text ?? ""),
-      ),
-    );
-    while (lines.childElementCount > KEPT_LINES) lines.firstElementChild.remove();
+    const batch = document.createDocumentFragment();
+    for (const line of pending.map(lineOf)) {
+      const size = line.textContent.length;
+      sizes.push(size);
+      kept += size;
+      batch.append(line);
+    }
+    pending = [];
+    lines.append(batch);
+    while (sizes.length > 1 && (sizes.length > KEPT_LINES || kept > KEPT_CHARS)) {
+      kept -= sizes.shift();
+      lines.firstElementChild.remove();
+    }
     if (stick) lines.scrollTop = lines.scrollHeight;
   };
+  const add = (event) => {
+    pending.push(event);
+    // Lines that would scroll away at once are never drawn.
+    if (pending.length > KEPT_LINES) pending.shift();
+    frame ??= requestAnimationFrame(flush);
+  };
+  ctx.signal.addEventListener("abort", () => frame !== null && cancelAnimationFrame(frame), { once: true });
   const start = () => {
     const controller = new AbortController();
     ctx.signal.addEventListener("abort", () => controller.abort(), { once: true });
@@ -68,7 +112,7 @@ export async function logsPanel(panel, ctx) {
       running = null;
       button.textContent = "Resume";
     } else {
-      lines.replaceChildren();
+      clear();
       start();
     }
   });
