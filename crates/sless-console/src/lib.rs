@@ -33,6 +33,7 @@ const FILES: &[(&str, &[u8])] = assets![
     "favicon.svg",
     "js/main.js",
     "js/api.js",
+    "js/async.js",
     "js/dom.js",
     "js/session.js",
     "js/router.js",

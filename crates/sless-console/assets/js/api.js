@@ -2,14 +2,20 @@
 // the session's bearer token, and the public gateway under /fn.
 
 import { token } from "./session.js";
+import { sleep } from "./async.js";
+
+/** How often a GET refused with 429 is tried again, each after its Retry-After. */
+const RETRIES = 4;
 
 /** An answer of 400 or more, carrying the API's message and the field it names. */
 export class ApiError extends Error {
-  constructor(status, body, fallback) {
+  constructor(status, body, fallback, retryAfter = null) {
     super(body?.error || fallback || `HTTP ${status}`);
     this.status = status;
     this.field = body?.field ?? null;
     this.body = body;
+    /** Seconds to wait before asking again (with 429 and 503). */
+    this.retryAfter = retryAfter;
   }
 }
 
@@ -31,9 +37,22 @@ export function ns(namespace, ...rest) {
 
 /**
  * Calls the API. `json` is sent as JSON; `body` as is. Resolves to the
- * parsed JSON (or null for an empty answer); rejects with ApiError.
+ * parsed JSON (or null for an empty answer); rejects with ApiError. A GET
+ * the server is too busy for (429, e.g. more reads of records at once
+ * than a namespace may make) is tried again after the Retry-After it names.
  */
-export async function api(method, url, { json, body, headers = {}, signal, bearer = token() } = {}) {
+export async function api(method, url, options = {}) {
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      return await call(method, url, options);
+    } catch (e) {
+      if (method !== "GET" || e.status !== 429 || attempt >= RETRIES) throw e;
+      await sleep(1000 * Math.min(e.retryAfter ?? 1, 10), options.signal);
+    }
+  }
+}
+
+async function call(method, url, { json, body, headers = {}, signal, bearer = token() } = {}) {
   const init = { method, headers: { ...headers }, signal, credentials: "omit", cache: "no-store" };
   if (bearer) init.headers.Authorization = `Bearer ${bearer}`;
   if (json !== undefined) {
@@ -60,7 +79,8 @@ export async function api(method, url, { json, body, headers = {}, signal, beare
   }
   if (!response.ok) {
     if (response.status === 401 && bearer && bearer === token()) onUnauthorized();
-    throw new ApiError(response.status, data, text.slice(0, 500));
+    const retryAfter = Number(response.headers.get("retry-after")) || null;
+    throw new ApiError(response.status, data, text.slice(0, 500), retryAfter);
   }
   return data;
 }

@@ -424,7 +424,30 @@ async fn console_shows_hostile_values_as_text() {
         })
         .await;
 
+    // More functions than the API lets a namespace read the stats of at once.
+    for i in 0..12 {
+        let (status, body) = server
+            .call(
+                Method::POST,
+                "/v1/namespaces/demo/functions",
+                Some(json!({"name": format!("f{i}"), "runtime": "python3.11"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
     sign_in(&browser, &server, &server.admin.clone(), Some("demo")).await;
+    // The list reads them within that limit, and waits out a 429: every
+    // cell a number, none "?".
+    browser
+        .wait_until(
+            "calls and errors of all 13 functions",
+            "const cells = [...document.querySelectorAll('[data-stat]')]; \
+             return cells.length === 26 && cells.every(c => /^[0-9]+$/.test(c.textContent))",
+            json!([]),
+            30,
+        )
+        .await;
     let no_injection = "return document.querySelectorAll('img').length === 0 \
                         && document.body.textContent.includes(arguments[0])";
     let check = |what: &'static str| {

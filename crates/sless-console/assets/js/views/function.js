@@ -6,6 +6,7 @@ import { h, replace, badge, facts, table } from "../dom.js";
 import { get, del, ns } from "../api.js";
 import { href, go } from "../router.js";
 import { time, json } from "../format.js";
+import { sleep } from "../async.js";
 import { deployPanel } from "./deploy.js";
 import { invokePanel } from "./invoke.js";
 import { logsPanel } from "./logs.js";
@@ -22,21 +23,6 @@ const TABS = [
   ["invocations", "Invocations"],
   ["metrics", "Metrics"],
 ];
-
-/** Waits `ms` unless `signal` aborts first (then rejects). */
-export function sleep(ms, signal) {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(timer);
-        reject(new DOMException("left the page", "AbortError"));
-      },
-      { once: true },
-    );
-  });
-}
 
 const busy = (fn) => ["Pending", "Building"].includes(fn.status?.phase) && fn.status?.code_hash;
 

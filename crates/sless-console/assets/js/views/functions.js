@@ -1,10 +1,14 @@
 // The functions of a namespace: phase, version, runtime, and calls and
-// errors over the last hour (from the stats endpoint, a few at a time).
+// errors over the last hour (from the stats endpoint, as many at a time as
+// the API allows a namespace).
 
 import { h, replace, badge, table } from "../dom.js";
 import { get, ns } from "../api.js";
 import { href, go } from "../router.js";
 import { ago } from "../format.js";
+
+/** Reads of records a namespace may make at once (the API answers 429 beyond). */
+const RECORD_READS = 2;
 
 /** Runs `work` over `items` with at most `limit` at once. */
 async function pool(items, limit, work, signal) {
@@ -53,7 +57,7 @@ export async function functionsView(main, { signal, namespace }) {
   );
   await pool(
     items,
-    4,
+    RECORD_READS,
     async (fn) => {
       try {
         const stats = await get(`${ns(namespace, "functions", fn.name, "stats")}?window=3600&step=60`, { signal });

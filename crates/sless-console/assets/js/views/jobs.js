@@ -5,7 +5,7 @@ import { h, replace, badge, facts, table } from "../dom.js";
 import { get, post, patch, del, ns } from "../api.js";
 import { field, form, input, select, textarea, parseJson } from "../forms.js";
 import { time, shortTime, json, cut } from "../format.js";
-import { sleep } from "./function.js";
+import { sleep } from "../async.js";
 
 const ACTIVE = ["Pending", "Running"];
 
