@@ -231,9 +231,31 @@ async fn console_end_to_end() {
         ]),
     )
     .unwrap();
+    // A file that is not a zip is refused next to the file input: on the
+    // new-function form (which then leaves no function behind, so sending
+    // it again works) and on the Code tab.
+    let not_zip = zip_dir.path().join("notes.zip");
+    std::fs::write(&not_zip, "plain text, not a zip").unwrap();
+    go(&browser, "#/ns/demo/functions/new").await;
+    browser.fill("#fn-name", "notzip").await;
+    browser.set_value("#code-mode", "zip").await;
+    browser.choose_file("#code-zip", &not_zip).await;
+    browser.click("#create-function").await;
+    browser
+        .wait_text("[data-field=zip] .field-error", "not a valid zip", 20)
+        .await;
+    let (status, _) = server
+        .call(Method::GET, "/v1/namespaces/demo/functions/notzip", None)
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "the refused function is gone");
     go(&browser, "#/ns/demo/functions/broken/code").await;
     browser.wait("#deploy-form", 20).await;
     browser.set_value("#code-mode", "zip").await;
+    browser.choose_file("#code-zip", &not_zip).await;
+    browser.click("#deploy").await;
+    browser
+        .wait_text("[data-field=zip] .field-error", "not a valid zip", 20)
+        .await;
     browser.choose_file("#code-zip", &zip_path).await;
     browser.click("#deploy").await;
     browser.wait_text("#build-state", "Failed", 120).await;

@@ -3,7 +3,7 @@
 // (zipped in the browser). The build is then watched until Ready or Failed.
 
 import { h, replace, badge } from "../dom.js";
-import { api, post, ns } from "../api.js";
+import { api, post, del, ns } from "../api.js";
 import { field, form, input, select, textarea } from "../forms.js";
 import { go, href } from "../router.js";
 import { zipOf } from "../zip.js";
@@ -67,6 +67,7 @@ function codeSource(runtime) {
   });
   return {
     el: h("div", { class: "stack" }, field("code_mode", "Code", mode), editorPart, zipPart),
+    field: () => (mode.value === "zip" ? "zip" : "code"),
     setRuntime(next) {
       const t = TEMPLATES[next];
       if (!t) return;
@@ -95,15 +96,15 @@ function codeSource(runtime) {
   };
 }
 
-/** PUT the zip as the function's code; a refused archive names the zip field. */
-async function upload(namespace, name, bytes) {
+/** PUT the zip as the function's code; a refused archive names `fieldName`. */
+async function upload(namespace, name, bytes, fieldName) {
   try {
     return await api("PUT", ns(namespace, "functions", name, "code"), {
       body: bytes,
       headers: { "Content-Type": "application/zip" },
     });
   } catch (e) {
-    e.field ||= e.status === 400 || e.status === 413 ? "code" : null;
+    if (e.status === 400 || e.status === 413) e.field = fieldName;
     throw e;
   }
 }
@@ -127,7 +128,7 @@ export async function deployPanel(panel, ctx, fn) {
       class: "stack",
       onsubmit: async () => {
         const zip = await source.zip();
-        const next = await upload(ctx.namespace, fn.name, zip);
+        const next = await upload(ctx.namespace, fn.name, zip, source.field());
         ctx.refresh(next);
         replace(state, buildState(next));
         const done = await watchBuild(ctx, next, (f) => {
@@ -170,7 +171,16 @@ export async function newFunctionView(main, { namespace }) {
         if (Object.keys(vars).length) body.env = vars;
         const zip = await source.zip();
         await post(ns(namespace, "functions"), body);
-        await upload(namespace, body.name, zip);
+        try {
+          await upload(namespace, body.name, zip, source.field());
+        } catch (e) {
+          // One step for the user: code the server refuses leaves no
+          // function behind, and the form (still filled in) can be sent again.
+          await del(ns(namespace, "functions", body.name)).catch((gone) => {
+            e.message += ` (the function was created without code; deleting it failed: ${gone.message})`;
+          });
+          throw e;
+        }
         go("ns", namespace, "functions", body.name, "overview");
       },
     },
