@@ -393,6 +393,33 @@ async fn console_end_to_end() {
         .await;
     assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "{listed}");
 
+    // Deleting a function a trigger and a job name: the API's refusal is
+    // shown, and deleting them too is a second, confirmed, click.
+    go(&browser, "#/ns/demo/functions/hello/overview").await;
+    browser
+        .js(
+            "window.__confirms = []; window.confirm = (m) => (window.__confirms.push(m), true);",
+            json!([]),
+        )
+        .await;
+    browser.click("#delete-function").await;
+    let refused = browser.wait_text("#delete-error", "still named by", 20).await;
+    assert!(refused.contains("nightly") && refused.contains("backfill"), "{refused}");
+    browser.click("#delete-cascade").await;
+    browser.wait("#new-function", 20).await;
+    let confirms = browser.js("return window.__confirms", json!([])).await;
+    assert_eq!(confirms.as_array().map(Vec::len), Some(2), "{confirms}");
+    assert!(
+        confirms[1].as_str().unwrap().contains("triggers and jobs"),
+        "{confirms}"
+    );
+    for path in ["functions/hello", "triggers/nightly", "jobs/backfill"] {
+        let (status, _) = server
+            .call(Method::GET, &format!("/v1/namespaces/demo/{path}"), None)
+            .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+
     assert_page_clean(&browser).await;
 
     // Sign out: the token is gone and the pages need signing in again.

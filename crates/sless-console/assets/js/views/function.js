@@ -119,21 +119,35 @@ export async function functionView(main, base) {
     ),
   );
   const panel = h("div", { class: "panel", id: `panel-${ctx.tab}` });
+  const notice = h("div", { class: "notice error", role: "alert", hidden: true, id: "delete-error" });
+  const remove = async (query, question) => {
+    if (!confirm(question)) return;
+    notice.hidden = true;
+    try {
+      await del(ns(ctx.namespace, "functions", fn.name) + query);
+      go("ns", ctx.namespace, "functions");
+    } catch (e) {
+      // Triggers or jobs that name the function (409): the message lists
+      // them, and deleting them too is one more, confirmed, click.
+      const cascade =
+        e.status === 409 && !query
+          ? h("button", { type: "button", class: "danger small", id: "delete-cascade", onclick: () => remove("?cascade=true", `Delete function ${fn.name} and the triggers and jobs that name it?`) }, "Delete them too")
+          : null;
+      replace(notice, e.message || String(e), " ", cascade);
+      notice.hidden = false;
+    }
+  };
   const danger = h(
     "button",
     {
       class: "danger small",
       type: "button",
       id: "delete-function",
-      onclick: async () => {
-        if (!confirm(`Delete function ${fn.name}? Its code and records go too.`)) return;
-        await del(ns(ctx.namespace, "functions", fn.name));
-        go("ns", ctx.namespace, "functions");
-      },
+      onclick: () => remove("", `Delete function ${fn.name}? Its code and records go too.`),
     },
     "Delete",
   );
-  replace(main, head, h("div", { class: "tab-row" }, tabs, danger), panel);
+  replace(main, head, h("div", { class: "tab-row" }, tabs, danger), notice, panel);
   const refreshHead = (next) => {
     fn = next;
     replace(head, headerOf(ctx, fn));
