@@ -1,4 +1,6 @@
-// Waiting: a sleep that ends when the user leaves the page.
+// Waiting and ordering: a sleep that ends when the user leaves the page,
+// and a guard for panels where a newer request makes an older one's
+// answer stale.
 
 /** Waits `ms` unless `signal` aborts first (then rejects). */
 export function sleep(ms, signal) {
@@ -15,3 +17,23 @@ export function sleep(ms, signal) {
   });
 }
 
+/**
+ * For a panel that shows one answer at a time (a page of a list, the picked
+ * item's detail): `newest(promise, show)` calls `show` with the answer only
+ * if no later `newest` call was made meanwhile, so a slow older answer
+ * never replaces a newer one. A stale failure is dropped too.
+ */
+export function newestOnly() {
+  let last = 0;
+  return async (promise, show) => {
+    const mine = ++last;
+    let value;
+    try {
+      value = await promise;
+    } catch (e) {
+      if (mine === last) throw e;
+      return;
+    }
+    if (mine === last) show(value);
+  };
+}

@@ -177,6 +177,18 @@ async fn console_end_to_end() {
     browser.wait("#page-older:not([disabled])", 30).await;
     let rows = browser.find_all("#panel-invocations tbody tr").await;
     assert_eq!(rows.len(), 25, "a page holds 25");
+    // A page that fails to load leaves the one shown as it was, with the error.
+    browser
+        .js(
+            "window.__fetch = window.fetch; window.fetch = () => Promise.reject(new TypeError('network down'));",
+            json!([]),
+        )
+        .await;
+    browser.click("#page-older").await;
+    browser.wait_text("#invocations-error", "network down", 20).await;
+    browser.js("window.fetch = window.__fetch;", json!([])).await;
+    assert!(browser.text("#panel-invocations .card-head").await.contains("page 1"));
+    assert_eq!(browser.find_all("#panel-invocations tbody tr").await.len(), 25);
     browser.click("#panel-invocations tbody tr").await;
     browser.wait_text("#invocation-logs", "hello page-29", 20).await;
     browser.screenshot("06-invocations").await;

@@ -4,6 +4,7 @@
 import { h, replace, badge, facts, table } from "../dom.js";
 import { get, ns } from "../api.js";
 import { time, shortTime, ms, bytes } from "../format.js";
+import { newestOnly } from "../async.js";
 
 const PAGE = 25;
 
@@ -42,18 +43,35 @@ function detail(record) {
 export async function invocationsPanel(panel, ctx) {
   const cursors = [null];
   let page = 0;
+  const notice = h("div", { class: "notice error", role: "alert", hidden: true, id: "invocations-error" });
   const list = h("section", { class: "card" }, h("p", { class: "empty" }, "Loading…"));
   const side = h("section", { class: "card", id: "invocation-detail" }, h("p", { class: "empty" }, "Pick an invocation to see its detail."));
-  replace(panel, h("div", { class: "columns wide-left" }, list, side));
+  replace(panel, notice, h("div", { class: "columns wide-left" }, list, side));
+  const newest = newestOnly();
 
-  const load = async () => {
-    const before = cursors[page];
+  // The page number and cursors move only once a page has arrived: a
+  // failed load leaves the page shown as it was, with the error above.
+  const load = (next) => {
+    const before = cursors[next];
     const query = `?limit=${PAGE}${before ? `&before=${encodeURIComponent(before)}` : ""}`;
-    const result = await get(ns(ctx.namespace, "functions", ctx.name, "invocations") + query, { signal: ctx.signal });
-    cursors[page + 1] = result.next_before ?? null;
-    const newer = h("button", { type: "button", class: "secondary small", id: "page-newer", disabled: page === 0, onclick: () => ((page -= 1), load()) }, "← Newer");
-    const older = h("button", { type: "button", class: "secondary small", id: "page-older", disabled: !result.next_before, onclick: () => ((page += 1), load()) }, "Older →");
-    const refresh = h("button", { type: "button", class: "secondary small", id: "page-refresh", onclick: () => ((page = 0), load()) }, "Refresh");
+    const answer = get(ns(ctx.namespace, "functions", ctx.name, "invocations") + query, { signal: ctx.signal });
+    return newest(answer, (result) => {
+      page = next;
+      cursors[next + 1] = result.next_before ?? null;
+      notice.hidden = true;
+      render(result);
+    });
+  };
+  const show = (next) =>
+    load(next).catch((e) => {
+      if (e.name === "AbortError") return;
+      notice.textContent = e.message;
+      notice.hidden = false;
+    });
+  const render = (result) => {
+    const newer = h("button", { type: "button", class: "secondary small", id: "page-newer", disabled: page === 0, onclick: () => show(page - 1) }, "← Newer");
+    const older = h("button", { type: "button", class: "secondary small", id: "page-older", disabled: !result.next_before, onclick: () => show(page + 1) }, "Older →");
+    const refresh = h("button", { type: "button", class: "secondary small", id: "page-refresh", onclick: () => show(0) }, "Refresh");
     replace(
       list,
       h("div", { class: "card-head" }, h("h3", {}, "Invocations"), h("span", { class: "muted" }, `page ${page + 1}`), h("div", { class: "spacer" }), refresh, newer, older),
@@ -76,5 +94,5 @@ export async function invocationsPanel(panel, ctx) {
       ),
     );
   };
-  await load();
+  await load(0);
 }
