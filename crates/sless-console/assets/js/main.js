@@ -89,6 +89,10 @@ function renderTopbar(namespace, section) {
   topbar.hidden = false;
 }
 
+function noSuchPage(namespace) {
+  return h("p", { class: "empty", id: "no-such-page" }, "No such page. ", h("a", { href: href("ns", namespace, "functions") }, "To the functions"));
+}
+
 async function render() {
   leaving?.abort();
   const controller = new AbortController();
@@ -96,9 +100,14 @@ async function render() {
   const route = current();
   const who = session.whoami();
   if (!session.token() || !who) {
-    if (route[0] !== "signin") return go("signin");
+    if (route?.[0] !== "signin") return go("signin");
     topbar.hidden = true;
     return signinView(main, { signal: controller.signal });
+  }
+  if (!route) {
+    const first = session.namespaces()[0] || "default";
+    renderTopbar(first, null);
+    return replace(main, noSuchPage(first));
   }
   if (route[0] !== "ns" || !route[1]) {
     const first = session.namespaces()[0] || "default";
@@ -114,7 +123,7 @@ async function render() {
     else if (section === "functions") await functionView(main, { ...ctx, name, tab: rest[0] || "overview", rest: rest.slice(1) });
     else if (section === "triggers") await triggersView(main, ctx);
     else if (section === "jobs") await jobsView(main, ctx);
-    else replace(main, h("p", { class: "empty" }, "No such page."));
+    else replace(main, noSuchPage(namespace));
   } catch (e) {
     if (e.name === "AbortError" || controller.signal.aborted) return;
     main.append(h("div", { class: "notice error", role: "alert", id: "page-error" }, e.message || String(e)));

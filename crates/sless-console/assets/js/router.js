@@ -1,10 +1,17 @@
 // Hash routes (`#/ns/{ns}/functions/{name}/invoke`): deep links work, the
 // server serves one page, and nothing sensitive ever appears in a URL.
 
-/** The current route as decoded segments: "#/ns/a/functions" -> ["ns", "a", "functions"]. */
+/**
+ * The current route as decoded segments: "#/ns/a/functions" -> ["ns", "a",
+ * "functions"]; null when a segment does not decode (a mangled link).
+ */
 export function current() {
   const hash = location.hash.replace(/^#\/?/, "");
-  return hash ? hash.split("/").map((s) => decodeURIComponent(s)) : [];
+  try {
+    return hash ? hash.split("/").map((s) => decodeURIComponent(s)) : [];
+  } catch {
+    return null;
+  }
 }
 
 /** The hash for segments, each encoded. */

@@ -611,6 +611,9 @@ async fn console_shows_hostile_values_as_text() {
         .await;
     assert_eq!(value, json!(HOSTILE), "the namespace box holds the text");
     check("a namespace from the URL as text").await;
+    // A link whose escapes do not decode is no page, not a page that never loads.
+    go(&browser, "#/ns/%E0%A4%A/functions").await;
+    browser.wait_text("#no-such-page", "No such page", 20).await;
 }
 
 #[tokio::test]
