@@ -471,19 +471,22 @@ async fn console_shows_hostile_values_as_text() {
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, body) = server
-        .call(
-            Method::POST,
-            "/v1/namespaces/demo/jobs",
-            Some(json!({"name": "echo", "function": "xss", "event": {"x": HOSTILE}, "run_id": 1})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    server
-        .wait_for("/v1/namespaces/demo/jobs/echo", 120, |j| {
-            j["status"]["phase"] == "Succeeded"
-        })
-        .await;
+    // Two jobs: one whose result the list leaves out (over 8 KiB).
+    for (name, x) in [("echo", HOSTILE.to_string()), ("big", "a".repeat(9000))] {
+        let (status, body) = server
+            .call(
+                Method::POST,
+                "/v1/namespaces/demo/jobs",
+                Some(json!({"name": name, "function": "xss", "event": {"x": x}, "run_id": 1})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        server
+            .wait_for(&format!("/v1/namespaces/demo/jobs/{name}"), 120, |j| {
+                j["status"]["phase"] == "Succeeded"
+            })
+            .await;
+    }
 
     // More functions than the API lets a namespace read the stats of at once.
     for i in 0..12 {
@@ -593,6 +596,28 @@ async fn console_shows_hostile_values_as_text() {
     browser.click("[data-row=echo] td").await;
     browser.wait_text("#job-result", HOSTILE, 30).await;
     check("job result as text").await;
+    // The job picked last is the one shown, even when the answer for the one
+    // picked before it (big: its result is fetched) comes later.
+    browser
+        .js(
+            "const real = window.fetch; window.__bigDone = false;
+             window.fetch = async (url, init) => {
+               const answer = await real(url, init);
+               if (!String(url).endsWith('/jobs/big')) return answer;
+               await new Promise((ok) => setTimeout(ok, 1500));
+               const text = answer.text.bind(answer);
+               answer.text = () => text().then((t) => (setTimeout(() => (window.__bigDone = true)), t));
+               return answer;
+             };",
+            json!([]),
+        )
+        .await;
+    browser.click("[data-row=big] td").await;
+    browser.click("[data-row=echo] td").await;
+    browser
+        .wait_until("the big job's answer arrived", "return window.__bigDone", json!([]), 20)
+        .await;
+    assert_eq!(browser.text("#job-detail h3").await, "Job echo");
     browser.screenshot("13-hostile-jobs").await;
 
     // API error messages that quote what was sent.

@@ -5,7 +5,7 @@ import { h, replace, badge, facts, table } from "../dom.js";
 import { get, post, patch, del, ns } from "../api.js";
 import { field, form, input, select, textarea, parseJson } from "../forms.js";
 import { time, shortTime, json, cut } from "../format.js";
-import { sleep } from "../async.js";
+import { sleep, newestOnly } from "../async.js";
 
 const ACTIVE = ["Pending", "Running"];
 
@@ -85,10 +85,10 @@ export async function jobsView(main, { signal, namespace }) {
   };
   // A list leaves out a result over 8 KiB (result_bytes): the job's own
   // answer has it.
-  const showDetail = async (j) => {
-    const job = j.status?.result_bytes ? await get(ns(namespace, "jobs", j.name), { signal }) : j;
-    replace(detailCard, jobDetail(job));
-  };
+  // The last job picked wins over a slower answer for one picked before.
+  const newest = newestOnly();
+  const showDetail = (j) =>
+    newest(j.status?.result_bytes ? get(ns(namespace, "jobs", j.name), { signal }) : j, (job) => replace(detailCard, jobDetail(job)));
   const load = async () => {
     const { items } = await get(ns(namespace, "jobs"), { signal });
     replace(
