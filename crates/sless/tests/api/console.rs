@@ -132,7 +132,7 @@ async fn console_end_to_end() {
     browser.click("#new-function").await;
     browser.wait("#new-function-form", 20).await;
     browser.fill("#fn-name", "hello").await;
-    browser.fill("#fn-env", "GREETING=hi").await;
+    browser.fill("#fn-env", "GREETING=hi\n__proto__=kept").await;
     browser.set_value("#code-editor", HANDLER).await;
     browser.screenshot("02-new-function").await;
     browser.click("#create-function").await;
@@ -143,6 +143,7 @@ async fn console_end_to_end() {
         .await;
     assert_eq!(function["status"]["phase"], "Ready", "{function}");
     assert_eq!(function["env"]["GREETING"], "hi");
+    assert_eq!(function["env"]["__proto__"], "kept", "a name like any other");
 
     // Invoke it from the panel and see its answer.
     browser.click("[data-tab=invoke]").await;

@@ -29,9 +29,12 @@ const TEMPLATES = {
   },
 };
 
-/** KEY=VALUE lines as an object; a bad line names the env field. */
+/**
+ * KEY=VALUE lines as an object without a prototype (so `__proto__=x` is a
+ * variable like any other); a bad line names the env field.
+ */
 function parseEnv(text) {
-  const env = {};
+  const env = Object.create(null);
   for (const [i, raw] of text.split("\n").entries()) {
     const line = raw.trim();
     if (!line || line.startsWith("#")) continue;
@@ -46,7 +49,10 @@ function parseEnv(text) {
   return env;
 }
 
-/** The code chooser: editor (file name + text) or zip upload. Returns {el, zip()}. */
+/**
+ * The code chooser: editor (file name + text) or zip upload. Returns
+ * {el, zip(), field()}: field() names the input a refused archive is about.
+ */
 function codeSource(runtime) {
   const template = TEMPLATES[runtime] || TEMPLATES["python3.11"];
   const mode = select([["editor", "Write a single-file handler"], ["zip", "Upload a zip"]], { id: "code-mode", value: "editor" });
