@@ -20,8 +20,14 @@ let leaving = null;
 setUnauthorizedHandler(() => {
   session.signOut();
   sessionStorage.setItem("sless.notice", "The server refused the token; sign in again.");
-  go("signin");
+  toSignin();
 });
+
+/** To the sign-in page, which leads back to the page asked for (a deep link, say). */
+function toSignin() {
+  if (location.hash && location.hash !== "#/signin") session.keepRoute(location.hash);
+  go("signin");
+}
 
 function signOut() {
   session.signOut();
@@ -100,7 +106,7 @@ async function render() {
   const route = current();
   const who = session.whoami();
   if (!session.token() || !who) {
-    if (route?.[0] !== "signin") return go("signin");
+    if (route?.[0] !== "signin") return toSignin();
     topbar.hidden = true;
     return signinView(main, { signal: controller.signal });
   }

@@ -4,6 +4,7 @@
 
 const TOKEN = "sless.token";
 const WHO = "sless.whoami";
+const RETURN_TO = "sless.return";
 
 export function token() {
   return sessionStorage.getItem(TOKEN);
@@ -31,4 +32,16 @@ export function signOut() {
 /** Namespaces to offer: the token's own, or for an admin those in use. */
 export function namespaces() {
   return whoami()?.namespaces ?? [];
+}
+
+/** Keeps the route (a hash) a signed-out visit asked for, to go on to after signing in. */
+export function keepRoute(hash) {
+  sessionStorage.setItem(RETURN_TO, hash);
+}
+
+/** The kept route, if any, forgotten as it is taken. */
+export function takeRoute() {
+  const hash = sessionStorage.getItem(RETURN_TO);
+  sessionStorage.removeItem(RETURN_TO);
+  return hash;
 }

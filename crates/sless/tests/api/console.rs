@@ -674,7 +674,16 @@ async fn console_token_for_another_namespace_sees_nothing_of_this_one() {
         .wait_text("[data-field=namespace] .field-error", "does not cover namespace", 20)
         .await;
 
-    sign_in(&browser, &server, &token_b, None).await;
+    // A deep link opened signed out leads there once signed in.
+    go(&browser, "#/ns/team-b/jobs").await;
+    browser.wait("#signin-form", 20).await;
+    watch_page(&browser).await;
+    browser.fill("#token", &token_b).await;
+    browser.click("#sign-in").await;
+    browser.wait("#job-form", 20).await;
+    let hash = browser.js("return location.hash", json!([])).await;
+    assert_eq!(hash, json!("#/ns/team-b/jobs"));
+    go(&browser, "#/ns/team-b/functions").await;
     browser.wait_text(".main .empty", "No functions", 20).await;
     let options = browser
         .js(

@@ -1,5 +1,6 @@
 // Sign in with a bearer token: checked against GET /v1/whoami before it is
-// kept (in sessionStorage), then the user picks one of its namespaces.
+// kept (in sessionStorage); then on to the page asked for before signing
+// in, or to a namespace the user names (or the token's first).
 
 import { h, replace } from "../dom.js";
 import { get } from "../api.js";
@@ -37,7 +38,9 @@ export async function signinView(main) {
           throw e;
         }
         session.signIn(token, who);
-        go("ns", wanted || who.namespaces[0] || "default", "functions");
+        const asked = session.takeRoute();
+        if (asked && !wanted) location.hash = asked;
+        else go("ns", wanted || who.namespaces[0] || "default", "functions");
       },
     },
     field("token", "Bearer token", secret, "Kept in this tab's session storage only; closing the tab forgets it."),
