@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use super::system;
 use crate::error::Error;
 
 /// Sent with every console response.
@@ -33,6 +34,9 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> Router<S> {
         .route("/ui", get(redirect))
         .route("/ui/", get(index))
         .route("/ui/{*path}", get(asset))
+        // Set here, inside the headers layer: the one the whole router sets
+        // would replace axum's default 405 outside it.
+        .method_not_allowed_fallback(system::method_not_allowed)
         .layer(middleware::from_fn(security_headers))
 }
 

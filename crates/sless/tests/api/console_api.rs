@@ -45,8 +45,16 @@ async fn console_files_carry_strict_headers() {
         ("/ui/no-such-file.js", 404, Some("application/json")),
         ("/ui/../Cargo.toml", 404, None),
         ("/ui/%2e%2e/Cargo.toml", 404, None),
+        ("POST /ui/", 405, Some("application/json")),
+        ("DELETE /ui/js/main.js", 405, Some("application/json")),
     ] {
-        let response = get(path).await.unwrap();
+        let (method, path) = path.split_once(' ').unwrap_or(("GET", path));
+        let method = Method::from_bytes(method.as_bytes()).unwrap();
+        let response = client
+            .request(method, format!("{}{path}", server.url))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status().as_u16(), status, "{path}");
         let headers = response.headers();
         if let Some(content_type) = content_type {
