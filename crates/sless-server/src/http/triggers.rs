@@ -120,7 +120,7 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
                 .triggers
                 .brokers
                 .check(url)
-                .map_err(|e| Error::BadRequest(format!("broker_url: {e}")))?;
+                .map_err(|e| Error::invalid("broker_url", format!("broker_url: {e}")))?;
             let Some(queue) = spec.queue.as_deref() else {
                 return Err(Error::invalid("queue", "queue is required for an amqp trigger"));
             };

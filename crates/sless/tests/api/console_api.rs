@@ -311,6 +311,10 @@ async fn errors_name_the_field_they_are_about() {
             json!({"name": "t", "type": "amqp", "function": "f", "queue": "q"}),
             "broker_url",
         ),
+        (
+            json!({"name": "t", "type": "amqp", "function": "f", "queue": "q", "broker_url": "amqp://10.1.2.3:5672/"}),
+            "broker_url",
+        ),
         (json!({"name": "<b>", "type": "http", "function": "f"}), "name"),
         (json!({"name": "t", "type": "smtp", "function": "f"}), "type"),
     ];
