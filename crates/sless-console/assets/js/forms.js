@@ -65,10 +65,13 @@ export function clearErrors(formEl) {
   for (const f of formEl.querySelectorAll(".field.invalid")) f.classList.remove("invalid");
 }
 
-/** Puts the error's message next to its field, or in the form's box. */
+/**
+ * Puts the error's message next to its field, or in the form's box. A 409
+ * names no field, but what conflicts with an existing one is its name.
+ */
 export function showError(formEl, error) {
   const message = error?.message || String(error);
-  const name = error?.field;
+  const name = error?.field ?? (error?.status === 409 ? "name" : null);
   const target = name && [...formEl.querySelectorAll(".field")].find((f) => f.dataset.field === name);
   if (target) {
     target.classList.add("invalid");

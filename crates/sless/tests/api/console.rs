@@ -309,6 +309,14 @@ async fn console_end_to_end() {
         .await;
     assert_eq!(trigger["enabled"], false, "{trigger}");
     assert_eq!(trigger["event"], json!({"name": "cron"}));
+    // A name in use is refused next to the name field.
+    browser.fill("#trigger-name", "nightly").await;
+    browser.set_value("#trigger-function", "hello").await;
+    browser.fill("#trigger-schedule", "0 0 1 1 *").await;
+    browser.click("#create-trigger").await;
+    browser
+        .wait_text("[data-field=name] .field-error", "already exists", 20)
+        .await;
     browser.screenshot("10-triggers").await;
 
     // Jobs: create one that runs at once, then run it again and watch.
@@ -370,6 +378,12 @@ async fn console_end_to_end() {
     go(&browser, "#/ns/demo/functions/hello/versions").await;
     browser.wait_text("[data-row=v2]", "latest", 20).await;
     assert!(browser.text("[data-row=v1]").await.contains("KiB"));
+    browser.set_value("#alias-name", "").await;
+    browser.fill("#alias-version", "1").await;
+    browser.click("#set-alias").await;
+    browser
+        .wait_text("[data-field=name] .field-error", "give the alias a name", 20)
+        .await;
     browser.fill("#alias-name", "9live").await;
     browser.fill("#alias-version", "1").await;
     browser.click("#set-alias").await;

@@ -29,6 +29,11 @@ function aliasForm(ctx, done) {
       id: "alias-form",
       class: "stack",
       onsubmit: async (el) => {
+        if (!name.value.trim()) {
+          const e = new Error("give the alias a name, e.g. live");
+          e.field = "name";
+          throw e;
+        }
         const body = { version: Number(version.value) };
         if (other.value) body.weights = { [other.value]: Number(share.value || 0) };
         await api("PUT", ns(ctx.namespace, "functions", ctx.name, "aliases", name.value.trim()), { json: body });
