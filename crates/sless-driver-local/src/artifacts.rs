@@ -9,8 +9,9 @@
 //! Two builds of one fingerprint (the same code uploaded to two functions,
 //! or built on two replicas) each store their own tarball under its own
 //! sha256, so neither overwrites what the other recorded; on one machine a
-//! lock per fingerprint makes the second reuse the first one's tarball.
-//! An artifact no version uses any more has all its tarballs deleted
+//! lock per fingerprint makes the second reuse the first one's tarball,
+//! once it has checked that the tarball is still stored. An artifact no
+//! version uses any more has all its tarballs deleted
 //! ([`SharedArtifacts::remove`]).
 
 use std::collections::HashMap;
@@ -47,13 +48,23 @@ impl SharedArtifacts {
         Key::from(format!("artifacts/{artifact}/{digest}.tar.gz"))
     }
 
-    /// Stores the artifact in `dir` unless it was stored (or fetched)
-    /// before; returns the sha256 of its tarball.
+    /// Stores the artifact in `dir` unless its tarball, stored (or fetched)
+    /// before, is still in the object store; returns the sha256 of its
+    /// tarball. A build that reuses `dir` comes here too: the tarball it
+    /// recorded may have been removed since (no version used it for a
+    /// while, or a server before this one removed it on a follower's
+    /// delete), and a replica without `dir` could not serve the version.
     pub async fn publish(&self, dir: &Path, artifact: &Fingerprint) -> Result<String, String> {
         let lock = self.lock(artifact);
         let _held = lock.lock().await;
         if let Some(digest) = recorded_digest(dir) {
-            return Ok(digest);
+            match self.store.head(&Self::key(artifact, &digest)).await {
+                Ok(_) => return Ok(digest),
+                Err(object_store::Error::NotFound { .. }) => {
+                    tracing::info!(%artifact, %digest, "the artifact's tarball left the object store: storing it again")
+                }
+                Err(e) => return Err(format!("looking for the artifact's tarball: {e}")),
+            }
         }
         let parent = dir.parent().ok_or("artifact directory has no parent")?;
         let tarball = parent.join(format!(".pack-{:08x}.tar.gz", rand::random::<u32>()));

@@ -92,6 +92,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         blobs.clone(),
         driver.clone(),
         routes.clone(),
+        cluster.leadership.clone(),
         secrets.clone(),
         config.keep_versions as usize,
     );

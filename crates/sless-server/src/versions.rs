@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use object_store::{ObjectStore, ObjectStoreExt};
 use sless_api::FunctionSpec;
-use sless_driver::{Deployment, Driver, Fingerprint, FunctionKey, VersionRef};
+use sless_driver::{Deployment, Driver, DriverError, Fingerprint, FunctionKey, VersionRef};
 
+use crate::cluster::Leadership;
 use crate::error::{Error, Result};
 use crate::routes::{Routes, Split};
 use crate::store::{Store, VersionRecord};
@@ -36,6 +37,9 @@ pub struct Versions {
     blobs: Arc<dyn ObjectStore>,
     driver: Arc<dyn Driver>,
     routes: Arc<Routes>,
+    /// Whether this replica leads: only the leader removes artifacts'
+    /// tarballs from the object store ([`Versions::remove_artifact`]).
+    leadership: Arc<Leadership>,
     /// The secrets a version's spec references, opened for its deploy.
     secrets: Arc<crate::secrets::Secrets>,
     /// How many versions of a function keep their artifacts.
@@ -74,6 +78,7 @@ impl Versions {
         blobs: Arc<dyn ObjectStore>,
         driver: Arc<dyn Driver>,
         routes: Arc<Routes>,
+        leadership: Arc<Leadership>,
         secrets: Arc<crate::secrets::Secrets>,
         keep: usize,
     ) -> Arc<Versions> {
@@ -82,6 +87,7 @@ impl Versions {
             blobs,
             driver,
             routes,
+            leadership,
             secrets,
             keep: keep.max(1),
             extra: Default::default(),
@@ -370,8 +376,9 @@ impl Versions {
     }
 
     /// Deletes `version`'s record, retires it here and removes its
-    /// artifact unless another version uses it, and its upload unless a
-    /// version in `kept_code` was built from the same code.
+    /// artifact unless another version uses it ([`Versions::remove_artifact`]),
+    /// and its upload unless a version in `kept_code` was built from the
+    /// same code.
     async fn drop_version(&self, key: &FunctionKey, version: &VersionRecord, kept_code: &HashSet<&str>) -> Result<()> {
         self.store
             .delete_version(&key.namespace, &key.name, version.version)
@@ -381,7 +388,7 @@ impl Versions {
         // the same code with the same shims.
         if !self.store.artifact_in_use(&version.artifact).await? {
             let artifact = Fingerprint::from_stored(version.artifact.clone());
-            if let Err(e) = self.driver.remove_artifact(&artifact).await {
+            if let Err(e) = self.remove_artifact(&artifact).await {
                 tracing::warn!(function = %key, version = version.version, error = %e, "removing an old artifact failed");
             }
         }
@@ -392,5 +399,19 @@ impl Versions {
             }
         }
         Ok(())
+    }
+
+    /// Removes `artifact`, which no version uses: this machine's copy, and
+    /// on the leader its tarballs in the object store too. Another replica
+    /// leaves those to the leader's sweep (`Deployer::sweep`): it cannot
+    /// see the builds under way on the leader, one of which may be reusing
+    /// its copy of the artifact for a version not recorded yet, whose
+    /// tarball would then be gone.
+    pub async fn remove_artifact(&self, artifact: &Fingerprint) -> std::result::Result<(), DriverError> {
+        if self.leadership.is_leader() {
+            self.driver.remove_artifact(artifact).await
+        } else {
+            self.driver.remove_local_copy(artifact).await
+        }
     }
 }

@@ -595,8 +595,9 @@ impl Deployer {
         }
     }
 
-    /// Removes `artifact`, built from `code_hash` for `key` and named by
-    /// no version of it, unless a version of another function uses it or
+    /// Removes `artifact` (this machine's copy, and on the leader its
+    /// tarballs: [`Versions::remove_artifact`]), built from `code_hash`
+    /// for `key` and named by no version of it, unless a version of another function uses it or
     /// another function's build of the same code is under way here
     /// (artifacts are shared by every function built from the same code
     /// with the same shims). A build whose version never went live (its
@@ -618,7 +619,7 @@ impl Deployer {
         let removed = match used {
             Ok(true) => return,
             Ok(false) if building() => return,
-            Ok(false) => self.driver.remove_artifact(artifact).await.map_err(|e| e.to_string()),
+            Ok(false) => self.versions.remove_artifact(artifact).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         match removed {
