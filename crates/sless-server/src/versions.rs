@@ -107,8 +107,16 @@ impl Versions {
         &self.secrets
     }
 
-    /// Routes every alias as the store holds them (a replica's pass).
-    pub async fn route_aliases(&self) -> Result<()> {
+    /// Follows the store (a replica's pass: at start, then whenever it
+    /// changed): routes every alias as the store holds them and retires
+    /// the versions deployed here that it no longer keeps.
+    pub async fn converge(&self) -> Result<()> {
+        self.route_aliases().await?;
+        self.retire_removed().await
+    }
+
+    /// Routes every alias as the store holds them.
+    async fn route_aliases(&self) -> Result<()> {
         let mut all: HashMap<FunctionKey, HashMap<String, Split>> = HashMap::new();
         for alias in self.store.all_aliases().await? {
             let Some(split) = Split::of(&alias.spec) else { continue };
@@ -117,6 +125,32 @@ impl Versions {
                 .insert(alias.name, split);
         }
         self.routes.replace_aliases(all);
+        Ok(())
+    }
+
+    /// Retires the versions deployed here besides `$latest` whose records
+    /// are gone: deleted or pruned through another replica. A call by
+    /// number reads nothing from the store while its version serves here,
+    /// so such a version answered for as long as calls kept it from
+    /// idling ([`IDLE`]); deletes bump the change counter the replicas
+    /// follow, so this runs within a reconcile period of one.
+    async fn retire_removed(&self) -> Result<()> {
+        let deployed: Vec<VersionRef> = self.extra.lock().unwrap().keys().cloned().collect();
+        for version in deployed {
+            let key = &version.key;
+            if self.routes.latest(key).as_ref() == Some(&version) {
+                continue;
+            }
+            if self
+                .store
+                .version(&key.namespace, &key.name, version.version)
+                .await?
+                .is_none()
+            {
+                tracing::info!(%version, "retiring a version the store no longer keeps");
+                self.retire(&version).await;
+            }
+        }
         Ok(())
     }
 
@@ -148,6 +182,14 @@ impl Versions {
         let lock = self.deploy_lock(key);
         let _one = lock.lock().await;
         let deployed = self.driver.stats().await.into_iter().any(|(v, _)| &v == target);
+        let Some(record) = record else {
+            // Deleted, though deployed here (by a call that read its
+            // record first): it serves no more calls.
+            if deployed {
+                self.retire(target).await;
+            }
+            return Ok(false);
+        };
         if deployed {
             self.extra
                 .lock()
@@ -156,9 +198,6 @@ impl Versions {
                 .or_insert_with(Instant::now);
             return Ok(true);
         }
-        let Some(record) = record else {
-            return Ok(false);
-        };
         self.make_room_by_number(key).await?;
         let spec: FunctionSpec = serde_json::from_value(record.spec).map_err(Error::internal)?;
         let secrets = self
@@ -375,10 +414,11 @@ impl Versions {
         Ok(())
     }
 
-    /// Deletes `version`'s record, retires it here and removes its
-    /// artifact unless another version uses it ([`Versions::remove_artifact`]),
-    /// and its upload unless a version in `kept_code` was built from the
-    /// same code.
+    /// Deletes `version`'s record, retires it here (the other replicas
+    /// follow, [`Versions::retire_removed`]) and removes its artifact
+    /// unless another version uses it ([`Versions::remove_artifact`]), and
+    /// its upload unless a version in `kept_code` was built from the same
+    /// code.
     async fn drop_version(&self, key: &FunctionKey, version: &VersionRecord, kept_code: &HashSet<&str>) -> Result<()> {
         self.store
             .delete_version(&key.namespace, &key.name, version.version)

@@ -194,9 +194,10 @@ impl Reconciler {
                     return false;
                 }
             };
-        // Aliases moved through another replica route here from now on.
-        if let Err(e) = self.parts.deployer.versions().route_aliases().await {
-            tracing::warn!(error = %e, "reading the aliases failed");
+        // Aliases moved through another replica route here from now on,
+        // and versions deleted through one stop serving here.
+        if let Err(e) = self.parts.deployer.versions().converge().await {
+            tracing::warn!(error = %e, "reading the aliases and versions failed");
             return false;
         }
         if self.cluster.shared() {

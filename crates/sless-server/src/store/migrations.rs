@@ -31,6 +31,7 @@ pub const POSTGRES: Migrations = &[
     (10, include_str!("../../migrations/postgres/0010_async_fair.sql")),
     (11, include_str!("../../migrations/postgres/0011_version_bytes.sql")),
     (12, include_str!("../../migrations/postgres/0012_job_results.sql")),
+    (13, include_str!("../../migrations/postgres/0013_version_deletes.sql")),
 ];
 
 #[cfg(test)]

@@ -637,3 +637,54 @@ async fn a_delete_through_a_follower_leaves_the_tarball_a_build_on_the_leader_re
         assert_eq!(answer(server, "g").await, Some(7), "replica {i} serves it");
     }
 }
+
+/// The status and `v` of a call of version `version` of `name` on `server`.
+async fn by_number(server: &Server, name: &str, version: u64) -> (StatusCode, Option<u64>) {
+    let (status, _, body) = server
+        .invoke(Method::GET, &format!("/fn/ns/{name}@{version}"), "")
+        .await;
+    let v = serde_json::from_str::<Value>(&body).ok().and_then(|b| b["v"].as_u64());
+    (status, v)
+}
+
+/// Waits until `server` answers calls of `version` of `name` with 404,
+/// calling all the while (which keeps a version from idling).
+async fn await_no_version(server: &Server, name: &str, version: u64) {
+    eventually(Duration::from_secs(5), || async {
+        match by_number(server, name, version).await {
+            (StatusCode::NOT_FOUND, _) => Ok(()),
+            seen => Err(format!("version {version} still answers {seen:?}")),
+        }
+    })
+    .await;
+}
+
+/// A version deleted by hand or pruned stops answering by number on
+/// every replica within a reconcile period, as on the one that removed
+/// it. Another replica that served it called by number went on serving it
+/// for as long as calls kept coming (each put its idle retirement off).
+#[tokio::test]
+async fn a_version_deleted_or_pruned_stops_answering_by_number_on_every_replica() {
+    let cluster = replicas(2, &[("SLESS_KEEP_VERSIONS", "2")]).await;
+    let (a, b) = (&cluster.servers[0], &cluster.servers[1]);
+    create(a, "f").await;
+    for v in 1..=2 {
+        let hash = upload(a, "f", v).await;
+        a.wait_built("ns", "f", &hash).await;
+    }
+    assert_eq!(by_number(b, "f", 1).await, (StatusCode::OK, Some(1)));
+    let (status, body) = a
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/f/versions/1", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    await_no_version(b, "f", 1).await;
+
+    let hash = upload(a, "f", 3).await;
+    a.wait_built("ns", "f", &hash).await;
+    assert_eq!(by_number(b, "f", 2).await, (StatusCode::OK, Some(2)));
+    // Version 4 is built: the leader keeps 4 and 3, and prunes 2.
+    let hash = upload(a, "f", 4).await;
+    a.wait_built("ns", "f", &hash).await;
+    await_no_version(b, "f", 2).await;
+    assert_eq!(by_number(b, "f", 3).await, (StatusCode::OK, Some(3)));
+}
