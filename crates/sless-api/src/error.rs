@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// How the server's `error` begins for a path it serves nothing at (its
+/// router's fallback), so a client tells a wrong endpoint's 404 from an
+/// object's: `no route for /v1/v1/namespaces/...`.
+pub const NO_ROUTE: &str = "no route for ";
+
 /// `{"error": "...", ...}`: `error` says what is wrong; the optional fields
 /// name the thing it concerns (the request field, or an archive entry and
 /// the rule it broke).

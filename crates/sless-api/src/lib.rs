@@ -18,7 +18,7 @@ pub use async_invocation::{
     check_queue_name, AsyncAccepted, AsyncInvocation, AsyncInvocationPage, AsyncSettings, AsyncStatus, Destination,
     DestinationType, DEFAULT_MAX_EVENT_AGE_SEC, DEFAULT_RETRY_LIMIT, MAX_BROKER_URL_CHARS,
 };
-pub use error::ErrorBody;
+pub use error::{ErrorBody, NO_ROUTE};
 pub use function::{
     default_memory_mb, Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime,
     SpecLimits,

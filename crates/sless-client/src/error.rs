@@ -88,7 +88,7 @@ impl Error {
     /// body.
     pub(crate) fn from_answer(url: &str, status: StatusCode, body: &[u8]) -> Error {
         let parsed = serde_json::from_slice::<ErrorBody>(body);
-        let from_sless = parsed.as_ref().is_ok_and(|p| !p.error.starts_with(ROUTER_FALLBACK));
+        let from_sless = parsed.as_ref().is_ok_and(|p| !p.error.starts_with(sless_api::NO_ROUTE));
         if status == StatusCode::NOT_FOUND && !from_sless {
             let message = match &parsed {
                 Ok(parsed) => parsed.error.clone(),
@@ -122,10 +122,6 @@ impl Error {
         }
     }
 }
-
-/// How the sless server's router answers a path it does not serve
-/// (`no route for /v1/v1/namespaces/...`, sless-server `http/system.rs`).
-const ROUTER_FALLBACK: &str = "no route for ";
 
 /// A body that is not the JSON error shape, as a message: its text (at
 /// most a line's worth), or the status's reason when it is empty.

@@ -26,7 +26,7 @@ pub async fn openapi_json() -> Json<Value> {
 }
 
 pub async fn not_found(uri: Uri) -> Error {
-    Error::NotFound(format!("no route for {}", uri.path()))
+    Error::NotFound(format!("{}{}", sless_api::NO_ROUTE, uri.path()))
 }
 
 pub async fn method_not_allowed(method: Method, uri: Uri) -> Error {
