@@ -10,6 +10,7 @@ mod api {
     mod cli;
     mod cli_edges;
     mod cluster;
+    mod cluster_faults;
     mod cluster_quotas;
     mod code_check;
     mod console;

@@ -3,13 +3,22 @@
 //! come and go) and leads while it holds it. The others try to take it
 //! every [`CAMPAIGN_PERIOD`]; the database releases it the moment the
 //! leader's session ends, so when a leader dies (its socket closes with
-//! the process) another takes over within one period. The leader checks
-//! its connection every [`HEALTH_PERIOD`] and steps down as soon as a check
-//! fails, since the lock may be gone with the session. On SQLite there is
-//! one replica, and it always leads.
+//! the process) another takes over within one period.
+//!
+//! A leader cut off from the database without dying (a network black
+//! hole, a long pause) cannot end its session, and PostgreSQL would keep
+//! it, and the lock, until TCP gives up (hours). So the session holding
+//! the lock asks PostgreSQL to end it after [`SESSION_IDLE_LIMIT`] without
+//! a query (`idle_session_timeout`), and the leader queries it every
+//! [`HEALTH_PERIOD`]. Each answered check extends a lease of [`LEASE`]
+//! from when the check was sent; the leader stops leading when the lease
+//! runs out, which is [`SESSION_IDLE_LIMIT`] `-` [`LEASE`] before the
+//! database may end the session and let another replica take the lock.
+//! On SQLite there is one replica, and it always leads.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::{Connection, PgConnection};
 use tokio::sync::{watch, Notify};
@@ -17,9 +26,14 @@ use tokio::sync::{watch, Notify};
 /// How often a follower tries to take the lock.
 pub const CAMPAIGN_PERIOD: Duration = Duration::from_millis(500);
 /// How often the leader checks the connection that holds the lock.
-const HEALTH_PERIOD: Duration = Duration::from_millis(1000);
-/// How long a check may take before the leader steps down.
-const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+const HEALTH_PERIOD: Duration = Duration::from_millis(500);
+/// How long the leader leads after sending a check that was answered.
+pub const LEASE: Duration = Duration::from_secs(2);
+/// How long PostgreSQL keeps the lock's session without a query. Longer
+/// than [`LEASE`]: the leader has stepped down before it can be released.
+pub const SESSION_IDLE_LIMIT: Duration = Duration::from_secs(4);
+/// How long connecting may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The advisory lock key ("sless-ld"). Advisory locks are per database, so
 /// each database elects its own leader.
 const LEADER_LOCK: i64 = 0x736c_6573_732d_6c64;
@@ -27,43 +41,48 @@ const LEADER_LOCK: i64 = 0x736c_6573_732d_6c64;
 /// This replica's view of who leads.
 pub struct Leadership {
     leading: watch::Sender<bool>,
+    /// Milliseconds since `epoch` until which the lock is surely held.
+    lease_until: AtomicU64,
+    epoch: Instant,
     resign: Notify,
     campaign: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Leadership {
-    /// One replica (SQLite): leads from the start, for good.
-    pub fn always() -> Arc<Leadership> {
-        Arc::new(Leadership {
-            leading: watch::channel(true).0,
+    fn new(leading: bool, lease_until: u64) -> Leadership {
+        Leadership {
+            leading: watch::channel(leading).0,
+            lease_until: AtomicU64::new(lease_until),
+            epoch: Instant::now(),
             resign: Notify::new(),
             campaign: Default::default(),
-        })
+        }
+    }
+
+    /// One replica (SQLite): leads from the start, for good.
+    pub fn always() -> Arc<Leadership> {
+        Arc::new(Leadership::new(true, u64::MAX))
     }
 
     /// Campaigns for the lock in the database at `url` until
     /// [`Leadership::resign`]; the first try is made before this returns,
     /// so a replica that starts alone leads from its start.
     pub async fn elect(url: String) -> Arc<Leadership> {
-        let leadership = Arc::new(Leadership {
-            leading: watch::channel(false).0,
-            resign: Notify::new(),
-            campaign: Default::default(),
-        });
-        let mut first = PgConnection::connect(&url).await.ok();
+        let leadership = Arc::new(Leadership::new(false, 0));
+        let mut first = connect(&url).await.ok();
         if let Some(conn) = &mut first {
-            if let Ok(true) = try_lock(conn).await {
-                tracing::info!("this replica now leads");
-                leadership.set(true);
-            }
+            let _ = leadership.try_lock(conn).await;
         }
         let task = tokio::spawn(campaign(leadership.clone(), url, first));
         *leadership.campaign.lock().unwrap() = Some(task);
         leadership
     }
 
+    /// Whether this replica leads: it took the lock, and a check sent less
+    /// than [`LEASE`] ago found it still held (a replica that was paused
+    /// sees its lease ran out before it does any leader's work).
     pub fn is_leader(&self) -> bool {
-        *self.leading.borrow()
+        *self.leading.borrow() && self.now() < self.lease_until.load(Ordering::SeqCst)
     }
 
     /// Changes of leadership, for those who start and stop the leader's work.
@@ -86,23 +105,71 @@ impl Leadership {
         self.leading
             .send_if_modified(|now| std::mem::replace(now, leading) != leading);
     }
+
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    /// When the lease runs out, as an instant.
+    fn lease_end(&self) -> tokio::time::Instant {
+        let until = self.lease_until.load(Ordering::SeqCst);
+        let left = until.saturating_sub(self.now());
+        tokio::time::Instant::now() + Duration::from_millis(left)
+    }
+
+    /// A check sent at `sent` found the lock held: the lease runs from then.
+    fn renew(&self, sent: Instant) {
+        let until = (sent - self.epoch + LEASE).as_millis() as u64;
+        self.lease_until.store(until, Ordering::SeqCst);
+    }
+
+    /// Tries for the lock once; Err when the connection failed.
+    async fn try_lock(&self, conn: &mut PgConnection) -> Result<bool, ()> {
+        let sent = Instant::now();
+        let taken = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+            .bind(LEADER_LOCK)
+            .fetch_one(&mut *conn);
+        match tokio::time::timeout(LEASE, taken).await {
+            Ok(Ok(true)) => {
+                self.renew(sent);
+                tracing::info!("this replica now leads");
+                self.set(true);
+                Ok(true)
+            }
+            Ok(Ok(false)) => Ok(false),
+            _ => Err(()),
+        }
+    }
 }
 
-async fn try_lock(conn: &mut PgConnection) -> Result<bool, ()> {
-    let taken = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-        .bind(LEADER_LOCK)
-        .fetch_one(&mut *conn);
-    match tokio::time::timeout(HEALTH_TIMEOUT, taken).await {
-        Ok(Ok(taken)) => Ok(taken),
-        _ => Err(()),
+/// A connection of its own whose session PostgreSQL ends after
+/// [`SESSION_IDLE_LIMIT`] without a query.
+async fn connect(url: &str) -> Result<PgConnection, String> {
+    let mut conn = match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect(url)).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
+    };
+    let set = sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
+        .bind(SESSION_IDLE_LIMIT.as_millis().to_string())
+        .execute(&mut conn);
+    let set = tokio::time::timeout(CONNECT_TIMEOUT, set).await;
+    match set {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(
+            error = %e,
+            "leader election: PostgreSQL refused idle_session_timeout (before version 14?): a leader cut off from the database keeps the lock until TCP gives up"
+        ),
+        Err(_) => return Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
     }
+    Ok(conn)
 }
 
 async fn campaign(leadership: Arc<Leadership>, url: String, mut first: Option<PgConnection>) {
     loop {
         let connected = match first.take() {
             Some(conn) => Ok(conn),
-            None => PgConnection::connect(&url).await,
+            None => connect(&url).await,
         };
         let mut conn = match connected {
             Ok(conn) => conn,
@@ -115,9 +182,11 @@ async fn campaign(leadership: Arc<Leadership>, url: String, mut first: Option<Pg
             }
         };
         let resigned = hold(&leadership, &mut conn).await;
-        if leadership.is_leader() {
+        if *leadership.leading.borrow() {
             if !resigned {
-                tracing::warn!("stepping down: the connection holding the leader lock failed");
+                tracing::warn!(
+                    "stepping down: the connection holding the leader lock failed or did not answer in time"
+                );
             }
             leadership.set(false);
         }
@@ -134,34 +203,32 @@ async fn campaign(leadership: Arc<Leadership>, url: String, mut first: Option<Pg
 }
 
 /// Tries for the lock and, once held, keeps checking the connection.
-/// Returns true when told to resign, false when the connection failed.
+/// Returns true when told to resign, false when the connection failed or
+/// the lease ran out (the connection is then dropped: its session, and
+/// the lock, end with it, or within [`SESSION_IDLE_LIMIT`] if the database
+/// cannot be reached).
 async fn hold(leadership: &Leadership, conn: &mut PgConnection) -> bool {
     loop {
-        let period = if leadership.is_leader() {
-            HEALTH_PERIOD
-        } else {
-            CAMPAIGN_PERIOD
-        };
-        if leadership.is_leader() {
+        let next = if *leadership.leading.borrow() {
+            let sent = Instant::now();
             let check = sqlx::query("SELECT 1").execute(&mut *conn);
-            match tokio::time::timeout(HEALTH_TIMEOUT, check).await {
-                Ok(Ok(_)) => {}
+            match tokio::time::timeout_at(leadership.lease_end(), check).await {
+                Ok(Ok(_)) if tokio::time::Instant::now() < leadership.lease_end() => leadership.renew(sent),
                 _ => return false,
             }
+            // Checked again before the lease can run out.
+            (tokio::time::Instant::now() + HEALTH_PERIOD).min(leadership.lease_end())
         } else {
-            match try_lock(conn).await {
-                Ok(true) => {
-                    tracing::info!("this replica now leads");
-                    leadership.set(true);
-                    continue;
-                }
+            match leadership.try_lock(conn).await {
+                Ok(true) => continue,
                 Ok(false) => {}
                 Err(()) => return false,
             }
-        }
+            tokio::time::Instant::now() + CAMPAIGN_PERIOD
+        };
         tokio::select! {
             _ = leadership.resign.notified() => return true,
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep_until(next) => {}
         }
     }
 }

@@ -43,7 +43,7 @@ fn version_code(v: u32) -> Vec<(&'static str, Vec<u8>)> {
     )]
 }
 
-async fn upload(server: &Server, name: &str, v: u32) -> String {
+pub(super) async fn upload(server: &Server, name: &str, v: u32) -> String {
     let files = version_code(v);
     let files: Vec<(&str, &[u8])> = files.iter().map(|(n, c)| (*n, c.as_slice())).collect();
     let (status, body) = server.upload("ns", name, zip_of(&files)).await;
@@ -51,7 +51,7 @@ async fn upload(server: &Server, name: &str, v: u32) -> String {
     body["status"]["code_hash"].as_str().unwrap().to_string()
 }
 
-async fn create(server: &Server, name: &str) {
+pub(super) async fn create(server: &Server, name: &str) {
     let (status, body) = server
         .call(
             Method::POST,
@@ -63,7 +63,7 @@ async fn create(server: &Server, name: &str) {
 }
 
 /// The `v` a replica's `/fn/ns/{name}` answers with (None for anything else).
-async fn answer(server: &Server, name: &str) -> Option<u64> {
+pub(super) async fn answer(server: &Server, name: &str) -> Option<u64> {
     let (status, _, body) = server.invoke(Method::GET, &format!("/fn/ns/{name}"), "").await;
     if status != StatusCode::OK {
         return None;
@@ -296,7 +296,7 @@ async fn a_killed_leader_hands_cron_ticks_over_without_losing_or_doubling_them()
     );
 }
 
-fn hello_zip_text() -> Vec<u8> {
+pub(super) fn hello_zip_text() -> Vec<u8> {
     b"def handle(event, context):\n    return {'hello': 'world'}\n".to_vec()
 }
 

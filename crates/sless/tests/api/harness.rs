@@ -680,10 +680,14 @@ impl Server {
 }
 
 /// A TCP proxy owned by a test, to cut a connection to a shared service
-/// (PostgreSQL, RabbitMQ) without stopping the service itself.
+/// (PostgreSQL, RabbitMQ) without stopping the service itself: `up` false
+/// closes every connection and refuses new ones (a reset); `held` true
+/// keeps them open but passes nothing either way (a black hole, which no
+/// keepalive notices).
 pub struct TcpProxy {
     pub port: u16,
     pub up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub held: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl TcpProxy {
@@ -691,7 +695,9 @@ impl TcpProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = up.clone();
+        let hold = held.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -700,7 +706,7 @@ impl TcpProxy {
                 if !flag.load(std::sync::atomic::Ordering::SeqCst) {
                     continue; // dropped: the connection closes at once
                 }
-                let flag = flag.clone();
+                let (flag, hold) = (flag.clone(), hold.clone());
                 tokio::spawn(async move {
                     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
@@ -710,6 +716,13 @@ impl TcpProxy {
                     let mut a = [0u8; 16384];
                     let mut b = [0u8; 16384];
                     loop {
+                        if hold.load(std::sync::atomic::Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                                break;
+                            }
+                            continue;
+                        }
                         tokio::select! {
                             n = tokio::io::AsyncReadExt::read(&mut cr, &mut a) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut sw, &a[..n]).await.is_err() { break } } },
                             n = tokio::io::AsyncReadExt::read(&mut sr, &mut b) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut cw, &b[..n]).await.is_err() { break } } },
@@ -722,7 +735,7 @@ impl TcpProxy {
                 });
             }
         });
-        TcpProxy { port, up }
+        TcpProxy { port, up, held }
     }
 }
 
