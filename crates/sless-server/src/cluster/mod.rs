@@ -10,8 +10,11 @@
 //! store for [`FENCE_AFTER`] while other replicas were live answers `/fn`
 //! with 503 until it has, and [`FENCE_AFTER`] is shorter than
 //! [`membership::LIVENESS`], so a replica counted out of a rollout is
-//! already refusing to serve. A replica that was alone keeps serving
-//! through a store outage: no rollout can count it out without a store.
+//! already refusing to serve. Back in touch after such a gap (an outage, a
+//! stall), it goes on refusing until it serves what the store says (every
+//! version Ready meanwhile): reaching the store again is not enough. A
+//! replica that was alone keeps serving through a store outage: no rollout
+//! can count it out without a store.
 
 pub mod leader;
 pub mod membership;
@@ -56,8 +59,12 @@ pub struct Cluster {
     membership: Option<Membership>,
     /// Namespace locks among replicas (None alone).
     namespace_locks: Option<turns::NamespaceLocks>,
-    /// Milliseconds since `epoch` when the store last answered.
+    /// Milliseconds since `epoch` when the store last answered (`u64::MAX`
+    /// before it first did).
     last_contact: AtomicU64,
+    /// Back in touch after a gap longer than [`FENCE_AFTER`], but not yet
+    /// serving what the store says: still fenced.
+    catching_up: AtomicBool,
     /// Whether other replicas were live at the last heartbeat.
     peers: AtomicBool,
     epoch: Instant,
@@ -71,7 +78,8 @@ impl Cluster {
             leadership: Leadership::always(),
             membership: None,
             namespace_locks: None,
-            last_contact: AtomicU64::new(0),
+            last_contact: AtomicU64::new(u64::MAX),
+            catching_up: AtomicBool::new(false),
             peers: AtomicBool::new(false),
             epoch: Instant::now(),
             served: Default::default(),
@@ -87,7 +95,8 @@ impl Cluster {
             leadership: Leadership::elect(url.to_string()).await,
             membership: Some(membership),
             namespace_locks: Some(turns::NamespaceLocks::new(url)?),
-            last_contact: AtomicU64::new(0),
+            last_contact: AtomicU64::new(u64::MAX),
+            catching_up: AtomicBool::new(false),
             peers: AtomicBool::new(false),
             epoch: Instant::now(),
             served: Default::default(),
@@ -117,19 +126,43 @@ impl Cluster {
         self.membership.as_ref().map_or("single", |m| m.replica.as_str())
     }
 
-    /// Notes that the store answered just now.
+    /// Notes that the store answered just now. After a gap that fenced
+    /// this replica (a stall counts: the clock is monotonic and runs on
+    /// while the process is stopped) it stays fenced, catching up, until
+    /// [`Cluster::caught_up`]; that is noted before the contact, so no
+    /// `/fn` call sees the contact without it.
     fn touch(&self) {
-        self.last_contact
-            .store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let before = self.last_contact.load(Ordering::SeqCst);
+        if before != u64::MAX && now > before + FENCE_AFTER.as_millis() as u64 {
+            self.catching_up.store(true, Ordering::SeqCst);
+        }
+        self.last_contact.store(now, Ordering::SeqCst);
+    }
+
+    /// Whether this replica is back in touch after a gap but may still
+    /// serve versions older than the store's.
+    fn catching_up(&self) -> bool {
+        self.catching_up.load(Ordering::SeqCst)
+    }
+
+    /// This replica serves what the store said at a pass made after its
+    /// last gap: `/fn` is answered again.
+    fn caught_up(&self) {
+        if self.catching_up.swap(false, Ordering::SeqCst) {
+            tracing::info!("serving what the store says again after losing touch with it: /fn is answered again");
+        }
     }
 
     /// Whether this replica must refuse `/fn`: it has lost touch with the
     /// store while other replicas were live, and may have been counted out
-    /// of a rollout. Two atomic reads.
+    /// of a rollout, or is back but not caught up yet. Three atomic reads
+    /// (the contact before the catching up, which is set before it).
     pub fn fenced(&self) -> bool {
-        self.peers.load(Ordering::Relaxed)
-            && self.epoch.elapsed().as_millis() as u64
-                > self.last_contact.load(Ordering::Relaxed) + FENCE_AFTER.as_millis() as u64
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let last = self.last_contact.load(Ordering::SeqCst);
+        let stale = last != u64::MAX && now > last + FENCE_AFTER.as_millis() as u64;
+        self.peers.load(Ordering::Relaxed) && (stale || self.catching_up.load(Ordering::SeqCst))
     }
 
     /// What this replica serves of `key`.

@@ -138,7 +138,7 @@ impl Reconciler {
             if force && leader {
                 // The only replica: its handlers apply every change; the
                 // leader's pass runs once, at start.
-                self.pass(true).await;
+                let _ = self.pass(true).await;
             }
             return;
         };
@@ -164,8 +164,17 @@ impl Reconciler {
                 let _ = membership.sweep().await;
             }
         }
-        if (force || self.retry_due() || state.seen != Some(revision)) && self.pass(leader).await {
-            state.seen = Some(revision);
+        // Back after a gap: a pass at every step until one finds this
+        // replica serving what the store says (the versions made Ready
+        // meanwhile deployed here), and fenced until then.
+        let catching_up = self.cluster.catching_up();
+        if force || catching_up || self.retry_due() || state.seen != Some(revision) {
+            if let Some(current) = self.pass(leader).await {
+                state.seen = Some(revision);
+                if catching_up && current {
+                    self.cluster.caught_up();
+                }
+            }
         }
     }
 
@@ -177,8 +186,10 @@ impl Reconciler {
             .any(|s| s.failed_at.is_some_and(|at| at.elapsed() >= RETRY_AFTER))
     }
 
-    /// One convergence pass; false when the store could not be read.
-    async fn pass(self: &Arc<Self>, leader: bool) -> bool {
+    /// One convergence pass: None when the store could not be read, else
+    /// whether this replica served what the store says already (no deploy
+    /// wanted or under way).
+    async fn pass(self: &Arc<Self>, leader: bool) -> Option<bool> {
         let store = &self.parts.store;
         let (functions, triggers, jobs) =
             match tokio::try_join!(store.list_all(Kind::Function), store.list_all(Kind::Trigger), async {
@@ -191,28 +202,29 @@ impl Reconciler {
                 Ok(lists) => lists,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the store to converge failed");
-                    return false;
+                    return None;
                 }
             };
         // Aliases moved through another replica route here from now on,
         // and versions deleted through one stop serving here.
         if let Err(e) = self.parts.deployer.versions().converge().await {
             tracing::warn!(error = %e, "reading the aliases and versions failed");
-            return false;
+            return None;
         }
+        let mut current = true;
         if self.cluster.shared() {
             let secrets = match store.all_secrets().await {
                 Ok(secrets) => secrets,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading the secrets failed");
-                    return false;
+                    return None;
                 }
             };
             let changed: SecretTimes = secrets
                 .into_iter()
                 .map(|s| ((s.namespace, s.name), s.updated_at))
                 .collect();
-            self.converge_functions(&functions, &changed).await;
+            current = self.converge_functions(&functions, &changed).await;
         }
         self.parts.triggers.converge(&triggers, leader).await;
         if leader {
@@ -228,13 +240,15 @@ impl Reconciler {
                 }
             }
         }
-        true
+        Some(current)
     }
 
     /// Deploys what the store says each function serves, where this replica
-    /// serves something else; removes deleted functions.
-    async fn converge_functions(self: &Arc<Self>, functions: &[crate::store::Record], secrets: &SecretTimes) {
+    /// serves something else; removes deleted functions. Whether it served
+    /// what the store says already (no deploy wanted or under way).
+    async fn converge_functions(self: &Arc<Self>, functions: &[crate::store::Record], secrets: &SecretTimes) -> bool {
         let mut present = HashSet::new();
+        let mut current = true;
         for record in functions {
             let key = FunctionKey::new(&record.namespace, &record.name);
             present.insert(key.clone());
@@ -274,6 +288,7 @@ impl Reconciler {
                 self.note_stamp(&key, stamp);
                 continue;
             }
+            current = false;
             if !self.deploying.lock().unwrap().insert(key.clone()) {
                 continue; // seen again at a later pass
             }
@@ -306,6 +321,7 @@ impl Reconciler {
             .lock()
             .unwrap()
             .retain(|key, _| present.contains(key));
+        current && self.deploying.lock().unwrap().is_empty()
     }
 
     fn note_stamp(&self, key: &FunctionKey, stamp: Option<String>) {
