@@ -45,7 +45,7 @@ pub enum Error {
     #[error(transparent)]
     CodeCheck(#[from] sless_codecheck::CheckError),
     #[error("database error: {0}")]
-    Store(#[from] sqlx::Error),
+    Store(sqlx::Error),
     #[error("code store error: {0}")]
     Blob(#[from] object_store::Error),
     #[error("{0}")]
@@ -149,6 +149,23 @@ impl Error {
     }
 }
 
+impl From<sqlx::Error> for Error {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            // Every connection busy for the pool's whole wait: the server
+            // is overloaded, not broken, and the request may be sent again.
+            sqlx::Error::PoolTimedOut => {
+                tracing::warn!("no database connection came free in time; answering 503");
+                Error::Unavailable {
+                    message: "every database connection of the server is busy; try again".to_string(),
+                    retry_after: Some(1),
+                }
+            }
+            e => Error::Store(e),
+        }
+    }
+}
+
 impl From<sless_api::NameError> for Error {
     fn from(e: sless_api::NameError) -> Self {
         Error::BadRequest(e.to_string())
@@ -158,5 +175,19 @@ impl From<sless_api::NameError> for Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         self.response(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_database_too_busy_to_lend_a_connection_is_a_503_to_retry() {
+        let response = Error::from(sqlx::Error::PoolTimedOut).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let other = Error::from(sqlx::Error::RowNotFound);
+        assert_eq!(other.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }
