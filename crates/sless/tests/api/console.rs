@@ -447,6 +447,44 @@ async fn console_end_to_end() {
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
 
+    // A function deleted elsewhere while its page watches its build: the
+    // badge stops saying Building and the 404 is shown.
+    let (status, created) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/demo/functions",
+            Some(json!({"name": "doomed", "runtime": "nodejs20"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let package = br#"{"name": "doomed", "version": "1.0.0", "private": true, "scripts": {"preinstall": "sleep 60"}}"#;
+    let zip = zip_of(&[
+        ("package.json", package),
+        ("handler.js", b"exports.handle = () => 1;\n"),
+    ]);
+    let (status, uploaded) = server.upload("demo", "doomed", zip).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+    go(&browser, "#/ns/demo/functions/doomed/overview").await;
+    browser
+        .wait_text("#function-name [data-testid=badge]", "Building", 20)
+        .await;
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/demo/functions/doomed", None)
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    browser
+        .wait_text("#function-name [data-testid=badge]", "Deleted", 20)
+        .await;
+    browser.wait("#page-error", 20).await;
+    assert!(
+        browser.text("#page-error").await.contains("doomed"),
+        "the 404 names the function"
+    );
+    assert!(
+        browser.find_all("#panel-overview #status-card").await.is_empty(),
+        "the stale status is gone"
+    );
+
     assert_page_clean(&browser).await;
 
     // Sign out: the token is gone and the pages need signing in again.
@@ -575,6 +613,18 @@ async fn console_shows_hostile_values_as_text() {
         .await;
     assert_eq!(cut[0], 2000, "{cut}");
     assert!(cut[1].as_str().unwrap().contains("58000 more characters"), "{cut}");
+    // As in a background tab, no animation frame comes while the lines
+    // arrive: what waits to be drawn is bounded in characters too, so the
+    // one frame that finally comes draws at most what is kept (about 250
+    // lines of 2,000 characters), not every line that came.
+    browser
+        .js(
+            "window.__frames = []; window.requestAnimationFrame = (cb) => (window.__frames.push(cb), 1); \
+             window.__added = []; new MutationObserver((records) => window.__added.push(records.reduce((n, r) => n + r.addedNodes.length, 0))) \
+               .observe(document.getElementById('live-log'), { childList: true });",
+            json!([]),
+        )
+        .await;
     for _ in 0..12 {
         server
             .invoke(
@@ -585,6 +635,26 @@ async fn console_shows_hostile_values_as_text() {
             .await;
     }
     server.invoke(Method::POST, "/fn/demo/xss", r#"{"flood": [3]}"#).await;
+    browser
+        .wait_until(
+            "a line waits for a frame",
+            "return window.__frames.length > 0",
+            json!([]),
+            30,
+        )
+        .await;
+    // The stream's lines come on loopback within milliseconds of the calls;
+    // a line still on its way only makes the held batch smaller.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    browser
+        .js(
+            "const held = window.__frames.splice(0); held.forEach((cb) => cb(performance.now())); \
+             window.requestAnimationFrame = (cb) => setTimeout(() => cb(performance.now()), 16);",
+            json!([]),
+        )
+        .await;
+    let added = browser.js("return window.__added[0]", json!([])).await;
+    assert!(added.as_u64().is_some_and(|n| n <= 260), "one frame drew {added} lines");
     browser
         .wait_until(
             "the last call's line shown last",

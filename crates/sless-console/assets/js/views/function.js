@@ -26,11 +26,20 @@ const TABS = [
 
 const busy = (fn) => ["Pending", "Building"].includes(fn.status?.phase) && fn.status?.code_hash;
 
-/** Re-reads the function every second while a build runs, calling `update`. */
+/**
+ * Re-reads the function every second while a build runs, calling `update`.
+ * A function deleted meanwhile (404) calls `ctx.gone` before the error is
+ * shown, so the page stops saying it builds.
+ */
 export async function watchBuild(ctx, fn, update) {
   while (busy(fn) && !ctx.signal.aborted) {
     await sleep(1000, ctx.signal);
-    fn = await get(ns(ctx.namespace, "functions", ctx.name), { signal: ctx.signal });
+    try {
+      fn = await get(ns(ctx.namespace, "functions", ctx.name), { signal: ctx.signal });
+    } catch (e) {
+      if (e.status === 404) ctx.gone?.();
+      throw e;
+    }
     update(fn);
   }
   return fn;
@@ -153,6 +162,11 @@ export async function functionView(main, base) {
     replace(head, headerOf(ctx, fn));
   };
   ctx.refresh = refreshHead;
+  ctx.gone = () => {
+    refreshHead({ ...fn, status: { ...fn.status, phase: "Deleted", url: null } });
+    danger.disabled = true;
+    panel.replaceChildren();
+  };
   ctx.fn = () => fn;
   switch (ctx.tab) {
     case "overview": {

@@ -12,10 +12,20 @@ const SHOWN_CHARS = 2000;
 /** Characters kept on screen in all: a handler printing long lines scrolls older ones away sooner. */
 const KEPT_CHARS = 500_000;
 
-/** A line's text, cut to SHOWN_CHARS with a marker saying how much is left out. */
-function shown(text) {
-  if (text.length <= SHOWN_CHARS) return text;
-  return [text.slice(0, SHOWN_CHARS), h("span", { class: "more" }, ` … (${text.length - SHOWN_CHARS} more characters)`)];
+/**
+ * An event as it waits to be drawn: its text cut to SHOWN_CHARS at once, so
+ * lines piling up while nothing is drawn (a background tab gets no
+ * animation frames) hold no more than what will be shown.
+ */
+function cut(event) {
+  const text = String(event.text ?? "");
+  return { ...event, text: text.slice(0, SHOWN_CHARS), more: Math.max(0, text.length - SHOWN_CHARS) };
+}
+
+/** A line's text, with a marker saying how much is left out. */
+function shown(event) {
+  if (!event.more) return event.text;
+  return [event.text, h("span", { class: "more" }, ` … (${event.more} more characters)`)];
 }
 
 function lineOf(event) {
@@ -25,7 +35,7 @@ function lineOf(event) {
     h("span", { class: "t" }, event.time ? new Date(event.time).toLocaleTimeString() : ""),
     h("span", { class: "rid", title: event.request_id || "" }, (event.request_id || "").slice(0, 8)),
     h("span", { class: "stream" }, event.stream || ""),
-    h("span", { class: "text" }, shown(String(event.text ?? ""))),
+    h("span", { class: "text" }, shown(event)),
   );
 }
 
@@ -37,12 +47,14 @@ export async function logsPanel(panel, ctx) {
   // Lines arrive faster than the page can lay them out: they wait here and
   // are added once per animation frame, which reads the scroll position once.
   let pending = [];
+  let pendingChars = 0;
   let sizes = [];
   let kept = 0;
   let frame = null;
   const clear = () => {
     lines.replaceChildren();
     pending = [];
+    pendingChars = 0;
     sizes = [];
     kept = 0;
   };
@@ -69,6 +81,7 @@ export async function logsPanel(panel, ctx) {
       batch.append(line);
     }
     pending = [];
+    pendingChars = 0;
     lines.append(batch);
     while (sizes.length > 1 && (sizes.length > KEPT_LINES || kept > KEPT_CHARS)) {
       kept -= sizes.shift();
@@ -77,9 +90,13 @@ export async function logsPanel(panel, ctx) {
     if (stick) lines.scrollTop = lines.scrollHeight;
   };
   const add = (event) => {
-    pending.push(event);
+    const line = cut(event);
+    pending.push(line);
+    pendingChars += line.text.length;
     // Lines that would scroll away at once are never drawn.
-    if (pending.length > KEPT_LINES) pending.shift();
+    while (pending.length > 1 && (pending.length > KEPT_LINES || pendingChars > KEPT_CHARS)) {
+      pendingChars -= pending.shift().text.length;
+    }
     frame ??= requestAnimationFrame(flush);
   };
   ctx.signal.addEventListener("abort", () => frame !== null && cancelAnimationFrame(frame), { once: true });
