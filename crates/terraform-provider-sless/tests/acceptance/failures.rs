@@ -241,6 +241,29 @@ fn nulls_inside_lists_and_maps_are_refused_naming_the_element() {
     refused(&work, secret, &["data[\"b\"] is null"]);
     let alias = "resource \"sless_alias\" \"a\" {\n  name     = \"a\"\n  function = \"f\"\n  version  = 1\n  weights  = { \"2\" = null }\n}\n";
     refused(&work, alias, &["weights[\"2\"] is null"]);
+
+    // A value unknown while planning (another resource's output, made in
+    // the same apply) that turns out null: Terraform validates the config
+    // again once it is known, so the apply fails rather than sending the
+    // null as "remove key b".
+    let secret_with = |b: &str| {
+        format!("resource \"sless_secret\" \"s\" {{\n  name = \"s\"\n  data = {{ a = \"1\", b = {b} }}\n}}\n")
+    };
+    work.config(PROVIDER, &secret_with("\"y\""));
+    work.apply();
+    let later = "resource \"terraform_data\" \"later\" {\n  input = \"x\"\n}\n";
+    work.config(
+        PROVIDER,
+        &format!(
+            "{later}{}",
+            secret_with("terraform_data.later.output == \"x\" ? null : \"y\"")
+        ),
+    );
+    let run = work.apply_fails();
+    assert!(run.stderr.contains("data[\"b\"] is null"), "{}", run.output());
+    let rest = Rest::new(&server);
+    let keys = rest.run(rest.client.get_secret(NS, "s")).expect("the secret").keys;
+    assert_eq!(keys, ["a", "b"], "key b is kept");
 }
 
 /// Bad `async` settings are refused while validating, on the attribute
