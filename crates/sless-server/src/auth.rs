@@ -100,7 +100,10 @@ pub fn admin_token_hash(configured: Option<&str>, data_dir: &Path) -> anyhow::Re
     let token = generate_token();
     write_secret(&path, &token)?;
     // Printed once, on stdout, so the person starting the server can copy it.
-    println!("sless: generated admin token (kept in {}):\n{token}", path.display());
+    crate::say(&format!(
+        "sless: generated admin token (kept in {}):\n{token}",
+        path.display()
+    ));
     Ok(hash_token(&token))
 }
 

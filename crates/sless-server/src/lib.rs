@@ -34,3 +34,12 @@ pub mod versions;
 
 pub use config::Config;
 pub use error::{Error, Result};
+
+/// A line for the person who started the server, on stdout (the listen
+/// address, a generated token). A stdout that cannot be written (a full
+/// disk, a closed pipe) loses the line; `println!` would panic instead.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
+}

@@ -200,7 +200,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tracing::info!(%addr, database = %redact(&state.config.database_url()),
         replica = cluster.replica(), leader = cluster.is_leader(),
         worker_threads = state.config.worker_threads(), "sless server started");
-    println!("sless: listening on http://{addr}");
+    crate::say(&format!("sless: listening on http://{addr}"));
 
     // Half the descriptors at most for connections: the rest stay for the
     // instances' pipes, the store and the builds.

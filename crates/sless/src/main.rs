@@ -78,9 +78,27 @@ fn init_tracing() {
             tracing_subscriber::EnvFilter::try_from_env("SLESS_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(|| LossyStderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+/// Stderr for the log, where a line that cannot be written (a full disk, a
+/// closed pipe) is dropped: the server serves on without its log, and
+/// writes again once there is room. With plain stderr, tracing reports the
+/// failed write with `eprintln!`, which panics: the task that logged died,
+/// and once that was the accept loop's, every request hung.
+struct LossyStderr;
+
+impl std::io::Write for LossyStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `sless instance`: its exit code (see `instance::serve`).

@@ -604,3 +604,33 @@ async fn what_a_handler_prints_as_it_loads_starts_its_first_call_s_output() {
         assert!(log.contains("connecting at import"), "{name}: {log}");
     }
 }
+
+/// A server whose log cannot be written (stderr on `/dev/full`, as on a
+/// full disk) serves on: the lines are lost, not the server. Writing the
+/// log used to panic the task that logged (tracing's own report of the
+/// failed write is an `eprintln!`), and with the accept loop's task gone
+/// every later request hung.
+#[tokio::test]
+async fn a_log_that_cannot_be_written_stops_nothing() {
+    let mut server = Server::start_with(Backend::Sqlite, &[]).await;
+    server.kill9();
+    server.log_file = Some("/dev/full".into());
+    server.extra_env.push(("SLESS_LOG".into(), "debug".into()));
+    server.spawn();
+    server
+        .deploy(
+            "ns",
+            "printer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PRINTER)],
+        )
+        .await;
+    for i in 0..20 {
+        let (status, _, body) = server.invoke(Method::POST, "/fn/ns/printer", "{}").await;
+        assert_eq!(status, StatusCode::OK, "call {i}: {body}");
+        let (status, _, _) = server.invoke(Method::GET, "/fn/ns/missing", "").await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "call {i}");
+    }
+    let (status, body) = server.call(Method::GET, "/healthz", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
