@@ -407,6 +407,19 @@ impl<T> TimedWrites<T> {
         }
     }
 
+    /// An answer is going out: the next byte read starts the next head.
+    /// Not so for an interim answer (`100 Continue`, sent when a request
+    /// with `Expect: 100-continue` starts reading its body): what the client
+    /// sends next is that body, which was being counted as a head, refused
+    /// past 64 KiB.
+    fn answering(&mut self, first: &[u8]) {
+        if let Head::Done = self.head {
+            if !is_interim(first) {
+                self.head = Head::Idle;
+            }
+        }
+    }
+
     /// Passes a write's outcome on; a pending one arms (or checks) the timer.
     fn watch<R>(&mut self, cx: &mut Context<'_>, poll: Poll<std::io::Result<R>>) -> Poll<std::io::Result<R>> {
         match poll {
@@ -480,10 +493,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedWrites<T> {
 
 impl<T: AsyncWrite + Unpin> AsyncWrite for TimedWrites<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        // An answer is going out: the next byte read starts the next head.
-        if let Head::Done = self.head {
-            self.head = Head::Idle;
-        }
+        self.answering(buf);
         let poll = Pin::new(&mut self.io).poll_write(cx, buf);
         self.watch(cx, poll)
     }
@@ -493,9 +503,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedWrites<T> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        if let Head::Done = self.head {
-            self.head = Head::Idle;
-        }
+        self.answering(bufs.iter().find(|b| !b.is_empty()).map_or(&[][..], |b| &b[..]));
         let poll = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
         self.watch(cx, poll)
     }
@@ -513,6 +521,11 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedWrites<T> {
         let poll = Pin::new(&mut self.io).poll_shutdown(cx);
         self.watch(cx, poll)
     }
+}
+
+/// Whether a write starts an interim (1xx) answer's status line.
+fn is_interim(write: &[u8]) -> bool {
+    write.len() >= 10 && write.starts_with(b"HTTP/1.") && write[8] == b' ' && write[9] == b'1'
 }
 
 /// A request body that must arrive whole within a deadline, counted from

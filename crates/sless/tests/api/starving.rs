@@ -457,3 +457,53 @@ async fn connect_is_405_and_the_connection_serves_on() {
         assert!(seen.contains("CONNECT is not served"), "{target}: {seen}");
     }
 }
+
+/// A client that sends `Expect: 100-continue` (curl does for a body over
+/// 1 MiB: `curl --data-binary @code.zip`) waits for `100 Continue`, then
+/// sends the body. That body is a body, not the next request's head: it
+/// used to be counted against the head's 64 KiB bound and refused.
+#[tokio::test]
+async fn a_body_sent_after_100_continue_is_read_whole() {
+    let server = Server::start(Backend::Sqlite).await;
+    let (status, created) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "big", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    // 2 MiB that do not compress: a zip as curl would send it.
+    let filler: Vec<u8> = (0..2 * 1024 * 1024).map(|_| rand::random::<u8>()).collect();
+    let zip = super::harness::zip_of(&[
+        ("handler.py", b"def handle(event, context):\n    return 'big'\n"),
+        ("filler.bin", &filler),
+    ]);
+    let mut stream = connect(&server).await;
+    let head = format!(
+        "PUT /v1/namespaces/ns/functions/big/code HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {}\r\n\
+         content-type: application/zip\r\ncontent-length: {}\r\nexpect: 100-continue\r\n\r\n",
+        server.admin,
+        zip.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = vec![0; 25];
+    tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut interim))
+        .await
+        .expect("100 Continue within 10 s")
+        .unwrap();
+    assert_eq!(interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(&zip).await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = vec![0; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk))
+            .await
+            .expect("an answer within 30 s")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
+}
