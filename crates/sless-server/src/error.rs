@@ -42,12 +42,16 @@ pub enum Error {
     BadGateway(String),
     #[error("{0}")]
     GatewayTimeout(String),
+    /// The disk the server stores on (or its database's) is full: 507,
+    /// nothing was stored. The cause is in the server's log.
+    #[error("the server's storage is full, so nothing was stored; try again once its operator has freed space")]
+    StorageFull,
     #[error(transparent)]
     CodeCheck(#[from] sless_codecheck::CheckError),
     #[error("database error: {0}")]
     Store(sqlx::Error),
     #[error("code store error: {0}")]
-    Blob(#[from] object_store::Error),
+    Blob(object_store::Error),
     #[error("{0}")]
     Internal(String),
 }
@@ -89,6 +93,7 @@ impl Error {
             Error::CodeCheck(CheckError::Unavailable { .. }) => StatusCode::SERVICE_UNAVAILABLE,
             Error::BadGateway(_) => StatusCode::BAD_GATEWAY,
             Error::GatewayTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Error::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
             Error::Store(_) | Error::Blob(_) | Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -161,8 +166,52 @@ impl From<sqlx::Error> for Error {
                     retry_after: Some(1),
                 }
             }
+            e if disk_full(&e) || database_full(&e) => storage_full(&e),
             e => Error::Store(e),
         }
+    }
+}
+
+impl From<object_store::Error> for Error {
+    fn from(e: object_store::Error) -> Self {
+        if disk_full(&e) {
+            storage_full(&e)
+        } else {
+            Error::Blob(e)
+        }
+    }
+}
+
+/// Logs why (an operator's matter) and answers [`Error::StorageFull`].
+fn storage_full(e: &dyn std::fmt::Display) -> Error {
+    tracing::error!(error = %e, "the server's storage is full; answering 507");
+    Error::StorageFull
+}
+
+/// Whether `e`, or an error it was caused by, is a file system's "no
+/// space left" or "quota exceeded".
+pub fn disk_full(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            ) {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// A database that says it is full: SQLite's SQLITE_FULL (13),
+/// PostgreSQL's disk_full (53100).
+fn database_full(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("13" | "53100")),
+        _ => false,
     }
 }
 

@@ -15,7 +15,15 @@ const MAX_WAITING: usize = 20_000;
 /// Events per transaction at most.
 const BATCH: usize = 5_000;
 
-type Waiting = (NewEvent, oneshot::Sender<Result<(), String>>);
+/// An event waiting to be stored, and where its outcome goes.
+type Waiting = (NewEvent, oneshot::Sender<Result<(), NotStored>>);
+
+/// Why a batch of events was not stored (the error itself is logged).
+#[derive(Clone, Copy)]
+enum NotStored {
+    StorageFull,
+    Failed,
+}
 
 pub struct Acceptor {
     waiting: Mutex<Vec<Waiting>>,
@@ -49,8 +57,11 @@ impl Acceptor {
         self.arrived.notify_one();
         match rx.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(Error::Unavailable {
-                message: format!("the event could not be stored ({e}); try again"),
+            Ok(Err(NotStored::StorageFull)) => Err(Error::StorageFull),
+            // What failed is in the server's log: a public caller learns
+            // nothing of the database.
+            Ok(Err(NotStored::Failed)) => Err(Error::Unavailable {
+                message: "the event could not be stored; try again".into(),
                 retry_after: Some(1),
             }),
             Err(_) => Err(Error::Unavailable {
@@ -80,11 +91,14 @@ async fn write_loop(acceptor: Arc<Acceptor>, store: Arc<dyn EventStore>, written
         let (events, replies): (Vec<NewEvent>, Vec<_>) = batch.into_iter().unzip();
         let stored = store.insert(&events).await.map_err(|e| {
             tracing::warn!(error = %e, events = events.len(), "storing asynchronous events failed");
-            e.to_string()
+            match e {
+                Error::StorageFull => NotStored::StorageFull,
+                _ => NotStored::Failed,
+            }
         });
         drop(events);
         for reply in replies {
-            let _ = reply.send(stored.clone());
+            let _ = reply.send(stored);
         }
         if stored.is_ok() {
             written.notify_one();

@@ -507,3 +507,87 @@ async fn a_body_sent_after_100_continue_is_read_whole() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 202"), "{answer}");
 }
+
+/// Unmounts (lazily) what a test mounted, however the test ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// A full disk (the data dir on a small tmpfs that a file of the
+/// operator's fills) refuses what would be stored with a 507 that says so,
+/// naming no database, driver or path, to an API caller and to a public
+/// caller's event alike; what needs no room goes on. Once there is room
+/// again the same calls succeed, without a restart.
+#[tokio::test]
+async fn a_full_disk_is_a_507_that_says_so_until_there_is_room() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    server.kill9();
+    let data = server.data_dir.path().to_path_buf();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "sless-full-test"])
+        .arg(&data)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    let _unmount = Mounted(data.clone());
+    server.spawn();
+    server
+        .deploy(
+            "ns",
+            "hello",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", b"def handle(event, context):\n    return 'hi'\n")],
+        )
+        .await;
+
+    let filler = data.join("operator-filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let chunk = vec![7u8; 64 * 1024];
+        while file.write_all(&chunk).and_then(|()| file.sync_data()).is_ok() {}
+    }
+    let full = |what: &str, status: StatusCode, body: &str| {
+        assert_eq!(status, StatusCode::INSUFFICIENT_STORAGE, "{what}: {body}");
+        assert!(body.contains("storage is full"), "{what}: {body}");
+        for secret in ["database", "sqlite", "No space", "os error", "/"] {
+            assert!(!body.contains(secret), "{what} names {secret:?}: {body}");
+        }
+    };
+    let secret = json!({"name": "s", "data": {"k": "v"}});
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/secrets", Some(secret.clone()))
+        .await;
+    full("a secret", status, &body.to_string());
+    let zip = super::harness::zip_of(&[("handler.py", b"def handle(event, context):\n    return 'v2'\n")]);
+    let (status, body) = server.upload("ns", "hello", zip.clone()).await;
+    full("an upload", status, &body.to_string());
+    let response = server
+        .request(Method::POST, "/fn/ns/hello", None)
+        .header("x-sless-invocation-type", "Event")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    full("an event", status, &response.text().await.unwrap());
+    let (status, _, body) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, "\"hi\""),
+        "a call needs no room"
+    );
+
+    std::fs::remove_file(&filler).unwrap();
+    let (status, body) = server
+        .call(Method::POST, "/v1/namespaces/ns/secrets", Some(secret))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server.upload("ns", "hello", zip).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    server.kill9();
+}
