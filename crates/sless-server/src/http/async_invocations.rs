@@ -4,10 +4,13 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
+use axum::response::Response;
 use axum::Json;
 use serde::Deserialize;
 use sless_api::{validate_name, AsyncInvocation, AsyncInvocationPage, AsyncStatus};
 
+use super::invocations::{held_json, read_slot, READS_REFUSED};
+use crate::bounds::MAX_ANSWER_BYTES;
 use crate::error::{Error, Result};
 use crate::state::AppState;
 
@@ -16,7 +19,8 @@ use crate::state::AppState;
 pub struct AsyncQuery {
     /// Only events in this state: queued, running, succeeded or failed.
     status: Option<String>,
-    /// Records per page (1-1000, default 50).
+    /// Records per page (1-1000, default 50); a page ends sooner where the
+    /// next record would take it past 4 MiB.
     limit: Option<i64>,
     /// An event id (a page's `next_before`): return older ones.
     before: Option<String>,
@@ -51,13 +55,14 @@ pub async fn get(
 /// A function's asynchronous calls, newest first.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/async-invocations", operation_id = "list_async_invocations", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), AsyncQuery),
-    responses((status = 200, body = AsyncInvocationPage), (status = 400, body = sless_api::ErrorBody)),
+    responses((status = 200, body = AsyncInvocationPage), (status = 400, body = sless_api::ErrorBody),
+        (status = 429, body = sless_api::ErrorBody, description = READS_REFUSED)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<Arc<AppState>>,
     Path((ns, name)): Path<(String, String)>,
     query: std::result::Result<Query<AsyncQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<AsyncInvocationPage>> {
+) -> Result<Response> {
     let Query(query) = query.map_err(|e| Error::BadRequest(format!("invalid query: {}", e.body_text())))?;
     validate_name("namespace", &ns)?;
     validate_name("function", &name)?;
@@ -77,19 +82,21 @@ pub async fn list(
             )
         })?),
     };
-    let items = state
+    let before = crate::record::page_cursor(query.before)?;
+    let read = read_slot(&state, &ns)?;
+    // What an event's errors say is the tenant's: a page holds at most
+    // MAX_ANSWER_BYTES of records, and ends where the next one starts.
+    let page = state
         .async_invocations
         .events
-        .list(
-            &ns,
-            &name,
-            status,
-            crate::record::page_cursor(query.before)?.as_deref(),
-            limit,
-        )
+        .list(&ns, &name, status, before.as_deref(), limit, MAX_ANSWER_BYTES)
         .await?;
-    let next_before = (items.len() as i64 == limit)
-        .then(|| items.last().map(|r| r.id.clone()))
-        .flatten();
-    Ok(Json(AsyncInvocationPage { items, next_before }))
+    let next_before = page.next_before();
+    held_json(
+        read,
+        &AsyncInvocationPage {
+            items: page.items,
+            next_before,
+        },
+    )
 }

@@ -80,12 +80,19 @@ pub async fn list(
         .list_invocations(&ns, &name, before.as_deref(), limit, MAX_ANSWER_BYTES)
         .await?;
     // Past `limit` or the bytes, the page ends where the next one starts.
-    let next_before = page.items.last().filter(|_| page.more).map(|r| r.id.clone());
-    let json = serde_json::to_vec(&InvocationPage {
-        items: page.items,
-        next_before,
-    })
-    .map_err(Error::internal)?;
+    let next_before = page.next_before();
+    held_json(
+        read,
+        &InvocationPage {
+            items: page.items,
+            next_before,
+        },
+    )
+}
+
+/// `answer` as a JSON response that keeps `read` until it is sent.
+pub(crate) fn held_json(read: Slot, answer: &impl serde::Serialize) -> Result<Response> {
+    let json = serde_json::to_vec(answer).map_err(Error::internal)?;
     let body = futures::stream::iter([Ok::<_, Infallible>(Bytes::from(json))]);
     Ok(Response::builder()
         .header(header::CONTENT_TYPE, "application/json")

@@ -19,6 +19,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sless_api::{InvocationRecord, LogLine};
 
+use super::page::{Fitting, Page};
 use crate::error::{Error, Result};
 use crate::record::{record_id, status_label, Queued};
 
@@ -416,30 +417,19 @@ pub fn without(data: &[u8], drop: impl Fn(&str) -> bool) -> Result<Option<(Strin
 }
 
 /// A page of one function's records, newest first.
-#[derive(Debug, Default)]
-pub struct RecordPage {
-    pub items: Vec<InvocationRecord>,
-    /// Whether records older than the last of `items` are left.
-    pub more: bool,
-}
+pub type RecordPage = Page<InvocationRecord>;
 
 /// The newest records of one function older than `before`, as many as fit
-/// in `limit` records and `max_bytes` of their JSON (at least one, so that
-/// paging always moves), collected from its chunks fed newest `last_id`
-/// first. What it holds stays within the bounds too: the records that fit,
-/// the first one that did not (which says there are more, and when the
-/// chunks left can no longer change the page), and the chunk being added.
+/// in `limit` records and `max_bytes` of their JSON ([`Fitting`]),
+/// collected from its chunks fed newest `last_id` first. What it holds
+/// stays within the bounds too: the records that fit, the first one that
+/// did not (which says there are more, and when the chunks left can no
+/// longer change the page), and the chunk being added.
 pub struct Newest<'a> {
     namespace: &'a str,
     function: &'a str,
-    limit: usize,
-    max_bytes: usize,
     before: Option<&'a str>,
-    /// Newest first, each with its length as JSON: the page, then at most
-    /// one record past it.
-    items: Vec<(InvocationRecord, usize)>,
-    /// How many of `items` are the page.
-    fit: usize,
+    page: Fitting<InvocationRecord>,
 }
 
 impl<'a> Newest<'a> {
@@ -447,57 +437,35 @@ impl<'a> Newest<'a> {
         Newest {
             namespace,
             function,
-            limit,
-            max_bytes,
             before,
-            items: Vec::new(),
-            fit: 0,
+            page: Fitting::new(limit, max_bytes),
         }
     }
 
     /// True when a chunk whose newest record is `last_id` (and every chunk
     /// after it) can no longer change the answer: its records are all
-    /// older than one that already falls past the page.
+    /// older than one that already falls past the page (chunks overlap:
+    /// a newer chunk may still hold a record that joins the page).
     pub fn complete(&self, last_id: &str) -> bool {
-        self.limit == 0
-            || self
-                .items
-                .get(self.fit)
-                .is_some_and(|(past, _)| past.id.as_str() > last_id)
+        match self.page.past() {
+            Some(past) => past.id.as_str() > last_id,
+            // Full with nothing past it: a page of no records.
+            None => self.page.full(),
+        }
     }
 
     pub fn add(&mut self, data: &[u8]) -> Result<()> {
         let before = self.before;
-        self.items.extend(
+        self.page.add(
             decode(self.namespace, self.function, data)?
                 .into_iter()
-                .filter(|r| before.is_none_or(|b| r.id.as_str() < b))
-                .map(|r| {
-                    let len = crate::bounds::json_len(&r);
-                    (r, len)
-                }),
+                .filter(|r| before.is_none_or(|b| r.id.as_str() < b)),
         );
-        self.items.sort_unstable_by(|a, b| b.0.id.cmp(&a.0.id));
-        let (mut fit, mut bytes) = (0, 0);
-        for (_, len) in &self.items {
-            if fit == self.limit || (fit > 0 && bytes + len > self.max_bytes) {
-                break;
-            }
-            fit += 1;
-            bytes += len;
-        }
-        self.fit = fit;
-        self.items.truncate(fit + 1);
         Ok(())
     }
 
-    pub fn into_page(mut self) -> RecordPage {
-        let more = self.items.len() > self.fit;
-        self.items.truncate(self.fit);
-        RecordPage {
-            items: self.items.into_iter().map(|(r, _)| r).collect(),
-            more,
-        }
+    pub fn into_page(self) -> RecordPage {
+        self.page.into_page()
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod chunks;
 pub mod events;
 mod migrations;
+pub mod page;
 mod postgres;
 pub mod secrets;
 mod sql;

@@ -13,7 +13,7 @@ use lapin::{Connection, ConnectionProperties};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{eventually, hex_id, Backend, Server};
+use super::harness::{eventually, hex_id, Backend, Server, ANSWER_BYTES};
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
@@ -965,7 +965,59 @@ async fn a_shutdown_drains_attempts_and_hands_back_the_rest(backend: Backend) {
     );
 }
 
+/// Fails with 4 KiB of error text that says which event it is, then
+/// control characters (JSON writes each as six bytes).
+const LOUD_ERROR: &[u8] = br#"
+def handle(event, context):
+    return {"statusCode": 500, "body": {"error": "event %d " % event["n"] + "\x01" * 5000}}
+"#;
+
+/// What an event's last error says is the tenant's, 4 KiB of it, which
+/// JSON may write six times as long: a page of events holds at most 4 MiB
+/// whatever the `limit` (1000 such events were a 24 MB answer), and ends
+/// where the next page starts, so paging returns every event once.
+async fn a_page_of_events_holds_at_most_4_mib_and_paging_loses_none(backend: Backend) {
+    const EVENTS: usize = 250;
+    let server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "loud",
+            json!({"runtime": "python3.11", "async": {"retry_limit": 0}}),
+            &[("handler.py", LOUD_ERROR)],
+        )
+        .await;
+    let mut sent = Vec::new();
+    for n in 0..EVENTS {
+        let (status, _, body) = send_event(&server, "/fn/ns/loud", &json!({"n": n}).to_string()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        sent.push(body["id"].as_str().unwrap().to_string());
+    }
+    let pages = server
+        .pages_holding(
+            "/v1/namespaces/ns/functions/loud/async-invocations?status=failed&limit=1000",
+            EVENTS,
+        )
+        .await;
+    // Some 24 KB an event: two pages.
+    assert!(pages.len() >= 2, "{} pages", pages.len());
+    for (size, page) in &pages {
+        assert!(*size <= ANSWER_BYTES + 1024, "a page of {size} bytes");
+        assert!(!page["items"].as_array().unwrap().is_empty());
+    }
+    let listed: Vec<Value> = pages
+        .iter()
+        .flat_map(|(_, p)| p["items"].as_array().unwrap().clone())
+        .collect();
+    let error = listed[0]["last_error"].as_str().unwrap();
+    assert!(error.len() > 4000 && error.contains('\u{1}'), "{error}");
+    let ids: Vec<String> = listed.iter().map(|e| e["id"].as_str().unwrap().to_string()).collect();
+    sent.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(ids, sent, "every event once, newest first");
+}
+
 crate::both_stores!(
+    a_page_of_events_holds_at_most_4_mib_and_paging_loses_none,
     a_shutdown_drains_attempts_and_hands_back_the_rest,
     a_namespace_s_waiting_events_hold_no_more_than_its_bound,
     a_namespaces_slow_events_leave_slots_to_others,

@@ -291,6 +291,43 @@ impl Server {
         req
     }
 
+    /// Every page of the list at `path` (with its query, but no `before`),
+    /// following `next_before` from the newest: each page's size as sent,
+    /// and the page.
+    pub async fn pages(&self, path: &str) -> Vec<(usize, Value)> {
+        let mut pages = Vec::new();
+        let mut before = String::new();
+        loop {
+            let response = self
+                .request(Method::GET, &format!("{path}&before={before}"), Some(&self.admin))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), StatusCode::OK);
+            let body = response.bytes().await.unwrap();
+            let page: Value = serde_json::from_slice(&body).unwrap();
+            let next = page["next_before"].as_str().map(str::to_string);
+            pages.push((body.len(), page));
+            match next {
+                Some(next) => before = next,
+                None => return pages,
+            }
+        }
+    }
+
+    /// [`Server::pages`] once they hold `items` items in all.
+    pub async fn pages_holding(&self, path: &str, items: usize) -> Vec<(usize, Value)> {
+        eventually(Duration::from_secs(120), || async {
+            let pages = self.pages(path).await;
+            let held: usize = pages.iter().map(|(_, p)| p["items"].as_array().unwrap().len()).sum();
+            match held == items {
+                true => Ok(pages),
+                false => Err(format!("{held} of {items} items")),
+            }
+        })
+        .await
+    }
+
     /// Sends JSON (or nothing) as admin and returns status and JSON body.
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
         self.call_as(Some(&self.admin.clone()), method, path, body).await
@@ -457,6 +494,10 @@ macro_rules! both_stores {
         }
     };
 }
+
+/// The most bytes of records one answer holds (README, Limits): a page of
+/// invocation records or of asynchronous events, a log's history.
+pub const ANSWER_BYTES: usize = 4 << 20;
 
 impl Server {
     /// Creates (or updates) a function, uploads `files` and waits until the

@@ -8,7 +8,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{eventually, Backend, PgDb, Server, TcpProxy};
+use super::harness::{eventually, Backend, PgDb, Server, TcpProxy, ANSWER_BYTES};
 
 const PRINTER: &[u8] = br#"
 import sys
@@ -249,33 +249,6 @@ def handle(event, context):
     return 1
 "#;
 
-/// The most bytes of handler output one answer holds (README, Limits).
-const ANSWER_BYTES: usize = 4 << 20;
-
-/// The pages of `name`'s records, following `next_before` from the newest:
-/// each page's size as sent, and the page.
-async fn all_pages(server: &Server, name: &str) -> Vec<(usize, Value)> {
-    let mut pages = Vec::new();
-    let mut before = String::new();
-    loop {
-        let path = format!("/v1/namespaces/ns/functions/{name}/invocations?limit=1000&before={before}");
-        let response = server
-            .request(Method::GET, &path, Some(&server.admin))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), StatusCode::OK);
-        let body = response.bytes().await.unwrap();
-        let page: Value = serde_json::from_slice(&body).unwrap();
-        let next = page["next_before"].as_str().map(str::to_string);
-        pages.push((body.len(), page));
-        match next {
-            Some(next) => before = next,
-            None => return pages,
-        }
-    }
-}
-
 /// What handlers printed is the tenant's: one answer holds at most 4 MiB
 /// of it whatever the `limit` or `tail` (1000 such records were a 390 MB
 /// page), a page ends where the next starts so paging loses no record,
@@ -293,15 +266,9 @@ async fn an_answer_holds_at_most_4_mib_of_output_and_paging_loses_nothing() {
             .await;
         assert_eq!(status, StatusCode::OK, "{body}");
     }
-    let pages = eventually(Duration::from_secs(15), || async {
-        let pages = all_pages(&server, "loud").await;
-        let records: usize = pages.iter().map(|(_, p)| p["items"].as_array().unwrap().len()).sum();
-        match records {
-            CALLS => Ok(pages),
-            _ => Err(format!("{records} of {CALLS} records")),
-        }
-    })
-    .await;
+    let pages = server
+        .pages_holding("/v1/namespaces/ns/functions/loud/invocations?limit=1000", CALLS)
+        .await;
     // Some 390 KB a record: a few pages of a few records each.
     assert!(pages.len() >= 3, "{} pages", pages.len());
     for (size, page) in &pages {

@@ -14,6 +14,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use sless_api::{AsyncInvocation, AsyncStatus};
 
 use crate::error::{Error, Result};
+#[cfg(doc)]
+use crate::store::page::Fitting;
+use crate::store::page::Page;
 
 pub use postgres::PostgresEvents;
 pub use sqlite::SqliteEvents;
@@ -113,7 +116,10 @@ pub trait EventStore: Send + Sync + 'static {
     /// shutting down with attempts under way); `why` becomes their last error.
     async fn release(&self, held: &[(String, String)], now: i64, why: &str) -> Result<()>;
     async fn get(&self, namespace: &str, function: &str, id: &str) -> Result<Option<AsyncInvocation>>;
-    /// A function's events, newest first, older than `before` (an id).
+    /// A function's events, newest first, older than `before` (an id): at
+    /// most `limit` of them and `max_bytes` of their JSON, at least one
+    /// ([`Fitting`]). Read a row at a time: what it holds is the page and
+    /// the first record past it.
     async fn list(
         &self,
         namespace: &str,
@@ -121,7 +127,8 @@ pub trait EventStore: Send + Sync + 'static {
         status: Option<AsyncStatus>,
         before: Option<&str>,
         limit: i64,
-    ) -> Result<Vec<AsyncInvocation>>;
+        max_bytes: usize,
+    ) -> Result<Page<AsyncInvocation>>;
     /// Waiting events per function.
     async fn backlog(&self) -> Result<Vec<Backlog>>;
     /// Deletes finished events last changed before `before`; returns how many.
@@ -260,7 +267,8 @@ where
 }
 
 /// `list`'s statement: `$1` namespace, `$2` function, `$3` before, `$4`
-/// limit, and `$5` the status when one is asked for.
+/// how many rows at most (the limit, and one to tell whether more are
+/// left), and `$5` the status when one is asked for.
 fn list_sql(with_status: bool) -> String {
     format!(
         "SELECT {RECORD_COLUMNS} FROM async_events WHERE namespace = $1 AND function = $2 AND id < $3 {} \

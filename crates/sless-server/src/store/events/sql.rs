@@ -13,6 +13,7 @@ macro_rules! event_store {
 
         use super::{Backlog, ClaimedEvent, EventStore, Finish, NewEvent};
         use crate::error::Result;
+        use crate::store::page::{Fitting, Page};
 
         #[async_trait]
         impl EventStore for $store {
@@ -161,19 +162,28 @@ macro_rules! event_store {
                 status: Option<AsyncStatus>,
                 before: Option<&str>,
                 limit: i64,
-            ) -> Result<Vec<AsyncInvocation>> {
+                max_bytes: usize,
+            ) -> Result<Page<AsyncInvocation>> {
+                use futures::TryStreamExt;
                 let sql = super::list_sql(status.is_some());
                 let mut query = sqlx::query(&sql)
                     .bind(namespace)
                     .bind(function)
                     // Ids are lowercase hex: "g" sorts after every one.
                     .bind(before.unwrap_or("g"))
-                    .bind(limit);
+                    .bind(limit.max(0) + 1);
                 if let Some(status) = status {
                     query = query.bind(status.as_str());
                 }
-                let rows = query.fetch_all(&self.pool).await?;
-                rows.iter().map(super::record).collect()
+                let mut page = Fitting::new(limit.max(0) as usize, max_bytes);
+                let mut rows = query.fetch(&self.pool);
+                while !page.full() {
+                    let Some(row) = rows.try_next().await? else {
+                        break;
+                    };
+                    page.add([super::record(&row)?]);
+                }
+                Ok(page.into_page())
             }
 
             async fn backlog(&self) -> Result<Vec<Backlog>> {
