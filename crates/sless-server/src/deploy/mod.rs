@@ -67,6 +67,8 @@ pub struct Deployer {
     namespace_build_slots: usize,
     /// What one namespace's kept versions may take (`SLESS_NS_MAX_STORAGE_MB`).
     namespace_storage_bytes: u64,
+    /// Builds that passed the storage check, until their versions are recorded.
+    reservations: storage::Reservations,
     /// Uploads being checked.
     checking: tokio::sync::Semaphore,
     cluster: Arc<Cluster>,
@@ -114,6 +116,7 @@ impl Deployer {
             namespace_builds: Default::default(),
             namespace_build_slots: checks.namespace_builds.max(1),
             namespace_storage_bytes: checks.namespace_storage_bytes,
+            reservations: Default::default(),
             checking: tokio::sync::Semaphore::new(CONCURRENT_CHECKS),
             cluster,
             building: Default::default(),
@@ -324,18 +327,26 @@ impl Deployer {
         };
         let version = status.version + 1;
         let new = storage::NewVersion {
-            key,
-            code_hash,
-            artifact: &built.artifact,
+            key: key.clone(),
+            code_hash: code_hash.to_string(),
+            artifact: built.artifact.clone(),
             artifact_bytes: built.bytes,
             archive_bytes: archive.len() as u64,
         };
         let keep = self.versions.keep();
-        if let Some(over) = storage::over_quota(&*self.store, &new, keep, self.namespace_storage_bytes).await? {
-            return self
-                .refuse(key, code_hash, Some(&built.artifact), &mut status, over)
-                .await;
-        }
+        // Held until the version is recorded (or the build makes none).
+        let reserved = match self
+            .reservations
+            .reserve(&*self.store, new, keep, self.namespace_storage_bytes)
+            .await?
+        {
+            Ok(reserved) => reserved,
+            Err(over) => {
+                return self
+                    .refuse(key, code_hash, Some(&built.artifact), &mut status, over)
+                    .await
+            }
+        };
         let secrets = match self.versions.secrets().resolve(&key.namespace, &spec).await {
             Ok(secrets) => secrets,
             Err(e) => {
@@ -418,6 +429,8 @@ impl Deployer {
         let value = serde_json::to_value(&status).map_err(Error::internal)?;
         let recording = std::time::Instant::now();
         let rollout_ms = (recording - checked).as_secs_f64() * 1000.0;
+        // A storage check waits while the version goes from reserved to recorded.
+        let reserved = reserved.recording().await;
         let swapped = self.store.record_version(&record(&status), &stored, &value).await?;
         if !swapped {
             // The status moved meanwhile (a new upload, a leader that took over).
@@ -437,6 +450,7 @@ impl Deployer {
             self.save(key, &now).await?;
             status = now;
         }
+        drop(reserved);
         // Where a deploy's time goes: the build, the load check, the
         // promotion and rollout after it, the store transaction that
         // makes it Ready, and (the rest of `ms`) the reads between them.

@@ -10,29 +10,125 @@
 //! Artifacts count once per namespace however many of its functions share
 //! them (they are one directory on disk), archives once per function and
 //! code.
+//!
+//! **Invariant:** a build that passed the check counts in every later
+//! check of its namespace, as reserved ([`Reservations`]) from its check
+//! until its version is recorded and as recorded after, never as both or
+//! neither: two builds of a namespace at once cannot both pass a quota
+//! with room for one. (Builds run on the leader; the reservations are its.)
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use sless_driver::{Fingerprint, FunctionKey};
+use tokio::sync::OwnedMutexGuard;
 
 use crate::error::Result;
 use crate::store::Store;
 
 /// A build about to become a version.
-pub(super) struct NewVersion<'a> {
-    pub key: &'a FunctionKey,
-    pub code_hash: &'a str,
-    pub artifact: &'a Fingerprint,
+#[derive(Debug, Clone)]
+pub(super) struct NewVersion {
+    pub key: FunctionKey,
+    pub code_hash: String,
+    pub artifact: Fingerprint,
     pub artifact_bytes: u64,
     pub archive_bytes: u64,
 }
 
-/// Why `new` may not become a version of its namespace, whose quota is
-/// `quota` bytes and whose functions keep their newest `keep` versions
-/// (and those their aliases name); None when it fits.
-pub(super) async fn over_quota(
+/// The builds of each namespace that passed the storage check and whose
+/// versions are not recorded yet (being deployed, rolled out).
+#[derive(Default)]
+pub(super) struct Reservations {
+    namespaces: Mutex<HashMap<String, Arc<Ledger>>>,
+    next_id: AtomicU64,
+}
+
+/// One namespace's reservations.
+#[derive(Default)]
+struct Ledger {
+    /// Held by a check from its read of the store to its reservation, and
+    /// while a version is recorded and its reservation let go.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    pending: Mutex<Vec<(u64, NewVersion)>>,
+}
+
+/// Room held for a version until it is recorded, or until dropped (the
+/// build made no version).
+pub(super) struct Reservation {
+    ledger: Arc<Ledger>,
+    id: u64,
+}
+
+/// A reservation being turned into a recorded version: while it lives,
+/// no check of the namespace runs; dropping it lets the reservation go,
+/// then the turn.
+pub(super) struct Recording {
+    _reservation: Reservation,
+    _turn: OwnedMutexGuard<()>,
+}
+
+impl Reservations {
+    /// Checks `new` against its namespace's quota of `quota` bytes, counting
+    /// the versions reserved there before it, its functions keeping their
+    /// newest `keep` versions (and those their aliases name); reserves room
+    /// for it when it fits, or says why it does not.
+    pub async fn reserve(
+        &self,
+        store: &dyn Store,
+        new: NewVersion,
+        keep: usize,
+        quota: u64,
+    ) -> Result<std::result::Result<Reservation, String>> {
+        let ledger = self
+            .namespaces
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(new.key.namespace.clone())
+            .or_default()
+            .clone();
+        let _turn = ledger.turn.clone().lock_owned().await;
+        let reserved: Vec<NewVersion> = ledger.pending().iter().map(|(_, v)| v.clone()).collect();
+        if let Some(over) = over_quota(store, &new, &reserved, keep, quota).await? {
+            return Ok(Err(over));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        ledger.pending().push((id, new));
+        Ok(Ok(Reservation { ledger, id }))
+    }
+}
+
+impl Ledger {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<(u64, NewVersion)>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Reservation {
+    /// Waits for the namespace's turn to record the version.
+    pub async fn recording(self) -> Recording {
+        let turn = self.ledger.turn.clone().lock_owned().await;
+        Recording {
+            _reservation: self,
+            _turn: turn,
+        }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.ledger.pending().retain(|(id, _)| *id != self.id);
+    }
+}
+
+/// Why `new` may not become a version of its namespace, with `reserved`
+/// (versions of the namespace about to be recorded) kept too; None when
+/// it fits. See [`Reservations::reserve`].
+async fn over_quota(
     store: &dyn Store,
-    new: &NewVersion<'_>,
+    new: &NewVersion,
+    reserved: &[NewVersion],
     keep: usize,
     quota: u64,
 ) -> Result<Option<String>> {
@@ -44,16 +140,22 @@ pub(super) async fn over_quota(
         .into_iter()
         .flat_map(|a| a.spec.versions().into_iter().map(move |v| (a.function.clone(), v)))
         .collect();
-    let mut artifacts = HashMap::from([(new.artifact.as_str(), new.artifact_bytes)]);
-    let mut archives = HashMap::from([((new.key.name.as_str(), new.code_hash), new.archive_bytes)]);
-    let mut versions = 1;
-    // The function's own older versions rank after the new one: those the
-    // prune after it removes do not count.
-    let mut older = 0;
+    let (mut artifacts, mut archives) = (HashMap::new(), HashMap::new());
+    // How many versions of each function rank before its recorded ones:
+    // the new ones, whose prune removes those past `keep`.
+    let mut ranked: HashMap<&str, usize> = HashMap::new();
+    for v in reserved.iter().chain([new]) {
+        *ranked.entry(v.key.name.as_str()).or_default() += 1;
+        artifacts.entry(v.artifact.as_str()).or_insert(v.artifact_bytes);
+        archives
+            .entry((v.key.name.as_str(), v.code_hash.as_str()))
+            .or_insert(v.archive_bytes);
+    }
+    let mut versions = reserved.len() + 1;
     for size in &sizes {
-        if size.function == new.key.name {
-            older += 1;
-            if older >= keep && !pinned.contains(&(size.function.clone(), size.version)) {
+        if let Some(rank) = ranked.get_mut(size.function.as_str()) {
+            *rank += 1;
+            if *rank > keep && !pinned.contains(&(size.function.clone(), size.version)) {
                 continue;
             }
         }

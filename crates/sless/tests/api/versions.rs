@@ -183,6 +183,7 @@ crate::both_stores!(
     old_versions_go_unless_an_alias_holds_them,
     pruning_keeps_an_artifact_a_kept_version_shares,
     a_namespace_keeps_no_more_than_its_storage_quota,
+    two_builds_at_once_cannot_both_take_the_last_room,
     a_version_goes_unless_it_serves_or_an_alias_holds_it,
     the_code_a_function_serves_uploaded_again_makes_no_version,
 );
@@ -363,6 +364,73 @@ async fn a_namespace_keeps_no_more_than_its_storage_quota(backend: Backend) {
     // once: only its upload is more (2.8 MiB).
     deploy_big(&server, "ns", "twin", 4, true).await;
     assert_eq!(server.artifacts().len(), 3, "big 4 and 3, other 9 (with elsewhere's)");
+}
+
+/// A handler whose import waits until the test's gate on 127.0.0.1:`port`
+/// lets it go: a deploy of it holds its build between the storage check
+/// and the version's record for as long as the test wants.
+fn gated(port: u16) -> Vec<u8> {
+    format!(
+        "import socket\n\n_gate = socket.create_connection(('127.0.0.1', {port}))\n_gate.recv(1)\n_gate.close()\n\n\n\
+         def handle(event, context):\n    return {{'gated': True}}\n"
+    )
+    .into_bytes()
+}
+
+/// Two builds of a namespace at once, each within its storage quota alone
+/// but not together: the one checked second is refused, though the first
+/// has not recorded its version yet (its handler is still loading), so the
+/// namespace never keeps more than its quota.
+async fn two_builds_at_once_cannot_both_take_the_last_room(backend: Backend) {
+    let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = gate.local_addr().unwrap().port();
+    let server = Server::start_with(
+        backend,
+        &[
+            ("SLESS_NS_MAX_STORAGE_MB", "1"),
+            ("SLESS_NS_MAX_BUILDS", "2"),
+            // The gate is on the machine's loopback, which an isolated
+            // instance cannot reach.
+            ("SLESS_NETWORK_ISOLATION", "false"),
+        ],
+    )
+    .await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "first", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let ballast = ballast();
+    let files: &[(&str, &[u8])] = &[("handler.py", &gated(port)), ("ballast.bin", &ballast)];
+    let (status, uploaded) = server.upload("ns", "first", super::harness::zip_of(files)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{uploaded}");
+    let first = uploaded["status"]["code_hash"].as_str().unwrap().to_string();
+    // Built and checked, the first version is loading: its handler waits
+    // at the gate.
+    let (mut held, _) = tokio::time::timeout(std::time::Duration::from_secs(120), gate.accept())
+        .await
+        .expect("the first build's handler reached the gate")
+        .unwrap();
+    // Meanwhile the second, about 0.9 MiB as the first, is checked.
+    let second = deploy_big(&server, "ns", "second", 2, false).await;
+    let message = second["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("namespace ns would keep 1.")
+            && message.contains("over its quota of 1.0 MiB (the server's SLESS_NS_MAX_STORAGE_MB)"),
+        "{message}"
+    );
+    // The gate lets the first go, and any later import at once.
+    tokio::io::AsyncWriteExt::write_all(&mut held, b"go").await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((next, _)) = gate.accept().await {
+            drop(next);
+        }
+    });
+    server.wait_built("ns", "first", &first).await;
+    assert_eq!(server.artifacts().len(), 1, "the second build's artifact is gone");
 }
 
 async fn versions_are_listed_fetched_and_called_by_number(backend: Backend) {
