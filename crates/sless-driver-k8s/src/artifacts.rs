@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::path::Path as Key;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
 use sha2::{Digest, Sha256};
 use sless_driver::{BuildError, DriverError, Fingerprint};
 
@@ -28,6 +28,9 @@ fn too_big(size: u64, max: u64) -> BuildError {
         ),
     }
 }
+
+/// Parts of an artifact being written at once (5 MiB each).
+const PARTS_IN_FLIGHT: usize = 2;
 
 fn reading(e: object_store::Error) -> BuildError {
     BuildError::Internal(format!("reading the uploaded artifact: {e}"))
@@ -89,13 +92,14 @@ impl Artifacts {
 
     /// Accepts the tarball a build uploaded to `upload_key` as `artifact`
     /// if its sha256 is `reported`, what the build says it made; returns
-    /// that sha256 and the tarball's size. The upload is copied first
-    /// where the build's grant cannot write, and that copy is hashed as it
-    /// is read (never whole in memory: it may be gigabytes) and becomes
-    /// `artifacts/{artifact}/{sha256}.tar.gz`, so a pod writing its
-    /// staging key again meanwhile or later changes nothing. A tarball
-    /// another replica accepted first (the two shared the Job) is taken as
-    /// it is.
+    /// that sha256 and the tarball's size. The upload is read once, hashed
+    /// as it comes (never whole in memory: it may be gigabytes) and written
+    /// as it comes to `artifacts/{artifact}/{sha256}.tar.gz` as a multipart
+    /// upload, which appears there only once the hash is the one reported:
+    /// the bytes are written once, and what is hashed is what is kept, so a
+    /// pod writing its staging key again meanwhile or later changes
+    /// nothing. A tarball another replica accepted first (the two shared
+    /// the Job) is taken as it is.
     pub async fn accept(
         &self,
         artifact: &Fingerprint,
@@ -106,64 +110,67 @@ impl Artifacts {
         if let Some(size) = self.size(&accepted).await.map_err(reading)? {
             return Ok((reported.to_string(), size));
         }
-        // Gone: another replica that shared the Job accepted it first.
-        let uploaded_nothing = || async {
-            match self.size(&accepted).await.map_err(reading)? {
-                Some(size) => Ok((reported.to_string(), size)),
-                None => Err(BuildError::Failed {
-                    log_tail: "the build reported success but uploaded no artifact".into(),
-                }),
+        let upload = match self.store.get(&Key::from(upload_key)).await {
+            Ok(upload) => upload,
+            // Gone: another replica that shared the Job accepted it first.
+            Err(object_store::Error::NotFound { .. }) => {
+                return match self.size(&accepted).await.map_err(reading)? {
+                    Some(size) => Ok((reported.to_string(), size)),
+                    None => Err(BuildError::Failed {
+                        log_tail: "the build reported success but uploaded no artifact".into(),
+                    }),
+                };
             }
-        };
-        let upload = Key::from(upload_key);
-        match self.size(&upload).await.map_err(reading)? {
-            None => return uploaded_nothing().await,
-            Some(size) if size > self.max_bytes => return Err(too_big(size, self.max_bytes)),
-            Some(_) => {}
-        }
-        let checking = Key::from(format!("{upload_key}.checking"));
-        match self.store.copy(&upload, &checking).await {
-            Ok(()) => {}
-            Err(object_store::Error::NotFound { .. }) => return uploaded_nothing().await,
             Err(e) => return Err(reading(e)),
-        }
-        let accepting = async {
-            let size = self.check(&checking, reported).await?;
-            self.store
-                .rename(&checking, &accepted)
-                .await
-                .map_err(|e| BuildError::Internal(format!("storing the artifact: {e}")))?;
-            Ok(size)
         };
-        let accepted = accepting.await;
-        if accepted.is_err() {
-            self.drop_archive(checking.as_ref()).await;
-        }
+        let accepting = self.keep_checked(upload, &accepted, reported).await;
         self.drop_archive(upload_key).await;
-        accepted.map(|size| (reported.to_string(), size))
+        accepting.map(|size| (reported.to_string(), size))
     }
 
-    /// The size of the tarball at `key`, once its sha256, read as it
-    /// comes, is `reported`.
-    async fn check(&self, key: &Key, reported: &str) -> Result<u64, BuildError> {
-        let upload = self.store.get(key).await.map_err(reading)?;
+    /// Writes the tarball `upload` streams to `accepted` as it is read,
+    /// hashing it; the object is completed (and appears) only when its
+    /// sha256 is `reported`, else the upload is aborted and nothing stays.
+    /// Returns its size.
+    async fn keep_checked(
+        &self,
+        upload: object_store::GetResult,
+        accepted: &Key,
+        reported: &str,
+    ) -> Result<u64, BuildError> {
         let size = upload.meta.size;
         if size > self.max_bytes {
             return Err(too_big(size, self.max_bytes));
         }
+        let storing = |e: object_store::Error| BuildError::Internal(format!("storing the artifact: {e}"));
+        let mut writer = WriteMultipart::new(self.store.put_multipart(accepted).await.map_err(storing)?);
         let mut hasher = Sha256::new();
         let mut chunks = upload.into_stream();
-        while let Some(chunk) = chunks.try_next().await.map_err(reading)? {
-            hasher.update(&chunk);
+        let copied = async {
+            while let Some(chunk) = chunks.try_next().await.map_err(reading)? {
+                hasher.update(&chunk);
+                writer.wait_for_capacity(PARTS_IN_FLIGHT).await.map_err(storing)?;
+                writer.put(chunk);
+            }
+            Ok(())
         }
+        .await;
         let actual = hex::encode(hasher.finalize());
-        if actual != reported {
-            return Err(BuildError::Failed {
+        let checked = copied.and_then(|()| match actual == reported {
+            true => Ok(()),
+            false => Err(BuildError::Failed {
                 log_tail: format!(
                     "the uploaded artifact has sha256 {actual}, not the {reported} its build reported: refused"
                 ),
-            });
+            }),
+        });
+        if let Err(e) = checked {
+            if let Err(left) = writer.abort().await {
+                tracing::warn!(key = %accepted, error = %left, "aborting a refused artifact's upload");
+            }
+            return Err(e);
         }
+        writer.finish().await.map_err(storing)?;
         Ok(size)
     }
 

@@ -90,7 +90,7 @@ async fn build_runs(api: &mut ApiServer, name: &str, artifact: &Fingerprint, end
 /// reported `reported` as its sha256.
 async fn build_succeeds(
     api: &mut ApiServer,
-    store: &InMemory,
+    store: &written::Written,
     names: (String, Fingerprint),
     uploaded: Option<&[u8]>,
     reported: &str,
@@ -166,6 +166,23 @@ async fn a_build_runs_as_a_job_and_the_server_accepts_the_upload_it_hashed() {
         .await
         .unwrap();
     assert_eq!(accepted.bytes().await.unwrap(), TARBALL);
+    // Its bytes were written once more than the build uploaded them: read,
+    // hashed and kept in one pass, not copied aside and then renamed
+    // (each a copy in S3).
+    let code_hash = "c0de".repeat(16);
+    let write = |key: String, how, bytes: usize| written::Write {
+        key,
+        how,
+        bytes: bytes as u64,
+    };
+    assert_eq!(
+        s.store.writes(),
+        [
+            write(format!("builds/{artifact}/{code_hash}.zip"), "put", b"zip bytes".len()),
+            write(format!("builds/{artifact}/{code_hash}.tar.gz"), "put", TARBALL.len()),
+            write(format!("artifacts/{artifact}/{digest}.tar.gz"), "part", TARBALL.len()),
+        ]
+    );
     // Once the artifact is stored, a build of the same code asks nothing.
     assert!(s.driver.has_artifact(&artifact).await.unwrap());
     let (again, ()) = tokio::join!(s.driver.build(build_job(b"zip bytes")), s.api.nothing_more());

@@ -13,13 +13,13 @@ mod idle;
 mod images;
 mod runs;
 mod serving;
+mod written;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde_json::{json, Value};
 use sless_api::Runtime;
@@ -32,6 +32,7 @@ use sless_driver_k8s::{KubeDriver, ServingSettings};
 use crate::api_server::{mocked, not_found, success, ApiServer};
 use crate::fake_instance;
 use crate::objects::{key, settings, signer, spec};
+use written::Written;
 
 const CORE: &str = "/api/v1/namespaces/sless-fn-demo";
 const APPS: &str = "/apis/apps/v1/namespaces/sless-fn-demo";
@@ -41,7 +42,7 @@ const DIGEST: &str = "5e1f0c2b8a9d4e3f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b7c
 struct Scenario {
     driver: KubeDriver,
     api: ApiServer,
-    store: Arc<InMemory>,
+    store: Arc<Written>,
 }
 
 fn scenario() -> Scenario {
@@ -76,7 +77,7 @@ fn serving_settings(idle_timeout: Option<Duration>) -> ServingSettings {
 
 fn scenario_serving(settings: sless_driver_k8s::KubeSettings, serving: ServingSettings) -> Scenario {
     let (client, api) = mocked();
-    let store = Arc::new(InMemory::new());
+    let store = Arc::new(Written::new());
     let driver = KubeDriver::new(client, settings, serving, store.clone(), signer());
     Scenario { driver, api, store }
 }
