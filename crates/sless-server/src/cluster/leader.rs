@@ -14,9 +14,19 @@
 //! from when the check was sent; the leader stops leading when the lease
 //! runs out, which is [`SESSION_IDLE_LIMIT`] `-` [`LEASE`] before the
 //! database may end the session and let another replica take the lock.
+//!
+//! A lease is a local belief: a leader whose lock session was ended at
+//! once (`pg_terminate_backend`), or whose write was sent in time and
+//! held on the way, could still write after another has taken over. So
+//! each replica that takes the lock bumps a counter on the lock's own
+//! session (`cluster_leader.epoch`, migration 0014) before it leads, and
+//! the leader's writes that must happen once (a built version recorded)
+//! check in their transaction that the counter is still the one it took
+//! ([`Leadership::fence`]), reading it `FOR SHARE`, so the next leader's
+//! bump waits for such a transaction to end.
 //! On SQLite there is one replica, and it always leads.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +42,10 @@ pub const LEASE: Duration = Duration::from_secs(2);
 /// How long PostgreSQL keeps the lock's session without a query. Longer
 /// than [`LEASE`]: the leader has stepped down before it can be released.
 pub const SESSION_IDLE_LIMIT: Duration = Duration::from_secs(4);
+/// How long the lock's session waits for a row lock (the epoch's, held by
+/// a deposed leader's transaction) before it gives the lock up and tries
+/// again; within [`LEASE`], which bounds the whole try.
+const LOCK_WAIT: Duration = Duration::from_secs(1);
 /// How long connecting may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The advisory lock key ("sless-ld"). Advisory locks are per database, so
@@ -41,34 +55,38 @@ const LEADER_LOCK: i64 = 0x736c_6573_732d_6c64;
 /// This replica's view of who leads.
 pub struct Leadership {
     leading: watch::Sender<bool>,
-    /// Milliseconds since `epoch` until which the lock is surely held.
+    /// Milliseconds since `started` until which the lock is surely held.
     lease_until: AtomicU64,
-    epoch: Instant,
+    started: Instant,
     resign: Notify,
     campaign: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The epoch this replica took with the lock (0 before it first did);
+    /// None for the only replica, which has nothing to fence.
+    epoch: Option<AtomicI64>,
 }
 
 impl Leadership {
-    fn new(leading: bool, lease_until: u64) -> Leadership {
+    fn new(leading: bool, lease_until: u64, fenced: bool) -> Leadership {
         Leadership {
             leading: watch::channel(leading).0,
             lease_until: AtomicU64::new(lease_until),
-            epoch: Instant::now(),
+            started: Instant::now(),
             resign: Notify::new(),
             campaign: Default::default(),
+            epoch: fenced.then(|| AtomicI64::new(0)),
         }
     }
 
     /// One replica (SQLite): leads from the start, for good.
     pub fn always() -> Arc<Leadership> {
-        Arc::new(Leadership::new(true, u64::MAX))
+        Arc::new(Leadership::new(true, u64::MAX, false))
     }
 
     /// Campaigns for the lock in the database at `url` until
     /// [`Leadership::resign`]; the first try is made before this returns,
     /// so a replica that starts alone leads from its start.
     pub async fn elect(url: String) -> Arc<Leadership> {
-        let leadership = Arc::new(Leadership::new(false, 0));
+        let leadership = Arc::new(Leadership::new(false, 0, true));
         let mut first = connect(&url).await.ok();
         if let Some(conn) = &mut first {
             let _ = leadership.try_lock(conn).await;
@@ -83,6 +101,14 @@ impl Leadership {
     /// sees its lease ran out before it does any leader's work).
     pub fn is_leader(&self) -> bool {
         *self.leading.borrow() && self.now() < self.lease_until.load(Ordering::SeqCst)
+    }
+
+    /// The fencing token of this replica's leadership: the epoch it took
+    /// with the lock, which a write that must happen once checks in its own
+    /// transaction (a deposed leader's no longer matches once another has
+    /// taken the lock). None alone (SQLite), where nobody else can lead.
+    pub fn fence(&self) -> Option<i64> {
+        self.epoch.as_ref().map(|epoch| epoch.load(Ordering::SeqCst))
     }
 
     /// Changes of leadership, for those who start and stop the leader's work.
@@ -107,7 +133,7 @@ impl Leadership {
     }
 
     fn now(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.started.elapsed().as_millis() as u64
     }
 
     /// When the lease runs out, as an instant.
@@ -119,25 +145,45 @@ impl Leadership {
 
     /// A check sent at `sent` found the lock held: the lease runs from then.
     fn renew(&self, sent: Instant) {
-        let until = (sent - self.epoch + LEASE).as_millis() as u64;
+        let until = (sent - self.started + LEASE).as_millis() as u64;
         self.lease_until.store(until, Ordering::SeqCst);
     }
 
-    /// Tries for the lock once; Err when the connection failed.
+    /// Tries for the lock once and, when it is taken, bumps the epoch on
+    /// the same session (the lock is led with only once that is done); Err
+    /// when the connection failed, or the bump did (the caller drops the
+    /// connection, and the lock with it).
     async fn try_lock(&self, conn: &mut PgConnection) -> Result<bool, ()> {
         let sent = Instant::now();
-        let taken = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-            .bind(LEADER_LOCK)
-            .fetch_one(&mut *conn);
+        let taken = async {
+            let taken = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+                .bind(LEADER_LOCK)
+                .fetch_one(&mut *conn)
+                .await?;
+            if !taken {
+                return Ok(None);
+            }
+            sqlx::query_scalar::<_, i64>("UPDATE cluster_leader SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch")
+                .fetch_one(&mut *conn)
+                .await
+                .map(Some)
+        };
         match tokio::time::timeout(LEASE, taken).await {
-            Ok(Ok(true)) => {
+            Ok(Ok(Some(epoch))) => {
+                if let Some(token) = &self.epoch {
+                    token.store(epoch, Ordering::SeqCst);
+                }
                 self.renew(sent);
-                tracing::info!("this replica now leads");
+                tracing::info!(epoch, "this replica now leads");
                 self.set(true);
                 Ok(true)
             }
-            Ok(Ok(false)) => Ok(false),
-            _ => Err(()),
+            Ok(Ok(None)) => Ok(false),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "leader election: taking the lock failed");
+                Err(())
+            }
+            Err(_) => Err(()),
         }
     }
 }
@@ -150,9 +196,11 @@ async fn connect(url: &str) -> Result<PgConnection, String> {
         Ok(Err(e)) => return Err(e.to_string()),
         Err(_) => return Err(format!("no answer within {CONNECT_TIMEOUT:?}")),
     };
-    let set = sqlx::query("SELECT set_config('idle_session_timeout', $1, false)")
-        .bind(SESSION_IDLE_LIMIT.as_millis().to_string())
-        .execute(&mut conn);
+    let set =
+        sqlx::query("SELECT set_config('idle_session_timeout', $1, false), set_config('lock_timeout', $2, false)")
+            .bind(SESSION_IDLE_LIMIT.as_millis().to_string())
+            .bind(LOCK_WAIT.as_millis().to_string())
+            .execute(&mut conn);
     let set = tokio::time::timeout(CONNECT_TIMEOUT, set).await;
     match set {
         Ok(Ok(_)) => {}

@@ -35,7 +35,7 @@ use crate::blobs;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::routes::Routes;
-use crate::store::{Kind, Store, VersionRecord};
+use crate::store::{Kind, Recorded, Store, VersionRecord};
 use crate::versions::Versions;
 
 /// Builds at once at most.
@@ -321,6 +321,9 @@ impl Deployer {
             }
             return Ok(None);
         }
+        if self.deposed(key, code_hash) {
+            return Ok(None);
+        }
         let built = match result {
             Ok(built) => built,
             Err(e) => return self.refuse(key, code_hash, None, &mut status, e.to_string()).await,
@@ -392,6 +395,9 @@ impl Deployer {
             built_hash: code_hash.to_string(),
         };
         if self.cluster.shared() {
+            if self.deposed(key, code_hash) {
+                return Ok(None);
+            }
             // The other replicas deploy the version from `rollout`; it is
             // Ready once they all serve it.
             status.rollout = Some(rollout.clone());
@@ -421,34 +427,55 @@ impl Deployer {
             artifact_bytes: built.bytes,
             archive_bytes: archive.len() as u64,
         };
-        // The version is recorded with (or before) its Ready: from then on
+        // The version is recorded with its Ready, in one transaction that
+        // also finds this replica still leading (its fence): from then on
         // it can be called by number and named by aliases. Usually the
-        // status is as read after the build, and both are one transaction.
+        // status is as read after the build.
         promote_status(&mut status, &rollout);
         ready(&mut status);
-        let value = serde_json::to_value(&status).map_err(Error::internal)?;
         let recording = std::time::Instant::now();
         let rollout_ms = (recording - checked).as_secs_f64() * 1000.0;
+        if self.deposed(key, code_hash) {
+            return Ok(None);
+        }
         // A storage check waits while the version goes from reserved to recorded.
         let reserved = reserved.recording().await;
-        let swapped = self.store.record_version(&record(&status), &stored, &value).await?;
-        if !swapped {
-            // The status moved meanwhile (a new upload, a leader that took over).
-            let Some((_, mut now)) = self.load(key).await? else {
+        let fence = self.cluster.leadership.fence();
+        let mut tries = 0;
+        loop {
+            let value = serde_json::to_value(&status).map_err(Error::internal)?;
+            match self
+                .store
+                .record_version(&record(&status), &stored, &value, fence)
+                .await?
+            {
+                Recorded::Done => break,
+                Recorded::Fenced => {
+                    // Another replica took the lead since this one built;
+                    // it builds the upload itself (its archive stays).
+                    tracing::warn!(function = %key, %code_hash, version,
+                        "another replica leads now: this build makes no version, the new leader builds the upload");
+                    return Ok(None);
+                }
+                Recorded::Moved => {}
+            }
+            // The status moved meanwhile (a new upload, a note of a spec
+            // edit): the version is recorded all the same, Ready only if
+            // the function still waits for this code.
+            tries += 1;
+            let Some((_, mut now, now_stored)) = self.load_stored(key).await? else {
                 self.made_no_version(key, code_hash, Some(&built.artifact)).await;
                 return Ok(None);
             };
-            if now.version >= version {
+            if now.version >= version || tries > 10 {
                 self.made_no_version(key, code_hash, Some(&built.artifact)).await;
-                return Ok(None); // promoted meanwhile (a leader that took over)
+                return Ok(None); // promoted meanwhile
             }
             promote_status(&mut now, &rollout);
-            self.store.put_version(&record(&now)).await?;
             if now.code_hash.as_deref() == Some(code_hash) {
                 ready(&mut now);
             }
-            self.save(key, &now).await?;
-            status = now;
+            (status, stored) = (now, now_stored);
         }
         drop(reserved);
         // Where a deploy's time goes: the build, the load check, the
@@ -460,6 +487,23 @@ impl Deployer {
         self.metrics.builds_succeeded.fetch_add(1, Relaxed);
         let prune = version as usize > self.versions.keep();
         Ok(prune.then_some((version, status.code_hash)))
+    }
+
+    /// Whether this replica no longer leads, so that its build of
+    /// `code_hash` must make no version: builds are the leader's, and the
+    /// one that took over builds the upload itself (were both to go on,
+    /// one upload would make two versions). What the build made is left
+    /// to the artifact sweep (the new leader may be reusing it), and the
+    /// archive stays: the new leader's build reads it. The store's fence
+    /// ([`Store::record_version`]) makes it sure; this spares the work and
+    /// the writes before it.
+    fn deposed(&self, key: &FunctionKey, code_hash: &str) -> bool {
+        let deposed = !self.cluster.is_leader();
+        if deposed {
+            tracing::warn!(function = %key, %code_hash,
+                "this replica no longer leads: its build makes no version, the new leader builds the upload");
+        }
+        deposed
     }
 
     /// Makes a deployed version `$latest`, then retires the one before

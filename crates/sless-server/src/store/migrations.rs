@@ -32,6 +32,7 @@ pub const POSTGRES: Migrations = &[
     (11, include_str!("../../migrations/postgres/0011_version_bytes.sql")),
     (12, include_str!("../../migrations/postgres/0012_job_results.sql")),
     (13, include_str!("../../migrations/postgres/0013_version_deletes.sql")),
+    (14, include_str!("../../migrations/postgres/0014_leader_epoch.sql")),
 ];
 
 #[cfg(test)]

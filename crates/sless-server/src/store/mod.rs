@@ -42,6 +42,18 @@ impl Kind {
     }
 }
 
+/// What [`Store::record_version`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// The version and the status are written.
+    Done,
+    /// Nothing written: the status is no longer the one expected.
+    Moved,
+    /// Nothing written: another replica has taken the lead since the
+    /// writer's fence was taken.
+    Fenced,
+}
+
 /// One stored resource: its spec and status as JSON documents.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -111,10 +123,18 @@ pub trait Store: VersionStore + SecretStore + Send + Sync + 'static {
 
     /// Records a built version and makes `status` the function's status in
     /// one transaction, if its status still equals `expected`
-    /// (compare-and-set, as [`Store::swap_status`]); false, with nothing
-    /// written, when the status moved meanwhile. A version already
-    /// recorded stays as it was ([`VersionStore::put_version`]).
-    async fn record_version(&self, version: &VersionRecord, expected: &Value, status: &Value) -> Result<bool>;
+    /// (compare-and-set, as [`Store::swap_status`]) and, with a `fence`
+    /// (several replicas), the leader epoch is still that one (the writer
+    /// still leads: [`crate::cluster::Leadership::fence`]); otherwise
+    /// nothing is written. A version already recorded stays as it was
+    /// ([`VersionStore::put_version`]).
+    async fn record_version(
+        &self,
+        version: &VersionRecord,
+        expected: &Value,
+        status: &Value,
+        fence: Option<i64>,
+    ) -> Result<Recorded>;
 
     /// Appends records already cut into chunks ([`chunks::chunks_of`]) in
     /// one transaction.

@@ -375,10 +375,30 @@ macro_rules! sql_store {
                 v: &$crate::store::VersionRecord,
                 expected: &serde_json::Value,
                 status: &serde_json::Value,
-            ) -> Result<bool> {
-                // The status first: a write, so SQLite takes its write lock
-                // before anything else in this transaction.
+                fence: Option<i64>,
+            ) -> Result<$crate::store::Recorded> {
+                use $crate::store::Recorded;
                 let mut tx = self.pool.begin().await?;
+                // Several replicas (PostgreSQL): the epoch is read FOR SHARE,
+                // so a replica taking the lead waits to bump it until this
+                // transaction ends, and one that bumped it first makes this
+                // one write nothing. A transaction left open by a writer cut
+                // off on the way is ended by the database, which lets the next
+                // leader's bump through.
+                if let Some(epoch) = fence {
+                    sqlx::query("SET LOCAL idle_in_transaction_session_timeout = 4000")
+                        .execute(&mut *tx)
+                        .await?;
+                    let now: i64 = sqlx::query_scalar("SELECT epoch FROM cluster_leader WHERE id = 1 FOR SHARE")
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    if now != epoch {
+                        tx.rollback().await?;
+                        return Ok(Recorded::Fenced);
+                    }
+                }
+                // The status first (alone, SQLite): a write, so SQLite takes
+                // its write lock before anything else in this transaction.
                 let swapped = sqlx::query(
                     "UPDATE resources SET status = $1, updated_at = $2 \
                      WHERE kind = 'function' AND namespace = $3 AND name = $4 AND status = $5",
@@ -392,13 +412,13 @@ macro_rules! sql_store {
                 .await?;
                 if swapped.rows_affected() != 1 {
                     tx.rollback().await?;
-                    return Ok(false);
+                    return Ok(Recorded::Moved);
                 }
                 $crate::store::versions::insert_version!(v)
                     .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
-                Ok(true)
+                Ok(Recorded::Done)
             }
 
             async fn insert_chunks(&self, chunks: &[$crate::store::chunks::Chunk]) -> Result<()> {

@@ -4,14 +4,17 @@
 //! a replica back from an outage or a stall does not answer with a
 //! version older than one a client has seen Ready.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use reqwest::Method;
+use reqwest::{Method, StatusCode};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::cluster::{answer, create, hello_zip_text, upload};
-use super::harness::{eventually, PgDb, S3Server, Server, TcpProxy};
+use super::harness::{eventually, zip_of, PgDb, S3Server, Server, TcpProxy};
 
 /// `db`'s URL through `proxy`.
 fn through(proxy: &TcpProxy, db: &PgDb) -> String {
@@ -140,4 +143,307 @@ async fn a_replica_resumed_after_a_stall_serves_no_version_older_than_ready() {
     signal("-CONT");
     let refused = refuses_until_it_serves(&follower, "f", 2).await;
     println!("{refused} calls refused after the stall, then version 2");
+}
+
+/// Gates a test opens, on loopback: `GET /{name}/gate` waits until the
+/// test opens gate `name`, then answers 200. What a build step or a
+/// handler does next happens when the test says, on the replica it says.
+struct Gate {
+    port: u16,
+    state: Arc<Mutex<GateState>>,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// Calls that reached each gate.
+    reached: HashMap<String, usize>,
+    /// Calls whose caller went away while they waited (its process ended).
+    dropped: HashMap<String, usize>,
+    open: HashSet<String>,
+}
+
+impl Gate {
+    async fn start() -> Gate {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let state = Arc::new(Mutex::new(GateState::default()));
+        let shared = state.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(Gate::answer(socket, shared.clone()));
+            }
+        });
+        Gate { port, state }
+    }
+
+    async fn answer(mut socket: tokio::net::TcpStream, state: Arc<Mutex<GateState>>) {
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => request.extend_from_slice(&buf[..n]),
+            }
+        }
+        let line = String::from_utf8_lossy(&request)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_string();
+        let path = line.split(' ').nth(1).unwrap_or("");
+        let Some(name) = path.strip_prefix('/').and_then(|p| p.strip_suffix("/gate")) else {
+            let _ = socket
+                .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                .await;
+            return;
+        };
+        let name = name.to_string();
+        *state.lock().unwrap().reached.entry(name.clone()).or_default() += 1;
+        loop {
+            if state.lock().unwrap().open.contains(&name) {
+                let _ = socket
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\ngo")
+                    .await;
+                return;
+            }
+            tokio::select! {
+                _ = socket.read(&mut buf) => {
+                    *state.lock().unwrap().dropped.entry(name).or_default() += 1;
+                    return;
+                }
+                _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+            }
+        }
+    }
+
+    /// The base URL of gate `name` (its call is this plus `gate`).
+    fn url(&self, name: &str) -> String {
+        format!("http://127.0.0.1:{}/{name}/", self.port)
+    }
+
+    fn open(&self, name: &str) {
+        self.state.lock().unwrap().open.insert(name.to_string());
+    }
+
+    /// Waits until a call waits at gate `name`.
+    async fn reached(&self, name: &str) {
+        eventually(Duration::from_secs(120), || async {
+            match self.state.lock().unwrap().reached.get(name) {
+                Some(_) => Ok(()),
+                None => Err(format!("nothing reached gate {name}")),
+            }
+        })
+        .await
+    }
+}
+
+/// A replica's settings: the bucket, and builds and instances that reach
+/// the test's loopback, with gate `gate` as the npm registry its builds
+/// are told of (which is how a build step knows which replica runs it).
+fn gated_env(s3: &S3Server, gate: &Gate, name: &str) -> Vec<(String, String)> {
+    let mut env = s3.env();
+    env.push(("SLESS_NETWORK_ISOLATION".into(), "false".into()));
+    env.push(("SLESS_NPM_REGISTRY".into(), gate.url(name)));
+    env
+}
+
+/// Node code whose build waits at the gate of the replica that builds it
+/// (npm's preinstall script of the code's own package.json).
+fn gated_build() -> Vec<u8> {
+    let package =
+        br#"{"name": "gated", "version": "1.0.0", "private": true, "scripts": {"preinstall": "node gate.js"}}"#;
+    let gate = br#"const http = require("http");
+const url = process.env.npm_config_registry + "gate";
+function call() {
+  http.get(url, (res) => {
+    res.resume();
+    if (res.statusCode === 200) process.exit(0);
+    setTimeout(call, 100);
+  }).on("error", () => setTimeout(call, 100));
+}
+call();
+"#;
+    zip_of(&[
+        ("package.json", package),
+        ("gate.js", gate),
+        ("handler.js", b"exports.handle = () => ({v: 'gated'});\n"),
+    ])
+}
+
+/// Waits until `server` runs no build (waiting, running or long).
+async fn no_build_on(server: &Server) {
+    eventually(Duration::from_secs(120), || async {
+        let mut under_way = 0.0;
+        for state in ["waiting", "running", "long"] {
+            under_way += server
+                .metric(&format!("sless_builds{{state=\"{state}\"}}"))
+                .await
+                .ok_or("no sless_builds metric")?;
+        }
+        if under_way == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{under_way} builds under way"))
+        }
+    })
+    .await
+}
+
+/// The version numbers recorded for `ns/name`, newest first.
+async fn recorded_versions(server: &Server, name: &str) -> Vec<u64> {
+    let (status, body) = server
+        .call(
+            Method::GET,
+            &format!("/v1/namespaces/ns/functions/{name}/versions"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap())
+        .collect()
+}
+
+/// A leader (`old`, whose database link goes through `proxy`) and a
+/// follower (`new`), each building at a gate of its own name; node
+/// function `f` made, nothing uploaded.
+async fn gated_pair(gate: &Gate, proxy: &TcpProxy, db: &PgDb, s3: &S3Server) -> (Server, Server) {
+    let old = Server::replica(&through(proxy, db), &gated_env(s3, gate, "old"));
+    assert!(old.leads().await, "the first replica leads");
+    let new = Server::replica(&db.url(), &gated_env(s3, gate, "new"));
+    assert!(!new.leads().await, "one leader only");
+    let (status, body) = old
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "f", "runtime": "nodejs20"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    (old, new)
+}
+
+/// What one upload leaves once every build of it ended: one version, the
+/// one the status serves, with no rollout of another pending.
+async fn one_version_of_one_upload(server: &Server, hash: &str) {
+    let (_, function) = server.call(Method::GET, "/v1/namespaces/ns/functions/f", None).await;
+    let status = &function["status"];
+    assert_eq!(
+        recorded_versions(server, "f").await,
+        [1],
+        "one upload, one version: {status}"
+    );
+    assert_eq!(
+        (&status["phase"], &status["version"], &status["built_hash"]),
+        (&json!("Ready"), &json!(1), &json!(hash)),
+        "{status}"
+    );
+    assert!(
+        status["rollout"].is_null(),
+        "a rollout of a version never recorded: {status}"
+    );
+}
+
+/// The leader loses its lock while it builds an upload; the next leader
+/// builds the same upload and makes version 1 of it. The deposed leader's
+/// build, ending after that, made version 2 of the same upload (its
+/// version number is the stored one plus one, and the compare-and-set of
+/// the status compared with what it wrote itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_deposed_while_it_builds_makes_no_second_version_of_the_upload() {
+    let gate = Gate::start().await;
+    let proxy = TcpProxy::start(5432).await;
+    let db = PgDb::create().await;
+    let s3 = S3Server::start().await;
+    let (old, new) = gated_pair(&gate, &proxy, &db, &s3).await;
+    let (status, body) = old.upload("ns", "f", gated_build()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let hash = body["status"]["code_hash"].as_str().unwrap().to_string();
+    gate.reached("old").await;
+
+    // Its sessions end (the lock's with them): the other replica leads.
+    proxy.up.store(false, Ordering::SeqCst);
+    eventually(Duration::from_secs(30), || async {
+        if new.leads().await {
+            Ok(())
+        } else {
+            Err("the follower does not lead".to_string())
+        }
+    })
+    .await;
+    proxy.up.store(true, Ordering::SeqCst);
+    gate.reached("new").await;
+    gate.open("new");
+    new.wait_built("ns", "f", &hash).await;
+    // Now the deposed leader's build ends.
+    gate.open("old");
+    no_build_on(&old).await;
+    one_version_of_one_upload(&new, &hash).await;
+}
+
+/// The leader's transaction that records the version is sent while it
+/// still leads, and held on the way (the proxy stops at its INSERT); the
+/// lock's session ends meanwhile, and another replica takes over and
+/// starts building the same upload (held as it reads the archive). The
+/// held transaction then committed version 1, and the new leader's build
+/// made version 2 of the same upload: a check that the writer leads, made
+/// before the transaction, cannot see this; the leader epoch checked in
+/// it does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_write_held_until_another_leads_records_nothing() {
+    let gate = Gate::start().await;
+    let db_link = TcpProxy::start(5432).await;
+    let db = PgDb::create().await;
+    let s3 = S3Server::start().await;
+    let bucket_link = TcpProxy::start(port_of(&s3)).await;
+    let old = Server::replica(&through(&db_link, &db), &gated_env(&s3, &gate, "old"));
+    assert!(old.leads().await, "the first replica leads");
+    let new = Server::replica(&db.url(), &bucket_through(gated_env(&s3, &gate, "new"), &bucket_link));
+    create(&old, "f").await;
+    *db_link.hold_at.lock().unwrap() = Some(b"INSERT INTO function_versions".to_vec());
+    *bucket_link.hold_at.lock().unwrap() = Some(b"sless/archives/ns/f/".to_vec());
+    let hash = upload(&old, "f", 1).await;
+    eventually(Duration::from_secs(120), || async {
+        match db_link.held.load(Ordering::SeqCst) {
+            true => Ok(()),
+            false => Err("the leader has not recorded the version yet".to_string()),
+        }
+    })
+    .await;
+    eventually(Duration::from_secs(60), || async {
+        match (new.leads().await, bucket_link.held.load(Ordering::SeqCst)) {
+            (true, true) => Ok(()),
+            seen => Err(format!("the follower leads, and reads the upload's archive: {seen:?}")),
+        }
+    })
+    .await;
+    // The held write goes on (or finds its session ended), then the new
+    // leader's build.
+    db_link.held.store(false, Ordering::SeqCst);
+    no_build_on(&old).await;
+    bucket_link.held.store(false, Ordering::SeqCst);
+    no_build_on(&new).await;
+    one_version_of_one_upload(&new, &hash).await;
+}
+
+/// The port of `s3`'s endpoint.
+fn port_of(s3: &S3Server) -> u16 {
+    s3.env()
+        .iter()
+        .find(|(k, _)| k == "SLESS_S3_ENDPOINT")
+        .and_then(|(_, v)| v.rsplit(':').next()?.parse().ok())
+        .unwrap()
+}
+
+/// `env` with the bucket reached through `proxy`.
+fn bucket_through(mut env: Vec<(String, String)>, proxy: &TcpProxy) -> Vec<(String, String)> {
+    for (k, v) in &mut env {
+        if k == "SLESS_S3_ENDPOINT" {
+            *v = format!("http://127.0.0.1:{}", proxy.port);
+        }
+    }
+    env
 }

@@ -724,11 +724,27 @@ impl Server {
 /// (PostgreSQL, RabbitMQ) without stopping the service itself: `up` false
 /// closes every connection and refuses new ones (a reset); `held` true
 /// keeps them open but passes nothing either way (a black hole, which no
-/// keepalive notices).
+/// keepalive notices); `hold_at` sets `held` when a client sends those
+/// bytes (once), before they pass: a statement's text, which a client
+/// sends the first time it runs it on a connection (no TLS on loopback),
+/// stops a write at that statement.
 pub struct TcpProxy {
     pub port: u16,
     pub up: std::sync::Arc<std::sync::atomic::AtomicBool>,
     pub held: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    pub hold_at: std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>,
+}
+
+/// Whether `sent` holds the bytes `hold_at` waits for (then no longer waited for).
+fn trips(hold_at: &std::sync::Mutex<Option<Vec<u8>>>, sent: &[u8]) -> bool {
+    let mut hold_at = hold_at.lock().unwrap();
+    let tripped = hold_at
+        .as_ref()
+        .is_some_and(|pattern| sent.windows(pattern.len()).any(|w| w == pattern.as_slice()));
+    if tripped {
+        *hold_at = None;
+    }
+    tripped
 }
 
 impl TcpProxy {
@@ -737,8 +753,10 @@ impl TcpProxy {
         let port = listener.local_addr().unwrap().port();
         let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
         let held = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hold_at = std::sync::Arc::new(std::sync::Mutex::new(None::<Vec<u8>>));
         let flag = up.clone();
         let hold = held.clone();
+        let trip = hold_at.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((mut client, _)) = listener.accept().await else {
@@ -747,7 +765,7 @@ impl TcpProxy {
                 if !flag.load(std::sync::atomic::Ordering::SeqCst) {
                     continue; // dropped: the connection closes at once
                 }
-                let (flag, hold) = (flag.clone(), hold.clone());
+                let (flag, hold, trip) = (flag.clone(), hold.clone(), trip.clone());
                 tokio::spawn(async move {
                     let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
@@ -756,6 +774,8 @@ impl TcpProxy {
                     let (mut sr, mut sw) = server.split();
                     let mut a = [0u8; 16384];
                     let mut b = [0u8; 16384];
+                    // What the client sent when `hold_at` tripped, passed once released.
+                    let mut stopped: Option<Vec<u8>> = None;
                     loop {
                         if hold.load(std::sync::atomic::Ordering::SeqCst) {
                             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -764,8 +784,20 @@ impl TcpProxy {
                             }
                             continue;
                         }
+                        if let Some(sent) = stopped.take() {
+                            if tokio::io::AsyncWriteExt::write_all(&mut sw, &sent).await.is_err() {
+                                break;
+                            }
+                        }
                         tokio::select! {
-                            n = tokio::io::AsyncReadExt::read(&mut cr, &mut a) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut sw, &a[..n]).await.is_err() { break } } },
+                            n = tokio::io::AsyncReadExt::read(&mut cr, &mut a) => match n {
+                                Ok(0) | Err(_) => break,
+                                Ok(n) if trips(&trip, &a[..n]) => {
+                                    hold.store(true, std::sync::atomic::Ordering::SeqCst);
+                                    stopped = Some(a[..n].to_vec());
+                                }
+                                Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut sw, &a[..n]).await.is_err() { break } }
+                            },
                             n = tokio::io::AsyncReadExt::read(&mut sr, &mut b) => match n { Ok(0) | Err(_) => break, Ok(n) => { if tokio::io::AsyncWriteExt::write_all(&mut cw, &b[..n]).await.is_err() { break } } },
                             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
                         }
@@ -776,7 +808,12 @@ impl TcpProxy {
                 });
             }
         });
-        TcpProxy { port, up, held }
+        TcpProxy {
+            port,
+            up,
+            held,
+            hold_at,
+        }
     }
 }
 
