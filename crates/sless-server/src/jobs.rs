@@ -4,9 +4,14 @@
 //! with the handler's return value or Failed with its error. Deleting a job
 //! or starting a newer run stops the running one. Runs happen on the
 //! leader only, and a run is `Running` only while the leader that started
-//! it leads: a new leader finishes every `Running` run it finds as Failed,
-//! interrupted (a leader that steps down finishes its own), and starts the
-//! `Pending` ones, which never reached the handler. A namespace runs
+//! it leads: a leader that steps down stops its runs at once (on the
+//! change of leadership itself, not at its next pass over the store,
+//! which a leader cut off from the store may never finish) and finishes
+//! them as Failed, interrupted; a new leader finishes every `Running` run
+//! it finds so, and starts the `Pending` ones, which never reached the
+//! handler. A run has one outcome: once finished, whoever finished it
+//! first (the run itself, or a leader that found it interrupted), its
+//! status is not written again for the same `run_id`. A namespace runs
 //! `SLESS_NS_MAX_JOB_RUNS` at once at most: a run past it waits, `Pending`,
 //! and starts when one of them ends.
 
@@ -38,6 +43,7 @@ pub struct Jobs {
     /// ([`Jobs::ended`]) then looks for it.
     waiting: AtomicBool,
     ended: Arc<tokio::sync::Notify>,
+    leadership: Arc<Leadership>,
 }
 
 impl Jobs {
@@ -64,7 +70,9 @@ impl Jobs {
             most_per_namespace,
             waiting: AtomicBool::new(false),
             ended: Arc::new(tokio::sync::Notify::new()),
+            leadership: leadership.clone(),
         });
+        tokio::spawn(stop_when_deposed(Arc::downgrade(&jobs), leadership.watch()));
         tokio::spawn(start_waiting(Arc::downgrade(&jobs), jobs.ended.clone(), leadership));
         jobs
     }
@@ -94,18 +102,22 @@ impl Jobs {
         Ok(())
     }
 
-    /// No longer leading: this replica's runs stop; the running ones end
-    /// Failed, interrupted, the pending ones wait for the next leader.
+    /// No longer leading: this replica's runs stop, every one before
+    /// anything is written (the store may not answer: a leader cut off from
+    /// it); then the running ones end Failed, interrupted (unless the next
+    /// leader has finished them already), the pending ones wait for it.
     pub async fn step_down(&self) {
         let running: Vec<(String, String)> = self.running.lock().unwrap().keys().cloned().collect();
+        for (namespace, name) in &running {
+            self.stop(namespace, name).await;
+        }
         for (namespace, name) in running {
-            self.stop(&namespace, &name).await;
             let Ok(Some(record)) = self.store.get(Kind::Job, &namespace, &name).await else {
                 continue;
             };
             let status: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
             if status.phase == JobPhase::Running {
-                let why = "interrupted: the server running it stopped leading (shutdown); raise run_id to run it again";
+                let why = "interrupted: the server running it stopped leading; raise run_id to run it again";
                 if let Err(e) = self.interrupted(&namespace, &name, status, why).await {
                     tracing::warn!(namespace, job = name, error = %e, "finishing an interrupted job run failed");
                 }
@@ -227,15 +239,18 @@ impl Jobs {
         }
     }
 
-    /// Writes a status if the job still belongs to this run; a result over
-    /// [`INLINE_RESULT_BYTES`] goes to the record's detail, out of what
-    /// lists of jobs read.
+    /// Writes a status if the job still belongs to this run and the run
+    /// has not ended (one outcome per run: a deposed leader's run that
+    /// ends after the next leader found it interrupted writes nothing); a
+    /// result over [`INLINE_RESULT_BYTES`] goes to the record's detail,
+    /// out of what lists of jobs read. The write is a compare-and-set of
+    /// the status read: one that ended the run meanwhile wins.
     async fn save(&self, namespace: &str, name: &str, status: &JobStatus) -> crate::Result<bool> {
         let Some(record) = self.store.get(Kind::Job, namespace, name).await? else {
             return Ok(false);
         };
         let current: JobStatus = serde_json::from_value(record.status.clone()).unwrap_or_default();
-        if current.run_id != status.run_id {
+        if current.run_id != status.run_id || current.phase.is_finished() {
             return Ok(false);
         }
         let mut status = status.clone();
@@ -292,9 +307,22 @@ impl Jobs {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
 
+        // Only a leader calls the handler, and only for a run nobody ended
+        // meanwhile (a leader that took over and found it interrupted).
+        if !self.leadership.is_leader() {
+            return Ok(()); // Pending: the next leader starts it
+        }
         status.phase = JobPhase::Running;
         status.started_at = Some(crate::store::now());
-        self.save(namespace, name, &status).await?;
+        if !self.save(namespace, name, &status).await? {
+            tracing::info!(
+                namespace,
+                job = name,
+                run_id,
+                "job run ended or replaced before it started"
+            );
+            return Ok(());
+        }
         let invocation = Invocation {
             kind: TriggerKind::Job,
             request_id: format!("{:016x}", rand::random::<u64>()),
@@ -343,6 +371,25 @@ impl Jobs {
         tracing::info!(namespace, job = name, run_id, phase = ?status.phase, "job run finished");
         self.save(namespace, name, &status).await?;
         Ok(())
+    }
+}
+
+/// Stops this replica's runs as soon as it no longer leads: the
+/// reconciler's step down comes at its next pass, which a leader cut off
+/// from the store waits for as long as the store does not answer, while
+/// the next leader takes over within seconds.
+async fn stop_when_deposed(jobs: Weak<Jobs>, mut leading: tokio::sync::watch::Receiver<bool>) {
+    while leading.changed().await.is_ok() {
+        if *leading.borrow_and_update() {
+            continue;
+        }
+        let Some(jobs) = jobs.upgrade() else {
+            return;
+        };
+        if !jobs.running.lock().unwrap().is_empty() {
+            tracing::warn!("no longer leading: stopping this replica's job runs");
+            jobs.step_down().await;
+        }
     }
 }
 

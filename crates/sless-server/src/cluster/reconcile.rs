@@ -226,6 +226,10 @@ impl Reconciler {
                 .collect();
             current = self.converge_functions(&functions, &changed).await;
         }
+        // The store may have been slow to answer (a leader cut off from it
+        // waits here for as long as it does not): the leader's work is done
+        // only by a replica that still leads now.
+        let leader = leader && self.cluster.is_leader();
         self.parts.triggers.converge(&triggers, leader).await;
         if leader {
             self.parts.jobs.converge(&jobs).await;

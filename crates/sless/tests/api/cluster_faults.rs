@@ -235,6 +235,10 @@ impl Gate {
         })
         .await
     }
+
+    fn dropped(&self, name: &str) -> usize {
+        self.state.lock().unwrap().dropped.get(name).copied().unwrap_or(0)
+    }
 }
 
 /// A replica's settings: the bucket, and builds and instances that reach
@@ -446,4 +450,79 @@ fn bucket_through(mut env: Vec<(String, String)>, proxy: &TcpProxy) -> Vec<(Stri
         }
     }
     env
+}
+
+/// Python code that waits at the gate its event names (`url`), then answers.
+const WAITS_AT_THE_GATE: &[u8] = b"import urllib.request\n\ndef handle(event, context):\n    urllib.request.urlopen(event['url']).read()\n    return {'passed': True}\n";
+
+/// A leader black-holed from the database (its lease runs out, then its
+/// session ends and another takes over) stops its job runs when it stops
+/// leading. Its reconciler, whose step waited for the database (here held
+/// in the middle of its heartbeat's statement, which names the replica),
+/// stopped them only once that answered again: the run went on after the
+/// new leader had said it was interrupted (a call of the handler under
+/// way, while the user may start the next run), and its outcome could
+/// then be written over the new leader's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_database_stops_its_job_runs_and_writes_no_outcome() {
+    let gate = Gate::start().await;
+    let proxy = TcpProxy::start(5432).await;
+    let db = PgDb::create().await;
+    let s3 = S3Server::start().await;
+    let old = Server::replica(&through(&proxy, &db), &gated_env(&s3, &gate, "old"));
+    assert!(old.leads().await, "the first replica leads");
+    let new = Server::replica(&db.url(), &gated_env(&s3, &gate, "new"));
+    old.deploy(
+        "ns",
+        "waits",
+        json!({"runtime": "python3.11", "timeout_sec": 120}),
+        &[("handler.py", WAITS_AT_THE_GATE)],
+    )
+    .await;
+    let event = json!({"url": format!("{}gate", gate.url("job"))});
+    let (status, body) = new
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/jobs",
+            Some(json!({"name": "long", "function": "waits", "run_id": 1, "event": event})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    gate.reached("job").await;
+
+    let (_, health) = old.call(Method::GET, "/healthz", None).await;
+    let replica = health["replica"].as_str().unwrap().as_bytes().to_vec();
+    *proxy.hold_at.lock().unwrap() = Some(replica);
+    let job = new
+        .wait_for("/v1/namespaces/ns/jobs/long", 60, |j| j["status"]["phase"] == "Failed")
+        .await;
+    assert!(new.leads().await);
+    let interrupted = job["status"].clone();
+    assert!(
+        interrupted["error"].as_str().unwrap().contains("interrupted"),
+        "{interrupted}"
+    );
+    // The deposed leader's call of the handler has ended (its instance
+    // stopped), though the database still does not answer it.
+    eventually(Duration::from_secs(30), || async {
+        match gate.dropped("job") {
+            1 => Ok(()),
+            n => Err(format!(
+                "{n} calls of the handler stopped: the deposed leader still runs the job"
+            )),
+        }
+    })
+    .await;
+    // Back in touch, it writes nothing over the new leader's outcome.
+    gate.open("job");
+    proxy.held.store(false, Ordering::SeqCst);
+    eventually(Duration::from_secs(60), || async {
+        match old.invoke(Method::GET, "/fn/ns/nothing-here", "").await.0 {
+            StatusCode::SERVICE_UNAVAILABLE => Err("the deposed leader is still fenced".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
+    let (_, job) = new.call(Method::GET, "/v1/namespaces/ns/jobs/long", None).await;
+    assert_eq!(job["status"], interrupted, "one outcome per run");
 }
