@@ -159,7 +159,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             retention: Duration::from_secs(config.invocation_retention_days * 86_400),
             single: !config.shared(),
         },
-        cluster.leadership.watch(),
+        cluster.clone(),
     )
     .await?;
     let reconciler = crate::cluster::reconcile::Reconciler::start(

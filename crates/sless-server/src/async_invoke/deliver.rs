@@ -8,6 +8,13 @@
 //! replica that dies lets its leases run out and another takes the events
 //! again (at-least-once).
 //!
+//! A replica fenced off the store ([`crate::cluster::Cluster::fenced`]: it
+//! lost touch with it while other replicas were live, and may not serve
+//! the version made Ready meanwhile yet) claims nothing until it is back
+//! and serves what the store says, as it refuses `/fn` calls: an event
+//! accepted after a version was Ready is delivered to that version or a
+//! newer one. The other replicas deliver meanwhile.
+//!
 //! A replica shutting down claims nothing more and lets its attempts under
 //! way finish within the grace period ([`Deliverer::drain`]); what is
 //! still running then goes back to the queue, the attempt not counted
@@ -125,6 +132,18 @@ pub struct Deliverer {
     claiming: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Set by `hand_back`: outcomes are no longer written.
     handed_back: AtomicBool,
+    cluster: Arc<crate::cluster::Cluster>,
+    /// Whether the claim loop holds off, fenced (for `/metrics`).
+    pub fenced: AtomicBool,
+}
+
+/// What the deliverer shares with the rest of the server.
+pub struct Shared {
+    /// Wakes the claim loop (an event stored).
+    pub wake: Arc<Notify>,
+    pub backlog: Arc<super::Backlogs>,
+    /// Whether this replica is fenced off the store.
+    pub cluster: Arc<crate::cluster::Cluster>,
 }
 
 impl Deliverer {
@@ -134,9 +153,9 @@ impl Deliverer {
         invoker: Arc<Invoker>,
         publisher: Publisher,
         settings: DeliverySettings,
-        wake: Arc<Notify>,
-        backlog: Arc<super::Backlogs>,
+        shared: Shared,
     ) -> Arc<Deliverer> {
+        let Shared { wake, backlog, cluster } = shared;
         let deliverer = Arc::new(Deliverer {
             events,
             store,
@@ -158,6 +177,8 @@ impl Deliverer {
             backlog,
             claiming: Mutex::new(None),
             handed_back: AtomicBool::new(false),
+            cluster,
+            fenced: AtomicBool::new(false),
         });
         let claiming = tokio::spawn(deliverer.clone().claim_loop(wake));
         *deliverer.claiming.lock().unwrap_or_else(PoisonError::into_inner) = Some(claiming);
@@ -229,6 +250,20 @@ impl Deliverer {
             let Ok(first) = self.slots.clone().acquire_owned().await else {
                 return;
             };
+            // Fenced: this replica may still serve a version older than
+            // one Ready; what it claimed would go there.
+            let fenced = self.cluster.fenced();
+            if self.fenced.swap(fenced, Ordering::Relaxed) != fenced {
+                match fenced {
+                    true => tracing::warn!("out of touch with the store: claiming no asynchronous events until this replica serves what it says"),
+                    false => tracing::info!("claiming asynchronous events again"),
+                }
+            }
+            if fenced {
+                drop(first);
+                let _ = tokio::time::timeout(POLL, wake.notified()).await;
+                continue;
+            }
             let mut slots = vec![first];
             while slots.len() < PAGE {
                 match self.slots.clone().try_acquire_owned() {

@@ -163,8 +163,9 @@ impl AsyncInvocations {
         invoker: Arc<Invoker>,
         publisher: destinations::Publisher,
         settings: AsyncSettings,
-        leading: tokio::sync::watch::Receiver<bool>,
+        cluster: Arc<crate::cluster::Cluster>,
     ) -> anyhow::Result<Arc<AsyncInvocations>> {
+        let leading = cluster.leadership.watch();
         if settings.single {
             let released = events.release_all(now_micros()).await?;
             if released > 0 {
@@ -187,8 +188,11 @@ impl AsyncInvocations {
             invoker,
             publisher,
             settings.delivery.clone(),
-            written,
-            backlog.clone(),
+            deliver::Shared {
+                wake: written,
+                backlog: backlog.clone(),
+                cluster,
+            },
         );
         let this = Arc::new(AsyncInvocations {
             events,
@@ -331,6 +335,11 @@ impl AsyncInvocations {
             out,
             "# HELP sless_async_in_flight Asynchronous events held by this replica.\n# TYPE sless_async_in_flight gauge\nsless_async_in_flight {}",
             self.deliverer.in_flight()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sless_async_delivery_fenced 1 while this replica claims no asynchronous events: out of touch with the store, or back and not yet serving what it says.\n# TYPE sless_async_delivery_fenced gauge\nsless_async_delivery_fenced {}",
+            u8::from(self.deliverer.fenced.load(Ordering::Relaxed))
         );
     }
 }

@@ -526,3 +526,135 @@ async fn a_leader_cut_off_from_the_database_stops_its_job_runs_and_writes_no_out
     let (_, job) = new.call(Method::GET, "/v1/namespaces/ns/jobs/long", None).await;
     assert_eq!(job["status"], interrupted, "one outcome per run");
 }
+
+/// Version `v` of function `f`: it prints its event (the record of the
+/// call says which version got it) and answers with `v`.
+fn printing_version(v: u32) -> Vec<u8> {
+    zip_of(&[(
+        "handler.py",
+        format!("def handle(event, context):\n    print('got', event)\n    return {{'v': {v}}}\n").as_bytes(),
+    )])
+}
+
+/// A replica back from a database outage delivers no asynchronous event
+/// until it serves the version made Ready while it was away: here its
+/// copy of that version cannot be fetched (the bucket is held from it),
+/// the only other replica's one delivery slot is taken, and an event
+/// accepted after version 2 was Ready went to version 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_catching_up_after_an_outage_delivers_no_event_to_the_version_before() {
+    let gate = Gate::start().await;
+    let db_link = TcpProxy::start(5432).await;
+    let db = PgDb::create().await;
+    let s3 = S3Server::start().await;
+    let bucket_link = TcpProxy::start(port_of(&s3)).await;
+    let mut leader_env = gated_env(&s3, &gate, "leader");
+    leader_env.push(("SLESS_ASYNC_CONCURRENCY".into(), "1".into()));
+    let leader = Server::replica(&db.url(), &leader_env);
+    assert!(leader.leads().await, "the first replica leads");
+    let follower_env = bucket_through(gated_env(&s3, &gate, "follower"), &bucket_link);
+    let follower = Server::replica(&through(&db_link, &db), &follower_env);
+    let follower_id = follower.call(Method::GET, "/healthz", None).await.1["replica"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    leader
+        .deploy(
+            "ns",
+            "blocker",
+            json!({"runtime": "python3.11", "timeout_sec": 120}),
+            &[("handler.py", WAITS_AT_THE_GATE)],
+        )
+        .await;
+    create(&leader, "f").await;
+    let (_, body) = leader.upload("ns", "f", printing_version(1)).await;
+    leader
+        .wait_built("ns", "f", body["status"]["code_hash"].as_str().unwrap())
+        .await;
+    assert_eq!(answer(&follower, "f").await, Some(1));
+
+    db_link.up.store(false, Ordering::SeqCst);
+    eventually(Duration::from_secs(10), || async {
+        match follower.invoke(Method::GET, "/fn/ns/f", "").await.0 {
+            StatusCode::SERVICE_UNAVAILABLE => Ok(()),
+            other => Err(format!("the cut-off replica still answers: {other}")),
+        }
+    })
+    .await;
+    // The leader's one delivery slot is taken (the follower claims nothing now).
+    let blocker = format!("{}gate", gate.url("blocker"));
+    let response = leader
+        .request(Method::POST, "/fn/ns/blocker", None)
+        .header("x-sless-invocation-type", "Event")
+        .body(json!({"url": blocker}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    gate.reached("blocker").await;
+    let (_, body) = leader.upload("ns", "f", printing_version(2)).await;
+    leader
+        .wait_built("ns", "f", body["status"]["code_hash"].as_str().unwrap())
+        .await;
+    let response = leader
+        .request(Method::POST, "/fn/ns/f", None)
+        .header("x-sless-invocation-type", "Event")
+        .body(r#"{"marker": "after-v2"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let location = response.headers()["location"].to_str().unwrap().to_string();
+
+    // Back in touch with the database, not with the bucket: it cannot
+    // deploy version 2, and stays fenced.
+    bucket_link.held.store(true, Ordering::SeqCst);
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url())
+        .await
+        .unwrap();
+    let back: f64 = sqlx::query_scalar("SELECT extract(epoch FROM now())::float8")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    db_link.up.store(true, Ordering::SeqCst);
+    let admin = tokio::sync::Mutex::new(admin);
+    eventually(Duration::from_secs(60), || {
+        let (admin, event, follower, leader) = (&admin, &location, &follower, &leader);
+        let follower_id = follower_id.as_str();
+        async move {
+            let mut admin = admin.lock().await;
+            let (_, record) = leader.call(Method::GET, event, None).await;
+            if record["status"] != "queued" {
+                return Ok(()); // delivered already: which version got it is asserted below
+            }
+            let heartbeat: f64 = sqlx::query_scalar(
+                "SELECT extract(epoch FROM heartbeat_at)::float8 FROM cluster_replicas WHERE id = $1",
+            )
+            .bind(follower_id)
+            .fetch_one(&mut *admin)
+            .await
+            .unwrap();
+            let holds_off = follower.metric("sless_async_delivery_fenced").await == Some(1.0);
+            if heartbeat > back && holds_off {
+                Ok(())
+            } else {
+                Err(format!(
+                    "event {record}; follower heartbeat {heartbeat}, holding deliveries off: {holds_off}"
+                ))
+            }
+        }
+    })
+    .await;
+    bucket_link.held.store(false, Ordering::SeqCst);
+    let got = eventually(Duration::from_secs(90), || async {
+        leader
+            .records("ns", "f")
+            .await
+            .into_iter()
+            .find(|r| r["logs"].to_string().contains("after-v2"))
+            .ok_or_else(|| "the event accepted after version 2 is not delivered yet".to_string())
+    })
+    .await;
+    assert_eq!(got["version"], 2, "the event accepted after version 2 was Ready: {got}");
+    gate.open("blocker");
+}
