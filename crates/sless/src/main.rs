@@ -35,16 +35,45 @@ enum Command {
     Client(cli::Command),
 }
 
+/// The command tree `sless` parses: the client flags are global, but
+/// `server` takes them only to refuse them (`sless server --token x` is a
+/// mistake worth naming), hidden from its help.
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("server", cli::ConnArgs::refused_by)
+}
+
+/// The command tree completion scripts offer: what `sless --help` shows.
+/// The hidden `instance` is left out, and the client flags are offered
+/// where they apply, on the top-level command and under each client
+/// subcommand, never under `server` (clap's completions would offer hidden
+/// subcommands and arguments too, so they are not in this tree at all).
+fn offered() -> clap::Command {
+    let full = Cli::command();
+    let client_flags: Vec<clap::Arg> = full.get_arguments().cloned().collect();
+    let subcommands = full
+        .get_subcommands()
+        .filter(|sub| !sub.is_hide_set())
+        .map(|sub| match sub.get_name() {
+            "server" => sub.clone(),
+            _ => sub.clone().args(client_flags.iter().cloned()),
+        });
+    clap::Command::new("sless")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about(full.get_about().cloned().unwrap_or_default())
+        .args(client_flags.iter().map(|flag| flag.clone().global(false)))
+        .subcommands(subcommands)
+}
+
 fn main() -> anyhow::Result<()> {
-    let matches = Cli::command().get_matches();
+    let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match cli.command {
         Command::Server(config) => config,
         Command::Instance(args) => std::process::exit(run_instance(args)),
-        Command::Client(command) => std::process::exit(cli::main(command, cli.conn, Cli::command)),
+        Command::Client(command) => std::process::exit(cli::main(command, cli.conn, offered)),
     };
     if let Some(flag) = cli::ConnArgs::given_on_command_line(&matches) {
-        Cli::command()
+        command()
             .error(
                 clap::error::ErrorKind::ArgumentConflict,
                 format!("{flag} is a client flag; `sless server` does not take it (see `sless server --help`)"),
@@ -117,5 +146,28 @@ fn run_instance(args: instance::InstanceArgs) -> i32 {
             tracing::error!("{e:#}");
             1
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::FromArgMatches;
+
+    use super::{command, Cli, Command};
+
+    /// `sless -n demo server` is refused after parsing; what it parsed to
+    /// shows that a client flag (or `SLESS_NAMESPACE`) never reaches the
+    /// server's `namespace` (`--k8s-namespace`).
+    #[test]
+    fn the_client_namespace_is_not_the_servers() {
+        let matches = command()
+            .try_get_matches_from(["sless", "-n", "demo", "server"])
+            .unwrap();
+        let cli = Cli::from_arg_matches(&matches).unwrap();
+        assert_eq!(cli.conn.namespace.as_deref(), Some("demo"));
+        let Command::Server(config) = cli.command else {
+            panic!("not the server")
+        };
+        assert_eq!(config.kube.namespace, "sless");
     }
 }

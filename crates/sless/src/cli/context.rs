@@ -9,21 +9,52 @@ use super::config::SavedConfig;
 use super::output::OutputFormat;
 
 /// The connection flags every client command takes, before or after its
-/// name (global flags of the top-level command).
+/// name (global flags of the top-level command). Their ids are their own
+/// (`client-*`): clap hands a global flag's value to any argument of a
+/// subcommand with the same id, and `sless server` has a `namespace` of its
+/// own (`--k8s-namespace`), which `-n` or `SLESS_NAMESPACE` must not set.
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Client options")]
 pub struct ConnArgs {
     /// Server URL [default: the one saved by `sless login`].
-    #[arg(long, env = "SLESS_ENDPOINT", global = true)]
+    #[arg(
+        id = "client-endpoint",
+        long = "endpoint",
+        value_name = "ENDPOINT",
+        env = "SLESS_ENDPOINT",
+        global = true
+    )]
     pub endpoint: Option<String>,
     /// Bearer token [default: the one saved by `sless login` for this endpoint].
-    #[arg(long, env = "SLESS_TOKEN", global = true, hide_env_values = true)]
+    #[arg(
+        id = "client-token",
+        long = "token",
+        value_name = "TOKEN",
+        env = "SLESS_TOKEN",
+        global = true,
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// Namespace [default: the one saved by `sless login`, else "default"].
-    #[arg(short, long, env = "SLESS_NAMESPACE", global = true)]
+    #[arg(
+        id = "client-namespace",
+        short = 'n',
+        long = "namespace",
+        value_name = "NAMESPACE",
+        env = "SLESS_NAMESPACE",
+        global = true
+    )]
     pub namespace: Option<String>,
     /// How to print results: tables for people, JSON for scripts.
-    #[arg(short, long, value_enum, global = true, default_value = "table")]
+    #[arg(
+        id = "client-output",
+        short = 'o',
+        long = "output",
+        value_name = "OUTPUT",
+        value_enum,
+        global = true,
+        default_value = "table"
+    )]
     pub output: OutputFormat,
 }
 
@@ -38,8 +69,22 @@ impl ConnArgs {
         };
         ["endpoint", "token", "namespace", "output"]
             .into_iter()
-            .find(|id| matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine))
-            .map(|id| format!("--{id}"))
+            .find(|flag| {
+                matches.value_source(&format!("client-{flag}")) == Some(clap::parser::ValueSource::CommandLine)
+            })
+            .map(|flag| format!("--{flag}"))
+    }
+
+    /// `command` (`sless server`) with these flags as hidden arguments of
+    /// its own: clap then does not hand it the global ones (nor list them
+    /// in its help), yet one typed after it still parses, so that
+    /// `given_on_command_line` can refuse it by name.
+    pub fn refused_by(mut command: clap::Command) -> clap::Command {
+        for flag in ConnArgs::augment_args(clap::Command::new("client")).get_arguments() {
+            let refused = flag.clone().global(false).hide(true).env(None).default_value(None);
+            command = command.arg(refused);
+        }
+        command
     }
 }
 

@@ -67,7 +67,7 @@ pub enum Command {
 
 /// Runs `command` with the connection flags `conn` (given before or after
 /// the subcommand) and returns the process exit code. `top` builds the
-/// whole command tree (for completions).
+/// command tree completion scripts offer.
 pub fn main(command: Command, conn: ConnArgs, top: fn() -> clap::Command) -> i32 {
     let result = match &command {
         Command::Completions(args) => completions::print(args, top()),

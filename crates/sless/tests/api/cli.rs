@@ -536,6 +536,26 @@ async fn completions_for_bash_zsh_and_fish() {
         let run = user.ok(&["completions", shell]);
         assert!(run.stdout.contains("deploy"), "{shell}: {}", run.stdout);
         assert!(run.stdout.contains("invocations"), "{shell}");
+        // `instance` (what a pod of the Kubernetes driver runs) is nobody's to type.
+        for internal in ["subcmd__instance", "'instance:", "-a \"instance\"", "SLESS_INSTANCE"] {
+            assert!(!run.stdout.contains(internal), "{shell} offers {internal}");
+        }
+    }
+    // The client flags are offered to client commands, never to `server`.
+    let bash = user.ok(&["completions", "bash"]).stdout;
+    let options = |case: &str| {
+        let at = bash.find(case).unwrap_or_else(|| panic!("no {case}"));
+        let line = bash[at..]
+            .lines()
+            .find(|l| l.trim_start().starts_with("opts="))
+            .unwrap();
+        line.to_string()
+    };
+    assert!(options("sless__subcmd__ls)").contains("--namespace"));
+    let server = options("sless__subcmd__server)");
+    assert!(server.contains("--listen"), "{server}");
+    for client in ["--endpoint", "--token", "--namespace", "--output"] {
+        assert!(!server.contains(&format!("{client} ")), "{server}");
     }
     user.fails(&["completions", "tcsh"]);
 }

@@ -82,14 +82,45 @@ async fn connection_flags_go_before_or_after_the_subcommand() {
     assert_eq!(user.ok(&ls).json()[0]["namespace"], "demo");
 
     // `sless server` takes none of them, and says so instead of ignoring it.
-    let run = user.run(&["server", "--token", "x"]);
+    for args in [
+        &["server", "--token", "x"][..],
+        &["--token", "x", "server"],
+        &["server", "-n", "demo"],
+    ] {
+        let run = user.run(args);
+        assert!(!run.ok);
+        let flag = if args.contains(&"-n") { "--namespace" } else { "--token" };
+        assert!(
+            run.stderr
+                .contains(&format!("{flag} is a client flag; `sless server` does not take it")),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[tokio::test]
+async fn server_help_shows_only_what_the_server_reads() {
+    let user = User::new();
+    let help = user.ok(&["server", "--help"]).stdout;
+    assert!(help.contains("--listen <LISTEN>"), "{help}");
+    assert!(help.contains("--k8s-namespace <NAMESPACE>"), "{help}");
+    assert!(!help.contains("Client options"), "{help}");
+    for client in [
+        "--endpoint",
+        "--token <",
+        "--namespace <",
+        "--output",
+        "SLESS_TOKEN",
+        "SLESS_NAMESPACE=",
+    ] {
+        assert!(!help.contains(client), "server help lists {client}:\n{help}");
+    }
+    // The server's own `--k8s-namespace` is not the client's `--namespace`.
+    let run = user.run(&["server", "--k8s-namespace", "other", "--listen", "not-an-address"]);
     assert!(!run.ok);
-    assert!(
-        run.stderr
-            .contains("--token is a client flag; `sless server` does not take it"),
-        "{}",
-        run.stderr
-    );
+    assert!(!run.stderr.contains("client flag"), "{}", run.stderr);
+    assert!(run.stderr.contains("--listen"), "{}", run.stderr);
 }
 
 #[tokio::test]
