@@ -9,6 +9,7 @@ use super::output::{first_line, or_dash, print_json, time, OutputFormat, Table};
 #[derive(Args)]
 pub struct AsyncArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub name: String,
     /// An event id (as `sless invoke --async` printed it): show that one.
     pub id: Option<String>,

@@ -115,11 +115,26 @@ impl ConnArgs {
         if token.is_empty() {
             bail!("no token for {endpoint}: run `sless login {endpoint}`, or pass --token / set SLESS_TOKEN");
         }
+        let namespace = self.namespace_or(&saved);
+        self.check_namespace(&namespace)?;
         let client = Client::new(&endpoint, token).context("cannot use the endpoint")?;
         Ok(Context {
             client,
-            namespace: self.namespace_or(&saved),
+            namespace,
             output: self.output,
+        })
+    }
+
+    /// Refuses a namespace that is not a DNS label before any request
+    /// (the server could only answer that no route matches), saying where
+    /// it came from.
+    pub fn check_namespace(&self, namespace: &str) -> anyhow::Result<()> {
+        sless_api::validate_name("namespace", namespace).map_err(|e| {
+            let from = match self.namespace {
+                Some(_) => "-n/--namespace or SLESS_NAMESPACE",
+                None => "the config `sless login` saved",
+            };
+            anyhow::anyhow!("{e} (from {from})")
         })
     }
 

@@ -26,7 +26,7 @@ pub struct DeployArgs {
     /// Directory with the handler code (.git, node_modules and __pycache__ are left out).
     pub dir: PathBuf,
     /// Function name [default: the directory's name].
-    #[arg(long)]
+    #[arg(long, value_parser = super::names::function)]
     pub name: Option<String>,
     /// Runtime; needed to create the function, and cannot change afterwards.
     #[arg(long, value_enum)]

@@ -10,12 +10,14 @@ use super::output::{age, first_line, or_dash, print_json, say, time, Details, Ou
 #[derive(Args)]
 pub struct GetArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub name: String,
 }
 
 #[derive(Args)]
 pub struct RemoveArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub name: String,
     /// Also delete the triggers and jobs that name the function (without
     /// it, a function they name is not deleted).

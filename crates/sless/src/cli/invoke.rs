@@ -15,7 +15,9 @@ use super::output::{print_json, write_stdout, OutputFormat};
 
 #[derive(Args)]
 pub struct InvokeArgs {
-    /// Function name.
+    /// Function name; `NAME@VERSION` or `NAME@ALIAS` calls that version
+    /// (`hello@7`) or what that alias points at (`hello@live`).
+    #[arg(value_parser = super::names::invoked)]
     pub name: String,
     /// Request body: JSON or text, `@FILE` to read a file, `@-` for stdin.
     #[arg(short, long)]

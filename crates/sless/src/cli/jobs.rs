@@ -30,15 +30,17 @@ pub enum JobCommand {
 #[derive(Args)]
 pub struct Named {
     /// Job name.
+    #[arg(value_parser = super::names::job)]
     pub name: String,
 }
 
 #[derive(Args)]
 pub struct RunArgs {
     /// Job name.
+    #[arg(value_parser = super::names::job)]
     pub name: String,
     /// The function to run; needed to create the job [default: the job's].
-    #[arg(long)]
+    #[arg(long, value_parser = super::names::function)]
     pub function: Option<String>,
     /// The handler's event (JSON) [default: the job's, else {}].
     #[arg(long, value_name = "JSON")]

@@ -29,6 +29,9 @@ pub async fn run(args: LoginArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     else {
         bail!("which server? run `sless login URL`, e.g. `sless login http://127.0.0.1:8080`");
     };
+    if let Some(namespace) = &conn.namespace {
+        conn.check_namespace(namespace)?;
+    }
     let token = match &conn.token {
         Some(token) => token.clone(),
         None => read_token()?,

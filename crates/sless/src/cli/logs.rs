@@ -9,6 +9,7 @@ use super::output::{first_line, or_dash, print_json, printable, say, time, write
 #[derive(Args)]
 pub struct LogsArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub name: String,
     /// Keep printing new lines as handlers print them (until interrupted).
     #[arg(short, long)]
@@ -21,6 +22,7 @@ pub struct LogsArgs {
 #[derive(Args)]
 pub struct InvocationsArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub name: String,
     /// At most this many, newest first.
     #[arg(long, default_value_t = 20)]

@@ -14,6 +14,7 @@ mod invoke;
 mod jobs;
 mod login;
 mod logs;
+mod names;
 mod output;
 mod progress;
 mod secrets;

@@ -32,12 +32,14 @@ pub enum SecretCommand {
 #[derive(Args)]
 pub struct Named {
     /// Secret name.
+    #[arg(value_parser = super::names::secret)]
     pub name: String,
 }
 
 #[derive(Args)]
 pub struct ValuesArgs {
     /// Secret name.
+    #[arg(value_parser = super::names::secret)]
     pub name: String,
     /// A key and its value, e.g. `--literal user=app` (the value is visible
     /// to other users of this machine in the process list: prefer

@@ -30,15 +30,17 @@ pub enum TriggerCommand {
 #[derive(Args)]
 pub struct Named {
     /// Trigger name.
+    #[arg(value_parser = super::names::trigger)]
     pub name: String,
 }
 
 #[derive(Args)]
 pub struct CreateArgs {
     /// Trigger name.
+    #[arg(value_parser = super::names::trigger)]
     pub name: String,
     /// The function it fires.
-    #[arg(long)]
+    #[arg(long, value_parser = super::names::function)]
     pub function: String,
     /// What fires it.
     #[arg(long = "type", value_enum)]

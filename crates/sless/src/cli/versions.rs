@@ -13,12 +13,14 @@ use super::output::{age, print_json, say, time, Details, OutputFormat, Table};
 #[derive(Args)]
 pub struct VersionsArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub function: String,
 }
 
 #[derive(Args)]
 pub struct ListArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub function: String,
     /// Delete this version instead (not the serving one, nor one an alias
     /// points at): its artifact and upload go, and the room they took in
@@ -45,16 +47,20 @@ pub enum AliasCommand {
 #[derive(Args)]
 pub struct Named {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub function: String,
     /// Alias name.
+    #[arg(value_parser = super::names::alias)]
     pub alias: String,
 }
 
 #[derive(Args)]
 pub struct SetArgs {
     /// Function name.
+    #[arg(value_parser = super::names::function)]
     pub function: String,
     /// Alias name (a DNS label that starts with a letter).
+    #[arg(value_parser = super::names::alias)]
     pub alias: String,
     /// The version it points at.
     pub version: u64,

@@ -154,6 +154,81 @@ async fn a_refused_connection_is_one_error_naming_the_endpoint() {
 }
 
 #[tokio::test]
+async fn names_that_cannot_be_are_refused_before_any_request() {
+    // Nothing listens there: a request would fail with "cannot reach".
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let user = User::new();
+    let conn = ["--endpoint", endpoint.as_str(), "--token", "t0ken"];
+    for (args, argument, refused) in [
+        (&["get", ""][..], "'<NAME>'", r#"invalid function name """#),
+        (&["rm", "Hello"], "'<NAME>'", r#"invalid function name "Hello""#),
+        (&["invoke", ""], "'<NAME>'", r#"invalid function name """#),
+        (&["invoke", "hello@"], "'<NAME>'", "nothing after '@'"),
+        (&["invoke", "hello@Live"], "'<NAME>'", r#"invalid alias name "Live""#),
+        (&["logs", "a_b"], "'<NAME>'", r#"invalid function name "a_b""#),
+        (&["async", "a.b"], "'<NAME>'", r#"invalid function name "a.b""#),
+        (&["versions", ""], "'<FUNCTION>'", r#"invalid function name """#),
+        (&["alias", "get", "f", ""], "'<ALIAS>'", r#"invalid alias name """#),
+        (
+            &["alias", "set", "f", "7x", "1"],
+            "'<ALIAS>'",
+            "must start with a letter",
+        ),
+        (&["trigger", "get", "A"], "'<NAME>'", r#"invalid trigger name "A""#),
+        (
+            &["trigger", "create", "t", "--function", "", "--type", "http"],
+            "'--function <FUNCTION>'",
+            r#"invalid function name """#,
+        ),
+        (
+            &["job", "run", "j", "--function", "F"],
+            "'--function <FUNCTION>'",
+            r#"invalid function name "F""#,
+        ),
+        (&["secret", "get", ""], "'<NAME>'", r#"invalid secret name """#),
+        (
+            &["deploy", ".", "--name", "My_Fn"],
+            "'--name <NAME>'",
+            r#"invalid function name "My_Fn""#,
+        ),
+    ] {
+        let mut all = args.to_vec();
+        all.extend(conn);
+        let run = user.fails(&all);
+        assert!(
+            !run.stderr.contains("cannot reach"),
+            "{args:?} made a request: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains(argument),
+            "{args:?} does not name {argument}: {}",
+            run.stderr
+        );
+        assert!(run.stderr.contains(refused), "{args:?}: {}", run.stderr);
+    }
+    // A namespace too, from a flag, the environment or the saved config.
+    let mut ls = vec!["-n", "Demo", "ls"];
+    ls.extend(conn);
+    let run = user.fails(&ls);
+    assert!(!run.stderr.contains("cannot reach"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains(r#"invalid namespace name "Demo""#)
+            && run.stderr.contains("(from -n/--namespace or SLESS_NAMESPACE)"),
+        "{}",
+        run.stderr
+    );
+    let run = user.fails(&["login", &endpoint, "--token", "t0ken", "-n", ""]);
+    assert!(!run.stderr.contains("cannot reach"), "{}", run.stderr);
+    assert!(run.stderr.contains(r#"invalid namespace name """#), "{}", run.stderr);
+}
+
+#[tokio::test]
 async fn rm_refuses_a_function_triggers_name_unless_cascade() {
     let (_server, user) = logged_in().await;
     deploy_echo(&user, "named");
