@@ -34,6 +34,19 @@ impl InvokeResponse {
         value.get("error")?.as_str().map(str::to_string)
     }
 
+    /// The message of sless's own error answer: a JSON object whose
+    /// `error` is a string and whose `request_id` is the call's, as the
+    /// gateway answers when it refuses or fails a call (and for a handler
+    /// failure it hides). None for what a handler answered itself.
+    pub fn sless_error(&self) -> Option<String> {
+        let value: serde_json::Value = serde_json::from_slice(&self.body).ok()?;
+        let request_id = value.get("request_id")?.as_str()?;
+        if Some(request_id) != self.request_id() {
+            return None;
+        }
+        value.get("error")?.as_str().map(str::to_string)
+    }
+
     /// The `x-request-id` sless gave the call.
     pub fn request_id(&self) -> Option<&str> {
         self.headers.get("x-request-id")?.to_str().ok()

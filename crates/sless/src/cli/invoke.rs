@@ -93,8 +93,18 @@ pub async fn run(args: InvokeArgs, conn: &ConnArgs) -> anyhow::Result<()> {
             }
         };
     }
+    // sless's own error (no such function, version or alias, a limit, a
+    // failed handler it hides) is said once, on stderr, as every command
+    // says the server's errors; what a handler answered goes to stdout
+    // whatever its status.
+    let sless_error = if response.status.as_u16() >= 400 {
+        response.sless_error()
+    } else {
+        None
+    };
     match cx.output {
         OutputFormat::Json => print_json(&as_json(&response))?,
+        OutputFormat::Table if sless_error.is_some() => {}
         OutputFormat::Table => {
             let terminal = std::io::stdout().is_terminal();
             if terminal {
@@ -111,14 +121,14 @@ pub async fn run(args: InvokeArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         }
     }
     if response.status.as_u16() >= 400 {
-        let why = response
-            .error_message()
-            .unwrap_or_else(|| String::from_utf8_lossy(&response.body).trim().to_string());
+        // `error: <message> (<status>)`, as for every other command, with
+        // the call's request id (its invocation record's).
+        let why = sless_error.unwrap_or_else(|| format!("{} answered with an error status", args.name));
         let request_id = response
             .request_id()
-            .map(|id| format!(" (request {id})"))
+            .map(|id| format!(", request {id}"))
             .unwrap_or_default();
-        bail!("{} answered {}{request_id}: {why}", args.name, response.status);
+        bail!("{why} ({}{request_id})", response.status);
     }
     Ok(())
 }

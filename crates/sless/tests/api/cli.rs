@@ -485,18 +485,25 @@ async fn failed_build_exits_non_zero_and_prints_the_build_log() {
 #[tokio::test]
 async fn invoke_fails_on_error_statuses_with_the_servers_message() {
     let (_server, user) = logged_in().await;
+    // The server's own error reads as every command's: `error: <message>
+    // (<status>)`, here with the call's request id, said once on stderr.
     let run = user.fails(&["invoke", "nope", "--data", "{}"]);
     assert!(
-        run.stderr.contains(r#"nope answered 404 Not Found (request "#),
+        run.stderr
+            .starts_with(r#"error: function "nope" not found in namespace "default" (404 Not Found, request "#),
         "{}",
         run.stderr
     );
-    assert!(
-        run.stderr
-            .contains(r#"function "nope" not found in namespace "default""#),
-        "{}",
-        run.stderr
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert_eq!(run.stdout, "", "the error is not also printed as a body");
+    let get = user.fails(&["get", "nope"]);
+    assert_eq!(
+        get.stderr.trim(),
+        r#"error: function "nope" not found in namespace "default" (404 Not Found)"#
     );
+    // -o json still prints the whole answer for scripts.
+    let run = user.fails(&["invoke", "nope", "-o", "json"]);
+    assert_eq!(run.json()["status"], 404);
 
     // A handler's own 4xx is a failure too, with its body on stdout.
     deploy_echo(&user, "teapot");
@@ -505,7 +512,12 @@ async fn invoke_fails_on_error_statuses_with_the_servers_message() {
         serde_json::from_str::<Value>(&run.stdout).unwrap(),
         json!({"teapot": true})
     );
-    assert!(run.stderr.contains("teapot answered 418"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .starts_with("error: teapot answered with an error status (418 I'm a teapot, request "),
+        "{}",
+        run.stderr
+    );
     // --data @file and plain text bodies.
     let (_tmp, dir) = dir_of("data", &[("event.json", r#"{"name": "from a file"}"#)]);
     let file = format!("@{}", path_str(&dir.join("event.json")));
