@@ -34,7 +34,9 @@ pub use secret::{
 pub use stats::{FunctionStats, StatsPoint};
 pub use token::{Token, TokenCreate, TokenCreated, WhoAmI, MAX_TOKEN_NAMESPACES, MAX_TOKEN_NAME_CHARS};
 pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};
-pub use version::{validate_alias_name, Alias, AliasSpec, FunctionVersion};
+pub use version::{
+    validate_alias_name, validate_new_alias_name, Alias, AliasSpec, FunctionVersion, RESERVED_ALIAS_NAMES,
+};
 
 /// A list response: `{"items": [...]}`.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]

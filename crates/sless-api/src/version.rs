@@ -130,6 +130,24 @@ pub fn validate_alias_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Names no alias may take: `latest` reads as the newest version (what
+/// the plain URL calls, `$latest`), so `@latest` must never mean an older
+/// one an alias was left on.
+pub const RESERVED_ALIAS_NAMES: &[&str] = &["latest"];
+
+/// Checks the name of an alias being set (created or moved): an alias name
+/// that is not reserved. (Reads and deletes take any alias name, so that
+/// one stored before a name was reserved can still be shown and deleted.)
+pub fn validate_new_alias_name(name: &str) -> Result<(), String> {
+    validate_alias_name(name)?;
+    if RESERVED_ALIAS_NAMES.contains(&name) {
+        return Err(format!(
+            "alias name {name:?} is reserved: the plain URL /fn/{{ns}}/{{name}} already calls the newest version; pick another name, e.g. \"live\" or \"stable\""
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +185,12 @@ mod tests {
         }
         for bad in ["", "7", "1abc", "Live", "a@b", "a_b", "-a", &"a".repeat(64)] {
             assert!(validate_alias_name(bad).is_err(), "{bad}");
+            assert!(validate_new_alias_name(bad).is_err(), "{bad}");
         }
+        // Reserved: refused when set, still readable (one stored before).
+        assert!(validate_alias_name("latest").is_ok());
+        let refused = validate_new_alias_name("latest").unwrap_err();
+        assert!(refused.contains("reserved"), "{refused}");
+        assert!(validate_new_alias_name("latest-v2").is_ok());
     }
 }

@@ -524,11 +524,15 @@ async fn not_addressable(state: &AppState, key: &FunctionKey, selector: &Selecto
             .alias(&key.namespace, &key.name, alias)
             .await?
             .is_none()
-            .then(|| {
-                format!(
+            .then(|| match sless_api::RESERVED_ALIAS_NAMES.contains(&alias.as_str()) {
+                true => format!(
+                    "function {key} has no alias {alias:?}: no alias may be named so; /fn/{}/{} calls the newest version",
+                    key.namespace, key.name
+                ),
+                false => format!(
                     "function {key} has no alias {alias:?}: see `sless alias ls {}`",
                     key.name
-                )
+                ),
             }),
         Selector::Latest => None,
     };

@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
 use serde_json::Value;
-use sless_api::{validate_alias_name, Alias, AliasSpec, FunctionVersion, List};
+use sless_api::{validate_alias_name, validate_new_alias_name, Alias, AliasSpec, FunctionVersion, List};
 
 use super::body::{from_value, merge_patch, take_identity, JsonObject};
 use super::resource::load;
@@ -235,7 +235,7 @@ async fn find_alias(state: &AppState, ns: &str, name: &str, alias: &str) -> Resu
 /// moving it back.
 #[utoipa::path(put, path = "/v1/namespaces/{ns}/functions/{name}/aliases/{alias}", operation_id = "put_alias", tag = "versions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"),
-        ("alias" = String, Path, description = "Alias name: a DNS label that starts with a letter")),
+        ("alias" = String, Path, description = "Alias name: a DNS label that starts with a letter, not `latest` (reserved: the plain URL calls the newest version)")),
     request_body = AliasSpec,
     responses((status = 200, body = Alias, description = "Moved"), (status = 201, body = Alias, description = "Created"),
         (status = 400, body = sless_api::ErrorBody), (status = 404, body = sless_api::ErrorBody),
@@ -247,7 +247,7 @@ pub async fn put_alias(
     JsonObject(body): JsonObject,
 ) -> Result<(StatusCode, Json<Alias>)> {
     load(&state, Kind::Function, &ns, &name).await?;
-    validate_alias_name(&alias).map_err(|e| Error::invalid("name", e))?;
+    validate_new_alias_name(&alias).map_err(|e| Error::invalid("name", e))?;
     write_alias(&state, &ns, &name, &alias, Value::Object(body), None).await
 }
 

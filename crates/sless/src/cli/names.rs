@@ -31,6 +31,12 @@ pub fn alias(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// The alias `sless alias set` points: not a reserved name either.
+pub fn new_alias(text: &str) -> Result<String, String> {
+    sless_api::validate_new_alias_name(text)?;
+    Ok(text.to_string())
+}
+
 /// What `sless invoke` calls: a function, optionally with `@VERSION` or
 /// `@ALIAS` (`hello@7`, `hello@live`), as in `/fn/{ns}/{name}@...`.
 pub fn invoked(text: &str) -> Result<String, String> {

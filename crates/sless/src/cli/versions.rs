@@ -59,8 +59,9 @@ pub struct SetArgs {
     /// Function name.
     #[arg(value_parser = super::names::function)]
     pub function: String,
-    /// Alias name (a DNS label that starts with a letter).
-    #[arg(value_parser = super::names::alias)]
+    /// Alias name (a DNS label that starts with a letter; not `latest`,
+    /// which the plain URL already means).
+    #[arg(value_parser = super::names::new_alias)]
     pub alias: String,
     /// The version it points at.
     pub version: u64,

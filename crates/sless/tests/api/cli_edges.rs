@@ -179,6 +179,11 @@ async fn names_that_cannot_be_are_refused_before_any_request() {
             "'<ALIAS>'",
             "must start with a letter",
         ),
+        (
+            &["alias", "set", "f", "latest", "1"],
+            "'<ALIAS>'",
+            r#"alias name "latest" is reserved"#,
+        ),
         (&["trigger", "get", "A"], "'<NAME>'", r#"invalid trigger name "A""#),
         (
             &["trigger", "create", "t", "--function", "", "--type", "http"],

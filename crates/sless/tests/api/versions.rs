@@ -625,9 +625,19 @@ async fn an_alias_splits_moves_and_rolls_back(backend: Backend) {
         &put_alias(&server, "af", "live", json!({"version": 1, "extra": 1})).await,
         "extra",
     );
-    for bad_name in ["1abc", "Live", "a@b", "a_b"] {
+    for bad_name in ["1abc", "Live", "a@b", "a_b", "latest"] {
         names_field(&put_alias(&server, "af", bad_name, json!({"version": 1})).await, "name");
     }
+    // `latest` is what people call the newest version: no alias takes it,
+    // and `@latest` says where the newest is.
+    refused(
+        &put_alias(&server, "af", "latest", json!({"version": 1})).await,
+        StatusCode::BAD_REQUEST,
+        r#"alias name "latest" is reserved"#,
+    );
+    let (status, _, body) = server.invoke(Method::POST, "/fn/ns/af@latest", "{}").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert!(body.contains("/fn/ns/af calls the newest version"), "{body}");
     let (status, body) = put_alias(&server, "nope", "live", json!({"version": 1})).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(v_of(&server, "af@live").await, 1, "a refused move changes nothing");

@@ -14,7 +14,7 @@ use crate::number::Number;
 pub fn validate(diags: &mut Diagnostics, config: &AliasState) {
     check_name(diags, "function", &config.function, "function");
     if let Some(name) = config.name.as_ref_option() {
-        if let Err(message) = sless_api::validate_alias_name(name) {
+        if let Err(message) = sless_api::validate_new_alias_name(name) {
             error(diags, "Invalid name", message, Some("name"));
         }
     }
@@ -45,4 +45,40 @@ pub fn plan(planned: &mut AliasState) {
         return;
     }
     planned.url = Value::Unknown;
+}
+
+#[cfg(test)]
+mod tests {
+    use tf_provider::value::Value;
+    use tf_provider::Diagnostics;
+
+    use super::validate;
+    use crate::alias::state::AliasState;
+
+    /// The errors `validate` finds in an alias named `name`.
+    fn errors(name: &str) -> Vec<String> {
+        let config = AliasState {
+            name: Value::Value(name.to_string()),
+            function: Value::Value("app".to_string()),
+            ..AliasState::default()
+        };
+        let mut diags = Diagnostics::default();
+        validate(&mut diags, &config);
+        diags
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.summary, e.detail))
+            .collect()
+    }
+
+    #[test]
+    fn names_are_checked_as_the_server_checks_them() {
+        assert_eq!(errors("live"), Vec::<String>::new());
+        let refused = errors("latest");
+        assert!(
+            refused.len() == 1 && refused[0].contains(r#"alias name "latest" is reserved"#),
+            "{refused:?}"
+        );
+        assert_eq!(errors("Live").len(), 1);
+    }
 }

@@ -44,7 +44,7 @@ function aliasForm(ctx, done) {
     h(
       "div",
       { class: "grid-2" },
-      field("name", "Alias", name, "A DNS label that starts with a letter; set again to move it."),
+      field("name", "Alias", name, "A DNS label that starts with a letter (not latest: the plain URL is the newest); set again to move it."),
       field("version", "Version", version),
       field("weights", "Canary version", other, "Optional: a second version that gets a share of the calls."),
       field("share", "Canary share", share, "Between 0 and 1."),
