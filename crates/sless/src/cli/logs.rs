@@ -81,8 +81,10 @@ pub async fn invocations(args: InvocationsArgs, conn: &ConnArgs) -> anyhow::Resu
         eprintln!("no invocations of {} yet", args.name);
         return Ok(());
     }
+    // ALIAS: the alias the call was addressed to (`NAME@ALIAS`), whose
+    // VERSION served it; `-` for a plain or by-number call.
     let mut table = Table::new(&[
-        "ID", "STARTED", "TRIGGER", "STATUS", "DURATION", "VERSION", "COLD", "LOGS", "ERROR",
+        "ID", "STARTED", "TRIGGER", "STATUS", "DURATION", "VERSION", "ALIAS", "COLD", "LOGS", "ERROR",
     ]);
     for i in &page.items {
         table.row(vec![
@@ -92,6 +94,7 @@ pub async fn invocations(args: InvocationsArgs, conn: &ConnArgs) -> anyhow::Resu
             i.status.clone(),
             format!("{:.1}ms", i.duration_ms),
             i.version.to_string(),
+            or_dash(i.alias.as_ref()),
             if i.cold_start { "yes" } else { "no" }.into(),
             format!("{}{}", i.logs.len(), if i.logs_truncated { "+" } else { "" }),
             or_dash(i.error.as_deref().map(|e| first_line(e, 60))),

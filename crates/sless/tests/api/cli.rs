@@ -125,7 +125,7 @@ pub(super) fn dir_of(name: &str, files: &[(&str, &str)]) -> (tempfile::TempDir, 
 }
 
 /// Polls `check` until it returns something (30 s at most).
-fn eventually<T>(mut check: impl FnMut() -> Option<T>) -> T {
+pub(super) fn eventually<T>(mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(value) = check() {

@@ -9,7 +9,7 @@ use std::process::Stdio;
 
 use serde_json::json;
 
-use super::cli::{deploy_echo, logged_in, User};
+use super::cli::{deploy_echo, eventually, logged_in, User};
 use super::harness::ADMIN;
 
 /// Runs `sless ARGS` with a stdout whose reader is already gone (as after
@@ -288,4 +288,30 @@ async fn schedule_help_names_both_shapes() {
         "{}",
         run.stdout
     );
+}
+
+#[tokio::test]
+async fn invocations_show_the_alias_that_served_each_call() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "aliased");
+    user.ok(&["alias", "set", "aliased", "live", "1"]);
+    user.ok(&["invoke", "aliased@live"]);
+    // Records are written off the request path: one at a time, in order.
+    eventually(|| {
+        (user.ok(&["invocations", "aliased", "-o", "json"]).json()["items"]
+            .as_array()?
+            .len()
+            == 1)
+            .then_some(())
+    });
+    user.ok(&["invoke", "aliased"]);
+    let run = eventually(|| {
+        let run = user.ok(&["invocations", "aliased"]);
+        (run.stdout.lines().count() == 3).then_some(run)
+    });
+    let rows: Vec<Vec<&str>> = run.stdout.lines().map(|l| l.split_whitespace().collect()).collect();
+    // ID STARTED(date time) TRIGGER STATUS DURATION VERSION ALIAS COLD ...
+    assert_eq!(rows[0][5..7], ["VERSION", "ALIAS"], "{}", run.stdout);
+    assert_eq!(rows[1][6..8], ["1", "-"], "newest: the plain call\n{}", run.stdout);
+    assert_eq!(rows[2][6..8], ["1", "live"], "{}", run.stdout);
 }
