@@ -54,9 +54,9 @@ pub enum Command {
     /// Run functions once with an event, and manage those jobs.
     #[command(subcommand)]
     Job(jobs::JobCommand),
-    /// List a function's built versions (call one with `/fn/{ns}/{name}@{version}`), or delete one (`--rm N`).
+    /// List a function's built versions (call one with `sless invoke NAME@VERSION`, or `/fn/{ns}/{name}@{version}`), or delete one (`--rm N`).
     Versions(versions::ListArgs),
-    /// Point aliases at versions (`/fn/{ns}/{name}@{alias}`), with an optional canary.
+    /// Point aliases at versions (call one with `sless invoke NAME@ALIAS`, or `/fn/{ns}/{name}@{alias}`), with an optional canary.
     #[command(subcommand)]
     Alias(versions::AliasCommand),
     /// Manage secrets (env_from_secrets, secret_files): values go in, never out.
