@@ -229,9 +229,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // The leader's work stops and the lock goes first, so another replica
     // takes over while this one drains.
     reconciler.shutdown().await;
-    // Calls in flight and asynchronous attempts under way drain together,
-    // within the one grace period.
-    let drained = async { tokio::join!(serve, deliveries.drain()).0 };
+    // Calls in flight (over HTTP and from cron ticks) and asynchronous
+    // attempts under way drain together, within the one grace period.
+    let drained = async { tokio::join!(serve, deliveries.drain(), triggers.drain()).0 };
     tokio::select! {
         result = drained => result?,
         _ = async { tokio::time::sleep(grace).await } => {

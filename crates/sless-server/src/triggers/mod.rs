@@ -8,6 +8,7 @@ pub mod brokers;
 pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -40,6 +41,24 @@ pub struct Triggers {
     /// Each cron trigger's next tick, computed once per fire (or spec
     /// change) on a blocking thread, not on every pass of the loop.
     due: Mutex<HashMap<(String, String), Due>>,
+    /// Cron calls under way, which a shutdown lets finish (`drain`).
+    cron_calls: Arc<AtomicUsize>,
+}
+
+/// One cron call under way, counted in `Triggers::cron_calls` until dropped.
+struct CronCall(Arc<AtomicUsize>);
+
+impl CronCall {
+    fn start(calls: &Arc<AtomicUsize>) -> CronCall {
+        calls.fetch_add(1, Ordering::SeqCst);
+        CronCall(calls.clone())
+    }
+}
+
+impl Drop for CronCall {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A cron trigger's next tick after `base`, for the spec it was computed from.
@@ -70,6 +89,7 @@ impl Triggers {
             gated: Mutex::new(HashSet::new()),
             leadership,
             due: Mutex::new(HashMap::new()),
+            cron_calls: Arc::new(AtomicUsize::new(0)),
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
@@ -227,6 +247,15 @@ impl Triggers {
         }
     }
 
+    /// Returns once the cron calls under way have ended. A shutdown waits
+    /// for them within its grace period, as for calls over HTTP: this
+    /// replica no longer leads by then, so no new tick fires here.
+    pub async fn drain(&self) {
+        while self.cron_calls.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub fn shutdown(&self) {
         self.stop_consumers();
     }
@@ -317,7 +346,9 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
             continue; // another server fired this tick
         }
         let triggers = triggers.clone();
+        let call = CronCall::start(&triggers.cron_calls);
         tokio::spawn(async move {
+            let _call = call;
             let key = FunctionKey::new(&record.namespace, &spec.function);
             let invocation = Invocation {
                 kind: TriggerKind::Cron,

@@ -299,3 +299,44 @@ async fn two_servers_on_postgres_fire_each_tick_once() {
     seconds.dedup();
     assert_eq!(seconds.len(), before, "a tick fired twice: {seconds:?}");
 }
+
+/// A stop (SIGTERM) lets a cron call under way finish within its grace, as
+/// it does calls over HTTP: the call's instance used to be stopped under
+/// it as soon as the HTTP side had drained, and the tick was lost.
+#[tokio::test]
+async fn a_stop_lets_a_cron_call_under_way_finish() {
+    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_CRON_TICK_MS", "100")]).await;
+    let slow = b"import time\n\ndef handle(event, context):\n    time.sleep(3)\n    return 'done'\n";
+    server
+        .deploy("ns", "slow", json!({"runtime": "python3.11"}), &[("handler.py", slow)])
+        .await;
+    let (status, _) = create(
+        &server,
+        json!({"name": "tick", "type": "cron", "function": "slow", "schedule": "* * * * * *"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    server
+        .wait_for("/v1/namespaces/ns/triggers/tick", 15, |t| {
+            t["status"]["fired"].as_u64() >= Some(1)
+        })
+        .await;
+    // No new tick from now on; the one under way sleeps on.
+    let (status, body) = server
+        .call(
+            Method::PATCH,
+            "/v1/namespaces/ns/triggers/tick",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(server.terminate_wait().success());
+
+    server.spawn();
+    let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/tick", None).await;
+    let fired = trigger["status"]["fired"].as_u64().unwrap();
+    assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
+    let records = server.records("ns", "slow").await;
+    let ok = cron_records(&records).iter().filter(|r| r["status"] == "ok").count() as u64;
+    assert_eq!(ok, fired, "every tick's call finished: {records:?}");
+}
