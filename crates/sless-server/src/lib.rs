@@ -43,3 +43,9 @@ pub fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
+
+/// [`say`], on stderr: why the server did not start or stopped.
+pub fn say_error(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}

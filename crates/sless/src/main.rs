@@ -64,7 +64,7 @@ fn offered() -> clap::Command {
         .subcommands(subcommands)
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match cli.command {
@@ -87,6 +87,15 @@ fn main() -> anyhow::Result<()> {
     // Still one thread here, as marking them all at once needs.
     close_fds::set_fds_cloexec(3, &[]);
     init_tracing();
+    // The error and its causes on one line; a backtrace (with
+    // RUST_BACKTRACE set) helps no one whose port is taken.
+    if let Err(e) = serve(config) {
+        sless_server::say_error(&format!("sless server: {e:#}"));
+        std::process::exit(1);
+    }
+}
+
+fn serve(config: sless_server::Config) -> anyhow::Result<()> {
     // One thread gets the current-thread scheduler: no wake-ups across
     // threads, and a woken task runs after those already ready, so the frames
     // queued for an instance in one pass over the ready connections leave in
