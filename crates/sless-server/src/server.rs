@@ -221,7 +221,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let connections = state.metrics.connections.clone();
     let serve = crate::listener::serve(listener, http::app(state), limits, connections, async move {
         shutdown_signal().await;
-        tracing::info!("shutting down: draining in-flight requests");
+        tracing::info!("shutting down: draining in-flight requests (a second signal exits at once)");
+        exit_on_second_signal();
         let _ = stop_tx.send(true);
     });
     let serve = tokio::spawn(serve);
@@ -244,6 +245,29 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     driver.shutdown().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A second SIGTERM or Ctrl-C during the drain exits at once (status 1),
+/// as an impatient operator means it; the next start on the data dir
+/// cleans up what the server leaves. Registered before it returns, so a
+/// signal from then on is seen.
+fn exit_on_second_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut interrupt)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+        else {
+            return;
+        };
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = interrupt.recv() => {}
+            }
+            crate::say_error("sless: a second signal: exiting without waiting for what is under way");
+            std::process::exit(1);
+        });
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -263,11 +263,16 @@ impl Server {
 
     /// SIGTERM and wait for the exit status.
     pub fn terminate_wait(&mut self) -> std::process::ExitStatus {
-        let mut child = self.child.take().expect("running");
         Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
+            .args(["-TERM", &self.pid().to_string()])
             .status()
             .expect("kill -TERM");
+        self.wait_exit()
+    }
+
+    /// Waits (up to 30 s) for the server to exit, after a signal the test sent.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
         for _ in 0..300 {
             if let Some(status) = child.try_wait().expect("wait") {
                 return status;

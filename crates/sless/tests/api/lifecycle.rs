@@ -89,8 +89,39 @@ async fn sigterm_drains_in_flight_requests(backend: Backend) {
         answer.starts_with("HTTP/1.1 202"),
         "in-flight upload completed: {answer}"
     );
-    let status = server.terminate_wait();
+    let status = server.wait_exit();
     assert!(status.success(), "exit code 0 after SIGTERM, got {status:?}");
+}
+
+/// A second SIGTERM (or Ctrl-C) during the drain exits at once, with
+/// status 1, without waiting for the call under way.
+#[tokio::test]
+async fn a_second_signal_exits_without_waiting() {
+    let mut server = Server::start(Backend::Sqlite).await;
+    let slow = b"import time\n\ndef handle(event, context):\n    time.sleep(20)\n    return 'done'\n";
+    server
+        .deploy("ns", "slow", json!({"runtime": "python3.11"}), &[("handler.py", slow)])
+        .await;
+    let url = format!("{}/fn/ns/slow", server.url);
+    let call = tokio::spawn(async move { reqwest::get(url).await.map(|r| r.status()) });
+    // No outside sign tells when the call has reached its instance.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let addr = server.url.trim_start_matches("http://").to_string();
+    std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    eventually(Duration::from_secs(10), || async {
+        match std::net::TcpStream::connect(&addr) {
+            Err(_) => Ok(()),
+            Ok(_) => Err("the listener still accepts after SIGTERM".to_string()),
+        }
+    })
+    .await;
+    let status = server.terminate_wait();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let answered = call.await.unwrap();
+    assert!(answered.is_err(), "the call was cut, not answered: {answered:?}");
 }
 
 #[tokio::test]
@@ -272,4 +303,20 @@ async fn bad_config_is_refused_with_its_name() {
         let err = refused_start(name, "ftp://mirror.example/");
         assert!(err.contains(name) && err.contains("http:// or https://"), "{err}");
     }
+    // A port already taken: the reason on one line, no backtrace even
+    // where RUST_BACKTRACE is set.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sless"))
+        .args(["server"])
+        .env("SLESS_LISTEN", &addr)
+        .env("RUST_BACKTRACE", "1")
+        .env("SLESS_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.starts_with("sless server: ") && last.contains(&addr), "{err}");
+    assert!(!err.contains("backtrace"), "{err}");
 }
