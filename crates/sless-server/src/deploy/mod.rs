@@ -399,10 +399,37 @@ impl Deployer {
                 return Ok(None);
             }
             // The other replicas deploy the version from `rollout`; it is
-            // Ready once they all serve it.
-            status.rollout = Some(rollout.clone());
-            status.message = format!("version {version} built; rolling out to every replica");
-            stored = self.save(key, &status).await?;
+            // Ready once they all serve it. Written over the status as read
+            // after the build: an upload that came since (checking this
+            // version's load takes a while) keeps its code and phase, and
+            // gets the rollout. Saved blindly, it was lost.
+            let mut tries = 0;
+            loop {
+                status.rollout = Some(rollout.clone());
+                if status.code_hash.as_deref() == Some(code_hash) {
+                    status.message = format!("version {version} built; rolling out to every replica");
+                }
+                let value = serde_json::to_value(&status).map_err(Error::internal)?;
+                let (namespace, name) = (&key.namespace, &key.name);
+                if self
+                    .store
+                    .swap_status(Kind::Function, namespace, name, &stored, &value)
+                    .await?
+                {
+                    stored = value;
+                    break;
+                }
+                tries += 1;
+                match self.load_stored(key).await? {
+                    Some((_, now, now_stored)) if now.version < version && tries <= 10 => {
+                        (status, stored) = (now, now_stored);
+                    }
+                    _ => {
+                        self.made_no_version(key, code_hash, Some(&built.artifact)).await;
+                        return Ok(None);
+                    }
+                }
+            }
             if let Err(lagging) = self.cluster.wait_for_replicas(key, version).await {
                 tracing::warn!(function = %key, version, ?lagging, "replicas did not confirm the new version in time");
             }
@@ -432,7 +459,9 @@ impl Deployer {
         // it can be called by number and named by aliases. Usually the
         // status is as read after the build.
         promote_status(&mut status, &rollout);
-        ready(&mut status);
+        if status.code_hash.as_deref() == Some(code_hash) {
+            ready(&mut status);
+        }
         let recording = std::time::Instant::now();
         let rollout_ms = (recording - checked).as_secs_f64() * 1000.0;
         if self.deposed(key, code_hash) {

@@ -688,3 +688,52 @@ async fn a_version_deleted_or_pruned_stops_answering_by_number_on_every_replica(
     await_no_version(b, "f", 2).await;
     assert_eq!(by_number(b, "f", 3).await, (StatusCode::OK, Some(3)));
 }
+
+/// An upload that comes while the leader checks that the version built
+/// before it loads is kept, then built and served: the rollout's write
+/// was made over the status as read after the build, and the newer
+/// upload's code was lost (the function stayed Ready on the older code).
+#[tokio::test]
+async fn an_upload_during_the_load_check_of_the_build_before_is_kept() {
+    let gate = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = gate.local_addr().unwrap().port();
+    // The gate is on the machine's loopback, which an isolated instance
+    // cannot reach.
+    let cluster = replicas(2, &[("SLESS_NETWORK_ISOLATION", "false")]).await;
+    let leader = &cluster.servers[0];
+    create(leader, "gated").await;
+    let gated = format!(
+        "import socket\n\n_gate = socket.create_connection(('127.0.0.1', {port}))\n_gate.recv(1)\n_gate.close()\n\n\n\
+         def handle(event, context):\n    return {{'v': 1}}\n"
+    );
+    let (status, body) = leader
+        .upload("ns", "gated", zip_of(&[("handler.py", gated.as_bytes())]))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // Built, the first version's load check waits at the gate.
+    let (mut held, _) = tokio::time::timeout(Duration::from_secs(120), gate.accept())
+        .await
+        .expect("the first build's handler reached the gate")
+        .unwrap();
+    let second = upload(leader, "gated", 2).await;
+    tokio::io::AsyncWriteExt::write_all(&mut held, b"go").await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((next, _)) = gate.accept().await {
+            drop(next);
+        }
+    });
+    for (i, server) in cluster.servers.iter().enumerate() {
+        eventually(Duration::from_secs(90), || async {
+            match answer(server, "gated").await {
+                Some(2) => Ok(()),
+                other => Err(format!("replica {i} answers {other:?}")),
+            }
+        })
+        .await;
+    }
+    let (_, function) = leader
+        .call(Method::GET, "/v1/namespaces/ns/functions/gated", None)
+        .await;
+    assert_eq!(function["status"]["code_hash"], second.as_str(), "{function}");
+    assert_eq!(function["status"]["phase"], "Ready", "{function}");
+}
