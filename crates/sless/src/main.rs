@@ -162,7 +162,21 @@ fn run_instance(args: instance::InstanceArgs) -> i32 {
 mod tests {
     use clap::FromArgMatches;
 
-    use super::{command, Cli, Command};
+    use super::{command, offered, Cli, Command};
+
+    /// Every subcommand's arguments are consistent with the global client
+    /// flags (clap checks this only when a subcommand is built: the
+    /// Kubernetes driver's pods run `sless instance`, whose `--namespace`
+    /// once clashed with the client's and stopped every pod at start).
+    #[test]
+    fn every_subcommand_builds() {
+        command().debug_assert();
+        offered().debug_assert();
+        for args in [["sless", "instance", "--help"], ["sless", "server", "--help"]] {
+            let e = command().try_get_matches_from(args).expect_err("help");
+            assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{e}");
+        }
+    }
 
     /// `sless -n demo server` is refused after parsing; what it parsed to
     /// shows that a client flag (or `SLESS_NAMESPACE`) never reaches the

@@ -77,7 +77,12 @@ pub struct InstanceConfig {
     pub runtime: Option<String>,
     #[arg(long, env = "SLESS_INSTANCE_ENTRYPOINT", default_value = "handler.handle")]
     pub entrypoint: String,
-    #[arg(long, env = "SLESS_INSTANCE_NAMESPACE", default_value = "default")]
+    // Not `--namespace`: that is the client's global flag.
+    #[arg(
+        long = "instance-namespace",
+        env = "SLESS_INSTANCE_NAMESPACE",
+        default_value = "default"
+    )]
     pub namespace: String,
     #[arg(long, env = "SLESS_INSTANCE_FUNCTION", default_value = "function")]
     pub function: String,
