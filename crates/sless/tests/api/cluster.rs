@@ -731,9 +731,7 @@ async fn an_upload_during_the_load_check_of_the_build_before_is_kept() {
         })
         .await;
     }
-    let (_, function) = leader
-        .call(Method::GET, "/v1/namespaces/ns/functions/gated", None)
-        .await;
+    // Replicas serve a version while it rolls out; Ready comes after.
+    let function = leader.wait_built("ns", "gated", &second).await;
     assert_eq!(function["status"]["code_hash"], second.as_str(), "{function}");
-    assert_eq!(function["status"]["phase"], "Ready", "{function}");
 }
