@@ -69,19 +69,8 @@ async fn sigterm_drains_in_flight_requests(backend: Backend) {
     // No outside sign tells when the server has taken the request off the
     // listen queue; this is the one wait left as a sleep.
     std::thread::sleep(Duration::from_millis(300));
-    let pid = server.pid();
-    std::process::Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap();
     // New connections are refused while the old request is still served.
-    eventually(Duration::from_secs(10), || async {
-        match std::net::TcpStream::connect(&addr) {
-            Err(_) => Ok(()),
-            Ok(_) => Err("the listener still accepts after SIGTERM".to_string()),
-        }
-    })
-    .await;
+    sigterm_until_unlistened(&server).await;
     stream.write_all(&zip[half..]).unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).unwrap();
@@ -91,6 +80,23 @@ async fn sigterm_drains_in_flight_requests(backend: Backend) {
     );
     let status = server.wait_exit();
     assert!(status.success(), "exit code 0 after SIGTERM, got {status:?}");
+}
+
+/// Sends SIGTERM and waits until the server accepts no new connection:
+/// the signal has been taken, and the drain has begun.
+async fn sigterm_until_unlistened(server: &Server) {
+    std::process::Command::new("kill")
+        .args(["-TERM", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    let addr = server.url.trim_start_matches("http://").to_string();
+    eventually(Duration::from_secs(10), || async {
+        match std::net::TcpStream::connect(&addr) {
+            Err(_) => Ok(()),
+            Ok(_) => Err("the listener still accepts after SIGTERM".to_string()),
+        }
+    })
+    .await;
 }
 
 /// A second SIGTERM (or Ctrl-C) during the drain exits at once, with
@@ -106,18 +112,7 @@ async fn a_second_signal_exits_without_waiting() {
     let call = tokio::spawn(async move { reqwest::get(url).await.map(|r| r.status()) });
     // No outside sign tells when the call has reached its instance.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let addr = server.url.trim_start_matches("http://").to_string();
-    std::process::Command::new("kill")
-        .args(["-TERM", &server.pid().to_string()])
-        .status()
-        .unwrap();
-    eventually(Duration::from_secs(10), || async {
-        match std::net::TcpStream::connect(&addr) {
-            Err(_) => Ok(()),
-            Ok(_) => Err("the listener still accepts after SIGTERM".to_string()),
-        }
-    })
-    .await;
+    sigterm_until_unlistened(&server).await;
     let status = server.terminate_wait();
     assert_eq!(status.code(), Some(1), "{status:?}");
     let answered = call.await.unwrap();
