@@ -6,7 +6,8 @@
 //! across many functions could still claim terabytes, one build at a time.
 //!
 //! A build is checked once it is built, before its version goes live:
-//! with the new version, after the prune it causes, the namespace must fit.
+//! with the new version, after the prune it causes (and any prune of
+//! another function not run yet), the namespace must fit.
 //! Artifacts count once per namespace however many of its functions share
 //! them (they are one directory on disk), archives once per function and
 //! code.
@@ -142,7 +143,10 @@ async fn over_quota(
         .collect();
     let (mut artifacts, mut archives) = (HashMap::new(), HashMap::new());
     // How many versions of each function rank before its recorded ones:
-    // the new ones, whose prune removes those past `keep`.
+    // the new ones. Every function keeps its newest `keep` versions and
+    // those its aliases name: the others go in the prune its new version
+    // causes, or in the one its last build started, which may not have
+    // run yet (it runs once the build's status is written).
     let mut ranked: HashMap<&str, usize> = HashMap::new();
     for v in reserved.iter().chain([new]) {
         *ranked.entry(v.key.name.as_str()).or_default() += 1;
@@ -153,11 +157,10 @@ async fn over_quota(
     }
     let mut versions = reserved.len() + 1;
     for size in &sizes {
-        if let Some(rank) = ranked.get_mut(size.function.as_str()) {
-            *rank += 1;
-            if *rank > keep && !pinned.contains(&(size.function.clone(), size.version)) {
-                continue;
-            }
+        let rank = ranked.entry(size.function.as_str()).or_default();
+        *rank += 1;
+        if *rank > keep && !pinned.contains(&(size.function.clone(), size.version)) {
+            continue;
         }
         versions += 1;
         artifacts.entry(size.artifact.as_str()).or_insert(size.artifact_bytes);

@@ -164,6 +164,24 @@ async fn version_numbers(server: &Server, function: &str) -> Vec<u64> {
         .collect()
 }
 
+/// Waits until `function` keeps versions `numbers` and the server keeps
+/// `artifacts` artifacts: old versions go in the prune a build starts once
+/// its new version is Ready, not before the build's status says so.
+async fn pruned_to(server: &Server, function: &str, numbers: &[u64], artifacts: usize) {
+    eventually(std::time::Duration::from_secs(10), || async {
+        let kept = version_numbers(server, function).await;
+        let on_disk = server.artifacts().len();
+        if kept == numbers && on_disk == artifacts {
+            Ok(())
+        } else {
+            Err(format!(
+                "versions {kept:?} with {on_disk} artifacts on disk, not {numbers:?} with {artifacts}"
+            ))
+        }
+    })
+    .await;
+}
+
 /// An answer of `status` whose error says `text`.
 fn refused(answer: &(StatusCode, Value), status: StatusCode, text: &str) {
     assert_eq!(answer.0, status, "{}", answer.1);
@@ -183,6 +201,7 @@ crate::both_stores!(
     old_versions_go_unless_an_alias_holds_them,
     pruning_keeps_an_artifact_a_kept_version_shares,
     a_namespace_keeps_no_more_than_its_storage_quota,
+    versions_past_the_kept_number_do_not_count_against_the_quota,
     two_builds_at_once_cannot_both_take_the_last_room,
     a_version_goes_unless_it_serves_or_an_alias_holds_it,
     the_code_a_function_serves_uploaded_again_makes_no_version,
@@ -206,7 +225,7 @@ async fn pruning_keeps_an_artifact_a_kept_version_shares(backend: Backend) {
     assert_eq!(status, StatusCode::OK, "{body}");
     deploy(&server, "sf", 3).await;
     deploy(&server, "sf", 2).await;
-    assert_eq!(version_numbers(&server, "sf").await, [4, 2, 1]);
+    pruned_to(&server, "sf", &[4, 2, 1], 3).await;
     // The prune removes 2 and 1 in one pass; 2 shares 4's artifact.
     let (status, body) = server
         .call(Method::DELETE, "/v1/namespaces/ns/functions/sf/aliases/both", None)
@@ -330,7 +349,7 @@ async fn a_namespace_keeps_no_more_than_its_storage_quota(backend: Backend) {
     for v in 2..=4 {
         deploy_big(&server, "ns", "big", v, true).await;
     }
-    assert_eq!(version_numbers(&server, "big").await, [4, 3, 1]);
+    pruned_to(&server, "big", &[4, 3, 1], 3).await;
     let (_, version) = server
         .call(Method::GET, "/v1/namespaces/ns/functions/big/versions/4", None)
         .await;
@@ -364,6 +383,36 @@ async fn a_namespace_keeps_no_more_than_its_storage_quota(backend: Backend) {
     // once: only its upload is more (2.8 MiB).
     deploy_big(&server, "ns", "twin", 4, true).await;
     assert_eq!(server.artifacts().len(), 3, "big 4 and 3, other 9 (with elsewhere's)");
+}
+
+/// A function's versions past `SLESS_KEEP_VERSIONS` that no alias holds
+/// are about to be pruned and do not count against the quota, though
+/// the prune that removes them has not run yet (it runs after its build
+/// is Ready, or, as here, at the function's next build once the server
+/// keeps fewer versions): another function of the namespace still fits.
+async fn versions_past_the_kept_number_do_not_count_against_the_quota(backend: Backend) {
+    let mut server = Server::start_with(
+        backend,
+        &[("SLESS_KEEP_VERSIONS", "3"), ("SLESS_NS_MAX_STORAGE_MB", "3")],
+    )
+    .await;
+    for v in 1..=3 {
+        deploy_big(&server, "ns", "big", v, true).await;
+    }
+    // 2.4 MiB kept; once the server keeps one version, 0.8 MiB count.
+    for (name, value) in &mut server.extra_env {
+        if name == "SLESS_KEEP_VERSIONS" {
+            *value = "1".into();
+        }
+    }
+    server.restart();
+    assert_eq!(
+        version_numbers(&server, "big").await,
+        [3, 2, 1],
+        "no build of big pruned it yet"
+    );
+    deploy_big(&server, "ns", "other", 9, true).await;
+    assert_eq!(v_of(&server, "other").await, 9);
 }
 
 /// A handler whose import waits until the test's gate on 127.0.0.1:`port`
@@ -693,19 +742,9 @@ async fn old_versions_go_unless_an_alias_holds_them(backend: Backend) {
     for v in 2..=4 {
         deploy(&server, "kf", v).await;
     }
-    // Old versions go once the newest is promoted, just after it is Ready.
-    eventually(std::time::Duration::from_secs(10), || async {
-        let numbers = version_numbers(&server, "kf").await;
-        let on_disk = server.artifacts().len();
-        if numbers == [4, 3, 1] && on_disk == 3 {
-            Ok(())
-        } else {
-            Err(format!(
-                "the newest two and the one an alias holds: {numbers:?}, {on_disk} artifacts on disk"
-            ))
-        }
-    })
-    .await;
+    // Old versions go once the newest is promoted, just after it is Ready:
+    // the newest two and the one an alias holds.
+    pruned_to(&server, "kf", &[4, 3, 1], 3).await;
     let (status, _, body) = server.invoke(Method::POST, "/fn/ns/kf@2", "{}").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
     assert_eq!(v_of(&server, "kf@stable").await, 1);
