@@ -383,10 +383,13 @@ macro_rules! sql_store {
                 // so a replica taking the lead waits to bump it until this
                 // transaction ends, and one that bumped it first makes this
                 // one write nothing. A transaction left open by a writer cut
-                // off on the way is ended by the database, which lets the next
-                // leader's bump through.
+                // off on the way is ended by the database within the leader
+                // lock's session limit, which lets the next leader's bump
+                // through.
                 if let Some(epoch) = fence {
-                    sqlx::query("SET LOCAL idle_in_transaction_session_timeout = 4000")
+                    let limit = $crate::cluster::leader::SESSION_IDLE_LIMIT.as_millis();
+                    sqlx::query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)")
+                        .bind(limit.to_string())
                         .execute(&mut *tx)
                         .await?;
                     let now: i64 = sqlx::query_scalar("SELECT epoch FROM cluster_leader WHERE id = 1 FOR SHARE")
