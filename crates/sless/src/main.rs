@@ -35,11 +35,42 @@ enum Command {
     Client(cli::Command),
 }
 
-/// The command tree `sless` parses: the client flags are global, but
-/// `server` takes them only to refuse them (`sless server --token x` is a
-/// mistake worth naming), hidden from its help.
+/// The subcommands that are not the client: `server`, and `instance` (a
+/// process in a sandbox or a pod, configured by its own flags).
+const NOT_THE_CLIENT: [&str; 2] = ["server", "instance"];
+
+/// The command tree `sless` parses: the client flags are global, but the
+/// subcommands that are not the client take them only to refuse them
+/// (`sless server --token x` is a mistake worth naming), hidden from their
+/// help.
 fn command() -> clap::Command {
-    Cli::command().mut_subcommand("server", cli::ConnArgs::refused_by)
+    NOT_THE_CLIENT.into_iter().fold(Cli::command(), |command, name| {
+        command.mut_subcommand(name, cli::ConnArgs::refused_by)
+    })
+}
+
+/// Exits with a usage error when a client flag was typed for `server` or
+/// `instance`: the error names the flag and the subcommand, under that
+/// subcommand's usage.
+fn refuse_client_flags(matches: &clap::ArgMatches) {
+    let Some((name, given)) = matches.subcommand() else {
+        return;
+    };
+    if !NOT_THE_CLIENT.contains(&name) {
+        return;
+    }
+    if let Some(flag) = cli::ConnArgs::given_on_command_line(given) {
+        // Built, so that the subcommand's usage reads `sless server ...`.
+        let mut top = command();
+        top.build();
+        let subcommand = top.find_subcommand_mut(name).expect("a subcommand of the tree");
+        subcommand
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("{flag} is a client flag; `sless {name}` does not take it (see `sless {name} --help`)"),
+            )
+            .exit();
+    }
 }
 
 /// The command tree completion scripts offer: what `sless --help` shows.
@@ -66,20 +97,13 @@ fn offered() -> clap::Command {
 
 fn main() {
     let matches = command().get_matches();
+    refuse_client_flags(&matches);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match cli.command {
         Command::Server(config) => config,
         Command::Instance(args) => std::process::exit(run_instance(args)),
         Command::Client(command) => std::process::exit(cli::main(command, cli.conn, offered)),
     };
-    if let Some(flag) = cli::ConnArgs::given_on_command_line(&matches) {
-        command()
-            .error(
-                clap::error::ErrorKind::ArgumentConflict,
-                format!("{flag} is a client flag; `sless server` does not take it (see `sless server --help`)"),
-            )
-            .exit();
-    }
     // A descriptor the server inherited without close-on-exec (a shell's
     // `exec 9>file`, a supervisor's socket) would pass to every process it
     // starts: the zygotes, which run as root, and the builds, which run a
@@ -175,6 +199,20 @@ mod tests {
         for args in [["sless", "instance", "--help"], ["sless", "server", "--help"]] {
             let e = command().try_get_matches_from(args).expect_err("help");
             assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp, "{e}");
+        }
+    }
+
+    /// `sless instance` runs in a sandbox or a pod, configured by its own
+    /// flags: its help lists those, not the client's.
+    #[test]
+    fn instance_help_lists_only_its_own_flags() {
+        let e = command()
+            .try_get_matches_from(["sless", "instance", "--help"])
+            .expect_err("help");
+        let help = e.to_string();
+        assert!(help.contains("--code-dir <CODE_DIR>"), "{help}");
+        for client in ["Client options", "--endpoint", "--token", "--namespace", "--output"] {
+            assert!(!help.contains(client), "instance help lists {client}:\n{help}");
         }
     }
 

@@ -60,13 +60,10 @@ pub struct ConnArgs {
 
 impl ConnArgs {
     /// The first of these flags typed on the command line (not taken from
-    /// the environment or a default), as `--name`: `sless server` refuses
+    /// the environment or a default) for the subcommand that parsed
+    /// `matches`, as `--name`: `sless server` and `sless instance` refuse
     /// them rather than ignore them.
     pub fn given_on_command_line(matches: &clap::ArgMatches) -> Option<String> {
-        let matches = match matches.subcommand() {
-            Some((_, sub)) => sub,
-            None => matches,
-        };
         ["endpoint", "token", "namespace", "output"]
             .into_iter()
             .find(|flag| {
@@ -75,10 +72,11 @@ impl ConnArgs {
             .map(|flag| format!("--{flag}"))
     }
 
-    /// `command` (`sless server`) with these flags as hidden arguments of
-    /// its own: clap then does not hand it the global ones (nor list them
-    /// in its help), yet one typed after it still parses, so that
-    /// `given_on_command_line` can refuse it by name.
+    /// `command` (`sless server`, `sless instance`) with these flags as
+    /// hidden arguments of its own: clap then does not hand it (nor its
+    /// subcommands) the global ones, nor list them in its help, yet one
+    /// typed after it still parses, so that `given_on_command_line` can
+    /// refuse it by name.
     pub fn refused_by(mut command: clap::Command) -> clap::Command {
         for flag in ConnArgs::augment_args(clap::Command::new("client")).get_arguments() {
             let refused = flag.clone().global(false).hide(true).env(None).default_value(None);

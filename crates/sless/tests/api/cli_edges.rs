@@ -81,21 +81,61 @@ async fn connection_flags_go_before_or_after_the_subcommand() {
     ls.extend(["--namespace", "demo", "ls", "--output", "json"]);
     assert_eq!(user.ok(&ls).json()[0]["namespace"], "demo");
 
-    // `sless server` takes none of them, and says so instead of ignoring it.
+    // `sless server` and `sless instance` take none of them, and say so
+    // instead of ignoring them, under their own usage.
     for args in [
         &["server", "--token", "x"][..],
         &["--token", "x", "server"],
         &["server", "-n", "demo"],
+        &["server", "--endpoint", "http://127.0.0.1:1"],
+        &["-o", "json", "server"],
+        &["instance", "--endpoint", "http://127.0.0.1:1"],
+        &["instance", "--token", "x", "serve"],
+        &["-n", "demo", "instance"],
     ] {
         let run = user.run(args);
-        assert!(!run.ok);
-        let flag = if args.contains(&"-n") { "--namespace" } else { "--token" };
+        assert!(!run.ok, "{args:?}: {}", run.stderr);
+        let flag = ["--token", "--endpoint", "-n", "-o"]
+            .into_iter()
+            .find(|flag| args.contains(flag))
+            .map(|flag| match flag {
+                "-n" => "--namespace",
+                "-o" => "--output",
+                long => long,
+            })
+            .unwrap();
+        let subcommand = if args.contains(&"server") { "server" } else { "instance" };
         assert!(
-            run.stderr
-                .contains(&format!("{flag} is a client flag; `sless server` does not take it")),
+            run.stderr.contains(&format!(
+                "{flag} is a client flag; `sless {subcommand}` does not take it"
+            )),
             "{args:?}: {}",
             run.stderr
         );
+        assert!(
+            run.stderr.contains(&format!("Usage: sless {subcommand} ")),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains("<COMMAND>"), "{args:?}: {}", run.stderr);
+    }
+}
+
+#[tokio::test]
+async fn instance_help_shows_only_what_an_instance_reads() {
+    let help = User::new().ok(&["instance", "--help"]).stdout;
+    assert!(help.contains("--code-dir <CODE_DIR>"), "{help}");
+    assert!(help.contains("--instance-namespace <NAMESPACE>"), "{help}");
+    assert!(!help.contains("Client options"), "{help}");
+    for client in [
+        "--endpoint",
+        "--token <",
+        "--namespace <",
+        "--output",
+        "SLESS_TOKEN",
+        "SLESS_NAMESPACE=",
+    ] {
+        assert!(!help.contains(client), "instance help lists {client}:\n{help}");
     }
 }
 
