@@ -12,14 +12,18 @@ impl Client {
             .await
     }
 
-    /// `GET .../functions/{name}/async-invocations`: newest first, at most
-    /// `limit`, only in `status` when given.
+    /// `GET .../functions/{name}/async-invocations`: a page, newest first,
+    /// of at most `limit` (the server's default when `None`), only in
+    /// `status` when given, older than the event id `before` (pass the
+    /// previous page's `next_before`; a page may end before `limit`, where
+    /// its JSON would pass the server's bound in bytes).
     pub async fn list_async_invocations(
         &self,
         ns: &str,
         name: &str,
         status: Option<&str>,
         limit: Option<u32>,
+        before: Option<&str>,
     ) -> Result<AsyncInvocationPage> {
         let mut url = self.ns_url(ns, &["functions", name, "async-invocations"]);
         {
@@ -29,6 +33,9 @@ impl Client {
             }
             if let Some(limit) = limit {
                 query.append_pair("limit", &limit.to_string());
+            }
+            if let Some(before) = before {
+                query.append_pair("before", before);
             }
         }
         crate::logs::strip_empty_query(&mut url);

@@ -2,9 +2,11 @@
 //! NAME` (one row per call).
 
 use clap::Args;
+use sless_client::api::InvocationPage;
 
 use super::context::ConnArgs;
 use super::output::{first_line, or_dash, print_json, printable, say, time, write_stdout, OutputFormat, Table};
+use super::pages;
 
 #[derive(Args)]
 pub struct LogsArgs {
@@ -14,9 +16,9 @@ pub struct LogsArgs {
     /// Keep printing new lines as handlers print them (until interrupted).
     #[arg(short, long)]
     pub follow: bool,
-    /// Start with the last N lines [default: the server's].
-    #[arg(long, value_name = "N")]
-    pub tail: Option<u32>,
+    /// Start with the last N lines (up to 10000).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = tail)]
+    pub tail: u32,
 }
 
 #[derive(Args)]
@@ -24,11 +26,11 @@ pub struct InvocationsArgs {
     /// Function name.
     #[arg(value_parser = super::names::function)]
     pub name: String,
-    /// At most this many, newest first.
-    #[arg(long, default_value_t = 20)]
+    /// At most this many, newest first (up to 10000).
+    #[arg(long, default_value_t = 20, value_parser = pages::limit)]
     pub limit: u32,
-    /// Only invocations older than this id (the previous page's last).
-    #[arg(long, value_name = "ID")]
+    /// Only invocations older than this id (the previous list's last).
+    #[arg(long, value_name = "ID", value_parser = super::names::before)]
     pub before: Option<String>,
 }
 
@@ -36,18 +38,26 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let cx = conn.context()?;
     let json = cx.output == OutputFormat::Json;
     if !args.follow {
-        let text = cx.client.logs(&cx.namespace, &args.name, args.tail).await?;
+        let text = cx.client.logs(&cx.namespace, &args.name, Some(args.tail)).await?;
         if json {
             let lines: String = text.lines().map(|line| format!("{}\n", line_json(line))).collect();
-            return write_stdout(lines.as_bytes());
+            write_stdout(lines.as_bytes())?;
+        } else {
+            let mut text = printable(&text).into_owned();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            write_stdout(text.as_bytes())?;
         }
-        let mut text = printable(&text).into_owned();
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
+        if args.tail > 0 && text.lines().count() >= args.tail as usize {
+            eprintln!("{}", more_logs(&args.name, args.tail));
         }
-        return write_stdout(text.as_bytes());
+        return Ok(());
     }
-    let mut stream = cx.client.follow_logs(&cx.namespace, &args.name, args.tail).await?;
+    let mut stream = cx
+        .client
+        .follow_logs(&cx.namespace, &args.name, Some(args.tail))
+        .await?;
     while let Some(line) = stream.next_line().await? {
         // Each line flushed: a pipe reader wants it now, not at 8 KiB.
         if json {
@@ -57,6 +67,27 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The most lines `sless logs` asks for: the server's bound on `tail`.
+const MAX_TAIL: u32 = 10_000;
+
+/// `--tail`, checked as clap parses it.
+fn tail(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(tail) if tail <= MAX_TAIL => Ok(tail),
+        _ => Err(format!("expected a number from 0 to {MAX_TAIL}")),
+    }
+}
+
+/// What to say when the logs filled `--tail`: older lines may be left
+/// (the server does not say whether they are), and how to see them.
+fn more_logs(name: &str, tail: u32) -> String {
+    if tail < MAX_TAIL {
+        let more = tail.saturating_mul(10).min(MAX_TAIL);
+        return format!("more: older lines may be left: sless logs {name} --tail {more}");
+    }
+    format!("more: older lines may be left past the {MAX_TAIL} `sless logs` prints; each call's output: sless invocations {name} -o json")
 }
 
 /// A log line (`{time} {request_id} {stream} {text}`) as one JSON object
@@ -70,10 +101,20 @@ fn line_json(line: &str) -> serde_json::Value {
 
 pub async fn invocations(args: InvocationsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let cx = conn.context()?;
-    let page = cx
-        .client
-        .list_invocations(&cx.namespace, &args.name, Some(args.limit), args.before.as_deref())
-        .await?;
+    let listed = pages::follow(args.limit, args.before.clone(), |before, limit| {
+        let (client, namespace, name) = (&cx.client, &cx.namespace, &args.name);
+        async move {
+            let page = client
+                .list_invocations(namespace, name, Some(limit), before.as_deref())
+                .await?;
+            Ok::<_, sless_client::Error>((page.items, page.next_before))
+        }
+    })
+    .await?;
+    let page = InvocationPage {
+        items: listed.items,
+        next_before: listed.next_before,
+    };
     if cx.output == OutputFormat::Json {
         return print_json(&page);
     }

@@ -16,6 +16,7 @@ mod login;
 mod logs;
 mod names;
 mod output;
+mod pages;
 mod progress;
 mod secrets;
 mod triggers;

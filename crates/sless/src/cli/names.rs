@@ -61,9 +61,34 @@ pub fn invoked(text: &str) -> Result<String, String> {
     }
 }
 
+/// The id of an asynchronous event (`sless async NAME ID`), as `sless
+/// invoke --async` printed it.
+pub fn event_id(text: &str) -> Result<String, String> {
+    record_id("event id", text, "as `sless invoke --async` printed it")
+}
+
+/// Where an older page begins (`--before ID`): a record's id, as the ID
+/// column or a `more:` line shows it.
+pub fn before(text: &str) -> Result<String, String> {
+    record_id("id", text, "as the ID column or a `more:` line shows it")
+}
+
+/// The ids of invocation records and asynchronous events: 24 lowercase
+/// hex digits (when they started, then a random part). Anything else names
+/// no record; an empty one would not even reach the record's route.
+fn record_id(what: &str, text: &str, shown: &str) -> Result<String, String> {
+    if text.len() == 24 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return Ok(text.to_string());
+    }
+    Err(format!(
+        "invalid {what} {:?}: it is 24 hex digits, {shown}",
+        sless_api::text::echoed(text)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::invoked;
+    use super::{event_id, invoked};
 
     #[test]
     fn invoked_names_may_pick_a_version_or_an_alias() {
@@ -82,6 +107,21 @@ mod tests {
             "hello/x",
         ] {
             assert!(invoked(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn event_ids_are_24_hex_digits() {
+        assert!(event_id("0006282c5e1f4a3b9c0d1e2f").is_ok());
+        for bad in [
+            "",
+            "0006282C5E1F4A3B9C0D1E2F",
+            "0006282c5e1f4a3b9c0d1e2",
+            "../x",
+            "0006282c5e1f4a3b9c0d1e2fa",
+        ] {
+            let message = event_id(bad).unwrap_err();
+            assert!(message.contains("24 hex digits"), "{bad}: {message}");
         }
     }
 }

@@ -627,6 +627,15 @@ async fn logs_print_and_follow_handler_output() {
     assert!(run.stdout.contains(" stderr to stderr"), "{}", run.stdout);
     let run = user.ok(&["logs", "chatty", "--tail", "1"]);
     assert_eq!(run.stdout.lines().count(), 1, "{}", run.stdout);
+    // The one line asked for is not all there is: said on stderr, not silently.
+    assert!(
+        run.stderr
+            .contains("more: older lines may be left: sless logs chatty --tail 10"),
+        "{}",
+        run.stderr
+    );
+    let run = user.ok(&["logs", "chatty", "--tail", "10000"]);
+    assert!(!run.stderr.contains("more:"), "{}", run.stderr);
     let run = user.fails(&["logs", "nope"]);
     assert!(run.stderr.contains("not found"), "{}", run.stderr);
 }
@@ -668,6 +677,74 @@ async fn invocations_list_newest_first() {
         .json();
     assert_eq!(older["items"].as_array().unwrap().len(), 2);
     assert_eq!(older["items"][1]["id"], items[3]["id"]);
+
+    // More than the server answers at once (1000): asked for page by page.
+    let all = user
+        .ok(&["invocations", "counted", "--limit", "1001", "-o", "json"])
+        .json();
+    assert_eq!(all["items"], page["items"], "{all}");
+    assert_eq!(all["next_before"], Value::Null, "{all}");
+}
+
+#[tokio::test]
+async fn async_lists_page_by_page_and_say_when_more_are_left() {
+    let (_server, user) = logged_in().await;
+    deploy_echo(&user, "later");
+    // Each event is stored before the 202 that prints its id.
+    let ids: Vec<String> = (0..3)
+        .map(|i| {
+            let run = user.ok(&["invoke", "later", "--async", "--data", &json!({"name": i}).to_string()]);
+            run.stdout.trim().to_string()
+        })
+        .collect();
+    let newest_first: Vec<&str> = ids.iter().rev().map(String::as_str).collect();
+
+    let run = user.ok(&["async", "later", "--limit", "2"]);
+    let rows: Vec<&str> = run
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(rows, newest_first[..2], "{}", run.stdout);
+    assert!(
+        run.stderr.contains(&format!(
+            "more: sless async later --limit 2 --before {}",
+            newest_first[1]
+        )),
+        "{}",
+        run.stderr
+    );
+    let older = user
+        .ok(&[
+            "async",
+            "later",
+            "--limit",
+            "2",
+            "--before",
+            newest_first[1],
+            "-o",
+            "json",
+        ])
+        .json();
+    assert_eq!(older["items"].as_array().unwrap().len(), 1, "{older}");
+    assert_eq!(older["items"][0]["id"], newest_first[2]);
+    assert_eq!(older["next_before"], Value::Null, "{older}");
+    let run = user.ok(&["async", "later", "--limit", "3"]);
+    assert!(!run.stderr.contains("more:"), "{}", run.stderr);
+
+    // More than the server answers at once (1000): asked for page by page.
+    let all = user.ok(&["async", "later", "--limit", "1001", "-o", "json"]).json();
+    let listed: Vec<&str> = all["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed, newest_first, "{all}");
+
+    let one = user.ok(&["async", "later", &ids[0], "-o", "json"]).json();
+    assert_eq!(one["id"], ids[0].as_str());
 }
 
 #[tokio::test]

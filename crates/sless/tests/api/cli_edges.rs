@@ -212,6 +212,29 @@ async fn names_that_cannot_be_are_refused_before_any_request() {
         (&["invoke", "hello@Live"], "'<NAME>'", r#"invalid alias name "Live""#),
         (&["logs", "a_b"], "'<NAME>'", r#"invalid function name "a_b""#),
         (&["async", "a.b"], "'<NAME>'", r#"invalid function name "a.b""#),
+        (
+            &["async", "f", ""],
+            "'[ID]'",
+            r#"invalid event id "": it is 24 hex digits"#,
+        ),
+        (
+            &["async", "f", "not-an-id"],
+            "'[ID]'",
+            r#"invalid event id "not-an-id""#,
+        ),
+        (&["async", "f", "--before", "x"], "'--before <ID>'", r#"invalid id "x""#),
+        (&["async", "f", "--limit", "0"], "'--limit <LIMIT>'", "from 1 to 10000"),
+        (
+            &["invocations", "f", "--limit", "10001"],
+            "'--limit <LIMIT>'",
+            "from 1 to 10000",
+        ),
+        (
+            &["invocations", "f", "--before", ""],
+            "'--before <ID>'",
+            r#"invalid id """#,
+        ),
+        (&["logs", "f", "--tail", "10001"], "'--tail <N>'", "from 0 to 10000"),
         (&["versions", ""], "'<FUNCTION>'", r#"invalid function name """#),
         (&["alias", "get", "f", ""], "'<ALIAS>'", r#"invalid alias name """#),
         (

@@ -92,7 +92,7 @@ fn async_settings_are_created_changed_in_place_and_removed() {
     loop {
         let record = rest.run(rest.client.get_async_invocation(NS, "worker", &id)).unwrap();
         let letters = rest
-            .run(rest.client.list_async_invocations(NS, "dlq", None, None))
+            .run(rest.client.list_async_invocations(NS, "dlq", None, None, None))
             .unwrap();
         if record.status == AsyncStatus::Failed && letters.items.iter().any(|l| l.source.as_deref() == Some(&id)) {
             break;
