@@ -295,3 +295,83 @@ async fn a_dropped_connection_loses_no_message() {
     .await;
     drained(&channel, &queue).await;
 }
+
+/// A TLS front for the broker on 127.0.0.1:5672, with a certificate of its
+/// own for 127.0.0.1: answers its port, the certificate's PEM file (for
+/// `SSL_CERT_FILE`) and how many TLS handshakes it completed.
+async fn tls_front(dir: &std::path::Path) -> (u16, std::path::PathBuf, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let rcgen::CertifiedKey { cert, key_pair } =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let pem = dir.join("broker.pem");
+    std::fs::write(&pem, cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key_pair.serialize_der().into());
+    let config =
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], key)
+            .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handshakes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = handshakes.clone();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let (acceptor, counted) = (acceptor.clone(), counted.clone());
+            tokio::spawn(async move {
+                let Ok(mut client) = acceptor.accept(client).await else {
+                    return; // a client that did not trust the certificate
+                };
+                counted.fetch_add(1, Ordering::SeqCst);
+                let Ok(mut broker) = tokio::net::TcpStream::connect("127.0.0.1:5672").await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut broker).await;
+            });
+        }
+    });
+    (port, pem, handshakes)
+}
+
+/// `amqps://` is AMQP over TLS, the certificate checked against the
+/// machine's trusted ones (`SSL_CERT_FILE` names them here): a trigger on a
+/// TLS front of the broker handles its messages, and a server that does
+/// not trust the front's certificate does not connect, saying why in the
+/// trigger's status. (The client once had no TLS built in and spoke plain
+/// AMQP to an `amqps://` broker.)
+#[tokio::test]
+async fn an_amqps_broker_is_reached_over_tls_with_its_certificate_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, pem, handshakes) = tls_front(dir.path()).await;
+    let broker = format!("amqps://guest:guest@127.0.0.1:{port}/%2f");
+    let queue = format!("sless-test-{}", hex_id());
+    let (conn, channel) = channel().await;
+    let pem_path = pem.to_str().unwrap();
+    let server = setup_with(&broker, &queue, json!({}), &[("SSL_CERT_FILE", pem_path)]).await;
+    consumer_attached(&conn, &queue).await;
+    publish(&channel, &queue, json!({"id": 7})).await;
+    let records = amqp_records(&server, 1, 30).await;
+    assert_eq!(records[0]["status"], "ok", "{}", records[0]);
+    assert_eq!(printed_ids(&records), BTreeSet::from([7]));
+    assert!(handshakes.load(Ordering::SeqCst) >= 1, "the consumer came through TLS");
+    drop(server);
+
+    // A server that does not trust the certificate (no SSL_CERT_FILE: the
+    // machine's own store) connects to nothing and says so.
+    let seen = handshakes.load(Ordering::SeqCst);
+    let untrusting = setup(&broker, &format!("sless-test-{}", hex_id()), json!({})).await;
+    let error = eventually(Duration::from_secs(30), || async {
+        let (_, trigger) = untrusting
+            .call(Method::GET, "/v1/namespaces/ns/triggers/queue", None)
+            .await;
+        match trigger["status"]["last_error"].as_str() {
+            Some(error) => Ok(error.to_string()),
+            None => Err(format!("no error yet: {trigger}")),
+        }
+    })
+    .await;
+    assert!(error.contains("certificate"), "{error}");
+    assert_eq!(handshakes.load(Ordering::SeqCst), seen, "no handshake completed");
+}
