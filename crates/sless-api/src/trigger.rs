@@ -81,6 +81,10 @@ pub struct TriggerStatus {
     /// calls are counted per function in `/metrics` and the invocation log.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fired: Option<u64>,
+    /// cron: ticks skipped because the trigger's call of an earlier tick
+    /// still ran (a trigger runs one call at a time). Absent until one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<u64>,
 }
 
 /// `POST .../triggers` body.

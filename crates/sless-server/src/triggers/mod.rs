@@ -43,6 +43,22 @@ pub struct Triggers {
     due: Mutex<HashMap<(String, String), Due>>,
     /// Cron calls under way, which a shutdown lets finish (`drain`).
     cron_calls: Arc<AtomicUsize>,
+    /// Cron triggers whose call of an earlier tick still runs here: their
+    /// ticks are skipped meanwhile, so a call slower than its schedule
+    /// does not pile calls up in the function's queue.
+    cron_running: Arc<Mutex<HashSet<(String, String)>>>,
+}
+
+/// A cron trigger's call under way, in `Triggers::cron_running` until dropped.
+struct Running {
+    running: Arc<Mutex<HashSet<(String, String)>>>,
+    trigger: (String, String),
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.running.lock().unwrap().remove(&self.trigger);
+    }
 }
 
 /// One cron call under way, counted in `Triggers::cron_calls` until dropped.
@@ -90,6 +106,7 @@ impl Triggers {
             leadership,
             due: Mutex::new(HashMap::new()),
             cron_calls: Arc::new(AtomicUsize::new(0)),
+            cron_running: Arc::new(Mutex::new(HashSet::new())),
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
@@ -303,6 +320,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
         let base = status.last_fired_at.unwrap_or(record.created_at);
         let key = (record.namespace.clone(), record.name.clone());
         seen.insert(key.clone());
+        let busy = triggers.cron_running.lock().unwrap().contains(&key);
         let cached = triggers
             .due
             .lock()
@@ -319,7 +337,7 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
                     base,
                     at,
                 };
-                triggers.due.lock().unwrap().insert(key, due);
+                triggers.due.lock().unwrap().insert(key.clone(), due);
                 at
             }
         };
@@ -330,7 +348,11 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
         let mut claimed = status.clone();
         claimed.last_fired_at = Some(now);
         claimed.next_fire_at = next_tick(&spec, now).await;
-        claimed.fired = Some(claimed.fired.unwrap_or(0) + 1);
+        // A tick that comes while the call of an earlier one runs is
+        // claimed and skipped, as a Kubernetes CronJob with
+        // `concurrencyPolicy: Forbid` does.
+        let count = if busy { &mut claimed.skipped } else { &mut claimed.fired };
+        *count = Some(count.unwrap_or(0) + 1);
         let claimed_value = serde_json::to_value(&claimed).map_err(crate::Error::internal)?;
         if !triggers
             .store
@@ -345,10 +367,20 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
         {
             continue; // another server fired this tick
         }
+        if busy {
+            tracing::info!(namespace = %record.namespace, trigger = %record.name,
+                "cron tick skipped: the trigger's call of an earlier tick still runs");
+            continue;
+        }
+        triggers.cron_running.lock().unwrap().insert(key.clone());
+        let running = Running {
+            running: triggers.cron_running.clone(),
+            trigger: key,
+        };
         let triggers = triggers.clone();
         let call = CronCall::start(&triggers.cron_calls);
         tokio::spawn(async move {
-            let _call = call;
+            let (_call, _running) = (call, running);
             let key = FunctionKey::new(&record.namespace, &spec.function);
             let invocation = Invocation {
                 kind: TriggerKind::Cron,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 const ECHO: &[u8] = b"def handle(event, context):\n    print('event', event, context.trigger)\n    return event\n";
 
@@ -223,6 +223,60 @@ async fn cron_fires_with_its_event_and_records_status() {
                 .is_some_and(|e| e.contains("cron broke"))
         })
         .await;
+}
+
+/// A cron call slower than its schedule: the ticks that come while it
+/// runs are claimed and skipped, and counted (`skipped`), so a trigger
+/// never runs two calls at once and none piles up in the function's queue.
+#[tokio::test]
+async fn ticks_that_come_while_the_call_before_runs_are_skipped() {
+    let server = Server::start_with(Backend::Sqlite, &[("SLESS_CRON_TICK_MS", "100")]).await;
+    let slow = b"import time\n\ndef handle(event, context):\n    time.sleep(event['sleep'])\n    return 'slept'\n";
+    server
+        .deploy(
+            "ns",
+            "slow",
+            json!({"runtime": "python3.11", "concurrency": 4}),
+            &[("handler.py", slow)],
+        )
+        .await;
+    let (status, body) = create(
+        &server,
+        json!({"name": "every-second", "type": "cron", "function": "slow", "schedule": "* * * * * *", "event": {"sleep": 2.5}}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let trigger = server
+        .wait_for("/v1/namespaces/ns/triggers/every-second", 30, |t| {
+            t["status"]["fired"].as_u64() >= Some(3) && t["status"]["skipped"].as_u64() >= Some(2)
+        })
+        .await;
+    assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
+    let records = eventually(Duration::from_secs(15), || async {
+        let records = server.records("ns", "slow").await;
+        match cron_records(&records).len() {
+            n if n >= 2 => Ok(records),
+            n => Err(format!("{n} cron records")),
+        }
+    })
+    .await;
+    let mut calls: Vec<(chrono::DateTime<chrono::FixedOffset>, f64)> = cron_records(&records)
+        .iter()
+        .map(|r| {
+            assert_eq!(r["status"], "ok", "{r}");
+            let started = chrono::DateTime::parse_from_rfc3339(r["started_at"].as_str().unwrap()).unwrap();
+            (started, r["duration_ms"].as_f64().unwrap())
+        })
+        .collect();
+    calls.sort_by_key(|(started, _)| *started);
+    for pair in calls.windows(2) {
+        let ((first, took), (next, _)) = (pair[0], pair[1]);
+        let ended = first + chrono::Duration::microseconds((took * 1000.0) as i64);
+        assert!(
+            next >= ended,
+            "a call started at {next} while the one of {first} ran: {calls:?}"
+        );
+    }
 }
 
 #[tokio::test]
