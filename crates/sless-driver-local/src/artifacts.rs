@@ -24,6 +24,8 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use sha2::{Digest, Sha256};
 use sless_driver::Fingerprint;
 
+use super::scrap::Scrap;
+
 /// Artifacts in the shared object store.
 pub struct SharedArtifacts {
     store: Arc<dyn ObjectStore>,
@@ -67,10 +69,8 @@ impl SharedArtifacts {
             }
         }
         let parent = dir.parent().ok_or("artifact directory has no parent")?;
-        let tarball = parent.join(format!(".pack-{:08x}.tar.gz", rand::random::<u32>()));
-        let stored = self.store_packed(dir, artifact, &tarball).await;
-        let _ = std::fs::remove_file(&tarball);
-        let digest = stored?;
+        let tarball = Scrap::new(parent.join(format!(".pack-{:08x}.tar.gz", rand::random::<u32>())));
+        let digest = self.store_packed(dir, artifact, tarball.path()).await?;
         record_digest(dir, &digest).map_err(|e| format!("recording the artifact's digest: {e}"))?;
         tracing::info!(%artifact, %digest, "artifact stored in the object store");
         Ok(digest)

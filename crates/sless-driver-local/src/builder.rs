@@ -14,6 +14,7 @@ use super::cgroup::GroupLimits;
 use super::confine::{Confinement, Scratch};
 use super::launcher::Launcher;
 use super::sandbox::{make_owned_dir, Limits, Spec};
+use super::scrap::Scrap;
 use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
 
 /// Lines of the build log kept for `status.message`.
@@ -87,28 +88,21 @@ impl Builder {
             return built(artifact, dir, "same code built before; reusing the artifact".into()).await;
         }
         let uid = self.launcher.sandbox.allocate_uid();
-        let work = self
-            .artifacts_dir
-            .join(format!(".build-{artifact}-{:08x}", rand::random::<u32>()));
-        make_owned_dir(&work, uid).map_err(|e| BuildError::Internal(format!("creating build dir: {e}")))?;
-        let result = self.build_in(&job, &work, uid).await;
-        match result {
-            Ok(log) => {
-                if let Err(e) = std::fs::rename(&work, &dir) {
-                    let _ = std::fs::remove_dir_all(&work);
-                    // The same code built at the same time by another
-                    // function: its artifact is this one.
-                    if !dir.is_dir() {
-                        return Err(BuildError::Internal(format!("saving artifact: {e}")));
-                    }
-                }
-                built(artifact, dir, tail(&log)).await
-            }
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&work);
-                Err(e)
+        // Removed unless it becomes the artifact, however the build ends.
+        let work = Scrap::new(
+            self.artifacts_dir
+                .join(format!(".build-{artifact}-{:08x}", rand::random::<u32>())),
+        );
+        make_owned_dir(work.path(), uid).map_err(|e| BuildError::Internal(format!("creating build dir: {e}")))?;
+        let log = self.build_in(&job, work.path(), uid).await?;
+        // The same code built at the same time by another function: its
+        // artifact is this one.
+        if let Err(e) = std::fs::rename(work.path(), &dir) {
+            if !dir.is_dir() {
+                return Err(BuildError::Internal(format!("saving artifact: {e}")));
             }
         }
+        built(artifact, dir, tail(&log)).await
     }
 
     async fn build_in(&self, job: &BuildJob, work: &Path, uid: Option<u32>) -> Result<String, BuildError> {

@@ -22,6 +22,7 @@ mod pool;
 mod process;
 mod room;
 mod sandbox;
+mod scrap;
 pub mod standalone;
 pub mod standalone_build;
 mod warm;

@@ -42,7 +42,10 @@ pub use stored::{remove_stored_artifact, stored_artifacts};
 #[async_trait]
 pub trait Driver: Send + Sync + 'static {
     /// Builds an archive into an artifact (dependencies installed); the
-    /// artifact's identity is the returned fingerprint.
+    /// artifact's identity is the returned fingerprint. Dropped before it
+    /// ends (its function no longer awaits it), a build stops: its
+    /// processes (or its Job's pod) end at once and its work directories
+    /// go.
     async fn build(&self, job: BuildJob) -> Result<Built, BuildError>;
     /// The fingerprint a build of this code would have with this driver's
     /// runtime shims (a new shim version changes it: rebuild).

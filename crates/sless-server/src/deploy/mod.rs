@@ -16,6 +16,7 @@ mod hints;
 mod slots;
 mod storage;
 mod sweep;
+mod unawaited;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -301,9 +302,19 @@ impl Deployer {
             self.note_build_running(key, code_hash, spec.runtime, started_at).await;
             self.run_on_as_long(key, &slot).await;
         };
-        let result = tokio::select! {
-            result = build => result,
+        // A build its function no longer awaits is dropped (`unawaited`),
+        // its processes with it, and its slots go to the next build.
+        let ended = tokio::select! {
+            result = build => Ok(result),
+            why = self.unawaited(key, code_hash) => Err(why),
             () = aside => unreachable!("runs until the build ends"),
+        };
+        let result = match ended {
+            Ok(result) => result,
+            Err(why) => {
+                self.stopped(key, code_hash, spec.runtime, why).await;
+                return Ok(None);
+            }
         };
         let build_ms = started.elapsed().as_secs_f64() * 1000.0;
         // The function may have been deleted, re-uploaded or edited meanwhile.

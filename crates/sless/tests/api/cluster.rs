@@ -735,3 +735,42 @@ async fn an_upload_during_the_load_check_of_the_build_before_is_kept() {
     let function = leader.wait_built("ns", "gated", &second).await;
     assert_eq!(function["status"]["code_hash"], second.as_str(), "{function}");
 }
+
+/// An upload through a follower while the leader builds the one before
+/// stops the leader's build at once: the leader reads the function's
+/// status in the store while it builds, and the namespace's only build
+/// slot goes to the newer upload's build. The old build ran on to its
+/// `build_timeout_sec` (an hour here), and the newer upload waited.
+#[tokio::test]
+async fn an_upload_through_a_follower_stops_the_leader_s_build_it_supersedes() {
+    use super::deploys::{build_killed, no_build_left, recorded, BuildGate};
+    let gate = BuildGate::start().await;
+    // The gate is on the machine's loopback, which an isolated build cannot reach.
+    let cluster = replicas(2, &[("SLESS_NS_MAX_BUILDS", "1"), ("SLESS_NETWORK_ISOLATION", "false")]).await;
+    let (leader, follower) = (&cluster.servers[0], &cluster.servers[1]);
+    let (status, body) = leader
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "f", "runtime": "nodejs20", "build_timeout_sec": 3600})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = leader.upload("ns", "f", gate.code()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let held = gate.reached().await;
+
+    let newer = zip_of(&[("handler.js", b"exports.handle = () => ({v: 2});\n")]);
+    let (status, body) = follower.upload("ns", "f", newer).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let hash = body["status"]["code_hash"].as_str().unwrap().to_string();
+    leader.wait_built("ns", "f", &hash).await;
+    assert_eq!(answer(follower, "f").await, Some(2));
+    build_killed(held).await;
+    no_build_left(leader, &gate).await;
+    assert_eq!(
+        recorded(leader, "f").await,
+        [(1, hash)],
+        "the stopped build made no version"
+    );
+}

@@ -232,3 +232,64 @@ async fn fired_is_shown_for_cron_triggers_only() {
         assert_eq!(shown, trigger["type"] == "cron", "{trigger}");
     }
 }
+
+/// A function deleted while its build runs (installing its dependencies)
+/// stops that build at once: its processes are killed and its namespace's
+/// only build slot goes to the next build. The builds of another function
+/// waiting for the slot meanwhile, of two uploads, give one version, the
+/// newer upload's: the build of the older, no longer awaited, is skipped
+/// when it gets the slot. The deleted function's build ran on to its
+/// `build_timeout_sec` (an hour here), and the other function waited.
+#[tokio::test]
+async fn deleting_a_function_stops_its_build_and_frees_its_namespace_s_slot() {
+    use super::deploys::{build_killed, no_build_left, recorded, BuildGate};
+    let gate = BuildGate::start().await;
+    let server = Server::start_with(
+        Backend::Sqlite,
+        &[("SLESS_NS_MAX_BUILDS", "1"), ("SLESS_NETWORK_ISOLATION", "false")],
+    )
+    .await;
+    let spec = json!({"name": "held", "runtime": "nodejs20", "build_timeout_sec": 3600});
+    create(&server, "functions", spec).await;
+    let (status, body) = server.upload("ns", "held", gate.code()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let held = gate.reached().await;
+
+    create(&server, "functions", json!({"name": "next", "runtime": "python3.11"})).await;
+    let upload = |answer: &'static str| {
+        let server = &server;
+        async move {
+            let code = format!("def handle(e, c):\n    return '{answer}'\n");
+            let zip = super::harness::zip_of(&[("handler.py", code.as_bytes())]);
+            let (status, body) = server.upload("ns", "next", zip).await;
+            assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+            body["status"]["code_hash"].as_str().unwrap().to_string()
+        }
+    };
+    upload("older").await;
+    server
+        .wait_for("/v1/namespaces/ns/functions/next", 30, |f| {
+            f["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("for a build slot of namespace ns"))
+        })
+        .await;
+    let newer = upload("newer").await;
+
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/held", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    server.wait_built("ns", "next", &newer).await;
+    assert_eq!(
+        recorded(&server, "next").await,
+        [(1, newer)],
+        "one version, the newer upload's"
+    );
+    let (status, _, answer) = server.invoke(Method::GET, "/fn/ns/next", "").await;
+    assert_eq!((status, answer.as_str()), (StatusCode::OK, "\"newer\""));
+
+    build_killed(held).await;
+    no_build_left(&server, &gate).await;
+    assert_eq!(server.archives("ns", "held"), 0, "the deleted function's upload stays");
+}

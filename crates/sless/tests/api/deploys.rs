@@ -15,7 +15,10 @@ fn message(function: &Value) -> String {
     function["status"]["message"].as_str().unwrap_or_default().to_string()
 }
 
-crate::both_stores!(a_broken_update_leaves_the_working_version_serving);
+crate::both_stores!(
+    a_broken_update_leaves_the_working_version_serving,
+    a_newer_upload_stops_the_build_it_supersedes
+);
 
 async fn a_broken_update_leaves_the_working_version_serving(backend: Backend) {
     let server = Server::start(backend).await;
@@ -413,4 +416,162 @@ async fn a_slow_build_hands_its_slot_on_up_to_the_long_builds_bound() {
     server.wait_built("e", "f", &waiting).await;
     server.wait_built("b", "g", &second).await;
     assert_eq!(server.metric("sless_builds{state=\"waiting\"}").await, Some(0.0));
+}
+
+/// A build held on the test's loopback: the npm `preinstall` script of
+/// [`BuildGate::code`] connects to the gate and waits for a byte that never
+/// comes, so the build runs until its process is killed, which closes the
+/// connection. Its server needs `SLESS_NETWORK_ISOLATION=false` (a build's
+/// own network cannot reach the machine's loopback).
+pub(super) struct BuildGate {
+    listener: tokio::net::TcpListener,
+    port: u16,
+}
+
+impl BuildGate {
+    pub(super) async fn start() -> BuildGate {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        BuildGate { listener, port }
+    }
+
+    /// The name of the gate's script, which the build's processes' command
+    /// lines hold.
+    pub(super) fn script(&self) -> String {
+        format!("gate-{}.js", self.port)
+    }
+
+    /// Node code whose build waits at this gate.
+    pub(super) fn code(&self) -> Vec<u8> {
+        let script = self.script();
+        let package = format!(
+            r#"{{"name": "gated", "version": "1.0.0", "private": true, "scripts": {{"preinstall": "node {script}"}}}}"#
+        );
+        let gate = format!(
+            "require('net').connect({}, '127.0.0.1').on('data', () => process.exit(0));\n",
+            self.port
+        );
+        super::harness::zip_of(&[
+            ("package.json", package.as_bytes()),
+            (&script, gate.as_bytes()),
+            ("handler.js", b"exports.handle = () => 'gated';\n"),
+        ])
+    }
+
+    /// Waits until a build reached the gate; its connection, held open.
+    pub(super) async fn reached(&self) -> tokio::net::TcpStream {
+        let (held, _) = tokio::time::timeout(std::time::Duration::from_secs(120), self.listener.accept())
+            .await
+            .expect("a build reached the gate")
+            .unwrap();
+        held
+    }
+}
+
+/// Waits until the build process holding the other end of `held` is gone:
+/// its end closed, so a read ends (the gate never sent anything to answer).
+pub(super) async fn build_killed(mut held: tokio::net::TcpStream) {
+    let mut byte = [0u8; 1];
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        tokio::io::AsyncReadExt::read(&mut held, &mut byte),
+    )
+    .await
+    .expect("the build holding the gate was not killed");
+    assert!(matches!(read, Ok(0) | Err(_)), "the gate got {read:?}");
+}
+
+/// Waits until nothing of a stopped build is left on `server`'s machine:
+/// no process runs `gate`'s script, no `.build-*` directory stays among
+/// the artifacts.
+pub(super) async fn no_build_left(server: &Server, gate: &BuildGate) {
+    let artifacts = server.data_path().join("artifacts");
+    super::harness::eventually(std::time::Duration::from_secs(30), || async {
+        let running = super::leftovers::live_processes_with("cmdline", &gate.script());
+        let building: Vec<_> = std::fs::read_dir(&artifacts)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with(".build-"))
+            .collect();
+        if running.is_empty() && building.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("processes {running:?} and directories {building:?} stay"))
+        }
+    })
+    .await;
+}
+
+/// The version numbers and code hashes recorded for `ns/{name}`, newest first.
+pub(super) async fn recorded(server: &Server, name: &str) -> Vec<(u64, String)> {
+    let (status, list) = server
+        .call(
+            Method::GET,
+            &format!("/v1/namespaces/ns/functions/{name}/versions"),
+            None,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{list}");
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_u64().unwrap(),
+                v["code_hash"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// An upload while the build of the one before runs (installing its
+/// dependencies) stops that build at once: its processes are killed, its
+/// namespace's only build slot goes to the new upload's build, and it
+/// leaves nothing (no version, no upload, no build directory). The old
+/// build ran on to its `build_timeout_sec` (an hour here), holding the
+/// slot, and the new upload waited for it.
+async fn a_newer_upload_stops_the_build_it_supersedes(backend: Backend) {
+    let gate = BuildGate::start().await;
+    let server = Server::start_with(
+        backend,
+        &[("SLESS_NS_MAX_BUILDS", "1"), ("SLESS_NETWORK_ISOLATION", "false")],
+    )
+    .await;
+    let (status, body) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "f", "runtime": "nodejs20", "build_timeout_sec": 3600})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = server.upload("ns", "f", gate.code()).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let held = gate.reached().await;
+
+    let newer = super::harness::zip_of(&[("handler.js", b"exports.handle = () => 'newer';\n")]);
+    let (status, body) = server.upload("ns", "f", newer).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let hash = body["status"]["code_hash"].as_str().unwrap().to_string();
+    let function = server.wait_built("ns", "f", &hash).await;
+    assert_eq!(function["status"]["version"], 1, "{function}");
+    let (status, _, answer) = server.invoke(Method::GET, "/fn/ns/f", "").await;
+    assert_eq!((status, answer.as_str()), (StatusCode::OK, "\"newer\""));
+
+    build_killed(held).await;
+    no_build_left(&server, &gate).await;
+    assert_eq!(
+        recorded(&server, "f").await,
+        [(1, hash)],
+        "the stopped build made no version"
+    );
+    super::harness::eventually(std::time::Duration::from_secs(30), || async {
+        match server.archives("ns", "f") {
+            1 => Ok(()),
+            n => Err(format!("{n} uploads kept; the stopped build's is not removed")),
+        }
+    })
+    .await;
 }

@@ -17,7 +17,7 @@ use super::harness::{eventually, Backend, Server};
 const HELLO: &[u8] = b"def handle(event, context):\n    return 'hello'\n";
 
 /// Live processes whose `/proc/{p}/{file}` contains `needle`.
-fn live_processes_with(file: &str, needle: &str) -> Vec<u32> {
+pub(super) fn live_processes_with(file: &str, needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
