@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use object_store::signer::Signer;
 
+use k8s_openapi::api::batch::v1::Job;
 use sless_driver::{BuildError, BuildJob, Built, Fingerprint};
 use tokio::time::Instant;
 
@@ -103,7 +104,7 @@ async fn run(
     let name = names::build_job(&job.key, artifact.as_str());
     // The Job's own deadline ends it; this one is for a Job that never starts.
     let give_up = Instant::now() + job.timeout + Duration::from_secs(START_ALLOWANCE_SEC.into());
-    let mut current = loop {
+    let current = loop {
         let (job, made) = jobs::create(cluster, &object).await.map_err(internal)?;
         // A failed build of the same artifact left from before: build again.
         if made || !matches!(jobs::ended(&job), Ended::Failed { .. }) {
@@ -117,6 +118,27 @@ async fn run(
         jobs::delete(cluster, &namespace, &name).await.map_err(internal)?;
         tokio::time::sleep(poll).await;
     };
+    let mut running = RunningJob {
+        jobs: cluster.api::<Job>(&namespace),
+        name: name.clone(),
+        followed: false,
+    };
+    let ended = follow(cluster, poll, job, &namespace, &name, current, give_up).await;
+    running.followed = true;
+    ended
+}
+
+/// Polls build Job `name` (`current` as last read) until it ends.
+async fn follow(
+    cluster: &Cluster,
+    poll: Duration,
+    job: &BuildJob,
+    namespace: &str,
+    name: &str,
+    mut current: Job,
+    give_up: Instant,
+) -> Result<(String, String), BuildError> {
+    let internal = |e: sless_driver::DriverError| BuildError::Internal(e.to_string());
     loop {
         match jobs::ended(&current) {
             Ended::Running if Instant::now() >= give_up => {
@@ -127,7 +149,7 @@ async fn run(
             }
             Ended::Running => {}
             Ended::Succeeded => {
-                let (digest, log_tail) = outcome(cluster, &namespace, &name, String::new()).await;
+                let (digest, log_tail) = outcome(cluster, namespace, name, String::new()).await;
                 return match digest.filter(|d| d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit())) {
                     Some(digest) => Ok((digest, log_tail)),
                     None => Err(BuildError::Internal(format!(
@@ -136,7 +158,7 @@ async fn run(
                 };
             }
             Ended::Failed { deadline, message } => {
-                let (_, log_tail) = outcome(cluster, &namespace, &name, message).await;
+                let (_, log_tail) = outcome(cluster, namespace, name, message).await;
                 return Err(if deadline {
                     BuildError::TimedOut {
                         after: job.timeout,
@@ -148,10 +170,39 @@ async fn run(
             }
         }
         tokio::time::sleep(poll).await;
-        current = jobs::get(cluster, &namespace, &name)
+        current = jobs::get(cluster, namespace, name)
             .await
             .map_err(internal)?
             .ok_or_else(|| BuildError::Internal(format!("the build Job {name} was deleted while it ran")))?;
+    }
+}
+
+/// A build Job under way, deleted (its pod with it) when dropped: the
+/// server drops a build its function no longer awaits (deleted, or a newer
+/// upload in its place), whose pod would otherwise run on to the Job's
+/// deadline.
+struct RunningJob {
+    jobs: kube::Api<Job>,
+    name: String,
+    /// Followed to its end (or until it could not be read): left as it is.
+    followed: bool,
+}
+
+impl Drop for RunningJob {
+    fn drop(&mut self) {
+        if self.followed {
+            return;
+        }
+        let (jobs, name) = (self.jobs.clone(), std::mem::take(&mut self.name));
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            match jobs.delete(&name, &kube::api::DeleteParams::background()).await {
+                Ok(_) => tracing::info!(job = %name, "build stopped: its Job is deleted"),
+                Err(e) => tracing::warn!(job = %name, error = %e, "deleting a stopped build's Job failed"),
+            }
+        });
     }
 }
 

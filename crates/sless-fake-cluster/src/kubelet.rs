@@ -148,6 +148,12 @@ impl JobPod {
 
 impl Drop for BuildPod {
     fn drop(&mut self) {
+        // The whole group: its pip or npm, and what their scripts started.
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -258,7 +264,8 @@ impl Cluster {
         cmd.env("SLESS_INSTANCE_WORK_DIR", dir.path().join("tmp"))
             .env("SLESS_BUILD_TERMINATION_LOG", dir.path().join("termination-log"))
             .stdout(std::fs::File::create(dir.path().join("stdout")).unwrap())
-            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap());
+            .stderr(std::fs::File::create(dir.path().join("stderr")).unwrap())
+            .process_group(0);
         BuildPod {
             child: cmd.spawn().expect("start sless instance build"),
             dir,

@@ -455,3 +455,35 @@ async fn the_calls_two_replicas_have_under_way_sum_to_the_pods_a_version_gets() 
         answer.unwrap();
     }
 }
+
+/// A build dropped while its Job runs (the server drops a build its
+/// function no longer awaits) deletes the Job, and its pod stops with it;
+/// it ran on to the Job's deadline (an hour here).
+#[tokio::test]
+async fn a_dropped_build_deletes_its_job_and_its_pod_stops() {
+    use super::deploys::{build_killed, BuildGate};
+    let gate = BuildGate::start().await;
+    let cluster = start().await;
+    let driver = cluster.replica();
+    let archive = gate.code();
+    let build = driver.build(sless_driver::BuildJob {
+        key: key(),
+        runtime: Runtime::Nodejs20,
+        code_hash: hex::encode(Sha256::digest(&archive)),
+        archive: archive.into(),
+        timeout: Duration::from_secs(3600),
+    });
+    let held = tokio::select! {
+        built = build => panic!("the gated build ended: {built:?}"),
+        held = gate.reached() => held,
+    };
+    assert_eq!(cluster.jobs().len(), 1, "the build's Job runs");
+    build_killed(held).await;
+    eventually(Duration::from_secs(30), || async {
+        match cluster.jobs().as_slice() {
+            [] => Ok(()),
+            jobs => Err(format!("the dropped build's Job stays: {jobs:?}")),
+        }
+    })
+    .await;
+}
