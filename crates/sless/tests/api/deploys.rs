@@ -483,21 +483,27 @@ pub(super) async fn build_killed(mut held: tokio::net::TcpStream) {
 
 /// Waits until nothing of a stopped build is left on `server`'s machine:
 /// no process runs `gate`'s script, no `.build-*` directory stays among
-/// the artifacts.
+/// the artifacts, no build's tmpfs (its /tmp, its directory) stays mounted.
 pub(super) async fn no_build_left(server: &Server, gate: &BuildGate) {
-    let artifacts = server.data_path().join("artifacts");
+    let data = server.data_path().canonicalize().unwrap();
     super::harness::eventually(std::time::Duration::from_secs(30), || async {
         let running = super::leftovers::live_processes_with("cmdline", &gate.script());
-        let building: Vec<_> = std::fs::read_dir(&artifacts)
+        let building: Vec<_> = std::fs::read_dir(data.join("artifacts"))
             .unwrap()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|name| name.starts_with(".build-"))
             .collect();
-        if running.is_empty() && building.is_empty() {
+        let mounted: Vec<_> = super::leftovers::mounts_under(&data)
+            .into_iter()
+            .filter(|point| point.contains("/build-"))
+            .collect();
+        if running.is_empty() && building.is_empty() && mounted.is_empty() {
             Ok(())
         } else {
-            Err(format!("processes {running:?} and directories {building:?} stay"))
+            Err(format!(
+                "processes {running:?}, directories {building:?} and mounts {mounted:?} stay"
+            ))
         }
     })
     .await;

@@ -47,7 +47,7 @@ fn sandboxed_processes_of(pid: u32) -> Vec<u32> {
 }
 
 /// Mount points at or below `dir` (canonical), as the kernel lists them.
-fn mounts_under(dir: &Path) -> Vec<String> {
+pub(super) fn mounts_under(dir: &Path) -> Vec<String> {
     std::fs::read_to_string("/proc/self/mountinfo")
         .unwrap()
         .lines()
