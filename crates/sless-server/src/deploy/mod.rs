@@ -74,8 +74,11 @@ pub struct Deployer {
     checking: tokio::sync::Semaphore,
     cluster: Arc<Cluster>,
     /// Builds under way here, by function and code hash (a build is
-    /// started once however many times it is asked for).
-    building: std::sync::Mutex<std::collections::HashSet<(FunctionKey, String)>>,
+    /// started once however many times it is asked for), each with whether
+    /// it was asked for again meanwhile: then it is looked at again once it
+    /// ends, for an upload of the same code may have come after another
+    /// (A, B, A again) while it was being stopped as superseded.
+    building: std::sync::Mutex<std::collections::HashMap<(FunctionKey, String), bool>>,
 }
 
 /// The checks an upload passes before anything is stored.
@@ -234,8 +237,13 @@ impl Deployer {
     /// it at hand (an upload), else it is read from the code store.
     fn spawn_build(self: &Arc<Self>, key: FunctionKey, code_hash: String, rebuild: bool, archive: Option<Bytes>) {
         let job = (key, code_hash);
-        if !self.building.lock().unwrap().insert(job.clone()) {
-            return;
+        {
+            let mut building = self.building.lock().unwrap();
+            if let Some(again) = building.get_mut(&job) {
+                *again = true;
+                return;
+            }
+            building.insert(job.clone(), false);
         }
         let this = self.clone();
         tokio::spawn(async move {
@@ -250,7 +258,12 @@ impl Deployer {
             if let Err(e) = pruned {
                 tracing::error!(function = %key, error = %e, "build bookkeeping failed");
             }
-            this.building.lock().unwrap().remove(&job);
+            let again = this.building.lock().unwrap().remove(&job) == Some(true);
+            if again {
+                // Skipped at once unless the function awaits this code.
+                let (key, code_hash) = job;
+                this.spawn_build(key, code_hash, false, None);
+            }
         });
     }
 
@@ -711,7 +724,7 @@ impl Deployer {
             self.building
                 .lock()
                 .unwrap()
-                .iter()
+                .keys()
                 .any(|(other, hash)| hash == code_hash && other != key)
         };
         let removed = match used {

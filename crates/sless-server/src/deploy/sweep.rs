@@ -136,7 +136,7 @@ impl Deployer {
             .building
             .lock()
             .unwrap()
-            .iter()
+            .keys()
             .map(|(_, code)| code.clone())
             .collect();
         for code in codes {

@@ -60,6 +60,14 @@ impl Deployer {
                 tracing::info!(function = %key, %code_hash, "build stopped: a newer upload superseded it")
             }
         }
+        // The same code uploaded again meanwhile (A, B, then A again) is
+        // built anew once this build's place is free (`spawn_build`), from
+        // the upload and any artifact this one leaves.
+        if let Ok(Some((_, status))) = self.load(key).await {
+            if status.code_hash.as_deref() == Some(code_hash) {
+                return;
+            }
+        }
         let artifact = match self.driver.fingerprint(runtime, code_hash).await {
             Ok(artifact) if self.driver.has_artifact(&artifact).await.unwrap_or(false) => Some(artifact),
             _ => None,
