@@ -535,9 +535,11 @@ pub(crate) fn answered(
             cold_start,
             version: target.version,
         }),
-        Ok(Ok(Answer::Unanswered(Unanswered::Timeout(_)))) | Err(()) => {
-            Err(InvokeError::Timeout { key, after: timeout })
-        }
+        Ok(Ok(Answer::Unanswered(Unanswered::Timeout(_)))) | Err(()) => Err(InvokeError::Timeout {
+            key,
+            after: timeout,
+            queued: false,
+        }),
         Ok(Ok(Answer::Unanswered(Unanswered::BadAnswer(reason)))) => Err(InvokeError::BadAnswer { key, reason }),
         Ok(Ok(Answer::Unanswered(Unanswered::Crashed(reason))))
         | Ok(Err(Lost::Broken(reason)))

@@ -373,6 +373,7 @@ pub async fn run_dedicated(
         Err(_) => Err(InvokeError::Timeout {
             key: key.clone(),
             after: timeout,
+            queued: false,
         }),
     }
 }

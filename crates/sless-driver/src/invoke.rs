@@ -107,8 +107,14 @@ pub enum InvokeError {
     Disabled(FunctionKey),
     #[error("function {0} is at capacity: too many requests waiting")]
     QueueFull(FunctionKey),
-    #[error("function {key} did not answer within {}s", after.as_secs())]
-    Timeout { key: FunctionKey, after: Duration },
+    /// No answer within `after`: the handler ran that long, or (`queued`)
+    /// the call waited that long for a free instance and never reached it.
+    #[error("{}", timeout_text(key, *after, *queued))]
+    Timeout {
+        key: FunctionKey,
+        after: Duration,
+        queued: bool,
+    },
     #[error("function {key} crashed while handling the request: {reason}")]
     Crashed { key: FunctionKey, reason: String },
     /// The handler answered, with what cannot be sent on (too many
@@ -131,4 +137,17 @@ pub enum InvokeError {
         reason: String,
         retry_after: Duration,
     },
+}
+
+/// What a caller is told of a [`InvokeError::Timeout`]: a call that never
+/// reached a handler is not said to be one the handler did not answer.
+fn timeout_text(key: &FunctionKey, after: Duration, queued: bool) -> String {
+    if queued {
+        format!(
+            "function {key} had no free instance within {after:?}: its instances were busy with other calls, and this \
+             one never reached the handler (a function serves max_instances x concurrency calls at once)"
+        )
+    } else {
+        format!("function {key} did not answer within {after:?}")
+    }
 }

@@ -204,6 +204,7 @@ impl<I: Instance> InstancePool<I> {
         supply.timed_out(demand).unwrap_or_else(|| InvokeError::Timeout {
             key: self.target.key.clone(),
             after: supply.patience(),
+            queued: true,
         })
     }
 

@@ -198,9 +198,14 @@ async fn a_call_that_waits_past_its_patience_times_out() {
     };
     let result = pool.acquire(&supply).await;
     assert!(
-        matches!(result, Err(InvokeError::Timeout { after, .. }) if after == Duration::from_millis(20)),
+        matches!(result, Err(InvokeError::Timeout { after, queued: true, .. }) if after == Duration::from_millis(20)),
         "{:?}",
         result.err()
+    );
+    let said = result.err().unwrap().to_string();
+    assert!(
+        said.contains("had no free instance within 20ms") && said.contains("never reached the handler"),
+        "a call that waited is not said to be one the handler did not answer: {said}"
     );
     assert_eq!(pool.load().waiting, 0, "it left the queue");
 }
