@@ -200,6 +200,22 @@ pub struct DeleteQuery {
     orphan: bool,
 }
 
+/// The most triggers and jobs a refused delete names: a namespace may hold
+/// hundreds, and the rest are in its lists.
+const NAMED_AT_MOST: usize = 10;
+
+/// The triggers and jobs that name a function, as a refused delete says
+/// them: the first [`NAMED_AT_MOST`], then how many more.
+fn naming_list(triggers: &[String], jobs: &[String]) -> String {
+    let all = (triggers.iter().map(|t| format!("trigger {t:?}"))).chain(jobs.iter().map(|j| format!("job {j:?}")));
+    let mut listed: Vec<String> = all.take(NAMED_AT_MOST).collect();
+    let more = triggers.len() + jobs.len() - listed.len();
+    if more > 0 {
+        listed.push(format!("and {more} more (the namespace's triggers and jobs list them)"));
+    }
+    listed.join(", ")
+}
+
 /// Delete a function and its code archives. Triggers and jobs that name it
 /// would fire against nothing: they make this a 409 that lists them, unless
 /// `cascade=true` deletes them too or `orphan=true` leaves them be.
@@ -231,12 +247,9 @@ pub async fn delete(
     };
     let named = !(triggers.is_empty() && jobs.is_empty());
     if named && !query.cascade {
-        let listed: Vec<String> = (triggers.iter().map(|t| format!("trigger {t:?}")))
-            .chain(jobs.iter().map(|j| format!("job {j:?}")))
-            .collect();
         return Err(Error::Conflict(format!(
             "function {name:?} is still named by {}: delete them first, or delete with cascade=true (`sless rm --cascade {name}`) to remove them too",
-            listed.join(", ")
+            naming_list(&triggers, &jobs)
         )));
     }
     for trigger in &triggers {
@@ -341,4 +354,20 @@ pub async fn upload_code(
     record.status = to_value(&status)?;
     let function = serving::with_reason(&state, to_api(record)?).await?;
     Ok((StatusCode::ACCEPTED, Json(function)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::naming_list;
+
+    #[test]
+    fn a_refused_delete_names_ten_of_what_names_the_function_and_counts_the_rest() {
+        let triggers: Vec<String> = (0..400).map(|i| format!("t{i}")).collect();
+        let said = naming_list(&triggers, &["backfill".to_string()]);
+        assert!(said.starts_with(r#"trigger "t0", trigger "t1", "#), "{said}");
+        assert!(said.contains(r#"trigger "t9", and 391 more"#), "{said}");
+        assert!(!said.contains("t10") && !said.contains("backfill"), "{said}");
+        let few = naming_list(&["web".to_string()], &["backfill".to_string()]);
+        assert_eq!(few, r#"trigger "web", job "backfill""#);
+    }
 }
