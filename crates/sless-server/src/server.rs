@@ -240,7 +240,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         }
     }
     deliveries.hand_back().await;
-    triggers.shutdown();
+    triggers.shutdown().await;
     cluster.leave().await;
     driver.shutdown().await;
     tracing::info!("stopped");

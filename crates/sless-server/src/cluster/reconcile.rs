@@ -191,6 +191,7 @@ impl Reconciler {
     /// wanted or under way).
     async fn pass(self: &Arc<Self>, leader: bool) -> Option<bool> {
         let store = &self.parts.store;
+        let triggers_read_from = self.parts.triggers.change_count();
         let (functions, triggers, jobs) =
             match tokio::try_join!(store.list_all(Kind::Function), store.list_all(Kind::Trigger), async {
                 if leader {
@@ -230,7 +231,10 @@ impl Reconciler {
         // waits here for as long as it does not): the leader's work is done
         // only by a replica that still leads now.
         let leader = leader && self.cluster.is_leader();
-        self.parts.triggers.converge(&triggers, leader).await;
+        self.parts
+            .triggers
+            .converge(&triggers, leader, triggers_read_from)
+            .await;
         if leader {
             self.parts.jobs.converge(&jobs).await;
             for record in &functions {
@@ -350,7 +354,7 @@ impl Reconciler {
     /// No longer leading: stop this replica's runs and consumers.
     async fn step_down(&self) {
         tracing::info!(replica = self.cluster.replica(), "handing the leader's work back");
-        self.parts.triggers.stop_consumers();
+        self.parts.triggers.stop_consumers().await;
         self.parts.jobs.step_down().await;
     }
 }

@@ -256,7 +256,7 @@ pub async fn delete(
         state.store.delete(Kind::Trigger, &ns, trigger).await?;
         state
             .triggers
-            .changed(&ns, trigger, None, std::slice::from_ref(&name))
+            .changed(&ns, trigger, std::slice::from_ref(&name))
             .await?;
         tracing::info!(namespace = %ns, function = %name, %trigger, "trigger deleted with its function");
     }

@@ -205,12 +205,7 @@ pub async fn create(
     drop(turn);
     state
         .triggers
-        .changed(
-            &record.namespace,
-            &record.name,
-            Some(&record),
-            std::slice::from_ref(&spec.function),
-        )
+        .changed(&record.namespace, &record.name, std::slice::from_ref(&spec.function))
         .await?;
     tracing::info!(namespace = %record.namespace, trigger = %record.name, kind = spec.kind.as_str(), "trigger created");
     Ok((StatusCode::CREATED, Json(to_shown(record)?)))
@@ -280,7 +275,7 @@ pub async fn patch(
     drop(turn);
     state
         .triggers
-        .changed(&ns, &name, Some(&record), &[old.function, spec.function.clone()])
+        .changed(&ns, &name, &[old.function, spec.function.clone()])
         .await?;
     Ok(Json(to_shown(record)?))
 }
@@ -308,6 +303,6 @@ pub async fn delete(
         return Err(not_found(Kind::Trigger, &ns, &name));
     }
     let functions: Vec<String> = function.into_iter().collect();
-    state.triggers.changed(&ns, &name, None, &functions).await?;
+    state.triggers.changed(&ns, &name, &functions).await?;
     Ok(StatusCode::NO_CONTENT)
 }

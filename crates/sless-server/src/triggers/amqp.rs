@@ -15,9 +15,11 @@ use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
     QueueDeclareOptions,
 };
+use lapin::protocol::constants::REPLY_SUCCESS;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
-use lapin::{BasicProperties, Channel};
+use lapin::{BasicProperties, Channel, Connection};
 use sless_api::TriggerSpec;
+use tokio::sync::watch;
 
 use crate::invoker::{Invoker, Run};
 use crate::store::Store;
@@ -26,9 +28,19 @@ use sless_driver::{FunctionKey, Invocation, TriggerKind};
 const RETRIES_HEADER: &str = "x-sless-retries";
 const ERROR_HEADER: &str = "x-sless-error";
 
-/// A running consumer; stopping it drops its connection (unacked messages
-/// go back to the queue).
+/// How long a stopping consumer waits for the broker to confirm that its
+/// connection closed; a broker that does not answer loses the TCP
+/// connection anyway when the handles drop.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running consumer. Its task owns the broker connection and closes it
+/// when told to stop, or when this handle is dropped: the broker then
+/// cancels the consumer and puts its unacked messages back at once. An
+/// aborted task would drop the connection mid-step instead, and lapin can
+/// keep a connection whose subscription was under way running on its own,
+/// holding messages nobody handles.
 pub struct Consumer {
+    stop: watch::Sender<()>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -63,13 +75,18 @@ impl Consumer {
             key: FunctionKey::new(&worker.namespace, &spec.function),
             ..worker
         });
+        let (stop, stopped) = watch::channel(());
         Consumer {
-            task: tokio::spawn(worker.run()),
+            stop,
+            task: tokio::spawn(worker.run(stopped)),
         }
     }
 
-    pub fn stop(self) {
-        self.task.abort();
+    /// Returns once the consumer's connection is closed (or the broker had
+    /// [`CLOSE_TIMEOUT`] to confirm it).
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
     }
 }
 
@@ -90,7 +107,9 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self: Arc<Self>) {
+    /// Consumes until `stop` changes or its sender is dropped, reconnecting
+    /// with backoff after the broker ends a connection.
+    async fn run(self: Arc<Self>, mut stop: watch::Receiver<()>) {
         // Stored before the operator narrowed the list: never dialled.
         if let Err(refused) = self.brokers.check(&self.url) {
             tracing::warn!(trigger = %self.name, namespace = %self.namespace, %refused, "amqp trigger not started");
@@ -100,9 +119,8 @@ impl Worker {
         let mut backoff = Duration::from_millis(200);
         loop {
             let connected = Instant::now();
-            let error = match self.clone().consume().await {
-                Ok(()) => "broker closed the consumer".to_string(),
-                Err(e) => e.to_string(),
+            let Some(error) = self.session(&mut stop).await else {
+                return;
             };
             tracing::warn!(trigger = %self.name, queue = %self.queue, %error, "amqp consumer stopped; reconnecting");
             super::record_outcome(
@@ -115,13 +133,48 @@ impl Worker {
             if connected.elapsed() > Duration::from_secs(10) {
                 backoff = Duration::from_millis(200);
             }
-            tokio::time::sleep(backoff).await;
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => return,
+            }
             backoff = (backoff * 2).min(Duration::from_secs(10));
         }
     }
 
-    async fn consume(self: Arc<Self>) -> lapin::Result<()> {
-        let connection = super::brokers::connect(&self.url).await?;
+    /// One connection: consumes until the broker ends it (the reason) or
+    /// `stop` changes (None). The connection is closed here either way,
+    /// never left to lapin to drop; one still being made when the stop
+    /// comes is closed once it is made.
+    async fn session(self: &Arc<Self>, stop: &mut watch::Receiver<()>) -> Option<String> {
+        let url = self.url.clone();
+        let mut connecting = Box::pin(async move { super::brokers::connect(&url).await });
+        let connection = tokio::select! {
+            connected = &mut connecting => connected,
+            _ = stop.changed() => {
+                tokio::spawn(async move {
+                    if let Ok(connection) = connecting.await {
+                        close(&connection).await;
+                    }
+                });
+                return None;
+            }
+        };
+        let connection = match connection {
+            Ok(connection) => connection,
+            Err(e) => return Some(e.to_string()),
+        };
+        let ended = tokio::select! {
+            consumed = self.clone().consume(&connection) => Some(match consumed {
+                Ok(()) => "broker closed the consumer".to_string(),
+                Err(e) => e.to_string(),
+            }),
+            _ = stop.changed() => None,
+        };
+        close(&connection).await;
+        ended
+    }
+
+    async fn consume(self: Arc<Self>, connection: &Connection) -> lapin::Result<()> {
         let channel = connection.create_channel().await?;
         channel.confirm_select(ConfirmSelectOptions::default()).await?;
         channel.basic_qos(self.prefetch, BasicQosOptions::default()).await?;
@@ -252,6 +305,16 @@ impl Worker {
             .await?
             .await?;
         Ok(())
+    }
+}
+
+/// Closes `connection` (its channels and consumers with it), waiting at
+/// most [`CLOSE_TIMEOUT`] for the broker to confirm.
+async fn close(connection: &Connection) {
+    let closing = connection.close(REPLY_SUCCESS, "trigger stopped".into());
+    match tokio::time::timeout(CLOSE_TIMEOUT, closing).await {
+        Ok(_) => {} // closed, or already ended by the broker
+        Err(_) => tracing::warn!("the broker did not confirm closing an amqp connection in time"),
     }
 }
 

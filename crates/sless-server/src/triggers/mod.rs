@@ -8,7 +8,7 @@ pub mod brokers;
 pub mod schedule;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -28,9 +28,12 @@ pub struct Triggers {
     invoker: Arc<Invoker>,
     /// Functions whose http triggers are all disabled.
     http_blocked: RwLock<HashSet<FunctionKey>>,
-    consumers: Mutex<HashMap<(String, String), amqp::Consumer>>,
-    /// The spec each running consumer was started with.
-    consumer_specs: Mutex<HashMap<(String, String), Value>>,
+    /// Held across a read of the store and its application (see
+    /// `changed`, `converge`), so a change is never undone by an older
+    /// read applied after it.
+    consumers: tokio::sync::Mutex<Consumers>,
+    /// Changes the handlers applied to `consumers`, counted.
+    applied_changes: AtomicU64,
     /// Functions named by a trigger at the last convergence.
     gated: Mutex<HashSet<FunctionKey>>,
     leadership: Arc<Leadership>,
@@ -60,6 +63,30 @@ impl Drop for Running {
         self.running.lock().unwrap().remove(&self.trigger);
     }
 }
+
+/// The amqp consumers this replica runs, and which triggers its handlers
+/// applied lately.
+#[derive(Default)]
+struct Consumers {
+    /// By namespace and trigger name.
+    running: HashMap<(String, String), Running>,
+    /// The change count at which a handler last applied a trigger: a
+    /// convergence pass whose snapshot of the store was read before that
+    /// leaves the trigger as the handler left it. Kept while a pass may
+    /// still hold such a snapshot.
+    applied: HashMap<(String, String), u64>,
+}
+
+/// A running consumer and the spec it was started with.
+struct Running {
+    spec: Value,
+    consumer: amqp::Consumer,
+}
+
+/// What `Triggers::applied_changes` counted when a convergence pass began
+/// to read the store.
+#[derive(Clone, Copy)]
+pub struct ChangeCount(u64);
 
 /// One cron call under way, counted in `Triggers::cron_calls` until dropped.
 struct CronCall(Arc<AtomicUsize>);
@@ -100,8 +127,8 @@ impl Triggers {
             store,
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
-            consumers: Mutex::new(HashMap::new()),
-            consumer_specs: Mutex::new(HashMap::new()),
+            consumers: tokio::sync::Mutex::new(Consumers::default()),
+            applied_changes: AtomicU64::new(0),
             gated: Mutex::new(HashSet::new()),
             leadership,
             due: Mutex::new(HashMap::new()),
@@ -110,11 +137,14 @@ impl Triggers {
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
         let mut functions = HashSet::new();
+        let mut consumers = triggers.consumers.lock().await;
         for record in &all {
             let Some(spec) = spec_of(record) else { continue };
             functions.insert(FunctionKey::new(&record.namespace, spec.function));
-            triggers.sync_consumer(record);
+            let key = (record.namespace.clone(), record.name.clone());
+            triggers.sync_consumer(&mut consumers.running, key, Some(record)).await;
         }
+        drop(consumers);
         for key in functions {
             triggers.gate(&key).await?;
         }
@@ -127,18 +157,20 @@ impl Triggers {
         self.http_blocked.read().unwrap().contains(key)
     }
 
-    /// Applies a created, changed or deleted trigger (`record` None when
-    /// deleted); `functions` are the functions it named before and after.
-    pub async fn changed(
-        &self,
-        namespace: &str,
-        name: &str,
-        record: Option<&Record>,
-        functions: &[String],
-    ) -> crate::Result<()> {
-        match record {
-            Some(record) => self.sync_consumer(record),
-            None => self.stop_consumer(&(namespace.to_string(), name.to_string())),
+    /// Applies a created, changed or deleted trigger; `functions` are the
+    /// functions it named before and after. The consumer follows the
+    /// trigger as the store holds it now, not as the caller last saw it:
+    /// of two changes whose handlers get here out of order (or one made
+    /// through another replica meanwhile), the later stored one wins.
+    pub async fn changed(&self, namespace: &str, name: &str, functions: &[String]) -> crate::Result<()> {
+        {
+            let mut consumers = self.consumers.lock().await;
+            let record = self.store.get(Kind::Trigger, namespace, name).await?;
+            let key = (namespace.to_string(), name.to_string());
+            self.sync_consumer(&mut consumers.running, key.clone(), record.as_ref())
+                .await;
+            let count = self.applied_changes.fetch_add(1, Ordering::SeqCst) + 1;
+            consumers.applied.insert(key, count);
         }
         for function in functions {
             self.gate(&FunctionKey::new(namespace, function)).await?;
@@ -146,27 +178,26 @@ impl Triggers {
         Ok(())
     }
 
-    fn stop_consumer(&self, key: &(String, String)) {
-        self.consumer_specs.lock().unwrap().remove(key);
-        if let Some(consumer) = self.consumers.lock().unwrap().remove(key) {
-            consumer.stop();
+    /// Runs an enabled amqp trigger's consumer on the leader, restarted
+    /// when its spec changed; stops it otherwise (`record` None: deleted).
+    /// The old consumer's connection is closed before the new one starts.
+    async fn sync_consumer(
+        &self,
+        consumers: &mut HashMap<(String, String), Running>,
+        key: (String, String),
+        record: Option<&Record>,
+    ) {
+        let wanted = record
+            .and_then(|record| Some((record, spec_of(record)?)))
+            .filter(|(_, spec)| spec.kind == TriggerType::Amqp && spec.enabled && self.leadership.is_leader());
+        let running = consumers.get(&key).map(|running| &running.spec);
+        if running.is_some() && running == wanted.as_ref().map(|(record, _)| &record.spec) {
+            return;
         }
-    }
-
-    /// Runs an enabled amqp trigger's consumer on the leader; stops it otherwise.
-    fn sync_consumer(&self, record: &Record) {
-        let key = (record.namespace.clone(), record.name.clone());
-        let Some(spec) = spec_of(record) else { return };
-        let mut consumers = self.consumers.lock().unwrap();
         if let Some(old) = consumers.remove(&key) {
-            old.stop();
+            old.consumer.stop().await;
         }
-        self.consumer_specs.lock().unwrap().remove(&key);
-        if spec.kind == TriggerType::Amqp && spec.enabled && self.leadership.is_leader() {
-            self.consumer_specs
-                .lock()
-                .unwrap()
-                .insert(key.clone(), record.spec.clone());
+        if let Some((record, spec)) = wanted {
             let consumer = amqp::Consumer::start(
                 record.namespace.clone(),
                 record.name.clone(),
@@ -176,7 +207,8 @@ impl Triggers {
                 self.brokers.clone(),
                 self.max_message_bytes,
             );
-            consumers.insert(key, consumer);
+            let spec = record.spec.clone();
+            consumers.insert(key, Running { spec, consumer });
         }
     }
 
@@ -211,10 +243,18 @@ impl Triggers {
         Ok(())
     }
 
-    /// Makes this replica match the stored triggers: every function gated
-    /// as its triggers say and, on the leader, a consumer per enabled amqp
-    /// trigger (restarted when its spec changed).
-    pub async fn converge(&self, records: &[Record], leader: bool) {
+    /// What to pass `converge` for a snapshot of the store read from now on.
+    pub fn change_count(&self) -> ChangeCount {
+        ChangeCount(self.applied_changes.load(Ordering::SeqCst))
+    }
+
+    /// Makes this replica match the stored triggers, `records`, read after
+    /// `read_from` was taken: every function gated as its triggers say
+    /// and, on the leader, a consumer per enabled amqp trigger (restarted
+    /// when its spec changed). A trigger a handler applied since may be
+    /// older in the snapshot (deleted but still in it, a patch not in it
+    /// yet): its consumer stays as the handler left it.
+    pub async fn converge(&self, records: &[Record], leader: bool, read_from: ChangeCount) {
         let mut named = HashSet::new();
         for record in records {
             if let Some(spec) = spec_of(record) {
@@ -228,40 +268,37 @@ impl Triggers {
             }
         }
         if !leader {
-            self.stop_consumers();
+            self.stop_consumers().await;
             return;
         }
+        let mut consumers = self.consumers.lock().await;
+        let Consumers { running, applied } = &mut *consumers;
+        // Passes to come read the store after these changes.
+        applied.retain(|_, count| *count > read_from.0);
         let mut present = HashSet::new();
         for record in records {
             let key = (record.namespace.clone(), record.name.clone());
-            let unchanged = self.consumer_specs.lock().unwrap().get(&key) == Some(&record.spec);
-            let wanted = spec_of(record).is_some_and(|spec| spec.kind == TriggerType::Amqp && spec.enabled);
-            if wanted {
-                if !unchanged {
-                    self.sync_consumer(record);
-                }
-                present.insert(key);
+            present.insert(key.clone());
+            if !applied.contains_key(&key) {
+                self.sync_consumer(running, key, Some(record)).await;
             }
         }
-        let gone: Vec<_> = self
-            .consumers
-            .lock()
-            .unwrap()
+        let gone: Vec<_> = running
             .keys()
-            .filter(|k| !present.contains(*k))
+            .filter(|k| !present.contains(*k) && !applied.contains_key(*k))
             .cloned()
             .collect();
         for key in gone {
-            self.stop_consumer(&key);
+            self.sync_consumer(running, key, None).await;
         }
     }
 
-    /// Stops every consumer (no longer leading, or shutting down).
-    pub fn stop_consumers(&self) {
-        self.consumer_specs.lock().unwrap().clear();
-        for (_, consumer) in self.consumers.lock().unwrap().drain() {
-            consumer.stop();
-        }
+    /// Stops every consumer (no longer leading, or shutting down) and
+    /// returns once their connections are closed.
+    pub async fn stop_consumers(&self) {
+        let mut consumers = self.consumers.lock().await;
+        let stopping = consumers.running.drain().map(|(_, running)| running.consumer.stop());
+        futures::future::join_all(stopping).await;
     }
 
     /// Returns once the cron calls under way have ended. A shutdown waits
@@ -273,8 +310,8 @@ impl Triggers {
         }
     }
 
-    pub fn shutdown(&self) {
-        self.stop_consumers();
+    pub async fn shutdown(&self) {
+        self.stop_consumers().await;
     }
 }
 

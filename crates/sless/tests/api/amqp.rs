@@ -1,7 +1,8 @@
 //! RabbitMQ triggers against the broker on 127.0.0.1:5672: messages handled
 //! and acked, retries then the dead-letter queue, a message too large for
-//! a call dead-lettered unhandled, and a connection cut mid-stream with
-//! nothing lost.
+//! a call dead-lettered unhandled, a connection cut mid-stream with
+//! nothing lost, and a trigger's consumer replaced on each change (never
+//! two) and gone with its delete.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -68,7 +69,11 @@ async fn setup(broker: &str, queue: &str, extra: Value) -> Server {
 }
 
 async fn setup_with(broker: &str, queue: &str, extra: Value, env: &[(&str, &str)]) -> Server {
-    let server = Server::start_with(Backend::Sqlite, env).await;
+    setup_on(Backend::Sqlite, broker, queue, extra, env).await
+}
+
+async fn setup_on(backend: Backend, broker: &str, queue: &str, extra: Value, env: &[(&str, &str)]) -> Server {
+    let server = Server::start_with(backend, env).await;
     server
         .deploy(
             "ns",
@@ -107,24 +112,42 @@ async fn amqp_records(server: &Server, n: usize, secs: u64) -> Vec<Value> {
     .await
 }
 
+/// How many consumers `queue` has and how many messages it holds ready
+/// (not counting those delivered and unacked), by a passive declare. A
+/// passive declare of a missing queue closes its channel, so each look
+/// uses a channel of its own.
+async fn queue_counts(connection: &Connection, queue: &str) -> Result<(u32, u32), String> {
+    let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
+    let options = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let declared = channel
+        .queue_declare(queue.into(), options, FieldTable::default())
+        .await
+        .map_err(|e| format!("queue not there yet: {e}"))?;
+    let _ = channel.close(200, "looked".into()).await;
+    Ok((declared.consumer_count(), declared.message_count()))
+}
+
 /// Waits until the trigger's consumer is attached to `queue` (it declares
-/// the queue itself). A passive declare of a missing queue closes its
-/// channel, so each look uses a channel of its own.
+/// the queue itself).
 async fn consumer_attached(connection: &Connection, queue: &str) {
     eventually(Duration::from_secs(30), || async {
-        let channel = connection.create_channel().await.map_err(|e| e.to_string())?;
-        let options = QueueDeclareOptions {
-            passive: true,
-            ..QueueDeclareOptions::default()
-        };
-        let declared = channel
-            .queue_declare(queue.into(), options, FieldTable::default())
-            .await
-            .map_err(|e| format!("queue not there yet: {e}"))?;
-        let _ = channel.close(200, "looked".into()).await;
-        match declared.consumer_count() {
+        match queue_counts(connection, queue).await?.0 {
             0 => Err("no consumer yet".into()),
             _ => Ok(()),
+        }
+    })
+    .await
+}
+
+/// Waits until `queue` has exactly `consumers` consumers.
+async fn consumers_become(connection: &Connection, queue: &str, consumers: u32) {
+    eventually(Duration::from_secs(30), || async {
+        match queue_counts(connection, queue).await? {
+            (n, _) if n == consumers => Ok(()),
+            (n, _) => Err(format!("{n} consumers on {queue}, not {consumers}")),
         }
     })
     .await
@@ -374,4 +397,72 @@ async fn an_amqps_broker_is_reached_over_tls_with_its_certificate_checked() {
     .await;
     assert!(error.contains("certificate"), "{error}");
     assert_eq!(handshakes.load(Ordering::SeqCst), seen, "no handshake completed");
+}
+
+crate::both_stores!(quick_patches_leave_one_consumer_and_a_delete_none);
+
+/// Each change of a trigger replaces its consumer: quick PATCHes one after
+/// another leave exactly one consumer (which handles what comes next) and a
+/// DELETE leaves none. A consumer stopped while it connects or subscribes
+/// does not live on with its connection, holding messages it never hands
+/// to the function. On PostgreSQL the replica also converges on the store
+/// four times a second: a pass that read the store before a change does
+/// not start the trigger's consumer again after it.
+async fn quick_patches_leave_one_consumer_and_a_delete_none(backend: Backend) {
+    let queue = format!("sless-test-{}", hex_id());
+    let (conn, channel) = channel().await;
+    let server = setup_on(backend, BROKER, &queue, json!({"prefetch": 2}), &[]).await;
+    // A few times over: a consumer left behind shows in most rounds, not all.
+    for cycle in 0..3u64 {
+        if cycle > 0 {
+            let trigger = json!({"name": "queue", "type": "amqp", "function": "consumer",
+                "broker_url": BROKER, "queue": queue, "prefetch": 2});
+            let (status, created) = server
+                .call(Method::POST, "/v1/namespaces/ns/triggers", Some(trigger))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+        }
+        consumer_attached(&conn, &queue).await;
+        for round in 0..40 {
+            let patch = json!({"prefetch": round % 5 + 1});
+            let (status, patched) = server
+                .call(Method::PATCH, "/v1/namespaces/ns/triggers/queue", Some(patch))
+                .await;
+            assert_eq!(status, StatusCode::OK, "{patched}");
+            // Pauses of 0 to 15 ms, shuffled: the next change meets the
+            // consumer as it connects, at each step of subscribing, and
+            // once it consumes.
+            tokio::time::sleep(Duration::from_millis(round * 7 % 16)).await;
+        }
+        consumers_become(&conn, &queue, 1).await;
+        let first = cycle * 10;
+        for id in first..first + 5 {
+            publish(&channel, &queue, json!({"id": id})).await;
+        }
+        let handled: BTreeSet<u64> = (0..=cycle).flat_map(|c| c * 10..c * 10 + 5).collect();
+        let records = amqp_records(&server, handled.len(), 30).await;
+        assert_eq!(printed_ids(&records), handled);
+        drained(&channel, &queue).await;
+
+        let (status, deleted) = server
+            .call(Method::DELETE, "/v1/namespaces/ns/triggers/queue", None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{deleted}");
+        consumers_become(&conn, &queue, 0).await;
+        for id in first + 5..first + 10 {
+            publish(&channel, &queue, json!({"id": id})).await;
+        }
+        // All five stay ready: no consumer left behind took one to hold unacked.
+        eventually(Duration::from_secs(30), || async {
+            match queue_counts(&conn, &queue).await? {
+                (0, 5) => Ok(()),
+                (consumers, ready) => Err(format!("{consumers} consumers, {ready} of 5 messages ready")),
+            }
+        })
+        .await;
+        channel
+            .queue_purge(queue.as_str().into(), QueuePurgeOptions::default())
+            .await
+            .unwrap();
+    }
 }
