@@ -2,7 +2,8 @@
 //! and acked, retries then the dead-letter queue, a message too large for
 //! a call dead-lettered unhandled, a connection cut mid-stream with
 //! nothing lost, and a trigger's consumer replaced on each change (never
-//! two) and gone with its delete.
+//! two) and gone with its delete, not brought back by a convergence pass
+//! that read the store before.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
@@ -464,5 +465,60 @@ async fn quick_patches_leave_one_consumer_and_a_delete_none(backend: Backend) {
             .queue_purge(queue.as_str().into(), QueuePurgeOptions::default())
             .await
             .unwrap();
+    }
+}
+
+/// On PostgreSQL the replica converges on the store four times a second
+/// and handlers apply their changes at once: a pass that read the store
+/// before a DELETE does not start the deleted trigger's consumer again
+/// after it. Many functions named by triggers make each pass's gating
+/// take a while, so DELETEs sent at spread delays after a PATCH (which
+/// starts a pass) land while a pass holds its older snapshot.
+#[tokio::test]
+async fn a_convergence_pass_does_not_bring_a_deleted_trigger_back() {
+    let queue = format!("sless-test-{}", hex_id());
+    let (conn, _channel) = channel().await;
+    let server = setup_on(Backend::Postgres, BROKER, &queue, json!({"prefetch": 2}), &[]).await;
+    for n in 0..60 {
+        let function = json!({"name": format!("f{n}"), "runtime": "python3.11"});
+        let (status, body) = server
+            .call(Method::POST, "/v1/namespaces/ns/functions", Some(function))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let trigger = json!({"name": format!("t{n}"), "type": "http", "function": format!("f{n}")});
+        let (status, body) = server
+            .call(Method::POST, "/v1/namespaces/ns/triggers", Some(trigger))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+    for round in 0..10u64 {
+        if round > 0 {
+            let trigger = json!({"name": "queue", "type": "amqp", "function": "consumer",
+                "broker_url": BROKER, "queue": queue, "prefetch": 2});
+            let (status, created) = server
+                .call(Method::POST, "/v1/namespaces/ns/triggers", Some(trigger))
+                .await;
+            assert_eq!(status, StatusCode::CREATED, "{created}");
+        }
+        consumers_become(&conn, &queue, 1).await;
+        let (status, patched) = server
+            .call(
+                Method::PATCH,
+                "/v1/namespaces/ns/triggers/queue",
+                Some(json!({"prefetch": 3})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{patched}");
+        tokio::time::sleep(Duration::from_millis(round * 25)).await;
+        let (status, deleted) = server
+            .call(Method::DELETE, "/v1/namespaces/ns/triggers/queue", None)
+            .await;
+        assert_eq!(status, StatusCode::NO_CONTENT, "{deleted}");
+        // Past the next two passes (250 ms apart), none attaches again.
+        for _ in 0..24 {
+            let (consumers, _) = queue_counts(&conn, &queue).await.unwrap();
+            assert_eq!(consumers, 0, "round {round}: a consumer of the deleted trigger is back");
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
 }
