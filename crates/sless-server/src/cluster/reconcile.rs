@@ -186,9 +186,10 @@ impl Reconciler {
             .any(|s| s.failed_at.is_some_and(|at| at.elapsed() >= RETRY_AFTER))
     }
 
-    /// One convergence pass: None when the store could not be read, else
-    /// whether this replica served what the store says already (no deploy
-    /// wanted or under way).
+    /// One convergence pass: None when the store could not be read (or
+    /// was read before a trigger change this replica's handlers applied),
+    /// else whether this replica served what the store says already (no
+    /// deploy wanted or under way).
     async fn pass(self: &Arc<Self>, leader: bool) -> Option<bool> {
         let store = &self.parts.store;
         let triggers_read_from = self.parts.triggers.change_count();
@@ -231,7 +232,8 @@ impl Reconciler {
         // waits here for as long as it does not): the leader's work is done
         // only by a replica that still leads now.
         let leader = leader && self.cluster.is_leader();
-        self.parts
+        let triggers_settled = self
+            .parts
             .triggers
             .converge(&triggers, leader, triggers_read_from)
             .await;
@@ -248,7 +250,9 @@ impl Reconciler {
                 }
             }
         }
-        Some(current)
+        // A trigger left as a handler applied it after the read: the next
+        // step passes again on a later read.
+        triggers_settled.then_some(current)
     }
 
     /// Deploys what the store says each function serves, where this replica

@@ -253,8 +253,11 @@ impl Triggers {
     /// and, on the leader, a consumer per enabled amqp trigger (restarted
     /// when its spec changed). A trigger a handler applied since may be
     /// older in the snapshot (deleted but still in it, a patch not in it
-    /// yet): its consumer stays as the handler left it.
-    pub async fn converge(&self, records: &[Record], leader: bool, read_from: ChangeCount) {
+    /// yet): its consumer stays as the handler left it. Whether every
+    /// consumer follows the snapshot; false when one was left so (a pass
+    /// on a snapshot read later settles it, as the snapshot may also hold
+    /// a change made through another replica after the handler's read).
+    pub async fn converge(&self, records: &[Record], leader: bool, read_from: ChangeCount) -> bool {
         let mut named = HashSet::new();
         for record in records {
             if let Some(spec) = spec_of(record) {
@@ -269,7 +272,7 @@ impl Triggers {
         }
         if !leader {
             self.stop_consumers().await;
-            return;
+            return true;
         }
         let mut consumers = self.consumers.lock().await;
         let Consumers { running, applied } = &mut *consumers;
@@ -291,6 +294,7 @@ impl Triggers {
         for key in gone {
             self.sync_consumer(running, key, None).await;
         }
+        applied.is_empty()
     }
 
     /// Stops every consumer (no longer leading, or shutting down) and
