@@ -128,6 +128,13 @@ async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<Trigge
             if let Some(dead) = spec.dead_letter_queue.as_deref() {
                 sless_api::check_queue_name("dead_letter_queue", dead)
                     .map_err(|e| Error::invalid("dead_letter_queue", e))?;
+                // A failure would go back where it came from, and be tried forever.
+                if dead == queue {
+                    return Err(Error::invalid(
+                        "dead_letter_queue",
+                        format!("dead_letter_queue {dead:?} is the trigger's own queue; name another queue, or leave it out for {:?}", format!("{queue}.dead")),
+                    ));
+                }
             }
             if let Some(p) = spec.prefetch {
                 if !(1..=1000).contains(&p) {
