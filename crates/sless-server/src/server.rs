@@ -129,6 +129,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         cluster.leadership.clone(),
         crate::triggers::brokers::BrokerAllowList::parse(&config.amqp_allowed_hosts).map_err(anyhow::Error::msg)?,
         config.max_invoke_bytes,
+        Duration::from_millis(config.async_retry_base_ms),
     )
     .await?;
     let jobs = crate::jobs::Jobs::new(

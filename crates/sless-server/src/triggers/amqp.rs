@@ -6,13 +6,24 @@
 //! Connection loss or a broker restart: reconnect with backoff. A message
 //! larger than a call may be (`SLESS_MAX_INVOKE_BYTES`) goes to the
 //! dead-letter queue unhandled, with the reason.
+//!
+//! A message whose function has no room for it (at capacity, at its
+//! namespace's quota, not built yet, off) is not tried: it is held unacked
+//! and called again after a wait, so `prefetch` bounds what waits and a
+//! busy function slows the queue down instead of dead-lettering it. A retry
+//! waits too: its copy carries the time before which it is not tried
+//! (`x-sless-retry-at`), `SLESS_ASYNC_RETRY_BASE_MS` after the first
+//! failure, doubled after each further one. When the consumer stops, calls
+//! under way finish and settle (a shutdown waits for them, see
+//! `Triggers::drain`); messages only waiting go back to the queue at once.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
     QueueDeclareOptions,
 };
 use lapin::protocol::constants::REPLY_SUCCESS;
@@ -21,12 +32,37 @@ use lapin::{BasicProperties, Channel, Connection};
 use sless_api::TriggerSpec;
 use tokio::sync::watch;
 
+use super::TriggerCall;
 use crate::invoker::{Invoker, Run};
 use crate::store::Store;
-use sless_driver::{FunctionKey, Invocation, TriggerKind};
+use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
 
 const RETRIES_HEADER: &str = "x-sless-retries";
 const ERROR_HEADER: &str = "x-sless-error";
+/// When a retry may be tried, in milliseconds since the Unix epoch.
+const RETRY_AT_HEADER: &str = "x-sless-retry-at";
+/// The longest wait before a retry: the message is held unacked meanwhile,
+/// and RabbitMQ closes a channel that holds one past its `consumer_timeout`.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// The first wait before calling again a function that had no room for a
+/// message; doubled while it has none, up to `MAX_BUSY_WAIT`.
+const FIRST_BUSY_WAIT: Duration = Duration::from_millis(100);
+const MAX_BUSY_WAIT: Duration = Duration::from_secs(5);
+/// How long a message waits for room before it goes back to the queue (and
+/// comes again, as a new delivery), well within RabbitMQ's `consumer_timeout`
+/// (30 min by default).
+const MAX_HOLD: Duration = Duration::from_secs(600);
+
+/// How consumers handle their messages, from the server's settings.
+#[derive(Clone)]
+pub struct Handling {
+    /// Larger messages are dead-lettered without a call.
+    pub max_message_bytes: usize,
+    /// The wait before a message's first retry, doubled for each further one.
+    pub retry_base: Duration,
+    /// Calls under way, shared with `Triggers::drain`.
+    pub calls: Arc<AtomicUsize>,
+}
 
 /// How long a stopping consumer waits for the broker to confirm that its
 /// connection closed; a broker that does not answer loses the TCP
@@ -52,10 +88,10 @@ impl Consumer {
         invoker: Arc<Invoker>,
         store: Arc<dyn Store>,
         brokers: super::brokers::BrokerAllowList,
-        max_message_bytes: usize,
+        handling: Handling,
     ) -> Consumer {
         let worker = Worker {
-            max_message_bytes,
+            handling,
             namespace,
             name,
             key: FunctionKey::new(String::new(), String::new()),
@@ -70,6 +106,7 @@ impl Consumer {
             invoker,
             store,
             brokers,
+            handling_now: Arc::default(),
         };
         let worker = Arc::new(Worker {
             key: FunctionKey::new(&worker.namespace, &spec.function),
@@ -102,8 +139,27 @@ struct Worker {
     invoker: Arc<Invoker>,
     store: Arc<dyn Store>,
     brokers: super::brokers::BrokerAllowList,
-    /// Larger messages are dead-lettered without a call.
-    max_message_bytes: usize,
+    handling: Handling,
+    /// Messages of this consumer being handled: its connection closes
+    /// after them when it stops.
+    handling_now: Arc<AtomicUsize>,
+}
+
+/// Open while the consume loop that took a message runs: its sender lives
+/// in that loop, so it closes when the loop ends (the consumer stopped, or
+/// its connection lost).
+type Session = watch::Receiver<()>;
+
+/// Waits `wait`; false when the session closed first.
+async fn wait_open(session: &mut Session, wait: Duration) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => true,
+        _ = session.changed() => false,
+    }
+}
+
+fn is_closed(session: &Session) -> bool {
+    session.has_changed().is_err()
 }
 
 impl Worker {
@@ -170,26 +226,34 @@ impl Worker {
             }),
             _ = stop.changed() => None,
         };
-        close(&connection).await;
-        ended
+        if ended.is_some() {
+            close(&connection).await;
+            return ended;
+        }
+        // Stopped: the calls under way finish and settle on this connection
+        // (a shutdown waits for them, `Triggers::drain`), and it closes
+        // after them; messages only waiting went back as their sessions
+        // closed. The next consumer of the trigger need not wait for that.
+        let handling = self.clone();
+        tokio::spawn(async move {
+            while handling.handling_now.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            close(&connection).await;
+        });
+        None
     }
 
     async fn consume(self: Arc<Self>, connection: &Connection) -> lapin::Result<()> {
+        for queue in [&self.queue, &self.dead_letter] {
+            ensure_queue(connection, queue).await?;
+        }
         let channel = connection.create_channel().await?;
         channel.confirm_select(ConfirmSelectOptions::default()).await?;
         channel.basic_qos(self.prefetch, BasicQosOptions::default()).await?;
-        for queue in [&self.queue, &self.dead_letter] {
-            channel
-                .queue_declare(
-                    queue.as_str().into(),
-                    QueueDeclareOptions {
-                        durable: true,
-                        ..QueueDeclareOptions::default()
-                    },
-                    FieldTable::default(),
-                )
-                .await?;
-        }
+        // Declared before `deliveries`, so dropped after it: the consumer is
+        // cancelled before waiting messages are handed back.
+        let (_session, session) = watch::channel(());
         let tag = format!("sless-{}-{}-{:08x}", self.namespace, self.name, rand::random::<u32>());
         let mut deliveries = channel
             .basic_consume(
@@ -205,42 +269,76 @@ impl Worker {
             let delivery = delivery?;
             let worker = self.clone();
             let channel = channel.clone();
+            let session = session.clone();
             // The broker sends at most `prefetch` unacked messages: that bounds these tasks.
-            tokio::spawn(async move { worker.handle(channel, delivery).await });
+            tokio::spawn(async move { worker.handle(channel, delivery, session).await });
         }
         Ok(())
     }
 
-    async fn handle(&self, channel: Channel, delivery: lapin::message::Delivery) {
-        if delivery.data.len() > self.max_message_bytes {
+    async fn handle(&self, channel: Channel, delivery: lapin::message::Delivery, mut session: Session) {
+        let _handling = TriggerCall::start(&self.handling_now);
+        if delivery.data.len() > self.handling.max_message_bytes {
             let error = format!(
                 "a message of {} bytes is larger than a call may be (the server's SLESS_MAX_INVOKE_BYTES, {} bytes); not handled",
                 delivery.data.len(),
-                self.max_message_bytes
+                self.handling.max_message_bytes
             );
             tracing::warn!(trigger = %self.name, namespace = %self.namespace, bytes = delivery.data.len(), "message too large: dead-lettered");
             let retries = retries_of(&delivery.properties);
             let sent = self
-                .publish(&channel, &self.dead_letter, &delivery, retries, &error)
+                .publish(&channel, &self.dead_letter, &delivery, retries, &error, None)
                 .await;
             self.settle(&delivery, sent).await;
             super::record_outcome(&*self.store, &self.namespace, &self.name, Some(error)).await;
             return;
         }
-        let event = serde_json::from_slice(&delivery.data)
+        let due = retry_due_in(&delivery.properties, SystemTime::now());
+        if !due.is_zero() && !wait_open(&mut session, due).await {
+            return self.release(&delivery).await;
+        }
+        let event: serde_json::Value = serde_json::from_slice(&delivery.data)
             .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&delivery.data).into_owned()));
         let retries = retries_of(&delivery.properties);
-        let invocation = Invocation {
-            kind: TriggerKind::Amqp,
-            request_id: format!("{:016x}", rand::random::<u64>()),
-            method: String::new(),
-            path: String::new(),
-            query: String::new(),
-            headers: Default::default(),
-            body: Default::default(),
-            event: Some(event),
+        let held = Instant::now();
+        let mut busy_wait = FIRST_BUSY_WAIT;
+        let (result, _call) = loop {
+            // Counted before the session is looked at: a shutdown that sees
+            // no call under way has closed the session this one then sees.
+            let call = TriggerCall::start(&self.handling.calls);
+            if is_closed(&session) {
+                return self.release(&delivery).await;
+            }
+            match self
+                .invoker
+                .invoke(&self.key, invocation(event.clone()), Run::Serving)
+                .await
+            {
+                // Nothing ran: not a try. Held unacked, so prefetch bounds
+                // how many wait.
+                Err(
+                    e @ (InvokeError::QueueFull(_)
+                    | InvokeError::AtQuota { .. }
+                    | InvokeError::NotDeployed(_)
+                    | InvokeError::Disabled(_)),
+                ) => {
+                    drop(call);
+                    if held.elapsed() > MAX_HOLD {
+                        let error = format!("messages wait: {e}");
+                        super::record_outcome(&*self.store, &self.namespace, &self.name, Some(error)).await;
+                        return self.release(&delivery).await;
+                    }
+                    // Jittered, so the messages that wait do not all call at once.
+                    let wait = busy_wait.mul_f64(0.5 + rand::random::<f64>() / 2.0);
+                    if !wait_open(&mut session, wait).await {
+                        return self.release(&delivery).await;
+                    }
+                    busy_wait = (busy_wait * 2).min(MAX_BUSY_WAIT);
+                }
+                result => break (result, call),
+            }
         };
-        let error = match self.invoker.invoke(&self.key, invocation, Run::Serving).await {
+        let error = match result {
             Ok(r) if r.status < 400 => None,
             Ok(r) => Some(crate::invoker::error_text(&r.body)),
             Err(e) => Some(e.to_string()),
@@ -248,17 +346,30 @@ impl Worker {
         let settled = match &error {
             None => Ok(()),
             Some(error) if retries < self.retry_limit => {
-                self.publish(&channel, &self.queue, &delivery, retries + 1, error).await
+                let at = SystemTime::now() + retry_wait(self.handling.retry_base, retries + 1);
+                self.publish(&channel, &self.queue, &delivery, retries + 1, error, Some(at))
+                    .await
             }
             Some(error) => {
                 let shown = crate::bounds::one_line(error);
                 tracing::warn!(trigger = %self.name, error = %shown, retries, "message dead-lettered");
-                self.publish(&channel, &self.dead_letter, &delivery, retries, error)
+                self.publish(&channel, &self.dead_letter, &delivery, retries, error, None)
                     .await
             }
         };
         self.settle(&delivery, settled).await;
         super::record_outcome(&*self.store, &self.namespace, &self.name, error).await;
+    }
+
+    /// Hands a message not tried back to the queue, as it came.
+    async fn release(&self, delivery: &lapin::message::Delivery) {
+        let requeue = BasicNackOptions {
+            requeue: true,
+            ..BasicNackOptions::default()
+        };
+        if let Err(e) = delivery.nack(requeue).await {
+            tracing::debug!(trigger = %self.name, error = %e, "handing a message back failed; the broker requeues it when the channel closes");
+        }
     }
 
     /// Acks a message whose outcome is stored (`sent`: republished or
@@ -276,7 +387,8 @@ impl Worker {
         }
     }
 
-    /// Publishes a copy of the message with the retry count and error, and
+    /// Publishes a copy of the message with the retry count, the error and
+    /// when it may be tried again (`retry_at`; none for a dead letter), and
     /// waits for the broker's confirm.
     async fn publish(
         &self,
@@ -285,6 +397,7 @@ impl Worker {
         delivery: &lapin::message::Delivery,
         retries: u32,
         error: &str,
+        retry_at: Option<SystemTime>,
     ) -> lapin::Result<()> {
         let mut headers = delivery.properties.headers().clone().unwrap_or_default();
         headers.insert(
@@ -293,7 +406,22 @@ impl Worker {
         );
         let error: String = error.chars().take(200).collect();
         headers.insert(ShortString::from(ERROR_HEADER), AMQPValue::LongString(error.into()));
-        let properties = BasicProperties::default().with_headers(headers).with_delivery_mode(2);
+        let mut headers = headers.inner().clone();
+        match retry_at {
+            Some(at) => {
+                let millis = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
+                headers.insert(
+                    ShortString::from(RETRY_AT_HEADER),
+                    AMQPValue::LongLongInt(i64::try_from(millis).unwrap_or(i64::MAX)),
+                );
+            }
+            None => {
+                headers.remove(&ShortString::from(RETRY_AT_HEADER));
+            }
+        }
+        let properties = BasicProperties::default()
+            .with_headers(FieldTable::from(headers))
+            .with_delivery_mode(2);
         channel
             .basic_publish(
                 "".into(),
@@ -318,12 +446,136 @@ async fn close(connection: &Connection) {
     }
 }
 
+/// Makes sure `queue` exists. One that does is used as it is (a quorum
+/// queue, a TTL, not durable: a declare with other arguments than its own
+/// would be refused); a missing one is made durable. A passive declare of
+/// a missing queue closes its channel, so each declare has a channel of its
+/// own (closed when dropped).
+async fn ensure_queue(connection: &Connection, queue: &str) -> lapin::Result<()> {
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..QueueDeclareOptions::default()
+    };
+    let looked = connection
+        .create_channel()
+        .await?
+        .queue_declare(queue.into(), passive, FieldTable::default())
+        .await;
+    if looked.is_ok() {
+        return Ok(());
+    }
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    connection
+        .create_channel()
+        .await?
+        .queue_declare(queue.into(), durable, FieldTable::default())
+        .await?;
+    Ok(())
+}
+
+/// The call a message makes.
+fn invocation(event: serde_json::Value) -> Invocation {
+    Invocation {
+        kind: TriggerKind::Amqp,
+        request_id: format!("{:016x}", rand::random::<u64>()),
+        method: String::new(),
+        path: String::new(),
+        query: String::new(),
+        headers: Default::default(),
+        body: Default::default(),
+        event: Some(event),
+    }
+}
+
+/// The wait before retry number `retry` (1 for the first): `base`, doubled
+/// for each further one, `MAX_RETRY_WAIT` at most.
+fn retry_wait(base: Duration, retry: u32) -> Duration {
+    base.saturating_mul(1 << retry.saturating_sub(1).min(20))
+        .min(MAX_RETRY_WAIT)
+}
+
+/// How long until a message may be tried, from its `x-sless-retry-at`
+/// (zero without one); anyone may publish the header, so a wait longer
+/// than a retry's longest counts as that.
+fn retry_due_in(properties: &BasicProperties, now: SystemTime) -> Duration {
+    let at = match properties
+        .headers()
+        .as_ref()
+        .and_then(|h| h.inner().get(RETRY_AT_HEADER))
+    {
+        Some(value) => integer(value).unwrap_or(0),
+        None => 0,
+    };
+    let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at).unwrap_or(0));
+    at.duration_since(now).unwrap_or_default().min(MAX_RETRY_WAIT)
+}
+
+/// The retries a message has had, from its `x-sless-retries`: anyone may
+/// publish the header, so a negative count is none and a larger one than
+/// a `u32` holds is the largest.
 fn retries_of(properties: &BasicProperties) -> u32 {
     let Some(headers) = properties.headers() else { return 0 };
-    match headers.inner().get(RETRIES_HEADER) {
-        Some(AMQPValue::LongLongInt(n)) => *n as u32,
-        Some(AMQPValue::LongInt(n)) => *n as u32,
-        Some(AMQPValue::ShortInt(n)) => *n as u32,
-        _ => 0,
+    let count = headers.inner().get(RETRIES_HEADER).and_then(integer).unwrap_or(0);
+    u32::try_from(count.max(0)).unwrap_or(u32::MAX)
+}
+
+/// A header's value as an integer, whatever integer type the publisher chose.
+fn integer(value: &AMQPValue) -> Option<i64> {
+    match *value {
+        AMQPValue::ShortShortInt(n) => Some(n.into()),
+        AMQPValue::ShortShortUInt(n) => Some(n.into()),
+        AMQPValue::ShortInt(n) => Some(n.into()),
+        AMQPValue::ShortUInt(n) => Some(n.into()),
+        AMQPValue::LongInt(n) => Some(n.into()),
+        AMQPValue::LongUInt(n) => Some(n.into()),
+        AMQPValue::LongLongInt(n) => Some(n),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_header(name: &str, value: AMQPValue) -> BasicProperties {
+        let mut headers = FieldTable::default();
+        headers.insert(ShortString::from(name), value);
+        BasicProperties::default().with_headers(headers)
+    }
+
+    #[test]
+    fn a_published_retry_count_is_read_within_bounds() {
+        assert_eq!(retries_of(&BasicProperties::default()), 0);
+        assert_eq!(retries_of(&with_header(RETRIES_HEADER, AMQPValue::LongInt(-1))), 0);
+        assert_eq!(retries_of(&with_header(RETRIES_HEADER, AMQPValue::ShortInt(-7))), 0);
+        assert_eq!(retries_of(&with_header(RETRIES_HEADER, AMQPValue::LongLongInt(2))), 2);
+        assert_eq!(retries_of(&with_header(RETRIES_HEADER, AMQPValue::LongUInt(5))), 5);
+        assert_eq!(
+            retries_of(&with_header(RETRIES_HEADER, AMQPValue::LongLongInt(i64::MAX))),
+            u32::MAX
+        );
+        assert_eq!(retries_of(&with_header(RETRIES_HEADER, AMQPValue::Boolean(true))), 0);
+    }
+
+    #[test]
+    fn retries_wait_twice_as_long_each_time_up_to_a_minute() {
+        let base = Duration::from_millis(200);
+        assert_eq!(retry_wait(base, 1), base);
+        assert_eq!(retry_wait(base, 3), base * 4);
+        assert_eq!(retry_wait(base, 100), MAX_RETRY_WAIT);
+    }
+
+    #[test]
+    fn a_published_retry_time_is_waited_for_at_most_a_minute() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let at = |ms: i64| with_header(RETRY_AT_HEADER, AMQPValue::LongLongInt(ms));
+        assert_eq!(retry_due_in(&BasicProperties::default(), now), Duration::ZERO);
+        assert_eq!(retry_due_in(&at(1_000_000_500), now), Duration::from_millis(500));
+        assert_eq!(retry_due_in(&at(999_000_000), now), Duration::ZERO);
+        assert_eq!(retry_due_in(&at(-1), now), Duration::ZERO);
+        assert_eq!(retry_due_in(&at(i64::MAX), now), MAX_RETRY_WAIT);
     }
 }

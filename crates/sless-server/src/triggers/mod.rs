@@ -39,13 +39,14 @@ pub struct Triggers {
     leadership: Arc<Leadership>,
     /// The brokers amqp triggers may connect to.
     pub brokers: brokers::BrokerAllowList,
-    /// The largest message an amqp trigger hands to its function.
-    max_message_bytes: usize,
+    /// How amqp triggers' consumers handle their messages.
+    amqp: amqp::Handling,
     /// Each cron trigger's next tick, computed once per fire (or spec
     /// change) on a blocking thread, not on every pass of the loop.
     due: Mutex<HashMap<(String, String), Due>>,
-    /// Cron calls under way, which a shutdown lets finish (`drain`).
-    cron_calls: Arc<AtomicUsize>,
+    /// Calls under way from cron ticks and amqp messages, which a shutdown
+    /// lets finish (`drain`).
+    calls: Arc<AtomicUsize>,
     /// Cron triggers whose call of an earlier tick still runs here: their
     /// ticks are skipped meanwhile, so a call slower than its schedule
     /// does not pile calls up in the function's queue.
@@ -53,12 +54,12 @@ pub struct Triggers {
 }
 
 /// A cron trigger's call under way, in `Triggers::cron_running` until dropped.
-struct Running {
+struct CronRunning {
     running: Arc<Mutex<HashSet<(String, String)>>>,
     trigger: (String, String),
 }
 
-impl Drop for Running {
+impl Drop for CronRunning {
     fn drop(&mut self) {
         self.running.lock().unwrap().remove(&self.trigger);
     }
@@ -88,17 +89,17 @@ struct Running {
 #[derive(Clone, Copy)]
 pub struct ChangeCount(u64);
 
-/// One cron call under way, counted in `Triggers::cron_calls` until dropped.
-struct CronCall(Arc<AtomicUsize>);
+/// One trigger's call under way, counted in `Triggers::calls` until dropped.
+struct TriggerCall(Arc<AtomicUsize>);
 
-impl CronCall {
-    fn start(calls: &Arc<AtomicUsize>) -> CronCall {
+impl TriggerCall {
+    fn start(calls: &Arc<AtomicUsize>) -> TriggerCall {
         calls.fetch_add(1, Ordering::SeqCst);
-        CronCall(calls.clone())
+        TriggerCall(calls.clone())
     }
 }
 
-impl Drop for CronCall {
+impl Drop for TriggerCall {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -120,10 +121,16 @@ impl Triggers {
         leadership: Arc<Leadership>,
         brokers: brokers::BrokerAllowList,
         max_message_bytes: usize,
+        retry_base: Duration,
     ) -> anyhow::Result<Arc<Triggers>> {
+        let calls = Arc::new(AtomicUsize::new(0));
         let triggers = Arc::new(Triggers {
             brokers,
-            max_message_bytes,
+            amqp: amqp::Handling {
+                max_message_bytes,
+                retry_base,
+                calls: calls.clone(),
+            },
             store,
             invoker,
             http_blocked: RwLock::new(HashSet::new()),
@@ -132,7 +139,7 @@ impl Triggers {
             gated: Mutex::new(HashSet::new()),
             leadership,
             due: Mutex::new(HashMap::new()),
-            cron_calls: Arc::new(AtomicUsize::new(0)),
+            calls,
             cron_running: Arc::new(Mutex::new(HashSet::new())),
         });
         let all = triggers.store.list_all(Kind::Trigger).await?;
@@ -205,7 +212,7 @@ impl Triggers {
                 self.invoker.clone(),
                 self.store.clone(),
                 self.brokers.clone(),
-                self.max_message_bytes,
+                self.amqp.clone(),
             );
             let spec = record.spec.clone();
             consumers.insert(key, Running { spec, consumer });
@@ -305,11 +312,12 @@ impl Triggers {
         futures::future::join_all(stopping).await;
     }
 
-    /// Returns once the cron calls under way have ended. A shutdown waits
-    /// for them within its grace period, as for calls over HTTP: this
-    /// replica no longer leads by then, so no new tick fires here.
+    /// Returns once the cron calls and amqp messages' calls under way have
+    /// ended. A shutdown waits for them within its grace period, as for
+    /// calls over HTTP: this replica no longer leads by then, so no new
+    /// tick fires and no consumer takes a message here.
     pub async fn drain(&self) {
-        while self.cron_calls.load(Ordering::SeqCst) > 0 {
+        while self.calls.load(Ordering::SeqCst) > 0 {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -414,12 +422,12 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
             continue;
         }
         triggers.cron_running.lock().unwrap().insert(key.clone());
-        let running = Running {
+        let running = CronRunning {
             running: triggers.cron_running.clone(),
             trigger: key,
         };
         let triggers = triggers.clone();
-        let call = CronCall::start(&triggers.cron_calls);
+        let call = TriggerCall::start(&triggers.calls);
         tokio::spawn(async move {
             let (_call, _running) = (call, running);
             let key = FunctionKey::new(&record.namespace, &spec.function);

@@ -1,15 +1,19 @@
 //! RabbitMQ triggers against the broker on 127.0.0.1:5672: messages handled
-//! and acked, retries then the dead-letter queue, a message too large for
-//! a call dead-lettered unhandled, a connection cut mid-stream with
-//! nothing lost, and a trigger's consumer replaced on each change (never
-//! two) and gone with its delete, not brought back by a convergence pass
-//! that read the store before.
+//! and acked, retries spaced out then the dead-letter queue, a message too
+//! large for a call dead-lettered unhandled, a busy function holding
+//! messages back instead of failing them, queues declared by others used as
+//! they are, a connection cut mid-stream and a stop with nothing lost, a
+//! trigger's consumer replaced on each change (never two) and gone with its
+//! delete, not brought back by a convergence pass that read the store
+//! before, and `amqps://` over TLS.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use lapin::options::{BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueuePurgeOptions};
+use lapin::options::{
+    BasicGetOptions, BasicPublishOptions, QueueDeclareOptions, QueueDeleteOptions, QueuePurgeOptions,
+};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use reqwest::{Method, StatusCode};
@@ -51,13 +55,17 @@ async fn declare(channel: &Channel, queue: &str) -> u32 {
 }
 
 async fn publish(channel: &Channel, queue: &str, body: Value) {
+    publish_with(channel, queue, body, BasicProperties::default()).await
+}
+
+async fn publish_with(channel: &Channel, queue: &str, body: Value, properties: BasicProperties) {
     channel
         .basic_publish(
             "".into(),
             queue.into(),
             BasicPublishOptions::default(),
             body.to_string().as_bytes(),
-            BasicProperties::default(),
+            properties,
         )
         .await
         .unwrap()
@@ -74,14 +82,23 @@ async fn setup_with(broker: &str, queue: &str, extra: Value, env: &[(&str, &str)
 }
 
 async fn setup_on(backend: Backend, broker: &str, queue: &str, extra: Value, env: &[(&str, &str)]) -> Server {
+    let function = json!({"runtime": "python3.11", "concurrency": 4});
+    setup_function(backend, broker, queue, function, extra, env).await
+}
+
+/// A server whose function `consumer` (spec `function`) has the amqp
+/// trigger `queue` on `queue`, with `extra` in the trigger's spec.
+async fn setup_function(
+    backend: Backend,
+    broker: &str,
+    queue: &str,
+    function: Value,
+    extra: Value,
+    env: &[(&str, &str)],
+) -> Server {
     let server = Server::start_with(backend, env).await;
     server
-        .deploy(
-            "ns",
-            "consumer",
-            json!({"runtime": "python3.11", "concurrency": 4}),
-            &[("handler.py", CONSUMER)],
-        )
+        .deploy("ns", "consumer", function, &[("handler.py", CONSUMER)])
         .await;
     let mut body =
         json!({"name": "queue", "type": "amqp", "function": "consumer", "broker_url": broker, "queue": queue});
@@ -227,6 +244,26 @@ async fn failures_retry_then_go_to_the_dead_letter_queue() {
         (StatusCode::BAD_REQUEST, Some("dead_letter_queue")),
         "{refused}"
     );
+    // A failure sent back to the queue it came from would be tried forever.
+    let looping = json!({"name": "looping", "type": "amqp", "function": "consumer", "broker_url": BROKER,
+        "queue": queue, "dead_letter_queue": queue});
+    let (status, refused) = server
+        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(looping))
+        .await;
+    assert_eq!(
+        (status, refused["field"].as_str()),
+        (StatusCode::BAD_REQUEST, Some("dead_letter_queue")),
+        "{refused}"
+    );
+    assert!(refused["error"].as_str().unwrap().contains("own queue"), "{refused}");
+    // Consuming another trigger's dead letters is fine (disabled here, so
+    // it leaves them to this test).
+    let dead_letters = json!({"name": "dead-letters", "type": "amqp", "function": "consumer", "broker_url": BROKER,
+        "queue": dead, "enabled": false});
+    let (status, created) = server
+        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(dead_letters))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
     // A failure sent back to the queue it came from would be tried forever.
     let looping = json!({"name": "looping", "type": "amqp", "function": "consumer", "broker_url": BROKER,
         "queue": queue, "dead_letter_queue": queue});
@@ -541,4 +578,161 @@ async fn a_convergence_pass_does_not_bring_a_deleted_trigger_back() {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
+}
+
+/// A function with no room for a message (at capacity, its queue of
+/// waiting calls full) does not fail it: the message waits, unacked, and
+/// is called once there is room. Prefetch here is far above what the
+/// function takes at once (one instance, one call, two waiting), and no
+/// retry is allowed, so a message counted as failed would be dead-lettered.
+#[tokio::test]
+async fn a_busy_function_holds_messages_instead_of_dead_lettering_them() {
+    let queue = format!("sless-test-{}", hex_id());
+    let (conn, channel) = channel().await;
+    let function = json!({"runtime": "python3.11", "concurrency": 1, "max_instances": 1});
+    let server = setup_function(
+        Backend::Sqlite,
+        BROKER,
+        &queue,
+        function,
+        json!({"prefetch": 40, "retry_limit": 0}),
+        &[("SLESS_MAX_QUEUE", "2")],
+    )
+    .await;
+    consumer_attached(&conn, &queue).await;
+    for id in 0..40 {
+        publish(&channel, &queue, json!({"id": id, "sleep": 0.05})).await;
+    }
+    let records = amqp_records(&server, 40, 120).await;
+    assert_eq!(printed_ids(&records), (0..40).collect());
+    assert!(records.iter().all(|r| r["status"] == "ok"), "{records:?}");
+    drained(&channel, &queue).await;
+    assert_eq!(
+        declare(&channel, &format!("{queue}.dead")).await,
+        0,
+        "nothing dead-lettered"
+    );
+    let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/queue", None).await;
+    assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
+}
+
+/// Retries are spaced out: the first waits SLESS_ASYNC_RETRY_BASE_MS, each
+/// further one twice as long. A retry count the publisher set below zero
+/// counts as none (it once wrapped to four billion: no retry at all).
+#[tokio::test]
+async fn retries_wait_twice_as_long_each_time() {
+    let queue = format!("sless-test-{}", hex_id());
+    let (conn, channel) = channel().await;
+    let server = setup_with(
+        BROKER,
+        &queue,
+        json!({"retry_limit": 2}),
+        &[("SLESS_ASYNC_RETRY_BASE_MS", "300")],
+    )
+    .await;
+    consumer_attached(&conn, &queue).await;
+    let mut headers = FieldTable::default();
+    headers.insert("x-sless-retries".into(), AMQPValue::LongInt(-1));
+    let properties = BasicProperties::default().with_headers(headers);
+    publish_with(&channel, &queue, json!({"id": 3, "fail": true}), properties).await;
+    let message = dead_letter(&conn, &format!("{queue}.dead")).await;
+    let headers = message.delivery.properties.headers().clone().unwrap();
+    assert!(
+        matches!(headers.inner().get("x-sless-retries"), Some(AMQPValue::LongLongInt(2))),
+        "{headers:?}"
+    );
+    let records = amqp_records(&server, 3, 30).await;
+    assert_eq!(records.len(), 3, "one try and two retries: {records:?}");
+    let mut starts: Vec<_> = records
+        .iter()
+        .map(|r| chrono::DateTime::parse_from_rfc3339(r["started_at"].as_str().unwrap()).unwrap())
+        .collect();
+    starts.sort();
+    let gaps: Vec<i64> = starts.windows(2).map(|w| (w[1] - w[0]).num_milliseconds()).collect();
+    assert!(
+        gaps[0] >= 300 && gaps[1] >= 600,
+        "retries came too soon: gaps {gaps:?} ms"
+    );
+}
+
+/// A queue that exists already is consumed as it is: declared by someone
+/// else with a message TTL (which a declare without it is refused for), and
+/// its dead-letter queue not durable.
+#[tokio::test]
+async fn queues_declared_with_other_arguments_are_used_as_they_are() {
+    let queue = format!("sless-test-{}", hex_id());
+    let dead = format!("{queue}.dead");
+    let (conn, channel) = channel().await;
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-message-ttl".into(), AMQPValue::LongInt(600_000));
+    let durable = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(queue.as_str().into(), durable, arguments)
+        .await
+        .unwrap();
+    channel
+        .queue_declare(
+            dead.as_str().into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let server = setup(BROKER, &queue, json!({"retry_limit": 0})).await;
+    consumer_attached(&conn, &queue).await;
+    publish(&channel, &queue, json!({"id": 1})).await;
+    publish(&channel, &queue, json!({"id": 2, "fail": true})).await;
+    let message = dead_letter(&conn, &dead).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&message.delivery.data).unwrap()["id"],
+        2
+    );
+    let records = amqp_records(&server, 2, 30).await;
+    assert_eq!(printed_ids(&records), BTreeSet::from([1, 2]));
+    for queue in [&queue, &dead] {
+        channel
+            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+            .await
+            .unwrap();
+    }
+}
+
+/// A stop (SIGTERM) lets the call of a message under way finish and ack
+/// within the grace period, as it does calls over HTTP and cron calls: the
+/// message used to go back to the queue, its call cut off unrecorded, and
+/// be handled again after the restart.
+#[tokio::test]
+async fn a_stop_lets_a_message_under_way_finish() {
+    let queue = format!("sless-test-{}", hex_id());
+    let (conn, channel) = channel().await;
+    let mut server = setup(BROKER, &queue, json!({"prefetch": 1})).await;
+    consumer_attached(&conn, &queue).await;
+    // A first message: the consumer's loop is then waiting for the next
+    // one, and takes it as soon as the broker sends it.
+    publish(&channel, &queue, json!({"id": 0})).await;
+    amqp_records(&server, 1, 30).await;
+    publish(&channel, &queue, json!({"id": 1, "sleep": 4})).await;
+    drained(&channel, &queue).await;
+    assert!(server.terminate_wait().success());
+
+    server.spawn();
+    let records = server.records("ns", "consumer").await;
+    assert_eq!(printed_ids(&records), BTreeSet::from([0, 1]), "{records:?}");
+    assert!(records.iter().all(|r| r["status"] == "ok"), "{records:?}");
+    consumer_attached(&conn, &queue).await;
+    // Had the slow message gone back to the queue, it would come before
+    // this one (one message at a time).
+    publish(&channel, &queue, json!({"id": 2})).await;
+    let records = eventually(Duration::from_secs(30), || async {
+        let records = amqp_records(&server, 1, 30).await;
+        match printed_ids(&records).contains(&2) {
+            true => Ok(records),
+            false => Err("the last message is not handled yet".to_string()),
+        }
+    })
+    .await;
+    assert_eq!(records.len(), 3, "each message handled once: {records:?}");
 }
