@@ -51,6 +51,8 @@ pub struct InvocationLog {
     pub dropped: AtomicU64,
     pub written: AtomicU64,
     pub write_errors: AtomicU64,
+    /// The write loop, awaited by `close`.
+    writer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 /// How much of what is free one namespace may hold: a lone flood takes
@@ -202,14 +204,16 @@ impl InvocationLog {
             dropped: AtomicU64::new(0),
             written: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            writer: Mutex::new(None),
         });
-        tokio::spawn(write_loop(
+        let writer = tokio::spawn(write_loop(
             Arc::downgrade(&log),
             pending,
             Encoder::start(),
             store.clone(),
             settings.clone(),
         ));
+        *log.writer.lock().unwrap_or_else(PoisonError::into_inner) = Some(writer);
         tokio::spawn(prune_loop(store, settings, pending_for_prune));
         log
     }
@@ -243,6 +247,19 @@ impl InvocationLog {
     /// Records waiting to be written.
     pub fn backlog(&self) -> usize {
         self.pending.lock().records.len()
+    }
+
+    /// Writes what is queued at once and returns once it is stored; what
+    /// is queued later is not written. A shutdown calls it once the calls
+    /// under way have ended (the caller bounds the wait), so their records
+    /// are not lost with the process.
+    pub async fn close(&self) {
+        self.pending.closed.store(true, Ordering::Release);
+        self.pending.arrived.notify_one();
+        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(writer) = writer {
+            let _ = writer.await;
+        }
     }
 }
 
@@ -429,6 +446,7 @@ mod tests {
             dropped: AtomicU64::new(0),
             written: AtomicU64::new(0),
             write_errors: AtomicU64::new(0),
+            writer: Mutex::new(None),
         }
     }
 

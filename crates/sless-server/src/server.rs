@@ -20,6 +20,10 @@ const UPLOADS_PER_NAMESPACE: usize = 2;
 /// connection, their bodies unread); more are refused (429) at once.
 const UPLOADS_WAITING_PER_NAMESPACE: usize = 8;
 
+/// How long a shutdown waits for the invocation records of the calls that
+/// ended to be stored, after the grace period for the calls themselves.
+const RECORDS_WRITE_GRACE: Duration = Duration::from_secs(5);
+
 /// Runs the server until a shutdown signal; returns once in-flight requests
 /// have finished (or the grace period ran out).
 pub async fn run(config: Config) -> anyhow::Result<()> {
@@ -97,6 +101,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         config.keep_versions as usize,
     );
     versions.start_sweeping();
+    let records = log.clone();
     let invoker = Arc::new(crate::invoker::Invoker {
         driver: driver.clone(),
         routes: routes.clone(),
@@ -242,6 +247,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     deliveries.hand_back().await;
     triggers.shutdown().await;
+    // The records of the calls that ended are stored before the process
+    // ends (the writer waits 50 ms to fill a batch, and then takes a moment).
+    if tokio::time::timeout(RECORDS_WRITE_GRACE, records.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!("invocation records still unwritten at exit");
+    }
     cluster.leave().await;
     driver.shutdown().await;
     tracing::info!("stopped");
