@@ -274,6 +274,21 @@ fn checked_status(result: InvocationResult, request_id: &str) -> InvocationResul
     }
 }
 
+/// The call of a trigger, a job or a queued message: `event` for the
+/// handler, nothing of HTTP.
+pub fn event_call(kind: sless_driver::TriggerKind, event: serde_json::Value) -> Invocation {
+    Invocation {
+        kind,
+        request_id: format!("{:016x}", rand::random::<u64>()),
+        method: String::new(),
+        path: String::new(),
+        query: String::new(),
+        headers: Default::default(),
+        body: Default::default(),
+        event: Some(event),
+    }
+}
+
 /// The `error` field of a JSON error body, else the body's start; at most
 /// [`crate::bounds::MAX_ERROR_BYTES`] of it.
 pub fn error_text(body: &[u8]) -> String {

@@ -26,7 +26,7 @@ use sless_api::{FunctionStatus, JobPhase, JobSpec, JobStatus, Phase};
 use crate::cluster::leader::Leadership;
 use crate::invoker::{Invoker, Run};
 use crate::store::{Kind, Store};
-use sless_driver::{FunctionKey, Invocation, InvokeError, RunId, TriggerKind};
+use sless_driver::{FunctionKey, InvokeError, RunId, TriggerKind};
 
 /// A run in progress: its run id and the task that runs it.
 type Running = (u64, tokio::task::JoinHandle<()>);
@@ -323,16 +323,7 @@ impl Jobs {
             );
             return Ok(());
         }
-        let invocation = Invocation {
-            kind: TriggerKind::Job,
-            request_id: format!("{:016x}", rand::random::<u64>()),
-            method: String::new(),
-            path: String::new(),
-            query: String::new(),
-            headers: Default::default(),
-            body: Default::default(),
-            event: Some(spec.event.clone()),
-        };
+        let invocation = crate::invoker::event_call(TriggerKind::Job, spec.event.clone());
         let run = RunId {
             namespace: namespace.to_string(),
             job: name.to_string(),

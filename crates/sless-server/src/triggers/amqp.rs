@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use super::TriggerCall;
 use crate::invoker::{Invoker, Run};
 use crate::store::Store;
-use sless_driver::{FunctionKey, Invocation, InvokeError, TriggerKind};
+use sless_driver::{FunctionKey, InvokeError, TriggerKind};
 
 const RETRIES_HEADER: &str = "x-sless-retries";
 const ERROR_HEADER: &str = "x-sless-error";
@@ -311,7 +311,11 @@ impl Worker {
             }
             match self
                 .invoker
-                .invoke(&self.key, invocation(event.clone()), Run::Serving)
+                .invoke(
+                    &self.key,
+                    crate::invoker::event_call(TriggerKind::Amqp, event.clone()),
+                    Run::Serving,
+                )
                 .await
             {
                 // Nothing ran: not a try. Held unacked, so prefetch bounds
@@ -474,20 +478,6 @@ async fn ensure_queue(connection: &Connection, queue: &str) -> lapin::Result<()>
         .queue_declare(queue.into(), durable, FieldTable::default())
         .await?;
     Ok(())
-}
-
-/// The call a message makes.
-fn invocation(event: serde_json::Value) -> Invocation {
-    Invocation {
-        kind: TriggerKind::Amqp,
-        request_id: format!("{:016x}", rand::random::<u64>()),
-        method: String::new(),
-        path: String::new(),
-        query: String::new(),
-        headers: Default::default(),
-        body: Default::default(),
-        event: Some(event),
-    }
 }
 
 /// The wait before retry number `retry` (1 for the first): `base`, doubled

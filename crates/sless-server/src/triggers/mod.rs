@@ -18,7 +18,7 @@ use sless_api::{TriggerSpec, TriggerStatus, TriggerType};
 use crate::cluster::Leadership;
 use crate::invoker::{Invoker, Run};
 use crate::store::{Kind, Record, Store};
-use sless_driver::{FunctionKey, Invocation, TriggerKind};
+use sless_driver::{FunctionKey, TriggerKind};
 
 use self::schedule::Schedule;
 
@@ -431,16 +431,8 @@ async fn fire_due(triggers: &Arc<Triggers>) -> crate::Result<()> {
         tokio::spawn(async move {
             let (_call, _running) = (call, running);
             let key = FunctionKey::new(&record.namespace, &spec.function);
-            let invocation = Invocation {
-                kind: TriggerKind::Cron,
-                request_id: format!("{:016x}", rand::random::<u64>()),
-                method: String::new(),
-                path: String::new(),
-                query: String::new(),
-                headers: Default::default(),
-                body: Default::default(),
-                event: Some(spec.event.clone().unwrap_or_else(|| json!({}))),
-            };
+            let event = spec.event.clone().unwrap_or_else(|| json!({}));
+            let invocation = crate::invoker::event_call(TriggerKind::Cron, event);
             let error = match triggers.invoker.invoke(&key, invocation, Run::Serving).await {
                 Ok(r) if r.status < 400 => None,
                 Ok(r) => Some(crate::invoker::error_text(&r.body)),

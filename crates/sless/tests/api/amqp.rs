@@ -264,26 +264,6 @@ async fn failures_retry_then_go_to_the_dead_letter_queue() {
         .call(Method::POST, "/v1/namespaces/ns/triggers", Some(dead_letters))
         .await;
     assert_eq!(status, StatusCode::CREATED, "{created}");
-    // A failure sent back to the queue it came from would be tried forever.
-    let looping = json!({"name": "looping", "type": "amqp", "function": "consumer", "broker_url": BROKER,
-        "queue": queue, "dead_letter_queue": queue});
-    let (status, refused) = server
-        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(looping))
-        .await;
-    assert_eq!(
-        (status, refused["field"].as_str()),
-        (StatusCode::BAD_REQUEST, Some("dead_letter_queue")),
-        "{refused}"
-    );
-    assert!(refused["error"].as_str().unwrap().contains("own queue"), "{refused}");
-    // Consuming another trigger's dead letters is fine (disabled here, so
-    // it leaves them to this test).
-    let dead_letters = json!({"name": "dead-letters", "type": "amqp", "function": "consumer", "broker_url": BROKER,
-        "queue": dead, "enabled": false});
-    let (status, created) = server
-        .call(Method::POST, "/v1/namespaces/ns/triggers", Some(dead_letters))
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{created}");
     consumer_attached(&conn, &queue).await;
     publish(&channel, &queue, json!({"id": 7, "fail": true})).await;
     // Dead-lettered after the last try: no try comes after it.
