@@ -101,7 +101,7 @@ pub enum InvokeError {
     /// The version is not deployed (never, not yet, or retired): the
     /// caller decides whether that means "no ready version" or whether to
     /// deploy it and try again.
-    #[error("version {0} is not deployed")]
+    #[error("{}", not_deployed_text(.0))]
     NotDeployed(VersionRef),
     #[error("function {0} is disabled: every trigger of it is disabled, or its replicas is 0 (the function's status.not_serving, or `sless get`, says which)")]
     Disabled(FunctionKey),
@@ -149,5 +149,35 @@ fn timeout_text(key: &FunctionKey, after: Duration, queued: bool) -> String {
         )
     } else {
         format!("function {key} did not answer within {after:?}")
+    }
+}
+
+/// What a caller is told of [`InvokeError::NotDeployed`]: version 0 is no
+/// version at all (what a trigger or job of a function without a build
+/// meets), which "version ns/f@0 is not deployed" did not say.
+fn not_deployed_text(version: &VersionRef) -> String {
+    if version.version == 0 {
+        format!(
+            "function {} has no version to call yet: no code was uploaded, or no build of it succeeded (`sless get {}` says which)",
+            version.key, version.key.name
+        )
+    } else {
+        format!("version {version} is not deployed")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_without_a_version_is_not_said_to_miss_version_0() {
+        let none = InvokeError::NotDeployed(VersionRef::new(FunctionKey::new("h", "nocode"), 0)).to_string();
+        assert!(
+            none.starts_with("function h/nocode has no version to call yet"),
+            "{none}"
+        );
+        let retired = InvokeError::NotDeployed(VersionRef::new(FunctionKey::new("h", "f"), 3)).to_string();
+        assert_eq!(retired, "version h/f@3 is not deployed");
     }
 }
