@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectStoreExt;
-use sless_driver::Fingerprint;
+use sless_driver::{Fingerprint, FunctionKey};
 
 use super::Deployer;
 use crate::store::versions::ANY_CODE;
@@ -41,6 +41,46 @@ impl Deployer {
         if self.cluster.is_leader() {
             self.sweep_store().await;
             self.measure_unsized().await;
+        }
+    }
+
+    /// On the leader, prunes the functions that keep more versions than
+    /// `SLESS_KEEP_VERSIONS` and that are not being built (whose build
+    /// prunes when it ends): after an operator lowers it, a function never
+    /// built again would otherwise keep them, on disk and in the store.
+    /// Not at start, where nothing is pressing (the storage quota already
+    /// counts only the versions kept): at each periodic sweep.
+    async fn prune_past_keep(&self) {
+        if !self.cluster.is_leader() {
+            return;
+        }
+        let functions = match self.store.functions_past(self.versions.keep()).await {
+            Ok(functions) => functions,
+            Err(e) => return tracing::warn!(error = %e, "cannot read which functions keep too many versions"),
+        };
+        for (namespace, name) in functions {
+            let key = FunctionKey::new(&namespace, &name);
+            if self
+                .building
+                .lock()
+                .unwrap()
+                .keys()
+                .any(|(building, _)| building == &key)
+            {
+                continue;
+            }
+            let pruned = match self.load(&key).await {
+                Ok(Some((_, status))) => {
+                    self.versions
+                        .prune(&key, status.version, status.code_hash.as_deref())
+                        .await
+                }
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = pruned {
+                tracing::warn!(function = %key, error = %e, "pruning versions past SLESS_KEEP_VERSIONS failed");
+            }
         }
     }
 
@@ -123,9 +163,12 @@ impl Deployer {
         }
     }
 
-    /// Runs [`Deployer::sweep`] every `every`.
+    /// Prunes past the kept number, then runs [`Deployer::sweep`], every `every`.
     pub fn start_sweeping(self: &Arc<Self>, every: Duration) {
-        crate::periodic::every(self, every, |this| async move { this.sweep().await });
+        crate::periodic::every(self, every, |this| async move {
+            this.prune_past_keep().await;
+            this.sweep().await;
+        });
     }
 
     /// Whether a build under way here is of the code `artifact` holds (an

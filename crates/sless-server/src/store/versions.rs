@@ -90,6 +90,9 @@ pub trait VersionStore: Send + Sync {
     async fn version_sizes(&self, namespace: &str) -> Result<Vec<VersionSize>>;
     /// The versions recorded before their sizes were (both 0).
     async fn unsized_versions(&self) -> Result<Vec<VersionSize>>;
+    /// The functions with more than `keep` versions, as `(namespace,
+    /// function)`: those a lowered `SLESS_KEEP_VERSIONS` leaves to prune.
+    async fn functions_past(&self, keep: usize) -> Result<Vec<(String, String)>>;
     /// Records what a version keeps (once measured).
     async fn set_version_bytes(&self, version: &VersionSize) -> Result<()>;
     /// Every alias of a namespace's functions.
@@ -394,6 +397,19 @@ macro_rules! version_store {
                     .fetch_all(&self.pool)
                     .await?;
                     rows.iter().map(size_of).collect()
+                }
+
+                async fn functions_past(&self, keep: usize) -> Result<Vec<(String, String)>> {
+                    let rows = sqlx::query(
+                        "SELECT namespace, function FROM function_versions \
+                         GROUP BY namespace, function HAVING COUNT(*) > $1",
+                    )
+                    .bind(keep as i64)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter()
+                        .map(|row| Ok((row.try_get("namespace")?, row.try_get("function")?)))
+                        .collect()
                 }
 
                 async fn set_version_bytes(&self, v: &VersionSize) -> Result<()> {

@@ -202,6 +202,7 @@ crate::both_stores!(
     pruning_keeps_an_artifact_a_kept_version_shares,
     a_namespace_keeps_no_more_than_its_storage_quota,
     versions_past_the_kept_number_do_not_count_against_the_quota,
+    a_lowered_kept_number_prunes_at_the_next_sweep,
     two_builds_at_once_cannot_both_take_the_last_room,
     a_version_goes_unless_it_serves_or_an_alias_holds_it,
     the_code_a_function_serves_uploaded_again_makes_no_version,
@@ -389,7 +390,7 @@ async fn a_namespace_keeps_no_more_than_its_storage_quota(backend: Backend) {
 /// A function's versions past `SLESS_KEEP_VERSIONS` that no alias holds
 /// are about to be pruned and do not count against the quota, though
 /// the prune that removes them has not run yet (it runs after its build
-/// is Ready, or, as here, at the function's next build once the server
+/// is Ready, or, as here, at the first periodic sweep once the server
 /// keeps fewer versions): another function of the namespace still fits.
 async fn versions_past_the_kept_number_do_not_count_against_the_quota(backend: Backend) {
     let mut server = Server::start_with(
@@ -401,11 +402,7 @@ async fn versions_past_the_kept_number_do_not_count_against_the_quota(backend: B
         deploy_big(&server, "ns", "big", v, true).await;
     }
     // 2.4 MiB kept; once the server keeps one version, 0.8 MiB count.
-    for (name, value) in &mut server.extra_env {
-        if name == "SLESS_KEEP_VERSIONS" {
-            *value = "1".into();
-        }
-    }
+    keep_versions(&mut server, "1");
     server.restart();
     assert_eq!(
         version_numbers(&server, "big").await,
@@ -414,6 +411,35 @@ async fn versions_past_the_kept_number_do_not_count_against_the_quota(backend: B
     );
     deploy_big(&server, "ns", "other", 9, true).await;
     assert_eq!(v_of(&server, "other").await, 9);
+}
+
+/// Restarts of `server` keep `keep` versions of each function.
+fn keep_versions(server: &mut Server, keep: &str) {
+    for (name, value) in &mut server.extra_env {
+        if name == "SLESS_KEEP_VERSIONS" {
+            *value = keep.into();
+        }
+    }
+}
+
+/// After an operator lowers `SLESS_KEEP_VERSIONS`, a function that is not
+/// built again keeps the new number of versions (and those its aliases
+/// name) from the first periodic sweep on: the others go with their
+/// artifacts, and what is kept still answers.
+async fn a_lowered_kept_number_prunes_at_the_next_sweep(backend: Backend) {
+    let mut server = Server::start_with(backend, &[("SLESS_KEEP_VERSIONS", "4")]).await;
+    for v in 1..=4 {
+        deploy(&server, "kept", v).await;
+    }
+    let (status, body) = put_alias(&server, "kept", "first", json!({"version": 1})).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    pruned_to(&server, "kept", &[4, 3, 2, 1], 4).await;
+    keep_versions(&mut server, "1");
+    server.extra_env.push(("SLESS_ARTIFACT_SWEEP_SEC".into(), "1".into()));
+    server.restart();
+    pruned_to(&server, "kept", &[4, 1], 2).await;
+    assert_eq!(v_of(&server, "kept").await, 4);
+    assert_eq!(v_of(&server, "kept@first").await, 1);
 }
 
 /// A handler whose import waits until the test's gate on 127.0.0.1:`port`
