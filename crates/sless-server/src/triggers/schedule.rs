@@ -102,9 +102,83 @@ fn culprit(fields: &[&str]) -> Option<(usize, &'static str, &'static str)> {
     })
 }
 
+/// A special token or a name in a field that does not take it, as
+/// `(index, token, the fields that take it)`. croner takes some of these
+/// where they mean nothing or something else: `L` anywhere (a minute of
+/// `L` never fires), `?` anywhere (as `*`), and day and month names
+/// anywhere (`MON` in the minute field is minute 1).
+fn misplaced(fields: &[&str]) -> Option<(usize, String, &'static str)> {
+    const DAY_OF_MONTH: usize = 3;
+    const MONTH: usize = 4;
+    const DAY_OF_WEEK: usize = 5;
+    const DAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    const MONTHS: [&str; 12] = [
+        "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+    ];
+    let offset = FIELDS.len() - fields.len();
+    fields.iter().enumerate().find_map(|(index, field)| {
+        let named = index + offset;
+        let upper = field.to_ascii_uppercase();
+        let mut tokens = upper
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .filter(|word| !word.is_empty())
+            .chain(upper.matches(['?', '#']));
+        tokens.find_map(|token| {
+            let day = |word: &str| DAYS.contains(&word);
+            let (fits, takes) = match token {
+                "?" => (
+                    matches!(named, DAY_OF_MONTH | DAY_OF_WEEK),
+                    "only in the day-of-month and day-of-week fields (as *)",
+                ),
+                "#" => (
+                    named == DAY_OF_WEEK,
+                    "only in the day-of-week field (1#2: the second Monday)",
+                ),
+                "W" => (
+                    named == DAY_OF_MONTH,
+                    "only in the day-of-month field (15W: the weekday nearest the 15th)",
+                ),
+                // Alone it is the month's last day; after a day, that day's
+                // last one in the month (croner takes a lone L in the other
+                // fields too, where it never matches).
+                "L" if named == DAY_OF_WEEK => (
+                    upper.split(',').all(|part| part != "L"),
+                    "after a day in the day-of-week field (5L: the month's last Friday), \
+                     or alone in the day-of-month field (the month's last day)",
+                ),
+                "L" => (
+                    named == DAY_OF_MONTH,
+                    "alone in the day-of-month field (the month's last day), \
+                     or after a day in the day-of-week field (5L: the month's last Friday)",
+                ),
+                word if day(word) || word.strip_suffix('L').is_some_and(day) => {
+                    (named == DAY_OF_WEEK, "only in the day-of-week field")
+                }
+                word if MONTHS.contains(&word) => (named == MONTH, "only in the month field"),
+                _ => (true, ""),
+            };
+            (!fits).then(|| (index, token.to_string(), takes))
+        })
+    })
+}
+
 /// Parses `schedule` and checks that it fires within the horizon (the
-/// search runs on a blocking thread); the error says what is wrong.
+/// search runs on a blocking thread); the error says what is wrong. Tokens
+/// in a field that does not take them are refused here, for new schedules:
+/// a stored one the API took before still parses and fires as it did.
 pub async fn checked(schedule: &str, timezone: &str) -> Result<(), ScheduleError> {
+    let fields: Vec<&str> = schedule.split_whitespace().collect();
+    if let Some((index, token, takes)) = (5..=6).contains(&fields.len()).then(|| misplaced(&fields)).flatten() {
+        let (name, values) = FIELDS[FIELDS.len() - fields.len() + index];
+        return Err(ScheduleError {
+            field: "schedule",
+            message: format!(
+                "invalid schedule {schedule:?}: the {name} field {:?} is not valid: {token} goes {takes}; \
+                 the {name} field takes {values}; {FORMAT}",
+                fields[index]
+            ),
+        });
+    }
     let parsed = Schedule::parse(schedule, timezone)?;
     let now = crate::store::now();
     let never = || ScheduleError {
@@ -157,6 +231,56 @@ mod tests {
         for rare in ["0 0 29 2 *", "0 9 * * 1-5", "0 0 1 1 *"] {
             assert!(super::checked(rare, "Europe/Berlin").await.is_ok(), "{rare}");
         }
+    }
+
+    /// croner takes L, W, #, ? and names in some fields only, and some of
+    /// them anywhere where they mean nothing: the message names the field
+    /// that holds one out of place.
+    #[tokio::test]
+    async fn a_token_out_of_its_field_is_blamed_on_that_field() {
+        let misplaced = [
+            ("L * * * *", "minute", "L"),
+            ("0 L * * *", "hour", "L"),
+            ("0 0 * L *", "month", "L"),
+            ("L 0 0 * * *", "second", "L"),
+            ("0 0 * * L", "day-of-week", "L"),
+            ("5W * * * *", "minute", "W"),
+            ("0 0 * * 1W", "day-of-week", "W"),
+            ("0 0 1#2 * *", "day-of-month", "#"),
+            ("1#2 0 * * *", "minute", "#"),
+            ("? * * * *", "minute", "?"),
+            ("0 0 * ? *", "month", "?"),
+            ("MON * * * *", "minute", "MON"),
+            ("0 0 * * JAN", "day-of-week", "JAN"),
+        ];
+        for (schedule, field, token) in misplaced {
+            let message = super::checked(schedule, "UTC").await.unwrap_err().message;
+            let named = schedule
+                .split_whitespace()
+                .find(|f| f.to_uppercase().contains(token))
+                .unwrap();
+            assert!(
+                message.contains(&format!("the {field} field {named:?} is not valid: {token} goes ")),
+                "{schedule}: {message}"
+            );
+        }
+        // Where croner takes them, they are taken.
+        for fine in [
+            "0 0 L * *",
+            "0 0 15W * *",
+            "0 0 * * 5L",
+            "0 0 * * 1#2",
+            "0 0 ? * MON",
+            "0 0 1 * ?",
+            "0 0 * JAN,FEB FRIL",
+        ] {
+            assert!(super::checked(fine, "UTC").await.is_ok(), "{fine}");
+        }
+        // Wrong in their own field: croner refuses them, and the field is named.
+        let message = super::checked("0 0 5L * *", "UTC").await.unwrap_err().message;
+        assert!(message.contains(r#"day-of-month field "5L" is not valid"#), "{message}");
+        let message = super::checked("0 0 * * 1#9", "UTC").await.unwrap_err().message;
+        assert!(message.contains(r#"day-of-week field "1#9" is not valid"#), "{message}");
     }
 
     #[test]

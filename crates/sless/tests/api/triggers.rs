@@ -64,6 +64,16 @@ async fn trigger_api_and_validation(backend: Backend) {
             "invalid schedule",
         ),
         (
+            // croner takes a lone L in any field (it never fires there):
+            // the message names the field that holds it.
+            json!({"name": "t1", "type": "cron", "function": "echo", "schedule": "L * * * *"}),
+            r#"the minute field "L" is not valid: L goes alone in the day-of-month field"#,
+        ),
+        (
+            json!({"name": "t1", "type": "cron", "function": "echo", "schedule": "0 0 * * JAN"}),
+            r#"the day-of-week field "JAN" is not valid: JAN goes only in the month field"#,
+        ),
+        (
             json!({"name": "t1", "type": "cron", "function": "echo", "schedule": "* *"}),
             "5 fields",
         ),
