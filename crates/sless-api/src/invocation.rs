@@ -21,13 +21,14 @@ pub struct InvocationRecord {
     /// The alias the call was addressed to (`/fn/{ns}/{name}@{alias}`), if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alias: Option<String>,
-    /// `http`, `cron`, `amqp` or `job`.
+    /// What fired the call: `http` (a call through `/fn`), `async` (an
+    /// attempt of an asynchronous call), `cron`, `amqp` or `job`.
     pub trigger: String,
     pub request_id: String,
     pub started_at: DateTime<Utc>,
     /// How long the call took, in milliseconds to the microsecond.
     pub duration_ms: f64,
-    /// The HTTP status for calls through the gateway; `ok` or `error` otherwise.
+    /// The HTTP status for `http` and `async` calls; `ok` or `error` otherwise.
     pub status: String,
     pub error: Option<String>,
     pub bytes_in: u64,

@@ -451,7 +451,7 @@ pub fn invocation_frame(invocation: &Invocation, timeout_sec: u32) -> bytes::Byt
         deadline_ms: Option<i64>,
     }
     let head = Head {
-        kind: invocation.kind.as_str(),
+        kind: invocation.kind.for_handler(),
         request_id: &invocation.request_id,
         method: &invocation.method,
         path: &invocation.path,

@@ -11,6 +11,9 @@ use crate::{FunctionKey, VersionRef};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TriggerKind {
     Http,
+    /// An attempt of an asynchronous call (`X-Sless-Invocation-Type:
+    /// Event`): the HTTP request as it came, replayed.
+    Async,
     Cron,
     Amqp,
     Job,
@@ -20,9 +23,21 @@ impl TriggerKind {
     pub fn as_str(self) -> &'static str {
         match self {
             TriggerKind::Http => "http",
+            TriggerKind::Async => "async",
             TriggerKind::Cron => "cron",
             TriggerKind::Amqp => "amqp",
             TriggerKind::Job => "job",
+        }
+    }
+
+    /// The kind the handler is told (the shims' `kind`, runtimes/PROTOCOL.md):
+    /// an asynchronous attempt is an HTTP request to the handler, the same
+    /// as a direct call but for its `x-sless-async-id` and `x-sless-attempt`
+    /// headers.
+    pub fn for_handler(self) -> &'static str {
+        match self {
+            TriggerKind::Async => TriggerKind::Http.as_str(),
+            other => other.as_str(),
         }
     }
 }

@@ -103,15 +103,15 @@ pub fn page_cursor(before: Option<String>) -> crate::error::Result<Option<String
 }
 
 /// The status of a call as records and metrics show it: the HTTP status
-/// for gateway calls, ok/error for the others; written into `digits` when
+/// for gateway calls and asynchronous attempts, ok/error for the others; written into `digits` when
 /// it is three of them (no allocation on the request path).
 pub fn status_label(kind: TriggerKind, status: u16, digits: &mut [u8; 3]) -> Cow<'_, str> {
     match kind {
-        TriggerKind::Http if (100..1000).contains(&status) => {
+        TriggerKind::Http | TriggerKind::Async if (100..1000).contains(&status) => {
             *digits = [0, 1, 2].map(|i| b'0' + (status / 10u16.pow(2 - i) % 10) as u8);
             Cow::Borrowed(std::str::from_utf8(digits).expect("ASCII digits"))
         }
-        TriggerKind::Http => Cow::Owned(status.to_string()),
+        TriggerKind::Http | TriggerKind::Async => Cow::Owned(status.to_string()),
         _ if status < 400 => Cow::Borrowed("ok"),
         _ => Cow::Borrowed("error"),
     }
@@ -227,6 +227,7 @@ mod tests {
         assert_eq!(label(TriggerKind::Http, 504), "504");
         assert_eq!(label(TriggerKind::Http, 42), "42");
         assert_eq!(label(TriggerKind::Http, 1000), "1000");
+        assert_eq!(label(TriggerKind::Async, 500), "500");
         assert_eq!(label(TriggerKind::Cron, 200), "ok");
         assert_eq!(label(TriggerKind::Job, 500), "error");
     }

@@ -766,7 +766,7 @@ fn invocation(claimed: &ClaimedEvent) -> Invocation {
     headers.push(("x-sless-async-id".into(), event.id.clone()));
     headers.push(("x-sless-attempt".into(), claimed.attempts.to_string()));
     Invocation {
-        kind: TriggerKind::Http,
+        kind: TriggerKind::Async,
         request_id: event.request_id.clone(),
         method: event.method.clone(),
         path: event.path.clone(),

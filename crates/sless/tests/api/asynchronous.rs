@@ -149,6 +149,22 @@ async fn accepted_then_delivered(backend: Backend) {
         printed.contains(r#"{"n": 1}"#) && printed.contains("attempt 1"),
         "{printed}"
     );
+    // The record tells the attempt from a direct call, which says `http`.
+    assert_eq!(
+        (calls[0]["trigger"].as_str(), calls[0]["status"].as_str()),
+        (Some("async"), Some("200")),
+        "{}",
+        calls[0]
+    );
+    let (status, _, answer) = server.invoke(Method::POST, "/fn/ns/echo", r#"{"n": 2}"#).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let records = server
+        .records_until("ns", "echo", |records| {
+            records.iter().any(|r| r["request_id"] != request_id.as_str())
+        })
+        .await;
+    let direct = records.iter().find(|r| r["request_id"] != request_id.as_str()).unwrap();
+    assert_eq!(direct["trigger"], "http", "{direct}");
 
     // Prefer: respond-async asks for the same.
     let response = server
