@@ -4,8 +4,10 @@
 //! is safely stored (handled, or republished with publisher confirms), so a
 //! lost connection never loses one: the broker redelivers what was unacked.
 //! Connection loss or a broker restart: reconnect with backoff. A message
-//! larger than a call may be (`SLESS_MAX_INVOKE_BYTES`) goes to the
-//! dead-letter queue unhandled, with the reason.
+//! larger than a call may be (`SLESS_MAX_INVOKE_BYTES`), or JSON nested
+//! deeper than a handler is passed, goes to the dead-letter queue
+//! unhandled, with the reason. The event is the body as JSON, else its
+//! text, else (not UTF-8) its bytes in base64 (see `message_event`).
 //!
 //! A message whose function has no room for it (at capacity, at its
 //! namespace's quota, not built yet, off) is not tried: it is held unacked
@@ -284,21 +286,16 @@ impl Worker {
                 delivery.data.len(),
                 self.handling.max_message_bytes
             );
-            tracing::warn!(trigger = %self.name, namespace = %self.namespace, bytes = delivery.data.len(), "message too large: dead-lettered");
-            let retries = retries_of(&delivery.properties);
-            let sent = self
-                .publish(&channel, &self.dead_letter, &delivery, retries, &error, None)
-                .await;
-            self.settle(&delivery, sent).await;
-            super::record_outcome(&*self.store, &self.namespace, &self.name, Some(error)).await;
-            return;
+            return self.refuse(&channel, &delivery, error).await;
         }
+        let event = match message_event(&delivery.data) {
+            Ok(event) => event,
+            Err(error) => return self.refuse(&channel, &delivery, error).await,
+        };
         let due = retry_due_in(&delivery.properties, SystemTime::now());
         if !due.is_zero() && !wait_open(&mut session, due).await {
             return self.release(&delivery).await;
         }
-        let event: serde_json::Value = serde_json::from_slice(&delivery.data)
-            .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(&delivery.data).into_owned()));
         let retries = retries_of(&delivery.properties);
         let held = Instant::now();
         let mut busy_wait = FIRST_BUSY_WAIT;
@@ -363,6 +360,18 @@ impl Worker {
         };
         self.settle(&delivery, settled).await;
         super::record_outcome(&*self.store, &self.namespace, &self.name, error).await;
+    }
+
+    /// Sends a message no call can take to the dead-letter queue, with
+    /// `error` saying why, and keeps the error in the trigger's status.
+    async fn refuse(&self, channel: &Channel, delivery: &lapin::message::Delivery, error: String) {
+        tracing::warn!(trigger = %self.name, namespace = %self.namespace, error = %error, "message not handled: dead-lettered");
+        let retries = retries_of(&delivery.properties);
+        let sent = self
+            .publish(channel, &self.dead_letter, delivery, retries, &error, None)
+            .await;
+        self.settle(delivery, sent).await;
+        super::record_outcome(&*self.store, &self.namespace, &self.name, Some(error)).await;
     }
 
     /// Hands a message not tried back to the queue, as it came.
@@ -437,6 +446,31 @@ impl Worker {
             .await?
             .await?;
         Ok(())
+    }
+}
+
+/// The handler's event for a message body: the body parsed as JSON, else
+/// its text; a body that is not UTF-8 (binary) as
+/// `{"body": "<base64>", "isBase64Encoded": true}`, as Lambda passes a
+/// binary body, so no byte is lost. JSON nested as deep as the parser
+/// stops (128 levels) is refused with the reason: passed as text, it would
+/// reach the handler as a string where a JSON value was sent.
+fn message_event(body: &[u8]) -> Result<serde_json::Value, String> {
+    use base64::Engine as _;
+    use serde_json::{json, Value};
+    match serde_json::from_slice(body) {
+        Ok(value) => Ok(value),
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(
+            "the message body is JSON nested 128 levels deep or more; a handler is passed at most 127; not handled"
+                .to_string(),
+        ),
+        Err(_) => Ok(match std::str::from_utf8(body) {
+            Ok(text) => Value::String(text.to_string()),
+            Err(_) => json!({
+                "body": base64::engine::general_purpose::STANDARD.encode(body),
+                "isBase64Encoded": true,
+            }),
+        }),
     }
 }
 
@@ -529,6 +563,22 @@ fn integer(value: &AMQPValue) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_is_its_json_else_its_text_else_its_bytes_in_base64() {
+        use serde_json::json;
+        assert_eq!(message_event(br#"{"a": [1]}"#), Ok(json!({"a": [1]})));
+        assert_eq!(message_event(b"not json"), Ok(json!("not json")));
+        assert_eq!(message_event(b""), Ok(json!("")));
+        assert_eq!(
+            message_event(&[0xff, 0x00, b'a']),
+            Ok(json!({"body": "/wBh", "isBase64Encoded": true}))
+        );
+        let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+        assert!(message_event(nested(127).as_bytes()).unwrap().is_array());
+        let refused = message_event(nested(128).as_bytes()).unwrap_err();
+        assert!(refused.contains("nested 128 levels deep"), "{refused}");
+    }
 
     fn with_header(name: &str, value: AMQPValue) -> BasicProperties {
         let mut headers = FieldTable::default();

@@ -1,6 +1,8 @@
 //! RabbitMQ triggers against the broker on 127.0.0.1:5672: messages handled
 //! and acked, retries spaced out then the dead-letter queue, a message too
-//! large for a call dead-lettered unhandled, a busy function holding
+//! large for a call dead-lettered unhandled, bodies that are not JSON (text,
+//! binary in base64, JSON too deep to parse) passed whole or dead-lettered
+//! with the reason, a busy function holding
 //! messages back instead of failing them, queues declared by others used as
 //! they are, a connection cut mid-stream and a stop with nothing lost, a
 //! trigger's consumer replaced on each change (never two) and gone with its
@@ -24,9 +26,13 @@ use super::harness::{eventually, hex_id, Backend, Server, TcpProxy};
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 const CONSUMER: &[u8] = br#"
+import json
 import time
 
 def handle(event, context):
+    if not isinstance(event, dict) or "id" not in event:
+        print("event", json.dumps(event))
+        return "done"
     print("message", event.get("id"), context.trigger)
     if event.get("fail"):
         raise RuntimeError("cannot handle this message")
@@ -59,12 +65,16 @@ async fn publish(channel: &Channel, queue: &str, body: Value) {
 }
 
 async fn publish_with(channel: &Channel, queue: &str, body: Value, properties: BasicProperties) {
+    publish_bytes(channel, queue, body.to_string().as_bytes(), properties).await
+}
+
+async fn publish_bytes(channel: &Channel, queue: &str, body: &[u8], properties: BasicProperties) {
     channel
         .basic_publish(
             "".into(),
             queue.into(),
             BasicPublishOptions::default(),
-            body.to_string().as_bytes(),
+            body,
             properties,
         )
         .await
@@ -197,6 +207,28 @@ async fn dead_letter(conn: &Connection, dead: &str) -> lapin::message::BasicGetM
     .await
 }
 
+/// Ends a test: stops its server (whose consumer would declare a deleted
+/// queue again) and deletes the queues the test used, so none is left on
+/// the shared broker. Deleting a queue that is not there is no error.
+async fn remove_queues(server: Server, channel: &Channel, queues: &[&str]) {
+    drop(server);
+    for queue in queues {
+        channel
+            .queue_delete((*queue).into(), QueueDeleteOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("deleting {queue}: {e}"));
+    }
+}
+
+/// The reason a dead letter carries in `x-sless-error`.
+fn error_header(message: &lapin::message::BasicGetMessage) -> String {
+    let headers = message.delivery.properties.headers().clone().unwrap_or_default();
+    match headers.inner().get("x-sless-error") {
+        Some(AMQPValue::LongString(error)) => error.to_string(),
+        other => panic!("no error header: {other:?}"),
+    }
+}
+
 fn printed_ids(records: &[Value]) -> BTreeSet<u64> {
     records
         .iter()
@@ -225,6 +257,7 @@ async fn messages_are_handled_and_acked() {
     drained(&channel, &queue).await;
     let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/queue", None).await;
     assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
 
 #[tokio::test]
@@ -289,10 +322,7 @@ async fn failures_retry_then_go_to_the_dead_letter_queue() {
             .contains("cannot handle"),
         "{trigger}"
     );
-    channel
-        .queue_purge(dead.as_str().into(), QueuePurgeOptions::default())
-        .await
-        .unwrap();
+    remove_queues(server, &channel, &[&queue, &dead]).await;
 }
 
 /// A message larger than a call may be (`SLESS_MAX_INVOKE_BYTES`) is not
@@ -312,11 +342,7 @@ async fn a_message_larger_than_a_call_is_dead_lettered_unhandled() {
         serde_json::from_slice::<Value>(&message.delivery.data).unwrap()["id"],
         1
     );
-    let headers = message.delivery.properties.headers().clone().unwrap();
-    let error = match headers.inner().get("x-sless-error") {
-        Some(AMQPValue::LongString(error)) => error.to_string(),
-        other => panic!("no error header: {other:?}"),
-    };
+    let error = error_header(&message);
     assert!(error.contains("SLESS_MAX_INVOKE_BYTES"), "{error}");
     let records = amqp_records(&server, 1, 30).await;
     assert_eq!(
@@ -325,6 +351,57 @@ async fn a_message_larger_than_a_call_is_dead_lettered_unhandled() {
         "only the small message is handled"
     );
     drained(&channel, &queue).await;
+    remove_queues(server, &channel, &[&queue, &dead]).await;
+}
+
+/// The event of a body that is not JSON: its text, or (not UTF-8) its
+/// bytes in base64 with `isBase64Encoded`, none lost; JSON as deep as the
+/// parser goes (127 levels) is JSON, and deeper is dead-lettered with the
+/// reason rather than passed as a string.
+#[tokio::test]
+async fn bodies_that_are_not_json_reach_the_handler_whole() {
+    let queue = format!("sless-test-{}", hex_id());
+    let dead = format!("{queue}.dead");
+    let (conn, channel) = channel().await;
+    let server = setup(BROKER, &queue, json!({"retry_limit": 0})).await;
+    consumer_attached(&conn, &queue).await;
+    let binary: &[u8] = &[0xff, 0x00, 0xfe, b'a', 0x80];
+    let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    for body in [
+        "plain text, not JSON".as_bytes(),
+        binary,
+        nested(127).as_bytes(),
+        nested(128).as_bytes(),
+    ] {
+        publish_bytes(&channel, &queue, body, BasicProperties::default()).await;
+    }
+    let message = dead_letter(&conn, &dead).await;
+    assert_eq!(&message.delivery.data[..], nested(128).as_bytes());
+    let error = error_header(&message);
+    assert!(error.contains("nested 128 levels deep"), "{error}");
+    let records = amqp_records(&server, 3, 30).await;
+    let events: Vec<Value> = records
+        .iter()
+        .filter_map(|r| r["logs"][0]["text"].as_str()?.strip_prefix("event "))
+        .map(|printed| serde_json::from_str(printed.trim()).unwrap())
+        .collect();
+    assert_eq!(events.len(), 3, "{records:?}");
+    assert!(events.contains(&json!("plain text, not JSON")), "{events:?}");
+    let encoded = events
+        .iter()
+        .find(|e| e["isBase64Encoded"] == true)
+        .unwrap_or_else(|| panic!("no binary event: {events:?}"));
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded["body"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(decoded, binary, "{encoded}");
+    assert!(
+        events.contains(&serde_json::from_str::<Value>(&nested(127)).unwrap()),
+        "127 levels come as JSON"
+    );
+    drained(&channel, &queue).await;
+    remove_queues(server, &channel, &[&queue, &dead]).await;
 }
 
 // Multi-threaded: the proxy must keep running while the harness blocks.
@@ -355,6 +432,7 @@ async fn a_dropped_connection_loses_no_message() {
     })
     .await;
     drained(&channel, &queue).await;
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
 
 /// A TLS front for the broker on 127.0.0.1:5672, with a certificate of its
@@ -422,7 +500,8 @@ async fn an_amqps_broker_is_reached_over_tls_with_its_certificate_checked() {
     // A server that does not trust the certificate (no SSL_CERT_FILE: the
     // machine's own store) connects to nothing and says so.
     let seen = handshakes.load(Ordering::SeqCst);
-    let untrusting = setup(&broker, &format!("sless-test-{}", hex_id()), json!({})).await;
+    let untrusted_queue = format!("sless-test-{}", hex_id());
+    let untrusting = setup(&broker, &untrusted_queue, json!({})).await;
     let error = eventually(Duration::from_secs(30), || async {
         let (_, trigger) = untrusting
             .call(Method::GET, "/v1/namespaces/ns/triggers/queue", None)
@@ -435,6 +514,8 @@ async fn an_amqps_broker_is_reached_over_tls_with_its_certificate_checked() {
     .await;
     assert!(error.contains("certificate"), "{error}");
     assert_eq!(handshakes.load(Ordering::SeqCst), seen, "no handshake completed");
+    let dead = format!("{queue}.dead");
+    remove_queues(untrusting, &channel, &[&queue, &dead, &untrusted_queue]).await;
 }
 
 crate::both_stores!(quick_patches_leave_one_consumer_and_a_delete_none);
@@ -503,6 +584,7 @@ async fn quick_patches_leave_one_consumer_and_a_delete_none(backend: Backend) {
             .await
             .unwrap();
     }
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
 
 /// On PostgreSQL the replica converges on the store four times a second
@@ -514,7 +596,7 @@ async fn quick_patches_leave_one_consumer_and_a_delete_none(backend: Backend) {
 #[tokio::test]
 async fn a_convergence_pass_does_not_bring_a_deleted_trigger_back() {
     let queue = format!("sless-test-{}", hex_id());
-    let (conn, _channel) = channel().await;
+    let (conn, channel) = channel().await;
     let server = setup_on(Backend::Postgres, BROKER, &queue, json!({"prefetch": 2}), &[]).await;
     for n in 0..60 {
         let function = json!({"name": format!("f{n}"), "runtime": "python3.11"});
@@ -558,6 +640,7 @@ async fn a_convergence_pass_does_not_bring_a_deleted_trigger_back() {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
 
 /// A function with no room for a message (at capacity, its queue of
@@ -594,6 +677,7 @@ async fn a_busy_function_holds_messages_instead_of_dead_lettering_them() {
     );
     let (_, trigger) = server.call(Method::GET, "/v1/namespaces/ns/triggers/queue", None).await;
     assert_eq!(trigger["status"]["last_error"], Value::Null, "{trigger}");
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
 
 /// Retries are spaced out: the first waits SLESS_ASYNC_RETRY_BASE_MS, each
@@ -633,6 +717,7 @@ async fn retries_wait_twice_as_long_each_time() {
         gaps[0] >= 300 && gaps[1] >= 600,
         "retries came too soon: gaps {gaps:?} ms"
     );
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
 
 /// A queue that exists already is consumed as it is: declared by someone
@@ -672,12 +757,7 @@ async fn queues_declared_with_other_arguments_are_used_as_they_are() {
     );
     let records = amqp_records(&server, 2, 30).await;
     assert_eq!(printed_ids(&records), BTreeSet::from([1, 2]));
-    for queue in [&queue, &dead] {
-        channel
-            .queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
-            .await
-            .unwrap();
-    }
+    remove_queues(server, &channel, &[&queue, &dead]).await;
 }
 
 /// A stop (SIGTERM) lets the call of a message under way finish and ack
@@ -715,4 +795,5 @@ async fn a_stop_lets_a_message_under_way_finish() {
     })
     .await;
     assert_eq!(records.len(), 3, "each message handled once: {records:?}");
+    remove_queues(server, &channel, &[&queue, &format!("{queue}.dead")]).await;
 }
