@@ -774,8 +774,27 @@ async fn a_stop_lets_a_message_under_way_finish() {
     // one, and takes it as soon as the broker sends it.
     publish(&channel, &queue, json!({"id": 0})).await;
     amqp_records(&server, 1, 30).await;
+    // The stop comes once the slow message's call has started (it prints
+    // first): a message delivered but not yet called goes back instead.
+    let mut live = server
+        .request(
+            Method::GET,
+            "/v1/namespaces/ns/functions/consumer/logs?follow=true",
+            Some(&server.admin),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
     publish(&channel, &queue, json!({"id": 1, "sleep": 4})).await;
-    drained(&channel, &queue).await;
+    let mut printed = String::new();
+    while !printed.contains("message 1") {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), live.chunk())
+            .await
+            .expect("the slow message's call starts within 30 s");
+        printed.push_str(&String::from_utf8_lossy(&chunk.unwrap().expect("log stream open")));
+    }
+    drop(live);
     assert!(server.terminate_wait().success());
 
     server.spawn();
