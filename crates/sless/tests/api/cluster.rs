@@ -750,17 +750,7 @@ async fn an_upload_through_a_follower_stops_the_leader_s_build_it_supersedes() {
     // The gate is on the machine's loopback, which an isolated build cannot reach.
     let cluster = replicas(2, &[("SLESS_NS_MAX_BUILDS", "1"), ("SLESS_NETWORK_ISOLATION", "false")]).await;
     let (leader, follower) = (&cluster.servers[0], &cluster.servers[1]);
-    let (status, body) = leader
-        .call(
-            Method::POST,
-            "/v1/namespaces/ns/functions",
-            Some(json!({"name": "f", "runtime": "nodejs20", "build_timeout_sec": 3600})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, body) = leader.upload("ns", "f", gate.code()).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let held = gate.reached().await;
+    let held = gate.hold(leader, "f").await;
 
     let newer = zip_of(&[("handler.js", b"exports.handle = () => ({v: 2});\n")]);
     let (status, body) = follower.upload("ns", "f", newer).await;

@@ -249,11 +249,7 @@ async fn deleting_a_function_stops_its_build_and_frees_its_namespace_s_slot() {
         &[("SLESS_NS_MAX_BUILDS", "1"), ("SLESS_NETWORK_ISOLATION", "false")],
     )
     .await;
-    let spec = json!({"name": "held", "runtime": "nodejs20", "build_timeout_sec": 3600});
-    create(&server, "functions", spec).await;
-    let (status, body) = server.upload("ns", "held", gate.code()).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let held = gate.reached().await;
+    let held = gate.hold(&server, "held").await;
 
     create(&server, "functions", json!({"name": "next", "runtime": "python3.11"})).await;
     let upload = |answer: &'static str| {

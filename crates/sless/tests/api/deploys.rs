@@ -458,6 +458,20 @@ impl BuildGate {
         ])
     }
 
+    /// Creates the Node function `ns/{name}` with a build timeout of an
+    /// hour, uploads [`BuildGate::code`] to it through `server` and waits
+    /// until its build reached the gate; the build's connection, held open.
+    pub(super) async fn hold(&self, server: &Server, name: &str) -> tokio::net::TcpStream {
+        let spec = json!({"name": name, "runtime": "nodejs20", "build_timeout_sec": 3600});
+        let (status, body) = server
+            .call(Method::POST, "/v1/namespaces/ns/functions", Some(spec))
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let (status, body) = server.upload("ns", name, self.code()).await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        self.reached().await
+    }
+
     /// Waits until a build reached the gate; its connection, held open.
     pub(super) async fn reached(&self) -> tokio::net::TcpStream {
         let (held, _) = tokio::time::timeout(std::time::Duration::from_secs(120), self.listener.accept())
@@ -545,17 +559,7 @@ async fn a_newer_upload_stops_the_build_it_supersedes(backend: Backend) {
         &[("SLESS_NS_MAX_BUILDS", "1"), ("SLESS_NETWORK_ISOLATION", "false")],
     )
     .await;
-    let (status, body) = server
-        .call(
-            Method::POST,
-            "/v1/namespaces/ns/functions",
-            Some(json!({"name": "f", "runtime": "nodejs20", "build_timeout_sec": 3600})),
-        )
-        .await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let (status, body) = server.upload("ns", "f", gate.code()).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    let held = gate.reached().await;
+    let held = gate.hold(&server, "f").await;
 
     let newer = super::harness::zip_of(&[("handler.js", b"exports.handle = () => 'newer';\n")]);
     let (status, body) = server.upload("ns", "f", newer).await;
