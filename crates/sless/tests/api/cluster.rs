@@ -220,14 +220,7 @@ async fn fired_seconds(server: &Server, name: &str) -> Vec<i64> {
 async fn a_killed_leader_hands_cron_ticks_over_without_losing_or_doubling_them() {
     let mut cluster = replicas(3, &[("SLESS_CRON_TICK_MS", "100")]).await;
     let leader = &cluster.servers[0];
-    leader
-        .deploy(
-            "ns",
-            "tick",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", &hello_zip_text())],
-        )
-        .await;
+    deploy_hello(leader, "tick").await;
     let (status, body) = cluster.servers[1]
         .call(
             Method::POST,
@@ -298,8 +291,12 @@ async fn a_killed_leader_hands_cron_ticks_over_without_losing_or_doubling_them()
     );
 }
 
-pub(super) fn hello_zip_text() -> Vec<u8> {
-    b"def handle(event, context):\n    return {'hello': 'world'}\n".to_vec()
+/// Deploys `ns/{name}`: Python code answering `{"hello": "world"}`.
+pub(super) async fn deploy_hello(server: &Server, name: &str) {
+    let code: &[u8] = b"def handle(event, context):\n    return {'hello': 'world'}\n";
+    server
+        .deploy("ns", name, json!({"runtime": "python3.11"}), &[("handler.py", code)])
+        .await;
 }
 
 const WORKER: &[u8] = b"import time\n\ndef handle(event, context):\n    time.sleep(event['sleep'])\n    return {'slept': event['sleep']}\n";
@@ -404,14 +401,7 @@ async fn sigterm_hands_leadership_over_at_once_and_builds_go_on() {
     })
     .await;
     // Builds are the leader's: the one left leads and builds.
-    follower
-        .deploy(
-            "ns",
-            "after",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", &hello_zip_text())],
-        )
-        .await;
+    deploy_hello(follower, "after").await;
     let (status, _, body) = follower.invoke(Method::GET, "/fn/ns/after", "").await;
     assert_eq!(status, StatusCode::OK, "{body}");
 }
@@ -460,14 +450,7 @@ async fn a_missing_bucket_or_refused_credentials_stop_the_start_naming_the_setti
             .collect::<Vec<_>>(),
     )
     .await;
-    server
-        .deploy(
-            "ns",
-            "f",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", &hello_zip_text())],
-        )
-        .await;
+    deploy_hello(&server, "f").await;
     assert!(!s3.keys("sless/archives/ns/f/").is_empty(), "{:?}", s3.keys(""));
 }
 

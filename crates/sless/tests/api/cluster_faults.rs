@@ -13,7 +13,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::cluster::{answer, create, hello_zip_text, upload};
+use super::cluster::{answer, create, deploy_hello, upload};
 use super::harness::{eventually, zip_of, PgDb, S3Server, Server, TcpProxy};
 
 /// `db`'s URL through `proxy`.
@@ -51,14 +51,7 @@ async fn a_leader_black_holed_from_the_database_steps_down_before_another_takes_
     .await;
     println!("another replica leads {:?} after the cut", cut.elapsed());
     // The leader's work goes on there: a build.
-    follower
-        .deploy(
-            "ns",
-            "after",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", &hello_zip_text())],
-        )
-        .await;
+    deploy_hello(&follower, "after").await;
     let (status, _, body) = follower.invoke(Method::GET, "/fn/ns/after", "").await;
     assert_eq!(status, 200, "{body}");
     assert!(!leader.leads().await, "the cut-off replica no longer leads");
