@@ -23,6 +23,26 @@ async fn create(server: &Server, kind: &str, body: Value) {
     assert_eq!(status, StatusCode::CREATED, "{created}");
 }
 
+/// Deploys `ns/hello` with two triggers: `web` (http) and `tick` (cron,
+/// every second).
+async fn hello_with_web_and_tick(server: &Server) {
+    server
+        .deploy("ns", "hello", json!({"runtime": "python3.11"}), HELLO)
+        .await;
+    create(
+        server,
+        "triggers",
+        json!({"name": "web", "type": "http", "function": "hello"}),
+    )
+    .await;
+    create(
+        server,
+        "triggers",
+        json!({"name": "tick", "type": "cron", "function": "hello", "schedule": "* * * * * *"}),
+    )
+    .await;
+}
+
 async fn names(server: &Server, kind: &str) -> Vec<String> {
     let (status, list) = server
         .call(Method::GET, &format!("/v1/namespaces/ns/{kind}"), None)
@@ -38,25 +58,11 @@ async fn names(server: &Server, kind: &str) -> Vec<String> {
 
 async fn deleting_a_named_function_is_refused_or_cascades(backend: Backend) {
     let server = Server::start(backend).await;
-    server
-        .deploy("ns", "hello", json!({"runtime": "python3.11"}), HELLO)
-        .await;
+    // `tick` fires every second: it would keep firing at a deleted function.
+    hello_with_web_and_tick(&server).await;
     server
         .deploy("ns", "other", json!({"runtime": "python3.11"}), HELLO)
         .await;
-    create(
-        &server,
-        "triggers",
-        json!({"name": "web", "type": "http", "function": "hello"}),
-    )
-    .await;
-    // Every second: it would keep firing at a deleted function.
-    create(
-        &server,
-        "triggers",
-        json!({"name": "tick", "type": "cron", "function": "hello", "schedule": "* * * * * *"}),
-    )
-    .await;
     create(&server, "jobs", json!({"name": "backfill", "function": "hello"})).await;
     create(
         &server,
@@ -200,21 +206,7 @@ async fn a_call_under_way_when_its_function_is_deleted_is_answered() {
 #[tokio::test]
 async fn fired_is_shown_for_cron_triggers_only() {
     let server = Server::start(Backend::Sqlite).await;
-    server
-        .deploy("ns", "hello", json!({"runtime": "python3.11"}), HELLO)
-        .await;
-    create(
-        &server,
-        "triggers",
-        json!({"name": "web", "type": "http", "function": "hello"}),
-    )
-    .await;
-    create(
-        &server,
-        "triggers",
-        json!({"name": "tick", "type": "cron", "function": "hello", "schedule": "* * * * * *"}),
-    )
-    .await;
+    hello_with_web_and_tick(&server).await;
     // http calls are counted in /metrics and the records, not on the trigger.
     let (status, _, _) = server.invoke(Method::GET, "/fn/ns/hello", "").await;
     assert_eq!(status, StatusCode::OK);
