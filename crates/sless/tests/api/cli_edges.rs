@@ -121,11 +121,9 @@ async fn connection_flags_go_before_or_after_the_subcommand() {
     }
 }
 
-#[tokio::test]
-async fn instance_help_shows_only_what_an_instance_reads() {
-    let help = User::new().ok(&["instance", "--help"]).stdout;
-    assert!(help.contains("--code-dir <CODE_DIR>"), "{help}");
-    assert!(help.contains("--instance-namespace <NAMESPACE>"), "{help}");
+/// Asserts that `help`, of `sless {command}`, lists none of the client's
+/// options: the command does not read them.
+fn lists_no_client_option(command: &str, help: &str) {
     assert!(!help.contains("Client options"), "{help}");
     for client in [
         "--endpoint",
@@ -135,8 +133,16 @@ async fn instance_help_shows_only_what_an_instance_reads() {
         "SLESS_TOKEN",
         "SLESS_NAMESPACE=",
     ] {
-        assert!(!help.contains(client), "instance help lists {client}:\n{help}");
+        assert!(!help.contains(client), "{command} help lists {client}:\n{help}");
     }
+}
+
+#[tokio::test]
+async fn instance_help_shows_only_what_an_instance_reads() {
+    let help = User::new().ok(&["instance", "--help"]).stdout;
+    assert!(help.contains("--code-dir <CODE_DIR>"), "{help}");
+    assert!(help.contains("--instance-namespace <NAMESPACE>"), "{help}");
+    lists_no_client_option("instance", &help);
 }
 
 #[tokio::test]
@@ -145,17 +151,7 @@ async fn server_help_shows_only_what_the_server_reads() {
     let help = user.ok(&["server", "--help"]).stdout;
     assert!(help.contains("--listen <LISTEN>"), "{help}");
     assert!(help.contains("--k8s-namespace <NAMESPACE>"), "{help}");
-    assert!(!help.contains("Client options"), "{help}");
-    for client in [
-        "--endpoint",
-        "--token <",
-        "--namespace <",
-        "--output",
-        "SLESS_TOKEN",
-        "SLESS_NAMESPACE=",
-    ] {
-        assert!(!help.contains(client), "server help lists {client}:\n{help}");
-    }
+    lists_no_client_option("server", &help);
     // The server's own `--k8s-namespace` is not the client's `--namespace`.
     let run = user.run(&["server", "--k8s-namespace", "other", "--listen", "not-an-address"]);
     assert!(!run.ok);
@@ -163,15 +159,20 @@ async fn server_help_shows_only_what_the_server_reads() {
     assert!(run.stderr.contains("--listen"), "{}", run.stderr);
 }
 
-#[tokio::test]
-async fn a_refused_connection_is_one_error_naming_the_endpoint() {
-    // A port nothing listens on.
+/// An endpoint on the loopback that nothing listens on: its port was free
+/// a moment ago.
+fn endpoint_nothing_listens_on() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let endpoint = format!("http://127.0.0.1:{port}");
+    format!("http://127.0.0.1:{port}")
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_one_error_naming_the_endpoint() {
+    let endpoint = endpoint_nothing_listens_on();
     let user = User::new();
     for args in [
         vec!["--endpoint", &endpoint, "--token", "t0ken", "ls"],
@@ -195,13 +196,8 @@ async fn a_refused_connection_is_one_error_naming_the_endpoint() {
 
 #[tokio::test]
 async fn names_that_cannot_be_are_refused_before_any_request() {
-    // Nothing listens there: a request would fail with "cannot reach".
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let endpoint = format!("http://127.0.0.1:{port}");
+    // A request would fail with "cannot reach".
+    let endpoint = endpoint_nothing_listens_on();
     let user = User::new();
     let conn = ["--endpoint", endpoint.as_str(), "--token", "t0ken"];
     for (args, argument, refused) in [
