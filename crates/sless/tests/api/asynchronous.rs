@@ -50,6 +50,11 @@ def handle(event, context):
     return {"slept": event.get("sleep", 0)}
 "#;
 
+/// Deploys HANDLER as `ns/{name}` with `spec`; the function.
+async fn deploy(server: &Server, name: &str, spec: Value) -> Value {
+    server.deploy("ns", name, spec, &[("handler.py", HANDLER)]).await
+}
+
 /// Sends an asynchronous call; returns status, Location and body.
 async fn send_event(server: &Server, path: &str, body: &str) -> (StatusCode, Option<String>, Value) {
     let response = server
@@ -100,14 +105,7 @@ async fn outcome_sent_to(server: &Server, function: &str, id: &str) -> Value {
 
 async fn accepted_then_delivered(backend: Backend) {
     let server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_EVENT_BYTES", "1024")]).await;
-    server
-        .deploy(
-            "ns",
-            "echo",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", HANDLER)],
-        )
-        .await;
+    deploy(&server, "echo", json!({"runtime": "python3.11"})).await;
     let (status, location, body) = send_event(&server, "/fn/ns/echo", r#"{"n": 1}"#).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let location = location.expect("a Location header");
@@ -281,16 +279,9 @@ async fn fails_twice_then_succeeds_in_three_calls(backend: Backend) {
 
 async fn dead_letter_to_a_function(backend: Backend) {
     let server = Server::start_with(backend, &[("SLESS_ASYNC_RETRY_BASE_MS", "50")]).await;
-    server
-        .deploy(
-            "ns",
-            "dlq",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", HANDLER)],
-        )
-        .await;
+    deploy(&server, "dlq", json!({"runtime": "python3.11"})).await;
     let spec = json!({"runtime": "python3.11", "async": {"retry_limit": 1, "on_failure": {"type": "function", "function": "dlq"}}});
-    let function = server.deploy("ns", "broken", spec, &[("handler.py", HANDLER)]).await;
+    let function = deploy(&server, "broken", spec).await;
     assert_eq!(function["async"]["retry_limit"], 1, "{function}");
     assert_eq!(function["async"]["max_event_age_sec"], 21600, "{function}");
     let (status, location, body) = send_event(&server, "/fn/ns/broken", r#"{"fail": "boom"}"#).await;
@@ -330,7 +321,7 @@ async fn dead_letter_to_a_function(backend: Backend) {
     assert_eq!(sent["request"]["body"], r#"{"fail": "boom"}"#, "{sent}");
     // A delivered event's outcome goes to `on_success`, with the answer.
     let spec = json!({"runtime": "python3.11", "async": {"on_success": {"type": "function", "function": "dlq"}}});
-    server.deploy("ns", "fine", spec, &[("handler.py", HANDLER)]).await;
+    deploy(&server, "fine", spec).await;
     let (status, location, body) = send_event(&server, "/fn/ns/fine", r#"{"n": 7}"#).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let id = body["id"].as_str().unwrap().to_string();
@@ -363,7 +354,7 @@ async fn dead_letter_to_a_rabbitmq_queue(backend: Backend) {
     let queue = format!("sless-async-dead-{}", hex_id());
     let spec = json!({"runtime": "python3.11", "async": {"retry_limit": 0,
         "on_failure": {"type": "amqp", "broker_url": BROKER, "queue": queue}}});
-    server.deploy("ns", "broken", spec, &[("handler.py", HANDLER)]).await;
+    deploy(&server, "broken", spec).await;
     let (status, location, body) = send_event(&server, "/fn/ns/broken", r#"{"fail": "to the queue"}"#).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let id = body["id"].as_str().unwrap().to_string();
@@ -434,12 +425,8 @@ async fn a_silent_broker_holds_up_only_its_own_destinations() {
             "on_failure": {"type": "amqp", "broker_url": url, "queue": queue}}})
     };
     let silent_url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
-    server
-        .deploy("ns", "stuck", failing_to(&silent_url, "q"), &[("handler.py", HANDLER)])
-        .await;
-    server
-        .deploy("ns", "broken", failing_to(BROKER, &queue), &[("handler.py", HANDLER)])
-        .await;
+    deploy(&server, "stuck", failing_to(&silent_url, "q")).await;
+    deploy(&server, "broken", failing_to(BROKER, &queue)).await;
     let (status, stuck, body) = send_event(&server, "/fn/ns/stuck", r#"{"fail": "stuck"}"#).await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     // Its outcome is being sent to the silent broker (10 s per try, two tries).
@@ -463,14 +450,7 @@ async fn a_silent_broker_holds_up_only_its_own_destinations() {
 async fn kill_after_202_loses_nothing(backend: Backend) {
     let mut server = Server::start_with(backend, &[("SLESS_ASYNC_MAX_BACKLOG", "30")]).await;
     // Off (replicas 0): the events wait in the store, whatever the timing.
-    server
-        .deploy(
-            "ns",
-            "echo",
-            json!({"runtime": "python3.11", "replicas": 0}),
-            &[("handler.py", HANDLER)],
-        )
-        .await;
+    deploy(&server, "echo", json!({"runtime": "python3.11", "replicas": 0})).await;
     // Until the namespace's backlog is full: refused, naming the setting.
     // (The bound counts an event being stored as waiting, so it may refuse
     // one early while a count of the store runs; never one late.)
@@ -542,14 +522,7 @@ async fn kill_after_202_loses_nothing(backend: Backend) {
 async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
     const EVENTS: usize = 300;
     let mut server = Server::start(backend).await;
-    server
-        .deploy(
-            "ns",
-            "echo",
-            json!({"runtime": "python3.11", "replicas": 0}),
-            &[("handler.py", HANDLER)],
-        )
-        .await;
+    deploy(&server, "echo", json!({"runtime": "python3.11", "replicas": 0})).await;
     let answers: Vec<_> = futures::stream::iter(0..EVENTS)
         .map(|n| {
             let server = &server;
@@ -635,17 +608,10 @@ async fn concurrent_202s_survive_a_kill_and_wait_parked(backend: Backend) {
 /// dead letter says why.
 async fn an_event_too_old_fails_without_an_attempt(backend: Backend) {
     let server = Server::start(backend).await;
-    server
-        .deploy(
-            "ns",
-            "dlq",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", HANDLER)],
-        )
-        .await;
+    deploy(&server, "dlq", json!({"runtime": "python3.11"})).await;
     let spec = json!({"runtime": "python3.11", "replicas": 0,
         "async": {"max_event_age_sec": 60, "on_failure": {"type": "function", "function": "dlq"}}});
-    server.deploy("ns", "off", spec, &[("handler.py", HANDLER)]).await;
+    deploy(&server, "off", spec).await;
     let (status, location, body) = send_event(&server, "/fn/ns/off", "{}").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let id = body["id"].as_str().unwrap().to_string();
@@ -673,7 +639,7 @@ async fn an_event_for_a_deleted_function_is_not_delivered_to_its_successor(backe
     // Off (replicas 0): the events wait parked until the delete.
     let off = json!({"runtime": "python3.11", "replicas": 0});
     for name in ["gone", "reused"] {
-        server.deploy("ns", name, off.clone(), &[("handler.py", HANDLER)]).await;
+        deploy(&server, name, off.clone()).await;
     }
     let (status, gone, body) = send_event(&server, "/fn/ns/gone", "{}").await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
@@ -686,7 +652,7 @@ async fn an_event_for_a_deleted_function_is_not_delivered_to_its_successor(backe
         assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
     }
     // Made again, and off too: nothing would wake the old event for it.
-    server.deploy("ns", "reused", off, &[("handler.py", HANDLER)]).await;
+    deploy(&server, "reused", off).await;
 
     let record = record_reaches(&server, &gone.unwrap(), "failed", 30).await;
     assert_eq!(record["attempts"], 0, "{record}");
@@ -749,7 +715,7 @@ async fn outcomes_are_bounded_and_go_only_to_functions_that_exist(backend: Backe
     .await;
     // Off: its outcomes wait parked, holding their bytes.
     let off = json!({"runtime": "python3.11", "replicas": 0});
-    server.deploy("ns", "sink", off, &[("handler.py", HANDLER)]).await;
+    deploy(&server, "sink", off).await;
     // 200 000 control characters: 1.2 MB as JSON, cut to the event limit.
     let noisy = br#"
 def handle(event, context):
