@@ -19,6 +19,20 @@ def handle(event, context):
     return value
 "#;
 
+/// A server on `backend` with NESTER deployed as `ns/nester`.
+async fn with_nester(backend: Backend) -> Server {
+    let server = Server::start(backend).await;
+    server
+        .deploy(
+            "ns",
+            "nester",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", NESTER)],
+        )
+        .await;
+    server
+}
+
 async fn run_job(server: &Server, name: &str, event: Value) -> Value {
     let (status, job) = server
         .call(
@@ -42,15 +56,7 @@ crate::both_stores!(
 );
 
 async fn a_deep_job_result_is_refused_not_stored(backend: Backend) {
-    let mut server = Server::start(backend).await;
-    server
-        .deploy(
-            "ns",
-            "nester",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", NESTER)],
-        )
-        .await;
+    let mut server = with_nester(backend).await;
     // 127 levels parse, and would be stored one level deeper than the parser reads back.
     let deep = run_job(&server, "deep", json!({"depth": 127})).await;
     assert_eq!(deep["status"]["phase"], "Failed", "{deep}");
@@ -85,15 +91,7 @@ async fn a_deep_job_result_is_refused_not_stored(backend: Backend) {
 }
 
 async fn an_unreadable_record_is_skipped_reported_and_deletable(backend: Backend) {
-    let mut server = Server::start(backend).await;
-    server
-        .deploy(
-            "ns",
-            "nester",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", NESTER)],
-        )
-        .await;
+    let mut server = with_nester(backend).await;
     let good = run_job(&server, "good", json!({"depth": 1})).await;
     assert_eq!(good["status"]["phase"], "Succeeded", "{good}");
     // What an older server could store: a status nested past the parser's
@@ -182,15 +180,7 @@ async fn insert_raw(server: &Server, kind: &str, name: &str, spec: &str, status:
 }
 
 async fn only_real_statuses_reach_the_caller_and_the_metrics(backend: Backend) {
-    let server = Server::start(backend).await;
-    server
-        .deploy(
-            "ns",
-            "nester",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", NESTER)],
-        )
-        .await;
+    let server = with_nester(backend).await;
     for code in [101, 102, 199, 600, 999] {
         let (status, _, body) = server
             .invoke(Method::POST, "/fn/ns/nester", &json!({"status": code}).to_string())
