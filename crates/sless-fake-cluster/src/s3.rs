@@ -71,11 +71,13 @@ impl S3Server {
     pub fn blob_settings(&self) -> sless_server::blobs::BlobSettings {
         sless_server::blobs::BlobSettings {
             url: format!("s3://{}/sless", self.bucket),
-            s3_endpoint: Some(self.endpoint.clone()),
-            s3_region: "us-east-1".into(),
-            s3_access_key_id: Some(S3_KEY.into()),
-            s3_secret_access_key: Some(S3_SECRET.into()),
-            s3_path_style: true,
+            s3: sless_server::blobs::S3Options {
+                endpoint: Some(self.endpoint.clone()),
+                region: "us-east-1".into(),
+                access_key_id: Some(S3_KEY.into()),
+                secret_access_key: Some(S3_SECRET.into()),
+                path_style: true,
+            },
         }
     }
 

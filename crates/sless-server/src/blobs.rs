@@ -20,11 +20,46 @@ use object_store::{ObjectStore, ObjectStoreExt, RetryConfig};
 pub struct BlobSettings {
     /// `file://DIR` or `s3://BUCKET[/PREFIX]`.
     pub url: String,
-    pub s3_endpoint: Option<String>,
-    pub s3_region: String,
-    pub s3_access_key_id: Option<String>,
-    pub s3_secret_access_key: Option<String>,
-    pub s3_path_style: bool,
+    pub s3: S3Options,
+}
+
+/// How an S3-compatible store is reached: the `SLESS_S3_*` settings, which
+/// the server and a function's pod (`sless instance`) read alike.
+#[derive(Debug, Clone, clap::Args)]
+pub struct S3Options {
+    /// S3 endpoint URL (MinIO, Ceph RGW, a local test server); default: AWS for the region.
+    #[arg(long = "s3-endpoint", value_name = "S3_ENDPOINT", env = "SLESS_S3_ENDPOINT")]
+    pub endpoint: Option<String>,
+
+    /// S3 region.
+    #[arg(
+        long = "s3-region",
+        value_name = "S3_REGION",
+        env = "SLESS_S3_REGION",
+        default_value = "us-east-1"
+    )]
+    pub region: String,
+
+    /// S3 access key id; default: the usual AWS sources (AWS_ACCESS_KEY_ID, instance metadata).
+    #[arg(
+        long = "s3-access-key-id",
+        value_name = "S3_ACCESS_KEY_ID",
+        env = "SLESS_S3_ACCESS_KEY_ID"
+    )]
+    pub access_key_id: Option<String>,
+
+    /// S3 secret access key.
+    #[arg(
+        long = "s3-secret-access-key",
+        value_name = "S3_SECRET_ACCESS_KEY",
+        env = "SLESS_S3_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    pub secret_access_key: Option<String>,
+
+    /// Path-style S3 addressing (`ENDPOINT/BUCKET/KEY`), which MinIO and Ceph RGW need.
+    #[arg(long = "s3-path-style", value_name = "S3_PATH_STYLE", env = "SLESS_S3_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub path_style: bool,
 }
 
 /// Opens the object store named by `settings.url`.
@@ -65,7 +100,7 @@ async fn open_s3(
         Arc::new(PrefixStore::new(s3, prefix))
     };
     probe(&*store, settings, bucket, writes).await?;
-    tracing::info!(bucket, prefix, endpoint = ?settings.s3_endpoint, "S3 code store reachable");
+    tracing::info!(bucket, prefix, endpoint = ?settings.s3.endpoint, "S3 code store reachable");
     Ok(store)
 }
 
@@ -78,17 +113,17 @@ fn s3_client<'a>(settings: &BlobSettings, bucket_and_prefix: &'a str) -> anyhow:
     let (bucket, prefix) = bucket_and_prefix.split_once('/').unwrap_or((bucket_and_prefix, ""));
     let mut builder = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
-        .with_region(&settings.s3_region)
-        .with_virtual_hosted_style_request(!settings.s3_path_style)
+        .with_region(&settings.s3.region)
+        .with_virtual_hosted_style_request(!settings.s3.path_style)
         .with_retry(RetryConfig {
             max_retries: 4,
             retry_timeout: Duration::from_secs(30),
             ..RetryConfig::default()
         });
-    if let Some(endpoint) = &settings.s3_endpoint {
+    if let Some(endpoint) = &settings.s3.endpoint {
         let endpoint = endpoint.trim_end_matches('/');
         builder = builder.with_allow_http(endpoint.starts_with("http://"));
-        builder = if settings.s3_path_style {
+        builder = if settings.s3.path_style {
             builder.with_endpoint(endpoint)
         } else {
             // Virtual-hosted style: the bucket is part of the host name.
@@ -96,7 +131,7 @@ fn s3_client<'a>(settings: &BlobSettings, bucket_and_prefix: &'a str) -> anyhow:
             builder.with_endpoint(format!("{scheme}://{bucket}.{host}"))
         };
     }
-    if let (Some(id), Some(secret)) = (&settings.s3_access_key_id, &settings.s3_secret_access_key) {
+    if let (Some(id), Some(secret)) = (&settings.s3.access_key_id, &settings.s3.secret_access_key) {
         builder = builder.with_access_key_id(id).with_secret_access_key(secret);
     }
     let s3 = builder
@@ -176,7 +211,7 @@ async fn probe(store: &dyn ObjectStore, settings: &BlobSettings, bucket: &str, w
         _ if refused => refused_credentials(bucket, &text),
         _ => anyhow::anyhow!(
             "SLESS_BLOB_URL {url:?} (SLESS_S3_ENDPOINT {:?}): the code store could not be written: {text}",
-            settings.s3_endpoint.as_deref().unwrap_or("AWS")
+            settings.s3.endpoint.as_deref().unwrap_or("AWS")
         ),
     })
 }

@@ -33,25 +33,9 @@ pub struct Config {
     #[arg(long, env = "SLESS_BLOB_URL")]
     pub blob_url: Option<String>,
 
-    /// S3 endpoint URL (MinIO, Ceph RGW, a local test server); default: AWS for the region.
-    #[arg(long, env = "SLESS_S3_ENDPOINT")]
-    pub s3_endpoint: Option<String>,
-
-    /// S3 region.
-    #[arg(long, env = "SLESS_S3_REGION", default_value = "us-east-1")]
-    pub s3_region: String,
-
-    /// S3 access key id; default: the usual AWS sources (AWS_ACCESS_KEY_ID, instance metadata).
-    #[arg(long, env = "SLESS_S3_ACCESS_KEY_ID")]
-    pub s3_access_key_id: Option<String>,
-
-    /// S3 secret access key.
-    #[arg(long, env = "SLESS_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
-    pub s3_secret_access_key: Option<String>,
-
-    /// Path-style S3 addressing (`ENDPOINT/BUCKET/KEY`), which MinIO and Ceph RGW need.
-    #[arg(long, env = "SLESS_S3_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set)]
-    pub s3_path_style: bool,
+    /// How an S3 code store is reached (`SLESS_S3_*`).
+    #[command(flatten)]
+    pub s3: crate::blobs::S3Options,
 
     /// Execution backend.
     #[arg(long, env = "SLESS_DRIVER", value_enum, default_value = "local")]
@@ -467,11 +451,7 @@ impl Config {
     pub fn blob_settings(&self) -> crate::blobs::BlobSettings {
         crate::blobs::BlobSettings {
             url: self.blob_url(),
-            s3_endpoint: self.s3_endpoint.clone(),
-            s3_region: self.s3_region.clone(),
-            s3_access_key_id: self.s3_access_key_id.clone(),
-            s3_secret_access_key: self.s3_secret_access_key.clone(),
-            s3_path_style: self.s3_path_style,
+            s3: self.s3.clone(),
         }
     }
 
@@ -537,12 +517,12 @@ impl Config {
             }
             None => {}
         }
-        if let Some(endpoint) = &self.s3_endpoint {
+        if let Some(endpoint) = &self.s3.endpoint {
             if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
                 anyhow::bail!("SLESS_S3_ENDPOINT {endpoint:?}: expected an http:// or https:// URL");
             }
         }
-        if self.s3_access_key_id.is_some() != self.s3_secret_access_key.is_some() {
+        if self.s3.access_key_id.is_some() != self.s3.secret_access_key.is_some() {
             anyhow::bail!("SLESS_S3_ACCESS_KEY_ID and SLESS_S3_SECRET_ACCESS_KEY go together: set both or neither");
         }
         if self.driver == DriverKind::Kubernetes {

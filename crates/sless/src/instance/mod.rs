@@ -62,16 +62,8 @@ pub struct InstanceConfig {
     pub dockerfile: Option<String>,
     #[arg(long, env = "SLESS_BLOB_URL")]
     pub blob_url: Option<String>,
-    #[arg(long, env = "SLESS_S3_ENDPOINT")]
-    pub s3_endpoint: Option<String>,
-    #[arg(long, env = "SLESS_S3_REGION", default_value = "us-east-1")]
-    pub s3_region: String,
-    #[arg(long, env = "SLESS_S3_ACCESS_KEY_ID")]
-    pub s3_access_key_id: Option<String>,
-    #[arg(long, env = "SLESS_S3_SECRET_ACCESS_KEY", hide_env_values = true)]
-    pub s3_secret_access_key: Option<String>,
-    #[arg(long, env = "SLESS_S3_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set)]
-    pub s3_path_style: bool,
+    #[command(flatten)]
+    pub s3: sless_server::blobs::S3Options,
 
     #[arg(long, env = "SLESS_INSTANCE_RUNTIME")]
     pub runtime: Option<String>,
@@ -167,11 +159,7 @@ impl InstanceConfig {
     fn blob_settings(&self) -> anyhow::Result<sless_server::blobs::BlobSettings> {
         Ok(sless_server::blobs::BlobSettings {
             url: self.blob_url.clone().context("SLESS_BLOB_URL is not set")?,
-            s3_endpoint: self.s3_endpoint.clone(),
-            s3_region: self.s3_region.clone(),
-            s3_access_key_id: self.s3_access_key_id.clone(),
-            s3_secret_access_key: self.s3_secret_access_key.clone(),
-            s3_path_style: self.s3_path_style,
+            s3: self.s3.clone(),
         })
     }
 
