@@ -10,8 +10,6 @@ mod cgroup;
 mod code_mount;
 mod confine;
 pub mod frame;
-#[cfg(test)]
-mod fuzz_frames;
 mod launcher;
 mod log_budget;
 mod netlink;

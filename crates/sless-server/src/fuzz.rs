@@ -206,6 +206,33 @@ mod targets {
         });
     }
 
+    /// The frame decoder of local instances: no input panics, allocates
+    /// past the frame limit or reads a frame other than the one it was
+    /// sent, and what is written reads back whole.
+    #[test]
+    fn the_frame_decoder_never_panics_and_reads_back_what_was_written() {
+        use sless_driver_local::frame::{encode, read_limited, split_head};
+        const LIMIT: usize = 1 << 20;
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        run("frame", |bytes| {
+            runtime.block_on(async {
+                let mut wire = bytes;
+                while let Ok(Some(frame)) = read_limited(&mut wire, LIMIT).await {
+                    assert!(frame.payload.len() + 5 <= LIMIT);
+                    let total = frame.payload.len();
+                    if let Ok((head, body)) = split_head(frame.payload.clone()) {
+                        assert_eq!(4 + head.len() + body.len(), total);
+                    }
+                }
+                let kind = bytes.first().copied().unwrap_or(b'O');
+                let id = u32::from_le_bytes([bytes.len() as u8, 1, 2, 3]);
+                let frame = encode(kind, id, bytes);
+                let read = read_limited(&mut &frame[..], bytes.len() + 5).await.unwrap().unwrap();
+                assert_eq!((read.kind, read.id, &read.payload[..]), (kind, id, bytes));
+            });
+        });
+    }
+
     #[test]
     fn stored_record_decoders_never_panic() {
         use crate::store::{chunks, Record};
