@@ -4,10 +4,10 @@
 //! is safely stored (handled, or republished with publisher confirms), so a
 //! lost connection never loses one: the broker redelivers what was unacked.
 //! Connection loss or a broker restart: reconnect with backoff. A message
-//! larger than a call may be (`SLESS_MAX_INVOKE_BYTES`), or JSON nested
-//! deeper than a handler is passed, goes to the dead-letter queue
-//! unhandled, with the reason. The event is the body as JSON, else its
-//! text, else (not UTF-8) its bytes in base64 (see `message_event`).
+//! larger than a call may be (`SLESS_MAX_INVOKE_BYTES`) goes to the
+//! dead-letter queue unhandled, with the reason. The event is the body as
+//! JSON, else its text, else (not UTF-8) its bytes in base64 (see
+//! `message_event`).
 //!
 //! A message whose function has no room for it (at capacity, at its
 //! namespace's quota, not built yet, off) is not tried: it is held unacked
@@ -288,10 +288,7 @@ impl Worker {
             );
             return self.refuse(&channel, &delivery, error).await;
         }
-        let event = match message_event(&delivery.data) {
-            Ok(event) => event,
-            Err(error) => return self.refuse(&channel, &delivery, error).await,
-        };
+        let event = message_event(&delivery.data);
         let due = retry_due_in(&delivery.properties, SystemTime::now());
         if !due.is_zero() && !wait_open(&mut session, due).await {
             return self.release(&delivery).await;
@@ -452,26 +449,18 @@ impl Worker {
 /// The handler's event for a message body: the body parsed as JSON, else
 /// its text; a body that is not UTF-8 (binary) as
 /// `{"body": "<base64>", "isBase64Encoded": true}`, as Lambda passes a
-/// binary body, so no byte is lost. JSON nested as deep as the parser
-/// stops (128 levels) is refused with the reason: passed as text, it would
-/// reach the handler as a string where a JSON value was sent.
-fn message_event(body: &[u8]) -> Result<serde_json::Value, String> {
+/// binary body, so no byte is lost. JSON nested deeper than the parser
+/// goes (128 levels) is its text, as an HTTP body that deep is.
+fn message_event(body: &[u8]) -> serde_json::Value {
     use base64::Engine as _;
     use serde_json::{json, Value};
-    match serde_json::from_slice(body) {
-        Ok(value) => Ok(value),
-        Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(
-            "the message body is JSON nested 128 levels deep or more; a handler is passed at most 127; not handled"
-                .to_string(),
-        ),
-        Err(_) => Ok(match std::str::from_utf8(body) {
-            Ok(text) => Value::String(text.to_string()),
-            Err(_) => json!({
-                "body": base64::engine::general_purpose::STANDARD.encode(body),
-                "isBase64Encoded": true,
-            }),
+    serde_json::from_slice(body).unwrap_or_else(|_| match std::str::from_utf8(body) {
+        Ok(text) => Value::String(text.to_string()),
+        Err(_) => json!({
+            "body": base64::engine::general_purpose::STANDARD.encode(body),
+            "isBase64Encoded": true,
         }),
-    }
+    })
 }
 
 /// Closes `connection` (its channels and consumers with it), waiting at
@@ -567,17 +556,16 @@ mod tests {
     #[test]
     fn a_body_is_its_json_else_its_text_else_its_bytes_in_base64() {
         use serde_json::json;
-        assert_eq!(message_event(br#"{"a": [1]}"#), Ok(json!({"a": [1]})));
-        assert_eq!(message_event(b"not json"), Ok(json!("not json")));
-        assert_eq!(message_event(b""), Ok(json!("")));
+        assert_eq!(message_event(br#"{"a": [1]}"#), json!({"a": [1]}));
+        assert_eq!(message_event(b"not json"), json!("not json"));
+        assert_eq!(message_event(b""), json!(""));
         assert_eq!(
             message_event(&[0xff, 0x00, b'a']),
-            Ok(json!({"body": "/wBh", "isBase64Encoded": true}))
+            json!({"body": "/wBh", "isBase64Encoded": true})
         );
         let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
-        assert!(message_event(nested(127).as_bytes()).unwrap().is_array());
-        let refused = message_event(nested(128).as_bytes()).unwrap_err();
-        assert!(refused.contains("nested 128 levels deep"), "{refused}");
+        assert!(message_event(nested(127).as_bytes()).is_array());
+        assert_eq!(message_event(nested(128).as_bytes()), json!(nested(128)));
     }
 
     fn with_header(name: &str, value: AMQPValue) -> BasicProperties {
