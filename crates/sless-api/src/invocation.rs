@@ -3,6 +3,15 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+/// Whether `text` is the id of an invocation record or an asynchronous
+/// event: 24 lowercase hex digits (when the call started, then a random
+/// part), as the server makes them and a page's `next_before` gives them.
+/// The server takes nothing else as a cursor, and the CLI refuses anything
+/// else before asking.
+pub fn is_record_id(text: &str) -> bool {
+    text.len() == 24 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// A line (or chunk) the handler printed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LogLine {

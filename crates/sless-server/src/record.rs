@@ -83,15 +83,14 @@ pub fn record_id((micros, random): (u64, u32)) -> String {
 }
 
 /// A page's `before` cursor: None when absent or empty, else it must be an
-/// id as [`record_id`] makes them (the `next_before` of the page before);
-/// anything else would be compared as text and answer a page it does not mean.
+/// id as [`record_id`] makes them (the `next_before` of the page before,
+/// [`sless_api::is_record_id`]); anything else would be compared as text
+/// and answer a page it does not mean.
 pub fn page_cursor(before: Option<String>) -> crate::error::Result<Option<String>> {
     match before {
         None => Ok(None),
         Some(before) if before.is_empty() => Ok(None),
-        Some(before) if before.len() == 24 && before.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
-            Ok(Some(before))
-        }
+        Some(before) if sless_api::is_record_id(&before) => Ok(Some(before)),
         Some(before) => Err(crate::error::Error::invalid(
             "before",
             format!(
@@ -260,5 +259,14 @@ mod tests {
         assert_eq!(hex_id(&[(a, 16), (b, 8)]), format!("{a:016x}{b:08x}"));
         assert_eq!(hex_id(&[(u64::MAX, 16)]), "ffffffffffffffff");
         assert_eq!(hex_id(&[(0, 4)]), "0000");
+    }
+
+    #[test]
+    fn the_ids_records_get_are_what_a_cursor_takes() {
+        for id in [(0, 0), (u64::MAX, u32::MAX), (1_765_000_000_000_000, 0xdead_beef)] {
+            let id = record_id(id);
+            assert!(sless_api::is_record_id(&id), "{id}");
+            assert_eq!(page_cursor(Some(id.clone())).unwrap(), Some(id));
+        }
     }
 }

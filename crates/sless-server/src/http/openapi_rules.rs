@@ -22,7 +22,7 @@ pub const DNS_LABEL: &str = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$";
 pub const ALIAS_LABEL: &str = "^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$";
 
 /// A page's `before` cursor (`record::page_cursor`): an id as records and
-/// events get them, or empty for none.
+/// events get them (`sless_api::is_record_id`), or empty for none.
 const PAGE_CURSOR: &str = "^([0-9a-f]{24})?$";
 
 /// The OpenAPI document as served.

@@ -73,11 +73,11 @@ pub fn before(text: &str) -> Result<String, String> {
     record_id("id", text, "as the ID column or a `more:` line shows it")
 }
 
-/// The ids of invocation records and asynchronous events: 24 lowercase
-/// hex digits (when they started, then a random part). Anything else names
-/// no record; an empty one would not even reach the record's route.
+/// The id of an invocation record or an asynchronous event
+/// ([`sless_api::is_record_id`]). Anything else names no record; an empty
+/// one would not even reach the record's route.
 fn record_id(what: &str, text: &str, shown: &str) -> Result<String, String> {
-    if text.len() == 24 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+    if sless_api::is_record_id(text) {
         return Ok(text.to_string());
     }
     Err(format!(
