@@ -12,6 +12,12 @@ pub fn is_record_id(text: &str) -> bool {
     text.len() == 24 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
+/// The header of a `/logs` answer whose history stopped before the oldest
+/// call's lines: the id of the oldest call all of whose lines were sent.
+/// `before` it (a query parameter) continues the history, beginning with
+/// the whole of a call partly sent.
+pub const LOGS_NEXT_BEFORE: &str = "sless-next-before";
+
 /// A line (or chunk) the handler printed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct LogLine {

@@ -23,7 +23,7 @@ pub use function::{
     default_memory_mb, Function, FunctionCreate, FunctionSpec, FunctionStatus, Network, Phase, Rollout, Runtime,
     SpecLimits,
 };
-pub use invocation::{is_record_id, InvocationPage, InvocationRecord, LogLine};
+pub use invocation::{is_record_id, InvocationPage, InvocationRecord, LogLine, LOGS_NEXT_BEFORE};
 pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
 pub use names::{validate_name, NameError};
 pub use secret::{

@@ -26,7 +26,7 @@ mod wait;
 
 pub use error::{Error, Result};
 pub use gateway::{InvokeRequest, InvokeResponse};
-pub use logs::LogStream;
+pub use logs::{LogPage, LogStream};
 pub use reqwest::{Method, StatusCode};
 pub use sless_api as api;
 pub use wait::Wait;

@@ -33,14 +33,22 @@ impl Client {
     }
 
     /// `GET .../functions/{name}/logs?follow=false`: the captured handler
-    /// output, one line each, `{RFC3339 time} {request_id} {stdout|stderr} {text}`.
-    pub async fn logs(&self, ns: &str, name: &str, tail: Option<u32>) -> Result<String> {
-        let url = self.logs_url(ns, name, false, tail);
+    /// output of calls older than the invocation id `before` (all when
+    /// `None`), one line each, `{RFC3339 time} {request_id} {stdout|stderr} {text}`.
+    /// An answer holds a bounded part of the history: its `next_before`
+    /// says where older lines begin.
+    pub async fn logs(&self, ns: &str, name: &str, tail: Option<u32>, before: Option<&str>) -> Result<LogPage> {
+        let mut url = self.logs_url(ns, name, false, tail);
+        if let Some(before) = before {
+            url.query_pairs_mut().append_pair("before", before);
+        }
         let response = self.send(self.api(Method::GET, &url), &url).await?;
-        response.text().await.map_err(|cause| Error::Transport {
+        let next_before = next_before(&response);
+        let text = response.text().await.map_err(|cause| Error::Transport {
             url: url.to_string(),
             cause,
-        })
+        })?;
+        Ok(LogPage { text, next_before })
     }
 
     /// `GET .../functions/{name}/logs?follow=true`: the last `tail` lines,
@@ -50,6 +58,7 @@ impl Client {
         let request = self.api_with_timeout(Method::GET, &url, None);
         let response = self.send(request, &url).await?;
         Ok(LogStream {
+            next_before: next_before(&response),
             response,
             url,
             buffer: Vec::new(),
@@ -70,6 +79,25 @@ impl Client {
     }
 }
 
+/// Where older lines begin, as a `/logs` answer says it.
+fn next_before(response: &Response) -> Option<String> {
+    let value = response.headers().get(sless_api::LOGS_NEXT_BEFORE)?;
+    value
+        .to_str()
+        .ok()
+        .filter(|id| sless_api::is_record_id(id))
+        .map(str::to_string)
+}
+
+/// Part of a function's log history.
+#[derive(Debug, Clone)]
+pub struct LogPage {
+    /// Lines, oldest first, each ending in a newline.
+    pub text: String,
+    /// Where older lines begin (the next `before`), when some are left.
+    pub next_before: Option<String>,
+}
+
 pub(crate) fn strip_empty_query(url: &mut Url) {
     if url.query() == Some("") {
         url.set_query(None);
@@ -79,6 +107,9 @@ pub(crate) fn strip_empty_query(url: &mut Url) {
 /// Followed log lines, read as the server sends them.
 #[derive(Debug)]
 pub struct LogStream {
+    /// Where lines older than the history sent first begin, when some are
+    /// left.
+    pub next_before: Option<String>,
     response: Response,
     url: Url,
     buffer: Vec<u8>,

@@ -41,6 +41,9 @@ pub struct LogsQuery {
     follow: bool,
     /// Lines of history first (default 100, at most 10 000).
     tail: Option<usize>,
+    /// An invocation id (the `sless-next-before` header of an answer):
+    /// history from calls older than it. Not with `follow`.
+    before: Option<String>,
 }
 
 async fn check_function(state: &AppState, ns: &str, name: &str) -> Result<()> {
@@ -132,7 +135,8 @@ fn holding<S: futures::Stream>(slot: Slot, stream: S) -> impl futures::Stream<It
 /// accepts `text/event-stream`. `follow=true` streams new lines as they happen.
 #[utoipa::path(get, path = "/v1/namespaces/{ns}/functions/{name}/logs", operation_id = "get_logs", tag = "functions",
     params(("ns" = String, Path, description = "Namespace"), ("name" = String, Path, description = "Function name"), LogsQuery),
-    responses((status = 200, description = "Log lines", content_type = "text/plain"), (status = 404, body = sless_api::ErrorBody),
+    responses((status = 200, description = "Log lines", content_type = "text/plain",
+            headers(("sless-next-before" = String, description = "When older lines are left: the id of the oldest call all of whose lines were sent; `before` it continues"))), (status = 404, body = sless_api::ErrorBody),
         (status = 429, body = sless_api::ErrorBody, description = "As many log streams (follow=true) or reads of records as the namespace may have are open")),
     security(("bearer" = [])))]
 pub async fn logs(
@@ -148,6 +152,13 @@ pub async fn logs(
         return Err(Error::BadRequest(format!(
             "tail must be at most {MAX_TAIL}, got {tail}"
         )));
+    }
+    let before = crate::record::page_cursor(query.before)?;
+    if query.follow && before.is_some() {
+        return Err(Error::invalid(
+            "before",
+            "before reads older history and cannot be used with follow=true".to_string(),
+        ));
     }
     check_function(&state, &ns, &name).await?;
     let sse = headers
@@ -167,7 +178,11 @@ pub async fn logs(
     // Subscribe before reading history so nothing falls in between.
     let live = query.follow.then(|| state.invoker.log.subscribe(&ns, &name));
     let read = read_slot(&state, &ns)?;
-    let (lines, seen) = history(&state, &ns, &name, tail, sse).await?;
+    let History {
+        lines,
+        seen,
+        next_before,
+    } = history(&state, &ns, &name, before, tail, sse).await?;
     let head = holding(
         read,
         futures::stream::iter(lines.into_iter().map(|l| Ok::<_, Infallible>(Bytes::from(l)))),
@@ -224,53 +239,100 @@ pub async fn logs(
             Body::from_stream(head.chain(follow))
         }
     };
-    Ok(Response::builder()
+    let mut response = Response::builder()
         .header(header::CONTENT_TYPE, content_type)
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(body)
-        .expect("static headers"))
+        .header(header::CACHE_CONTROL, "no-cache");
+    if let Some(next_before) = next_before {
+        // A record id: 24 hex digits, a valid header value.
+        response = response.header(sless_api::LOGS_NEXT_BEFORE, next_before);
+    }
+    Ok(response.body(body).expect("static headers and a record id"))
+}
+
+/// A function's log history as `logs` sends it.
+struct History {
+    /// Rendered lines, oldest first.
+    lines: Vec<String>,
+    /// The ids of the records read.
+    seen: HashSet<String>,
+    /// Where older lines begin ([`sless_api::LOGS_NEXT_BEFORE`]), when some are left.
+    next_before: Option<String>,
 }
 
 /// The last `tail` lines of a function's newest [`HISTORY_RECORDS`]
-/// records, in order, as many as fit in [`MAX_ANSWER_BYTES`]; and the ids
-/// of the records read. Read a page of records at a time, each page
-/// bounded in bytes too.
+/// records older than `before`, in order, as many as fit in
+/// [`MAX_ANSWER_BYTES`]; the ids of the records read; and where older
+/// lines begin when some are left. Read a page of records at a time, each
+/// page bounded in bytes too.
 async fn history(
     state: &AppState,
     ns: &str,
     name: &str,
+    mut before: Option<String>,
     tail: usize,
     sse: bool,
-) -> Result<(Vec<String>, HashSet<String>)> {
+) -> Result<History> {
     let mut lines = Tail::new(tail);
     let mut seen = HashSet::new();
-    let mut before: Option<String> = None;
+    // Whether records older than the last one read are left.
+    let mut older_left = false;
     while seen.len() < HISTORY_RECORDS && !lines.full() {
         let left = (HISTORY_RECORDS - seen.len()) as i64;
         let page = state
             .store
             .list_invocations(ns, name, before.as_deref(), left, MAX_ANSWER_BYTES)
             .await?;
+        let mut added = 0;
         for record in &page.items {
+            if lines.full() {
+                break;
+            }
             lines.add(record, sse);
+            added += 1;
         }
-        seen.extend(page.items.iter().map(|r| r.id.clone()));
-        before = page.items.last().map(|r| r.id.clone());
+        seen.extend(page.items[..added].iter().map(|r| r.id.clone()));
+        before = page.items[..added].last().map(|r| r.id.clone());
+        older_left = page.more || added < page.items.len();
         if !page.more {
             break;
         }
     }
-    Ok((lines.into_lines(), seen))
+    let next_before = if lines.cut || lines.partly_sent.is_some() {
+        // Stopped inside the records read: older lines begin after the
+        // oldest record whose lines were all sent. When none was, the
+        // number of lines asked for ended inside the newest (a larger
+        // `tail` shows more of it), or the bytes did, which only a record
+        // of many thousand short lines fills: the rest of its lines are
+        // past what `logs` sends (its record holds them all).
+        let cut_first = lines.partly_sent.clone().filter(|_| lines.cut);
+        lines.oldest_whole.clone().or(cut_first)
+    } else if older_left {
+        // The lines of every record read were all sent.
+        before
+    } else {
+        None
+    };
+    Ok(History {
+        lines: lines.into_lines(),
+        seen,
+        next_before,
+    })
 }
 
 /// Rendered lines, gathered newest first, up to a number of them and
-/// [`MAX_ANSWER_BYTES`].
+/// [`MAX_ANSWER_BYTES`]. Past the bytes, a record's lines are all left for
+/// the next answer, unless it is the first (so that an answer moves on);
+/// the number of lines asked for may end inside a record.
 struct Tail {
     newest_first: Vec<String>,
     bytes: usize,
     most: usize,
     /// A line did not fit: the ones before it are all that do.
     cut: bool,
+    /// The id of the oldest record whose lines were all added.
+    oldest_whole: Option<String>,
+    /// The id of the record added last when it lost some of its lines.
+    partly_sent: Option<String>,
 }
 
 impl Tail {
@@ -280,6 +342,8 @@ impl Tail {
             bytes: 0,
             most,
             cut: false,
+            oldest_whole: None,
+            partly_sent: None,
         }
     }
 
@@ -290,18 +354,29 @@ impl Tail {
     /// Adds `record`'s lines, from its last, while they fit.
     fn add(&mut self, record: &InvocationRecord, sse: bool) {
         let time = started(record);
+        let (lines_before, bytes_before) = (self.newest_first.len(), self.bytes);
         for (stream, line) in lines_newest_first(record) {
             if self.full() {
+                self.partly_sent = Some(record.id.clone());
                 return;
             }
             let line = render_line(record, &time, stream, line, sse);
             if self.bytes + line.len() > MAX_ANSWER_BYTES {
                 self.cut = true;
+                if self.oldest_whole.is_some() {
+                    // Left whole for the answer that continues from the
+                    // oldest whole record.
+                    self.newest_first.truncate(lines_before);
+                    self.bytes = bytes_before;
+                    return;
+                }
+                self.partly_sent = Some(record.id.clone());
                 return;
             }
             self.bytes += line.len();
             self.newest_first.push(line);
         }
+        self.oldest_whole = Some(record.id.clone());
     }
 
     /// The lines, oldest first.
@@ -382,5 +457,80 @@ mod tests {
         drop(answer);
         assert!(reads.take("ns").is_some());
         drop(held);
+    }
+
+    fn record(id: &str, lines: &[&str]) -> InvocationRecord {
+        InvocationRecord {
+            id: id.to_string(),
+            namespace: "ns".into(),
+            function: "f".into(),
+            version: 1,
+            alias: None,
+            trigger: "http".into(),
+            request_id: format!("req-{id}"),
+            started_at: chrono::Utc::now(),
+            duration_ms: 1.0,
+            status: "200".into(),
+            error: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            cold_start: false,
+            logs: lines
+                .iter()
+                .map(|text| sless_api::LogLine {
+                    stream: "stdout".into(),
+                    text: format!("{text}\n"),
+                })
+                .collect(),
+            logs_truncated: false,
+        }
+    }
+
+    /// Where the lines stop tells where the next answer begins: after the
+    /// oldest record whose lines were all sent.
+    #[test]
+    fn a_tail_knows_the_oldest_record_it_holds_whole() {
+        // Newest first, as records are read.
+        let records = [
+            record("c", &["c1", "c2"]),
+            record("b", &["b1", "b2"]),
+            record("a", &["a1"]),
+        ];
+        let mut tail = Tail::new(3);
+        for r in &records {
+            if !tail.full() {
+                tail.add(r, false);
+            }
+        }
+        assert_eq!(
+            (tail.oldest_whole.as_deref(), tail.partly_sent.as_deref()),
+            (Some("c"), Some("b"))
+        );
+        let lines = tail.into_lines();
+        assert!(
+            lines[0].ends_with(" stdout b2\n") && lines[2].ends_with(" stdout c2\n"),
+            "{lines:?}"
+        );
+
+        // Past the bytes, a record's lines are left whole for the next answer.
+        let big = "x".repeat(MAX_ANSWER_BYTES / 2);
+        let mut tail = Tail::new(MAX_TAIL);
+        tail.add(&record("c", &[&big]), false);
+        tail.add(&record("b", &["b1", &big]), false);
+        assert!(tail.full());
+        assert_eq!(
+            (tail.oldest_whole.as_deref(), tail.partly_sent.as_deref()),
+            (Some("c"), None)
+        );
+        assert_eq!(tail.into_lines().len(), 1);
+
+        // Unless it is the first: what fits of it is sent.
+        let mut tail = Tail::new(MAX_TAIL);
+        tail.add(&record("b", &["b1", &big, &big]), false);
+        assert_eq!(
+            (tail.oldest_whole.as_deref(), tail.partly_sent.as_deref()),
+            (None, Some("b"))
+        );
+        assert_eq!(tail.into_lines().len(), 1);
     }
 }

@@ -19,6 +19,10 @@ pub struct LogsArgs {
     /// Start with the last N lines (up to 10000).
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = tail)]
     pub tail: u32,
+    /// Only lines of calls older than this invocation id (as a `more:`
+    /// line gives it).
+    #[arg(long, value_name = "ID", value_parser = super::names::before, conflicts_with = "follow")]
+    pub before: Option<String>,
 }
 
 #[derive(Args)]
@@ -38,7 +42,8 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
     let cx = conn.context()?;
     let json = cx.output == OutputFormat::Json;
     if !args.follow {
-        let text = cx.client.logs(&cx.namespace, &args.name, Some(args.tail)).await?;
+        let history = history(&cx, &args).await?;
+        let text: String = history.newest_first.iter().rev().map(String::as_str).collect();
         if json {
             let lines: String = text.lines().map(|line| format!("{}\n", line_json(line))).collect();
             write_stdout(lines.as_bytes())?;
@@ -49,8 +54,12 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
             }
             write_stdout(text.as_bytes())?;
         }
-        if args.tail > 0 && text.lines().count() >= args.tail as usize {
-            eprintln!("{}", more_logs(&args.name, args.tail));
+        match history.next_before {
+            Some(next) => eprintln!("{}", older_lines(&args, &next)),
+            None if args.tail > 0 && history.lines >= args.tail as usize => {
+                eprintln!("{}", more_logs(&args.name, args.tail))
+            }
+            None => {}
         }
         return Ok(());
     }
@@ -58,6 +67,9 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
         .client
         .follow_logs(&cx.namespace, &args.name, Some(args.tail))
         .await?;
+    if let Some(next) = &stream.next_before {
+        eprintln!("{}", older_lines(&args, next));
+    }
     while let Some(line) = stream.next_line().await? {
         // Each line flushed: a pipe reader wants it now, not at 8 KiB.
         if json {
@@ -72,6 +84,63 @@ pub async fn logs(args: LogsArgs, conn: &ConnArgs) -> anyhow::Result<()> {
 /// The most lines `sless logs` asks for: the server's bound on `tail`.
 const MAX_TAIL: u32 = 10_000;
 
+/// The most bytes of history `sless logs` gathers before it prints them
+/// (oldest first, so all at once): sixteen of the server's answers at
+/// their bound (4 MiB), where 10 000 lines of a few hundred bytes take a
+/// few MiB.
+const MAX_HISTORY_BYTES: usize = 64 << 20;
+
+/// The most answers `sless logs` asks for: each looks through up to 200
+/// calls, some of which may have printed nothing.
+const MAX_HISTORY_ANSWERS: usize = 50;
+
+/// The lines `sless logs` prints, gathered an answer at a time.
+struct History {
+    /// The answers' text, the newest lines first.
+    newest_first: Vec<String>,
+    lines: usize,
+    /// Where older lines begin, when some are left.
+    next_before: Option<String>,
+}
+
+/// The last `--tail` lines of calls older than `--before`: the server
+/// answers a bounded part of them at a time (200 calls, 4 MiB), and says
+/// where older ones begin; its answers are followed up to `--tail` lines,
+/// [`MAX_HISTORY_BYTES`] or [`MAX_HISTORY_ANSWERS`], whichever comes first.
+async fn history(cx: &super::context::Context, args: &LogsArgs) -> anyhow::Result<History> {
+    let mut history = History {
+        newest_first: Vec::new(),
+        lines: 0,
+        next_before: args.before.clone(),
+    };
+    let mut bytes = 0;
+    loop {
+        let left = args.tail.saturating_sub(history.lines as u32);
+        let page = cx
+            .client
+            .logs(&cx.namespace, &args.name, Some(left), history.next_before.as_deref())
+            .await?;
+        history.lines += page.text.lines().count();
+        bytes += page.text.len();
+        history.newest_first.push(page.text);
+        history.next_before = page.next_before;
+        let enough = history.lines >= args.tail as usize
+            || bytes >= MAX_HISTORY_BYTES
+            || history.newest_first.len() >= MAX_HISTORY_ANSWERS;
+        if history.next_before.is_none() || enough {
+            return Ok(history);
+        }
+    }
+}
+
+/// What to say when older lines are left, and the command that prints them.
+fn older_lines(args: &LogsArgs, next_before: &str) -> String {
+    format!(
+        "more: older lines are left: sless logs {} --tail {} --before {next_before}",
+        args.name, args.tail
+    )
+}
+
 /// `--tail`, checked as clap parses it.
 fn tail(text: &str) -> Result<u32, String> {
     match text.parse::<u32>() {
@@ -80,8 +149,9 @@ fn tail(text: &str) -> Result<u32, String> {
     }
 }
 
-/// What to say when the logs filled `--tail`: older lines may be left
-/// (the server does not say whether they are), and how to see them.
+/// What to say when the logs filled `--tail` inside one call: older lines
+/// may be left (the server does not say whether they are), and how to see
+/// them.
 fn more_logs(name: &str, tail: u32) -> String {
     if tail < MAX_TAIL {
         let more = tail.saturating_mul(10).min(MAX_TAIL);

@@ -640,6 +640,60 @@ async fn logs_print_and_follow_handler_output() {
     assert!(run.stderr.contains("not found"), "{}", run.stderr);
 }
 
+/// The `mark` lines a `sless logs` run printed, in order.
+fn marks(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .filter_map(|line| line.split_once(" stdout mark ").map(|(_, mark)| mark.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn logs_follow_the_servers_answers_and_say_where_older_lines_begin() {
+    let (server, user) = logged_in().await;
+    deploy_echo(&user, "busy");
+    // More calls than one answer of the server's logs looks through (200),
+    // each printing two lines.
+    let calls = 201;
+    let all: Vec<String> = (0..calls).map(|i| format!("c{i:03}")).collect();
+    for mark in &all {
+        let (status, _, body) = server
+            .invoke(
+                reqwest::Method::POST,
+                "/fn/default/busy",
+                &json!({"mark": mark}).to_string(),
+            )
+            .await;
+        assert_eq!(status, reqwest::StatusCode::OK, "{body}");
+    }
+    server.records_until("default", "busy", |r| r.len() == calls).await;
+
+    // All of them, oldest first, whatever one answer holds.
+    let run = user.ok(&["logs", "busy", "--tail", "10000"]);
+    assert_eq!(marks(&run.stdout), all, "{}", run.stderr);
+    assert_eq!(run.stdout.lines().count(), 2 * calls);
+    assert!(!run.stderr.contains("more:"), "{}", run.stderr);
+
+    // Fewer than there are: the newest, and the command that prints the rest.
+    let run = user.ok(&["logs", "busy", "--tail", "300"]);
+    assert_eq!(marks(&run.stdout), all[51..], "{}", run.stderr);
+    let prefix = "more: older lines are left: sless logs busy --tail 300 --before ";
+    let before = run
+        .stderr
+        .lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line: {}", run.stderr));
+    let run = user.ok(&["logs", "busy", "--tail", "300", "--before", before]);
+    assert_eq!(marks(&run.stdout), all[..51], "{}", run.stderr);
+    assert!(!run.stderr.contains("more:"), "{}", run.stderr);
+    let run = user.ok(&["logs", "busy", "--tail", "300", "--before", before, "-o", "json"]);
+    assert_eq!(run.stdout.lines().count(), 2 * 51);
+
+    // Following new lines starts from the newest history, and says so.
+    let run = user.fails(&["logs", "busy", "-f", "--before", before]);
+    assert!(run.stderr.contains("cannot be used with"), "{}", run.stderr);
+}
+
 #[tokio::test]
 async fn invocations_list_newest_first() {
     let (_server, user) = logged_in().await;
