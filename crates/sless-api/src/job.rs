@@ -4,6 +4,13 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Largest job result the server keeps, as compact JSON.
+pub const MAX_JOB_RESULT_BYTES: usize = 1024 * 1024;
+
+/// Largest job event the server takes, as compact JSON: an asynchronous
+/// call's bound, as Lambda's.
+pub const MAX_JOB_EVENT_BYTES: usize = 256 * 1024;
+
 fn empty_object() -> Value {
     Value::Object(Default::default())
 }

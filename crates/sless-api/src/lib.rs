@@ -24,7 +24,7 @@ pub use function::{
     SpecLimits,
 };
 pub use invocation::{is_record_id, InvocationPage, InvocationRecord, LogLine, LOGS_NEXT_BEFORE};
-pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus};
+pub use job::{Job, JobCreate, JobPhase, JobSpec, JobStatus, MAX_JOB_EVENT_BYTES, MAX_JOB_RESULT_BYTES};
 pub use names::{validate_name, NameError};
 pub use secret::{
     validate_secret_key, validate_secret_value, Secret, SecretCreate, SecretEnv, SecretFiles, SecretPatch,
@@ -33,7 +33,7 @@ pub use secret::{
 };
 pub use stats::{FunctionStats, StatsPoint};
 pub use token::{Token, TokenCreate, TokenCreated, WhoAmI, MAX_TOKEN_NAMESPACES, MAX_TOKEN_NAME_CHARS};
-pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType};
+pub use trigger::{Trigger, TriggerCreate, TriggerSpec, TriggerStatus, TriggerType, MAX_CRON_EVENT_BYTES};
 pub use version::{
     validate_alias_name, validate_new_alias_name, Alias, AliasSpec, FunctionVersion, RESERVED_ALIAS_NAMES,
 };

@@ -5,6 +5,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// Largest cron trigger event the server takes, as compact JSON.
+pub const MAX_CRON_EVENT_BYTES: usize = 16 * 1024;
+
 /// The kind of trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]

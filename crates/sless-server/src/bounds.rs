@@ -11,8 +11,9 @@ use serde_json::Value;
 /// record around it still parses.
 pub const MAX_JSON_DEPTH: usize = 64;
 
-/// Largest job result kept, as compact JSON.
-pub const MAX_JOB_RESULT_BYTES: usize = 1024 * 1024;
+/// Largest job result kept, as compact JSON (the Terraform provider's
+/// messages carry it too).
+pub use sless_api::MAX_JOB_RESULT_BYTES;
 
 /// Longest error text kept in a status or an invocation record.
 pub const MAX_ERROR_BYTES: usize = 4096;

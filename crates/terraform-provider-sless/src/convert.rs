@@ -108,6 +108,24 @@ pub fn parse_json(diags: &mut Diagnostics, text: &str, attribute: &'static str) 
     }
 }
 
+/// An error on `attribute` when `json`, written compact as the server
+/// measures it, is longer than the server takes (`most` bytes): said
+/// before any call, and before Terraform carries a value of many MiB
+/// through every step of a plan.
+pub fn check_json_bytes(diags: &mut Diagnostics, json: &Json, attribute: &'static str, what: &str, most: usize) {
+    let bytes = json.to_string().len();
+    if bytes > most {
+        error(
+            diags,
+            format!("{attribute} is too large"),
+            format!(
+                "{what} must be at most {most} bytes as JSON, got {bytes}; pass a reference (a key, a URL) to larger data."
+            ),
+            Some(attribute),
+        );
+    }
+}
+
 /// The state value of a JSON-string attribute the server holds as `server`:
 /// `previous` (the planned or prior string) when it means the same JSON, so
 /// formatting and key order never show as a change; else the server's

@@ -15,8 +15,9 @@ use crate::state::AppState;
 use crate::store::{Kind, Record};
 
 /// The largest a job's `event` may be, as JSON: it is stored with the job
-/// and read whenever the leader looks at the jobs.
-const MAX_JOB_EVENT_BYTES: usize = 256 * 1024;
+/// and read whenever the leader looks at the jobs (the Terraform provider
+/// checks it too, before any call).
+use sless_api::MAX_JOB_EVENT_BYTES;
 
 async fn checked_spec(state: &AppState, ns: &str, value: Value) -> Result<JobSpec> {
     let spec: JobSpec = from_value("job", value)?;

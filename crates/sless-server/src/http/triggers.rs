@@ -18,8 +18,9 @@ use crate::store::{Kind, Record};
 /// every trigger of every namespace twice a second to see which are due,
 /// so a namespace's 400 triggers of 1 MiB each cost it (and every other
 /// tenant's schedules) that much every tick. EventBridge Scheduler takes
-/// 8 KiB of input; this is twice that.
-pub const MAX_CRON_EVENT_BYTES: usize = 16 * 1024;
+/// 8 KiB of input; this is twice that. (The Terraform provider checks it
+/// too, before any call.)
+pub use sless_api::MAX_CRON_EVENT_BYTES;
 
 /// The longest a cron schedule may be.
 const MAX_SCHEDULE_CHARS: usize = 1024;

@@ -6,7 +6,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::JobState;
-use crate::convert::{check_name, parse_json, to_u32, to_u64};
+use crate::convert::{check_json_bytes, check_name, parse_json, to_u32, to_u64};
 use crate::diagnostics::error;
 use crate::number::Number;
 
@@ -21,8 +21,12 @@ pub const DEFAULT_WAIT_TIMEOUT_SEC: u32 = 300;
 /// name and namespace are checked already).
 pub fn validate(diags: &mut Diagnostics, config: &JobState) {
     check_name(diags, "function", &config.function, "function");
-    if let Some(event) = config.event.as_ref_option() {
-        parse_json(diags, event, "event");
+    if let Some(event) = config
+        .event
+        .as_ref_option()
+        .and_then(|event| parse_json(diags, event, "event"))
+    {
+        check_json_bytes(diags, &event, "event", "a job's event", sless_api::MAX_JOB_EVENT_BYTES);
     }
     to_u64(diags, &config.run_id, "run_id");
     if let Some(n) = to_u32(diags, &config.wait_timeout_sec, "wait_timeout_sec") {

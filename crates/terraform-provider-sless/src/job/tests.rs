@@ -110,3 +110,32 @@ fn validation_names_the_attribute() {
     };
     assert_eq!(attributes(&bad), ["event", "run_id", "wait_timeout_sec"]);
 }
+
+#[test]
+fn an_event_past_what_the_server_takes_is_refused_by_size() {
+    let event_of = |bytes: usize| {
+        // Spaces are not counted: the server measures compact JSON.
+        let text = format!("  \"{}\"  ", "x".repeat(bytes - 2));
+        let mut diags = Diagnostics::default();
+        validate::<JobResource>(
+            &mut diags,
+            JobState {
+                event: s(&text),
+                ..config()
+            },
+        );
+        diags.errors
+    };
+    assert!(event_of(sless_api::MAX_JOB_EVENT_BYTES).is_empty());
+    let errors = event_of(sless_api::MAX_JOB_EVENT_BYTES + 1);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].attribute.to_string(), "event");
+    assert_eq!(errors[0].summary, "event is too large");
+    assert!(
+        errors[0]
+            .detail
+            .starts_with("a job's event must be at most 262144 bytes as JSON, got 262145"),
+        "{}",
+        errors[0].detail
+    );
+}

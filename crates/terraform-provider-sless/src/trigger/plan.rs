@@ -7,7 +7,7 @@ use tf_provider::value::Value;
 use tf_provider::Diagnostics;
 
 use super::state::{TriggerState, AMQP_FIELDS, CRON_FIELDS};
-use crate::convert::{check_name, parse_json, to_u32};
+use crate::convert::{check_json_bytes, check_name, parse_json, to_u32};
 use crate::diagnostics::error;
 
 pub const TYPES: &[&str] = &["http", "cron", "amqp"];
@@ -19,15 +19,25 @@ pub const DEFAULT_TIMEZONE: &str = "UTC";
 /// name and namespace are checked already).
 pub fn validate(diags: &mut Diagnostics, config: &TriggerState) {
     check_name(diags, "function", &config.function, "function");
-    if let Some(event) = config.event.as_ref_option() {
-        if parse_json(diags, event, "event") == Some(Json::Null) {
-            error(
-                diags,
-                "Invalid event",
-                "event is JSON null, which the server keeps as no event: leave event unset instead.",
-                Some("event"),
-            );
-        }
+    match config
+        .event
+        .as_ref_option()
+        .and_then(|event| parse_json(diags, event, "event"))
+    {
+        Some(Json::Null) => error(
+            diags,
+            "Invalid event",
+            "event is JSON null, which the server keeps as no event: leave event unset instead.",
+            Some("event"),
+        ),
+        Some(event) => check_json_bytes(
+            diags,
+            &event,
+            "event",
+            "a cron trigger's event",
+            sless_api::MAX_CRON_EVENT_BYTES,
+        ),
+        None => {}
     }
     if let Some(n) = to_u32(diags, &config.prefetch, "prefetch") {
         if !(1..=1000).contains(&n) {

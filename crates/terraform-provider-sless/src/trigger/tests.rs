@@ -134,6 +134,12 @@ fn validation_names_the_attribute() {
         ..cron()
     };
     assert_eq!(attributes_of(&bad_event), ["event"]);
+    let event_of = |chars: usize| TriggerState {
+        event: s(&format!("\"{}\"", "x".repeat(chars))),
+        ..cron()
+    };
+    assert!(attributes_of(&event_of(sless_api::MAX_CRON_EVENT_BYTES - 2)).is_empty());
+    assert_eq!(attributes_of(&event_of(sless_api::MAX_CRON_EVENT_BYTES - 1)), ["event"]);
     let bad_type = TriggerState {
         kind: s("webhook"),
         ..http()

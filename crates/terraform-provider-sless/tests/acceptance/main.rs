@@ -8,5 +8,6 @@ mod example;
 mod failures;
 mod harness;
 mod import;
+mod large;
 mod lifecycle;
 mod secret;
