@@ -41,6 +41,7 @@ mod api {
     mod starving;
     mod tenants;
     mod triggers;
+    mod upgrade;
     mod versions;
     mod warm_pods;
     mod zygote;

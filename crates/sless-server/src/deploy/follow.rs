@@ -114,12 +114,14 @@ impl Deployer {
         )
     }
 
-    /// At start: remove the artifacts here that no version uses (and on
-    /// the leader, what the object store keeps that nothing uses), then
-    /// serve every built version again (on a replica that never built it,
-    /// its artifact is fetched).
+    /// At start: record the serving versions an older server built, remove
+    /// the artifacts here that no version uses (and on the leader, what the
+    /// object store keeps that nothing uses, and measure the versions
+    /// without sizes, those just recorded included), then serve every built
+    /// version again (on a replica that never built it, its artifact is
+    /// fetched).
     pub async fn restore_all(self: &Arc<Self>) -> Result<()> {
-        self.sweep().await;
+        let mut functions = Vec::new();
         for record in self.store.list_all(Kind::Function).await? {
             let key = FunctionKey::new(&record.namespace, &record.name);
             let Some((spec, status)) = decoded(&key, &record) else {
@@ -127,6 +129,10 @@ impl Deployer {
             };
             let Some(target) = Target::of(&status) else { continue };
             self.record_served_version(&key, &status, &record.spec).await;
+            functions.push((key, record, spec, target));
+        }
+        self.sweep().await;
+        for (key, record, spec, target) in functions {
             if !self
                 .driver
                 .has_artifact(&target.artifact)
