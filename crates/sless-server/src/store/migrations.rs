@@ -35,6 +35,22 @@ pub const POSTGRES: Migrations = &[
     (14, include_str!("../../migrations/postgres/0014_leader_epoch.sql")),
 ];
 
+/// Refuses a database that a newer sless migrated (`newest` is the highest
+/// version it recorded): this binary would read what it does not know as
+/// absent, and write over it. Starting the newer version again, or
+/// restoring a copy from before the upgrade, is the way back.
+pub fn refuse_newer(newest: Option<i64>, migrations: Migrations) -> anyhow::Result<()> {
+    let known = migrations.last().map_or(0, |(version, _)| *version);
+    match newest {
+        Some(newest) if newest > known => anyhow::bail!(
+            "the database was migrated by a newer sless (schema version {newest}; this sless {} knows versions up to {known}): \
+             run the newer sless, or restore a copy of the data from before the upgrade",
+            env!("CARGO_PKG_VERSION")
+        ),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

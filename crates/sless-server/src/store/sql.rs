@@ -47,6 +47,10 @@ macro_rules! sql_store {
                 )
                 .execute(&self.pool)
                 .await?;
+                let newest: Option<i64> = sqlx::query_scalar("SELECT MAX(version) FROM schema_migrations")
+                    .fetch_one(&self.pool)
+                    .await?;
+                super::migrations::refuse_newer(newest, migrations)?;
                 for (version, sql) in migrations {
                     let mut tx = self.pool.begin().await?;
                     let done: Option<i64> =

@@ -183,8 +183,8 @@ impl Server {
         server
     }
 
-    /// Starts the binary on the same data dir / database.
-    pub fn spawn(&mut self) {
+    /// `sless server` on this server's data dir / database, with its settings.
+    fn command(&self) -> Command {
         let mut cmd = match &self.inherits {
             Some(file) => {
                 let mut shell = Command::new("/bin/sh");
@@ -204,24 +204,53 @@ impl Server {
             .env_remove("SLESS_ADMIN_TOKEN")
             .env_remove("SLESS_DATABASE_URL")
             // The machine's RabbitMQ (and the tests' proxies to it), as an operator would allow it.
-            .env("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1")
-            .stdout(Stdio::piped())
-            .stderr(match &self.log_file {
-                Some(path) => Stdio::from(
-                    std::fs::OpenOptions::new()
-                        .create(true)
-                        .append(true)
-                        .open(path)
-                        .expect("server log file"),
-                ),
-                None => Stdio::inherit(),
-            });
+            .env("SLESS_AMQP_ALLOWED_HOSTS", "127.0.0.1");
         if let Some(db) = &self.db {
             cmd.env("SLESS_DATABASE_URL", db.url());
         }
         for (k, v) in &self.extra_env {
             cmd.env(k, v);
         }
+        cmd
+    }
+
+    /// Starts the binary on the same data dir / database, which must
+    /// refuse to start; what it printed on stderr.
+    pub fn refused_start(&self) -> String {
+        let log = self.data_dir.path().join("refused-start.log");
+        let mut child = self
+            .command()
+            .env("RUST_BACKTRACE", "0")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"))
+            .spawn()
+            .expect("spawn sless server");
+        let exited = (0..600).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            child.try_wait().expect("wait")
+        });
+        let _ = child.kill();
+        let _ = child.wait();
+        let stderr = std::fs::read_to_string(&log).unwrap_or_default();
+        match exited {
+            Some(status) if !status.success() => stderr,
+            _ => panic!("the server did not refuse to start ({exited:?}): {stderr}"),
+        }
+    }
+
+    /// Starts the binary on the same data dir / database.
+    pub fn spawn(&mut self) {
+        let mut cmd = self.command();
+        cmd.stdout(Stdio::piped()).stderr(match &self.log_file {
+            Some(path) => Stdio::from(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("server log file"),
+            ),
+            None => Stdio::inherit(),
+        });
         let mut child = cmd.spawn().expect("spawn sless server");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();

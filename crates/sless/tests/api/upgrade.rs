@@ -1,12 +1,17 @@
-//! Upgrades of the data: what an older server built serves after the
-//! upgrade as the versions this one records.
+//! Upgrades and downgrades of the data: what an older server built serves
+//! after the upgrade as the versions this one records; a database a newer
+//! sless migrated is refused with a message rather than read by a server
+//! that does not know what is in it.
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
 use super::harness::{Backend, Server};
 
-crate::both_stores!(a_function_built_before_versions_is_version_1_after_the_upgrade);
+crate::both_stores!(
+    a_function_built_before_versions_is_version_1_after_the_upgrade,
+    a_database_a_newer_sless_migrated_is_refused
+);
 
 const HELLO: &[u8] = b"def handle(event, context):\n    return {'hello': context['version']}\n";
 
@@ -54,4 +59,34 @@ async fn a_function_built_before_versions_is_version_1_after_the_upgrade(backend
         assert_eq!(status, StatusCode::OK, "{target}: {body}");
         assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["hello"], 1, "{body}");
     }
+}
+
+/// A newer sless's migration recorded in the database (schema version
+/// 1000): this one stops at start and says why, and the data stays as it
+/// was (once the marker is gone, it serves again).
+async fn a_database_a_newer_sless_migrated_is_refused(backend: Backend) {
+    let mut server = Server::start(backend).await;
+    let (status, _) = server
+        .call(
+            Method::POST,
+            "/v1/namespaces/ns/functions",
+            Some(json!({"name": "kept", "runtime": "python3.11"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    server.kill9();
+    server
+        .run_sql("INSERT INTO schema_migrations (version, applied_at) VALUES (1000, '2030-01-01T00:00:00.000000Z')")
+        .await;
+    let stderr = server.refused_start();
+    assert!(
+        stderr.contains("migrated by a newer sless (schema version 1000;"),
+        "{stderr}"
+    );
+    server
+        .run_sql("DELETE FROM schema_migrations WHERE version = 1000")
+        .await;
+    server.spawn();
+    let (status, function) = server.call(Method::GET, "/v1/namespaces/ns/functions/kept", None).await;
+    assert_eq!(status, StatusCode::OK, "{function}");
 }
