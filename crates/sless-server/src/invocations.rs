@@ -244,6 +244,11 @@ impl InvocationLog {
         self.live.follow(namespace, function)
     }
 
+    /// Ends every follow (`logs?follow=true`): the server stops.
+    pub fn end_follows(&self) {
+        self.live.close();
+    }
+
     /// Records waiting to be written.
     pub fn backlog(&self) -> usize {
         self.pending.lock().records.len()

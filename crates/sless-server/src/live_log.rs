@@ -4,15 +4,17 @@
 //! followers of another's functions fall behind and skip their lines. A
 //! channel lives while a follower holds it, so there are never more than
 //! follow streams open (32 per namespace); with none open, a record costs
-//! one relaxed atomic load.
+//! one relaxed atomic load. A stopping server ends every follow at once
+//! ([`LiveLog::close`]): a live tail has nothing to drain, and one left
+//! open held the shutdown for its whole grace period.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use sless_api::InvocationRecord;
-use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, watch};
 
 use crate::record::Queued;
 
@@ -25,12 +27,23 @@ type Sender = broadcast::Sender<Arc<InvocationRecord>>;
 type Channels = HashMap<String, HashMap<String, Sender>>;
 
 /// The channels of the functions being followed.
-#[derive(Default)]
 pub struct LiveLog {
     /// A function's channel is here while a [`Follow`] holds its receiver.
     channels: Mutex<Channels>,
     /// Follows open: with none, [`LiveLog::send`] returns after one load.
     open: AtomicUsize,
+    /// True once the server stops: every follow ends.
+    closed: watch::Sender<bool>,
+}
+
+impl Default for LiveLog {
+    fn default() -> Self {
+        LiveLog {
+            channels: Mutex::default(),
+            open: AtomicUsize::new(0),
+            closed: watch::Sender::new(false),
+        }
+    }
 }
 
 impl LiveLog {
@@ -54,7 +67,13 @@ impl LiveLog {
             namespace: namespace.to_string(),
             function: function.to_string(),
             receiver: Some(receiver),
+            closed: self.closed.subscribe(),
         }
+    }
+
+    /// Ends every follow, open or opened from now on (the server stops).
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     /// Shows `record` to its function's followers, if it has any.
@@ -92,15 +111,22 @@ pub struct Follow {
     function: String,
     /// Taken only when dropped.
     receiver: Option<broadcast::Receiver<Arc<InvocationRecord>>>,
+    /// The log's [`LiveLog::close`].
+    closed: watch::Receiver<bool>,
 }
 
 impl Follow {
     /// The function's next record; `Lagged` when this follower fell more
     /// than [`CAPACITY`] of them behind (it then skipped the oldest).
+    /// `Closed` once the log is closed.
     pub async fn recv(&mut self) -> Result<Arc<InvocationRecord>, RecvError> {
-        match &mut self.receiver {
-            Some(receiver) => receiver.recv().await,
-            None => Err(RecvError::Closed),
+        let Some(receiver) = &mut self.receiver else {
+            return Err(RecvError::Closed);
+        };
+        tokio::select! {
+            biased;
+            _ = self.closed.wait_for(|closed| *closed) => Err(RecvError::Closed),
+            received = receiver.recv() => received,
         }
     }
 }

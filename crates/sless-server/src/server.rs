@@ -225,10 +225,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let deliveries = state.async_invocations.clone();
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     let connections = state.metrics.connections.clone();
+    let follows = records.clone();
     let serve = crate::listener::serve(listener, http::app(state), limits, connections, async move {
         shutdown_signal().await;
         tracing::info!("shutting down: draining in-flight requests (a second signal exits at once)");
         exit_on_second_signal();
+        // Live tails end now: they would hold the drain to its grace.
+        follows.end_follows();
         let _ = stop_tx.send(true);
     });
     let serve = tokio::spawn(serve);

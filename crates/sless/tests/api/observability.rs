@@ -375,6 +375,43 @@ async fn a_namespace_holds_at_most_32_log_streams() {
     .await;
 }
 
+/// A live tail (`logs?follow=true`) open when the server is told to stop
+/// ends at once, its body complete: it has nothing to drain, and it held
+/// the shutdown for the whole grace period (`sless logs -f` or the
+/// console's tail delayed every restart by it).
+#[tokio::test]
+async fn a_stop_ends_live_tails_at_once() {
+    // A grace far past the 30 s the harness waits for an exit.
+    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_SHUTDOWN_GRACE_SEC", "300")]).await;
+    server
+        .deploy(
+            "ns",
+            "printer",
+            json!({"runtime": "python3.11"}),
+            &[("handler.py", PRINTER)],
+        )
+        .await;
+    let mut tail = server
+        .request(
+            Method::GET,
+            "/v1/namespaces/ns/functions/printer/logs?follow=true",
+            Some(&server.admin),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tail.status(), StatusCode::OK);
+    assert!(
+        server.terminate_wait().success(),
+        "the server exits before its grace ends"
+    );
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while tail.chunk().await.expect("the tail ends cleanly, not cut").is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the tail has ended");
+}
+
 #[tokio::test]
 async fn follow_receives_lines_as_they_happen() {
     let server = Server::start(Backend::Sqlite).await;
