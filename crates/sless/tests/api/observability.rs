@@ -375,14 +375,9 @@ async fn a_namespace_holds_at_most_32_log_streams() {
     .await;
 }
 
-/// A live tail (`logs?follow=true`) open when the server is told to stop
-/// ends at once, its body complete: it has nothing to drain, and it held
-/// the shutdown for the whole grace period (`sless logs -f` or the
-/// console's tail delayed every restart by it).
-#[tokio::test]
-async fn a_stop_ends_live_tails_at_once() {
-    // A grace far past the 30 s the harness waits for an exit.
-    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_SHUTDOWN_GRACE_SEC", "300")]).await;
+/// Deploys PRINTER as ns/printer and opens a live tail of it
+/// (`logs?follow=true`) that accepts `accept`.
+async fn tail_printer(server: &Server, accept: &str) -> reqwest::Response {
     server
         .deploy(
             "ns",
@@ -391,15 +386,27 @@ async fn a_stop_ends_live_tails_at_once() {
             &[("handler.py", PRINTER)],
         )
         .await;
-    let mut tail = server
+    server
         .request(
             Method::GET,
             "/v1/namespaces/ns/functions/printer/logs?follow=true",
             Some(&server.admin),
         )
+        .header("accept", accept)
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A live tail (`logs?follow=true`) open when the server is told to stop
+/// ends at once, its body complete: it has nothing to drain, and it held
+/// the shutdown for the whole grace period (`sless logs -f` or the
+/// console's tail delayed every restart by it).
+#[tokio::test]
+async fn a_stop_ends_live_tails_at_once() {
+    // A grace far past the 30 s the harness waits for an exit.
+    let mut server = Server::start_with(Backend::Sqlite, &[("SLESS_SHUTDOWN_GRACE_SEC", "300")]).await;
+    let mut tail = tail_printer(&server, "*/*").await;
     assert_eq!(tail.status(), StatusCode::OK);
     assert!(
         server.terminate_wait().success(),
@@ -415,24 +422,7 @@ async fn a_stop_ends_live_tails_at_once() {
 #[tokio::test]
 async fn follow_receives_lines_as_they_happen() {
     let server = Server::start(Backend::Sqlite).await;
-    server
-        .deploy(
-            "ns",
-            "printer",
-            json!({"runtime": "python3.11"}),
-            &[("handler.py", PRINTER)],
-        )
-        .await;
-    let mut response = server
-        .request(
-            Method::GET,
-            "/v1/namespaces/ns/functions/printer/logs?follow=true",
-            Some(&server.admin),
-        )
-        .header("accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let mut response = tail_printer(&server, "text/event-stream").await;
     // The handler subscribes before it answers: with the headers here,
     // every line from now on reaches the stream.
     assert_eq!(response.headers()["content-type"], "text/event-stream");
