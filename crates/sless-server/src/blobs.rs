@@ -82,8 +82,12 @@ async fn open_checked(settings: &BlobSettings, writes: bool) -> anyhow::Result<A
         .strip_prefix("file://")
         .ok_or_else(|| anyhow::anyhow!("SLESS_BLOB_URL {url:?}: expected file://DIR or s3://BUCKET[/PREFIX]"))?;
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("creating code store directory {dir:?}: {e}"))?;
+    // A delete removes the directories it leaves empty: a tenant creating
+    // and deleting functions under new names would otherwise leave two
+    // (`archives/{ns}/{function}`) for each, without bound.
     let store = LocalFileSystem::new_with_prefix(dir)
-        .map_err(|e| anyhow::anyhow!("opening code store directory {dir:?}: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("opening code store directory {dir:?}: {e}"))?
+        .with_automatic_cleanup(true);
     Ok(Arc::new(store))
 }
 

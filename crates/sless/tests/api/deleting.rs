@@ -10,7 +10,7 @@ use std::time::Duration;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
-use super::harness::{Backend, Server};
+use super::harness::{eventually, Backend, Server};
 
 crate::both_stores!(deleting_a_named_function_is_refused_or_cascades);
 
@@ -280,4 +280,52 @@ async fn deleting_a_function_stops_its_build_and_frees_its_namespace_s_slot() {
     build_killed(held).await;
     no_build_left(&server, &gate).await;
     assert_eq!(server.archives("ns", "held"), 0, "the deleted function's upload stays");
+}
+
+/// Deleting a function leaves no directory of its uploads behind, nor its
+/// namespace's once it was the last: a tenant creating and deleting
+/// functions under new names left two empty directories for each on the
+/// server's disk, without bound.
+#[tokio::test]
+async fn a_deleted_function_leaves_no_directory_behind() {
+    let server = Server::start(Backend::Sqlite).await;
+    let handler: &[u8] = b"def handle(event, context):\n    return 1\n";
+    for name in ["kept", "gone"] {
+        server
+            .deploy("ns", name, json!({"runtime": "python3.11"}), &[("handler.py", handler)])
+            .await;
+        server
+            .deploy(
+                "other",
+                name,
+                json!({"runtime": "python3.11"}),
+                &[("handler.py", handler)],
+            )
+            .await;
+    }
+    let archives = server.data_path().join("blobs/archives");
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/ns/functions/gone", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/other/functions/gone", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    let (status, body) = server
+        .call(Method::DELETE, "/v1/namespaces/other/functions/kept", None)
+        .await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{body}");
+    eventually(Duration::from_secs(10), || async {
+        let left: Vec<_> = ["ns/gone", "other/gone", "other/kept", "other"]
+            .into_iter()
+            .filter(|dir| archives.join(dir).exists())
+            .collect();
+        match left.is_empty() {
+            true => Ok(()),
+            false => Err(format!("directories left under blobs/archives: {left:?}")),
+        }
+    })
+    .await;
+    assert_eq!(server.archives("ns", "kept"), 1, "the kept function's upload stays");
 }
